@@ -1,0 +1,152 @@
+// The experiment spec: a typed, validated form of the YAML recipe (configs/*.yaml), and the functions that
+// parse it (with command-line overrides), validate it, and write it back as YAML (round-trips).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/util/error.h"
+
+namespace trctl {
+
+// ---- data ----
+enum class DatasetKind { FashionMnist, Idx };  // Idx: any MNIST-format pair of files (names in data.*_images/labels)
+
+// One transform of data.train_transforms / data.val_transforms. YAML form: a one-key map, e.g.
+//   - pad: {padding: 2}            - random_crop: {size: 28}         - random_rotation: {degrees: 20}
+//   - random_scale: {min: 0.8, max: 1.2}   - normalize: {}           - random_erasing: {p: 0.5}
+enum class TransformKind { Pad, RandomCrop, RandomRotation, RandomScale, Normalize, RandomErasing };
+struct TransformSpec {
+  TransformKind kind = TransformKind::Normalize;
+  int padding = 0;                      // pad: pixels on every side (fill 0)
+  int size = 0;                         // random_crop: output side (square)
+  double degrees = 0;                   // random_rotation: angle uniform in [-degrees, degrees]
+  double scale_min = 1, scale_max = 1;  // random_scale: isotropic scale uniform in [min, max] about the centre
+  double p = 0.5;                       // random_erasing: probability
+  double erase_scale_min = 0.02, erase_scale_max = 0.33;  // random_erasing: area fraction range
+  double ratio_min = 0.3, ratio_max = 3.3;                // random_erasing: aspect ratio range
+  double value = 0;                     // random_erasing: fill value (in normalized units)
+};
+
+struct DataSpec {
+  DatasetKind dataset = DatasetKind::FashionMnist;
+  std::string root = "/usr/share/datasets/fashion-mnist";
+  // For dataset idx (and to override fashion_mnist's defaults): file names inside root; ".gz" optional.
+  std::string train_images = "train-images-idx3-ubyte.gz";
+  std::string train_labels = "train-labels-idx1-ubyte.gz";
+  std::string val_images = "t10k-images-idx3-ubyte.gz";
+  std::string val_labels = "t10k-labels-idx1-ubyte.gz";
+  int batch_size = 200;      // >= 1
+  int val_batch_size = 0;    // 0 = batch_size
+  int workers = 4;           // loader threads, >= 1; results never depend on it
+  int64_t train_subset = 0;  // 0 = all; else the first N training samples
+  bool drop_last = false;    // false: the last partial batch is trained on (as PyTorch)
+  std::vector<double> mean = {0.2860};  // normalization, one per channel
+  std::vector<double> std = {0.3530};
+  std::vector<TransformSpec> train_transforms;
+  std::vector<TransformSpec> val_transforms;
+};
+
+// ---- model ----
+enum class LayerKind { Flatten, Linear, Relu, Dropout };
+struct LayerSpec {
+  LayerKind kind = LayerKind::Relu;
+  std::string name;                 // unique; auto "<kind><index>" (e.g. "linear3") when absent
+  std::vector<std::string> inputs;  // names of earlier layers or "input"; empty = the previous layer
+  int out_features = 0;             // linear, >= 1
+  bool bias = true;                 // linear
+  double p = 0.5;                   // dropout, in [0, 1)
+  int line = 0, col = 0;            // where it stood in the YAML (1-based), for compiler errors
+};
+enum class InitKind { KaimingUniformFanIn };  // PyTorch's default for Linear: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+struct ModelSpec {
+  std::vector<LayerSpec> layers;
+  InitKind init = InitKind::KaimingUniformFanIn;
+};
+
+// ---- loss ----
+enum class LossKind { CrossEntropy };
+struct LossSpec {
+  LossKind kind = LossKind::CrossEntropy;
+  double label_smoothing = 0.0;  // [0, 1)
+};
+
+// ---- optimizer ----
+enum class OptimizerKind { Sgd, Adam, AdamW };
+struct OptimizerSpec {
+  OptimizerKind kind = OptimizerKind::AdamW;
+  double lr = 1e-3;             // > 0
+  double momentum = 0.0;        // sgd, [0, 1)
+  double dampening = 0.0;       // sgd, [0, 1]
+  bool nesterov = false;        // sgd; needs momentum > 0 and dampening 0 (PyTorch's rule)
+  double beta1 = 0.9, beta2 = 0.999;  // adam/adamw, YAML `betas: [b1, b2]`, each in [0, 1)
+  double eps = 1e-8;            // > 0
+  double weight_decay = 0.0;    // >= 0; sgd/adam: L2 added to the gradient; adamw: decoupled
+  bool decay_bias_and_norm = false;  // false: biases and norm parameters get no weight decay
+};
+
+// ---- scheduler (per epoch) ----
+enum class SchedulerKind { Constant, Cosine, Step, MultiStep };
+struct SchedulerSpec {
+  SchedulerKind kind = SchedulerKind::Constant;
+  int warmup_epochs = 0;        // linear warm-up: lr = base*e/warmup for e <= warmup (e 1-based)
+  double eta_min = 0.0;         // cosine: reached at the last epoch
+  int step_size = 1;            // step: multiply by gamma every step_size epochs
+  double gamma = 0.1;           // step/multistep
+  std::vector<int> milestones;  // multistep: epochs (strictly increasing, >= 1)
+};
+
+// ---- train / run ----
+enum class Precision { Fp32, Tf32, Fp16, Bf16 };
+enum class DeviceKind { Auto, Cpu, Cuda };
+struct TrainSpec {
+  int epochs = 1;               // >= 1
+  Precision precision = Precision::Fp32;
+  DeviceKind device = DeviceKind::Auto;
+  int threads = 0;              // CPU backend compute threads; 0 = hardware concurrency
+  bool deterministic = true;
+};
+enum class ProgressKind { Auto, On, Off };
+struct RunSpec {
+  std::string out_dir = "runs";  // the run directory is out_dir/name (suffixed -2, -3, ... if it exists)
+  std::string name;              // "" = the config file's stem
+  int log_interval = 50;         // steps between metrics.jsonl step records; >= 1
+  ProgressKind progress = ProgressKind::Auto;
+};
+
+struct Spec {
+  uint64_t seed = 0;
+  DataSpec data;
+  ModelSpec model;
+  LossSpec loss;
+  OptimizerSpec optimizer;
+  SchedulerSpec scheduler;
+  TrainSpec train;
+  RunSpec run;
+  std::string source;  // the file it came from (for messages), not written back
+};
+
+// Parse YAML text (file name for messages) with overrides "a.b=value" (value parsed as YAML, so lists work),
+// then validate. All errors at once, each "file:line:col: message (did you mean 'x'?)"; overrides are located as
+// "<override N>:1:col". An empty file, a YAML syntax error, unknown keys, wrong types, values out of range,
+// unknown enum names and invalid combinations are errors.
+Result<Spec> spec_parse(const std::string& yaml_text, const std::string& file_name,
+                        const std::vector<std::string>& overrides = {});
+Result<Spec> spec_load(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Every field written out, so the output is a complete spec that spec_parse accepts and that parses back equal.
+std::string spec_to_yaml(const Spec& spec);
+
+// Names used in YAML for enums (also used in messages and run outputs).
+const char* to_string(Precision p);
+const char* to_string(DeviceKind d);
+const char* to_string(OptimizerKind o);
+const char* to_string(SchedulerKind s);
+const char* to_string(LayerKind l);
+const char* to_string(TransformKind t);
+
+// Learning rate for 1-based epoch e under the scheduler (PyTorch-equivalent per-epoch schedules).
+double scheduler_lr(const SchedulerSpec& s, double base_lr, int epoch, int total_epochs);
+
+}  // namespace trctl

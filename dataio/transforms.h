@@ -1,0 +1,43 @@
+// Per-sample image transforms with torchvision semantics, split into two phases so that a GPU kernel can mirror
+// them exactly: transforms_draw (the random parameters of one sample, from a Philox stream keyed by
+// (seed, epoch, sample index)) and transforms_apply (deterministic given those parameters).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/spec/spec.h"
+#include "core/util/error.h"
+
+namespace trctl {
+
+struct TransformPipeline {
+  std::vector<TransformSpec> steps;
+  std::vector<float> mean, std;  // per channel
+  int in_h = 0, in_w = 0, c = 1;
+  int out_h = 0, out_w = 0;      // after all steps
+};
+
+// Checks the list against the input size (e.g. crop larger than the padded image, normalize missing or given
+// twice, erasing before normalize); errors carry `where` (the spec file).
+Result<TransformPipeline> transforms_build(const std::vector<TransformSpec>& steps, const std::vector<double>& mean,
+                                           const std::vector<double>& std, int in_h, int in_w, int c,
+                                           const std::string& where);
+
+// Random parameters of one step for one sample (unused fields zero).
+struct StepParams {
+  int crop_y = 0, crop_x = 0;    // random_crop offsets
+  double angle_deg = 0;          // random_rotation
+  double scale = 1;              // random_scale
+  bool erase = false;            // random_erasing
+  int erase_y = 0, erase_x = 0, erase_h = 0, erase_w = 0;
+};
+struct SampleParams {
+  std::vector<StepParams> steps;  // one per pipeline step
+};
+
+SampleParams transforms_draw(const TransformPipeline& p, uint64_t seed, uint32_t epoch, uint32_t sample_index);
+
+// src (in_h, in_w, c) u8 -> dst (out_h, out_w, c) f32.
+void transforms_apply(const TransformPipeline& p, const SampleParams& params, const uint8_t* src, float* dst);
+
+}  // namespace trctl
