@@ -1,0 +1,141 @@
+// The trctl command line (CLI11): train | validate | compile, and the commands of later milestones, which say
+// clearly that they are not supported yet. Exit codes: 0 ok, 2 bad input (config, data) or unsupported, 1 other.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "core/compiler.h"
+#include "runtime/train/trainer.h"
+
+namespace trctl {
+namespace {
+
+constexpr int kExitBadInput = 2;
+
+int report_errors(const std::vector<Error>& errors) {
+  for (const auto& e : errors) std::fprintf(stderr, "error: %s\n", e.str().c_str());
+  bool internal = !errors.empty() && errors.front().code == ErrCode::Internal;
+  return internal ? 1 : kExitBadInput;
+}
+
+struct SpecArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+};
+
+void add_spec_args(CLI::App* cmd, SpecArgs& a) {
+  cmd->add_option("config", a.config, "experiment spec (YAML)")->required();
+  cmd->add_option("overrides", a.overrides, "overrides key.sub=value, validated like the file");
+}
+
+int cmd_validate(const SpecArgs& a) {
+  Result<Spec> spec = spec_load(a.config, a.overrides);
+  if (!spec.ok()) return report_errors(spec.errors());
+  std::cout << spec_to_yaml(spec.value());
+  return 0;
+}
+
+int cmd_compile(const SpecArgs& a, const std::string& dump) {
+  Result<Spec> spec = spec_load(a.config, a.overrides);
+  if (!spec.ok()) return report_errors(spec.errors());
+  std::string stage = dump.rfind("after:", 0) == 0 ? dump.substr(6) : dump;
+  const auto& stages = compiler_stages();
+  if (std::find(stages.begin(), stages.end(), stage) == stages.end()) {
+    std::string list;
+    for (const auto& s : stages) list += (list.empty() ? "" : ", ") + s;
+    std::fprintf(stderr, "error: --dump=%s: unknown stage '%s'; stages: %s\n", dump.c_str(), stage.c_str(),
+                 list.c_str());
+    return kExitBadInput;
+  }
+  Result<DataShape> shape = data_shape(spec.value());
+  if (!shape.ok()) return report_errors(shape.errors());
+  std::string text;
+  Result<Compiled> c = compile_spec(spec.value(), shape.value(), {}, [&](const std::string& s, const Compiled& cc) {
+    if (s == stage) text = compiled_dump(cc, s);
+  });
+  if (!c.ok()) return report_errors(c.errors());
+  std::cout << text;
+  return 0;
+}
+
+int cmd_train(const SpecArgs& a, bool print_config) {
+  Result<Spec> spec = spec_load(a.config, a.overrides);
+  if (!spec.ok()) return report_errors(spec.errors());
+  if (print_config) std::cout << spec_to_yaml(spec.value()) << std::flush;
+  auto log = spdlog::stderr_color_mt("trctl");
+  log->set_pattern("[%H:%M:%S] %v");
+  TrainOptions opt;
+  const ProgressKind pk = spec->run.progress;
+  opt.progress_tty = pk == ProgressKind::On || (pk == ProgressKind::Auto && isatty(fileno(stderr)));
+  Result<TrainResult> r = train_run(spec.value(), opt, *log);
+  if (!r.ok()) return report_errors(r.errors());
+  const TrainResult& res = r.value();
+  if (!res.epochs.empty()) {
+    const EpochRecord& last = res.epochs.back();
+    double best = 0;
+    for (const auto& e : res.epochs) best = std::max(best, e.val_top1);
+    std::printf("done: %d epochs on %s in %.1f s (%.2f s/epoch, %.2f epochs/s); final val top1 %.2f%%, best %.2f%%\n",
+                last.epoch, res.backend.c_str(), res.seconds, res.seconds / last.epoch, last.epoch / res.seconds,
+                100 * last.val_top1, 100 * best);
+    if (!res.run_dir.empty()) std::printf("run dir: %s\n", res.run_dir.c_str());
+  }
+  return 0;
+}
+
+int not_supported(const std::string& what, const std::string& issue) {
+  std::fprintf(stderr, "error: trctl %s is not supported in this version yet (%s)\n", what.c_str(), issue.c_str());
+  return kExitBadInput;
+}
+
+}  // namespace
+}  // namespace trctl
+
+int main(int argc, char** argv) {
+  using namespace trctl;
+  CLI::App app{"trctl: a static-graph training framework (YAML spec -> compiled plan -> CPU or CUDA backend)"};
+  app.require_subcommand(1);
+  SpecArgs train_a, validate_a, compile_a;
+  bool print_config = false;
+  std::string dump = "after:memplan";
+  auto* train = app.add_subcommand("train", "train a model from a spec");
+  add_spec_args(train, train_a);
+  train->add_flag("--print-config", print_config, "print the resolved spec before training");
+  auto* validate = app.add_subcommand("validate", "check a spec and print it resolved");
+  add_spec_args(validate, validate_a);
+  auto* compile = app.add_subcommand("compile", "compile a spec and print the IR/plan after a stage");
+  add_spec_args(compile, compile_a);
+  compile->add_option("--dump", dump, "after:STAGE (graph_build, fuse_linear_relu, autodiff, optimizer_insert, memplan)");
+  struct Later {
+    const char* name;
+    const char* help;
+    const char* issue;
+  };
+  const Later later[] = {{"eval", "evaluate weights on the validation set", "checkpoints: issue 6"},
+                         {"bench", "benchmarks", "issues 3 and 8"},
+                         {"pack-dts", "pack a dataset into a DTS file", "issue 5"},
+                         {"dts", "inspect a DTS file", "issue 5"},
+                         {"report", "fairness report", "issue 8"},
+                         {"export", "export weights", "issue 6"}};
+  for (const auto& l : later) app.add_subcommand(l.name, l.help)->allow_extras();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    if (*train) return cmd_train(train_a, print_config);
+    if (*validate) return cmd_validate(validate_a);
+    if (*compile) return cmd_compile(compile_a, dump);
+    for (const auto& l : later)
+      if (*app.get_subcommand(l.name)) return not_supported(l.name, l.issue);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "internal error: %s\n", e.what());
+    return 1;
+  }
+  return 1;
+}

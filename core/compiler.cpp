@@ -1,0 +1,66 @@
+// compile_spec: runs the named compiler stages in order (see compiler.h).
+#include "core/compiler.h"
+
+namespace trctl {
+
+const std::vector<std::string>& compiler_stages() {
+  static const std::vector<std::string> stages = {"graph_build", "fuse_linear_relu", "autodiff",
+                                                  "optimizer_insert", "memplan"};
+  return stages;
+}
+
+namespace {
+
+using ProgramPass = std::function<Status(Graph&, Program&)>;
+
+Status run_on_programs(Graph& g, const ProgramPass& pass) {
+  for (auto& p : g.programs) {
+    Status st = pass(g, p);
+    if (!st.ok()) return st;
+  }
+  return graph_verify(g);
+}
+
+}  // namespace
+
+Result<Compiled> compile_spec(const Spec& spec, const DataShape& data, const CompileOptions& opt,
+                              const StageHook& hook) {
+  Compiled c;
+  c.spec = spec;
+  c.data = data;
+  auto done = [&](const std::string& stage) {
+    c.stages.push_back(stage);
+    if (hook) hook(stage, c);
+  };
+  Result<Graph> g = graph_build(spec, data, opt.compute);
+  if (!g.ok()) return g.errors();
+  c.graph = std::move(g.value());
+  Status st = graph_verify(c.graph);
+  if (!st.ok()) return st.errors();
+  done("graph_build");
+
+  const std::vector<std::pair<std::string, ProgramPass>> passes = {
+      {"fuse_linear_relu", pass_fuse_linear_relu},
+      {"autodiff", pass_autodiff},
+      {"optimizer_insert", [&](Graph& gr, Program& p) { return pass_optimizer_insert(gr, p, spec.optimizer); }},
+  };
+  for (const auto& [name, pass] : passes) {
+    if (name == "optimizer_insert" && !opt.optimizer) continue;
+    st = run_on_programs(c.graph, pass);
+    if (!st.ok()) return st.errors();
+    done(name);
+  }
+  Result<MemoryPlan> plan = memplan_build(c.graph);
+  if (!plan.ok()) return plan.errors();
+  c.plan = std::move(plan.value());
+  done("memplan");
+  return c;
+}
+
+std::string compiled_dump(const Compiled& c, const std::string& stage) {
+  std::string s = "# after " + stage + "\n" + graph_dump(c.graph);
+  if (stage == "memplan") s += memplan_dump(c.graph, c.plan);
+  return s;
+}
+
+}  // namespace trctl

@@ -1,0 +1,25 @@
+// graph_build: the spec's layer list -> forward graph of every program (train, train_last, eval, eval_last) with
+// shapes and dtypes inferred at each node; graph_verify re-checks every node's shapes (used after each pass).
+#pragma once
+#include <cstdint>
+
+#include "core/graph/ir.h"
+#include "core/spec/spec.h"
+#include "core/util/error.h"
+
+namespace trctl {
+
+// What the compiler needs to know about the data (from the loaded dataset).
+struct DataShape {
+  int64_t h = 0, w = 0, c = 0;  // sample (H, W, C) after the transforms
+  int num_classes = 0;
+  int64_t train_n = 0, val_n = 0;
+};
+
+// compute: dtype of every floating-point value but the epoch accumulators (F32, or F64 for gradient checks).
+Result<Graph> graph_build(const Spec& spec, const DataShape& data, DType compute = DType::F32);
+
+// Shape/dtype rules per op, checked over every node of every program.
+Status graph_verify(const Graph& g);
+
+}  // namespace trctl

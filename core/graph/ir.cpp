@@ -1,0 +1,124 @@
+// Graph IR helpers: dtype sizes, names, shape printing and the stable text dump.
+#include "core/graph/ir.h"
+
+#include <sstream>
+
+namespace trctl {
+
+int64_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::F64: return 8;
+    case DType::F16: return 2;
+    case DType::BF16: return 2;
+    case DType::I32: return 4;
+    case DType::U8: return 1;
+  }
+  return 0;
+}
+
+const char* to_string(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::F64: return "f64";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    case DType::I32: return "i32";
+    case DType::U8: return "u8";
+  }
+  return "?";
+}
+
+const char* to_string(Role r) {
+  switch (r) {
+    case Role::Input: return "input";
+    case Role::Label: return "label";
+    case Role::Param: return "param";
+    case Role::Grad: return "grad";
+    case Role::OptState: return "opt_state";
+    case Role::Activation: return "activation";
+    case Role::Result: return "result";
+  }
+  return "?";
+}
+
+const char* to_string(OpKind k) {
+  switch (k) {
+    case OpKind::Flatten: return "flatten";
+    case OpKind::Linear: return "linear";
+    case OpKind::Relu: return "relu";
+    case OpKind::Dropout: return "dropout";
+    case OpKind::SoftmaxCrossEntropy: return "softmax_cross_entropy";
+    case OpKind::Accuracy: return "accuracy";
+    case OpKind::MetricAccumulate: return "metric_accumulate";
+    case OpKind::SoftmaxCrossEntropyGrad: return "softmax_cross_entropy_grad";
+    case OpKind::LinearGradInput: return "linear_grad_input";
+    case OpKind::LinearGradWeight: return "linear_grad_weight";
+    case OpKind::LinearGradBias: return "linear_grad_bias";
+    case OpKind::ReluGrad: return "relu_grad";
+    case OpKind::DropoutGrad: return "dropout_grad";
+    case OpKind::Add: return "add";
+    case OpKind::OptimizerStep: return "optimizer_step";
+  }
+  return "?";
+}
+
+int64_t Shape::numel() const {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+std::string Shape::str() const {
+  std::string s = "(";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + ")";
+}
+
+ValueId Graph::add_value(Value v) {
+  values.push_back(std::move(v));
+  return static_cast<ValueId>(values.size() - 1);
+}
+
+const Program* Graph::find_program(const std::string& name) const {
+  for (const auto& p : programs)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+static std::string value_ref(const Graph& g, ValueId id) {
+  return "%" + std::to_string(id) + ":" + g.values[id].name;
+}
+
+std::string graph_dump(const Graph& g) {
+  std::ostringstream os;
+  os << "graph: sample (H, W, C) = (" << g.in_h << ", " << g.in_w << ", " << g.in_c << "), classes "
+     << g.num_classes << "\n";
+  os << "params:\n";
+  for (const auto& p : g.params) {
+    os << "  " << p.name << " " << g.values[p.value].shape.str() << (p.decay ? " decay" : " no_decay")
+       << " grad=%" << p.grad;
+    for (ValueId s : p.state) os << " state=%" << s;
+    os << "\n";
+  }
+  for (const auto& pr : g.programs) {
+    os << "program " << pr.name << " (" << (pr.kind == ProgramKind::Train ? "train" : "eval") << ", batch "
+       << pr.batch << ", " << pr.nodes.size() << " nodes):\n";
+    for (const auto& n : pr.nodes) {
+      os << "  ";
+      for (size_t i = 0; i < n.out.size(); ++i) {
+        const Value& v = g.values[n.out[i]];
+        os << (i ? ", " : "") << value_ref(g, n.out[i]) << " " << v.shape.str() << " " << to_string(v.dtype);
+      }
+      os << " = " << to_string(n.op);
+      if (n.op == OpKind::Linear && n.attrs.relu) os << "[relu]";
+      if (n.op == OpKind::Dropout || n.op == OpKind::DropoutGrad) os << "[p=" << n.attrs.p << "]";
+      os << "(";
+      for (size_t i = 0; i < n.in.size(); ++i) os << (i ? ", " : "") << value_ref(g, n.in[i]);
+      os << ")  # " << n.name << "\n";
+    }
+  }
+  return os.str();
+}
+
+}  // namespace trctl

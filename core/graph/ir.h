@@ -1,0 +1,121 @@
+// Graph IR as plain data: values (shape, dtype, role), nodes (op kind, inputs, outputs, attributes) and programs
+// (ordered node lists: train step, partial-batch train step, eval, ...). One Graph holds every program of a
+// compiled spec so that the memory planner sees them all and lays out one arena.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trctl {
+
+enum class DType : uint8_t { F32, F64, F16, BF16, I32, U8 };
+int64_t dtype_size(DType t);
+const char* to_string(DType t);
+
+// What a value is for; decides its memory region.
+enum class Role : uint8_t {
+  Input,       // images of a batch (N, H, W, C) f32: input slots A/B
+  Label,       // labels of a batch (N,) i32: input slots A/B
+  Param,       // trainable weight: region weights
+  Grad,        // gradient of a Param: region grads (same offsets as the weight)
+  OptState,    // optimizer moment of a Param: region opt_state
+  Activation,  // transient: arena, reused by liveness
+  Result,      // per-step loss / correct count and epoch accumulators: region results (never reused)
+};
+const char* to_string(Role r);
+
+enum class OpKind : uint8_t {
+  // forward
+  Flatten,               // view: (N, ...) -> (N, prod)
+  Linear,                // X (N,K), W (M,K), b (M) -> Y (N,M); attrs.relu: Y = max(X W^T + b, 0)
+  Relu,                  // elementwise
+  Dropout,               // train only; attrs.p, attrs.op_id (RNG stream), step from the hyper-parameters
+  SoftmaxCrossEntropy,   // logits (N,C), labels (N,) -> loss () f32 mean over N; attrs.label_smoothing
+  Accuracy,              // logits (N,C), labels (N,) -> correct () i32 (top-1)
+  MetricAccumulate,      // loss (), correct () -> accumulators: loss_sum () f64, correct_sum () f64, count () f64
+  // backward
+  SoftmaxCrossEntropyGrad,  // logits, labels -> dlogits (N,C) (mean over N, times the loss scale)
+  LinearGradInput,          // dY (N,M), W (M,K) -> dX (N,K)
+  LinearGradWeight,         // dY (N,M), X (N,K) -> dW (M,K)
+  LinearGradBias,           // dY (N,M) -> db (M)
+  ReluGrad,                 // dY, Y -> dX
+  DropoutGrad,              // dY -> dX (regenerates the mask: attrs.p, attrs.op_id)
+  Add,                      // a, b -> a + b (gradient of a value used twice)
+  // update
+  OptimizerStep,            // all grads -> all params, in place (optimizer kind/hyper-parameters from the plan)
+};
+const char* to_string(OpKind k);
+
+using ValueId = int32_t;
+constexpr ValueId kNoValue = -1;
+
+struct Shape {
+  std::vector<int64_t> dims;
+  int64_t numel() const;
+  std::string str() const;  // "(200, 784)"; "()" for a scalar
+  bool operator==(const Shape& o) const { return dims == o.dims; }
+};
+
+struct Value {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::F32;
+  Role role = Role::Activation;
+  ValueId alias_of = kNoValue;  // a view (Flatten) shares the storage of this value
+  int32_t param = -1;           // Param / Grad / OptState: index into Graph::params
+  int64_t bytes() const { return shape.numel() * dtype_size(dtype); }
+};
+
+struct Attrs {
+  bool relu = false;             // Linear: fused ReLU epilogue
+  float p = 0;                   // Dropout
+  uint32_t op_id = 0;            // Dropout RNG stream id (stable layer index)
+  float label_smoothing = 0;     // SoftmaxCrossEntropy(Grad)
+};
+
+struct Node {
+  OpKind op = OpKind::Relu;
+  std::vector<ValueId> in;
+  std::vector<ValueId> out;
+  Attrs attrs;
+  std::string name;  // layer name, or "<layer>.grad_w" for backward nodes
+};
+
+// A trainable parameter and everything the optimizer keeps for it.
+struct ParamInfo {
+  std::string name;               // "fc1.weight"
+  ValueId value = kNoValue;       // Role::Param
+  ValueId grad = kNoValue;        // Role::Grad
+  std::vector<ValueId> state;     // Role::OptState (adam: m, v; sgd with momentum: buf)
+  bool decay = true;              // weight decay applies (false for biases and norm parameters)
+  int64_t fan_in = 0;             // for initialisation
+};
+
+enum class ProgramKind : uint8_t { Train, Eval };
+
+struct Program {
+  std::string name;               // "train", "train_last", "eval", "eval_last"
+  ProgramKind kind = ProgramKind::Train;
+  int64_t batch = 0;
+  std::vector<Node> nodes;        // topological order
+  ValueId input = kNoValue, label = kNoValue, logits = kNoValue;
+  ValueId loss = kNoValue, correct = kNoValue;
+  ValueId loss_sum = kNoValue, correct_sum = kNoValue, count = kNoValue;  // epoch accumulators
+};
+
+struct Graph {
+  std::vector<Value> values;
+  std::vector<ParamInfo> params;  // decayed parameters first, then the rest (contiguous update ranges)
+  std::vector<Program> programs;
+  int64_t in_h = 0, in_w = 0, in_c = 0;  // sample shape (H, W, C)
+  int num_classes = 0;
+  DType compute = DType::F32;  // dtype of the floating-point values (F32; F64 for gradient checks)
+
+  ValueId add_value(Value v);
+  const Program* find_program(const std::string& name) const;
+};
+
+// Prints the graph (values, params, every program's nodes) in a stable, diffable text form.
+std::string graph_dump(const Graph& g);
+
+}  // namespace trctl

@@ -1,0 +1,102 @@
+// graph_verify: the shape and dtype rule of every op, checked over all programs (run after every pass).
+#include "core/graph/build.h"
+
+namespace trctl {
+namespace {
+
+struct Checker {
+  const Graph& g;
+  const Program& p;
+  const Node& n;
+  std::vector<Error>& errors;
+
+  const Shape& in(size_t i) const { return g.values[n.in[i]].shape; }
+  const Shape& out(size_t i) const { return g.values[n.out[i]].shape; }
+  void expect(bool cond, const std::string& what) {
+    if (!cond)
+      errors.push_back({ErrCode::Internal, p.name + "/" + n.name, std::string(to_string(n.op)) + ": " + what});
+  }
+  bool arity(size_t ins, size_t outs) {
+    bool ok = n.in.size() == ins && n.out.size() == outs;
+    expect(ok, "expected " + std::to_string(ins) + " inputs and " + std::to_string(outs) + " outputs");
+    return ok;
+  }
+  bool arity_linear() {
+    bool ok = (n.in.size() == 2 || n.in.size() == 3) && n.out.size() == 1;
+    expect(ok, "expected X, W[, b] -> Y");
+    return ok;
+  }
+
+  void check() {
+    switch (n.op) {
+      case OpKind::Flatten:
+        if (arity(1, 1)) expect(in(0).numel() == out(0).numel(), "view changes the element count");
+        break;
+      case OpKind::Linear:
+        if (!arity_linear()) break;
+        expect(in(0).dims.size() == 2 && in(1).dims.size() == 2 && in(0).dims[1] == in(1).dims[1],
+               "X (N,K) and W (M,K) disagree: " + in(0).str() + " " + in(1).str());
+        expect(out(0) == Shape{{in(0).dims[0], in(1).dims[0]}}, "Y must be (N,M)");
+        if (n.in.size() == 3) expect(in(2) == Shape{{in(1).dims[0]}}, "b must be (M)");
+        break;
+      case OpKind::Relu:
+      case OpKind::Dropout:
+      case OpKind::DropoutGrad:
+        if (arity(1, 1)) expect(in(0) == out(0), "shape must be preserved");
+        break;
+      case OpKind::ReluGrad:
+      case OpKind::Add:
+        if (arity(2, 1)) expect(in(0) == in(1) && in(0) == out(0), "shapes must agree");
+        break;
+      case OpKind::SoftmaxCrossEntropy:
+      case OpKind::Accuracy:
+        if (arity(2, 1))
+          expect(in(0).dims.size() == 2 && in(1) == Shape{{in(0).dims[0]}} && out(0).dims.empty(),
+                 "logits (N,C), labels (N) -> scalar");
+        break;
+      case OpKind::SoftmaxCrossEntropyGrad:
+        if (arity(2, 1)) expect(out(0) == in(0), "dlogits must have the logits' shape");
+        break;
+      case OpKind::MetricAccumulate:
+        arity(2, 3);
+        break;
+      case OpKind::LinearGradInput:  // dY (N,M), W (M,K) -> dX (N,K)
+        if (arity(2, 1))
+          expect(in(0).dims[1] == in(1).dims[0] && out(0) == Shape{{in(0).dims[0], in(1).dims[1]}}, "bad shapes");
+        break;
+      case OpKind::LinearGradWeight:  // dY (N,M), X (N,K) -> dW (M,K)
+        if (arity(2, 1))
+          expect(in(0).dims[0] == in(1).dims[0] && out(0) == Shape{{in(0).dims[1], in(1).dims[1]}}, "bad shapes");
+        break;
+      case OpKind::LinearGradBias:  // dY (N,M) -> db (M)
+        if (arity(1, 1)) expect(out(0) == Shape{{in(0).dims[1]}}, "bad shapes");
+        break;
+      case OpKind::OptimizerStep:
+        expect(n.in.size() == n.out.size(), "one grad per param");
+        for (size_t i = 0; i < n.in.size() && i < n.out.size(); ++i) expect(in(i) == out(i), "grad/param shape");
+        break;
+    }
+  }
+};
+
+}  // namespace
+
+Status graph_verify(const Graph& g) {
+  std::vector<Error> errors;
+  for (const auto& p : g.programs) {
+    for (const auto& n : p.nodes) {
+      bool ids_ok = true;
+      for (ValueId v : n.in) ids_ok &= v >= 0 && v < static_cast<ValueId>(g.values.size());
+      for (ValueId v : n.out) ids_ok &= v >= 0 && v < static_cast<ValueId>(g.values.size());
+      if (!ids_ok) {
+        errors.push_back({ErrCode::Internal, p.name + "/" + n.name, "value id out of range"});
+        continue;
+      }
+      Checker{g, p, n, errors}.check();
+    }
+  }
+  if (!errors.empty()) return errors;
+  return ok_status();
+}
+
+}  // namespace trctl

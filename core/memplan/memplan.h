@@ -1,0 +1,54 @@
+// The static MemoryPlan: every value of the graph gets a (region, offset). Persistent regions (weights, grads,
+// optimizer state) are contiguous and share one layout, so "update all weights" is one pass with one index;
+// inputs have two slots (A/B) for double buffering; activations share an arena by liveness; all offsets are
+// 256-byte aligned. Pure data: printed, diffed and tested on the CPU.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/graph/ir.h"
+#include "core/util/error.h"
+
+namespace trctl {
+
+enum class Region : uint8_t { Weights, Grads, OptState, Inputs, Activations, Results, Hyper };
+constexpr int kRegionCount = 7;
+const char* to_string(Region r);
+
+constexpr int64_t kAlign = 256;
+inline int64_t align_up(int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+// Bytes reserved for the backend's hyper-parameter block (learning rate, step, loss scale, ...).
+constexpr int64_t kHyperBytes = 256;
+
+struct Placement {
+  Region region = Region::Activations;
+  int64_t offset = -1;  // -1: not placed (a value no node touches)
+  int64_t bytes = 0;
+  int64_t first = -1, last = -1;  // liveness (global node positions) for activations
+};
+
+struct MemoryPlan {
+  std::vector<Placement> values;               // per ValueId
+  std::array<int64_t, kRegionCount> region_bytes{};
+  int64_t input_slot_bytes = 0;                // Inputs holds 2 slots of this size; slot s adds s * this
+  int64_t weights_decay_bytes = 0;             // [0, this) of Weights holds the parameters with weight decay
+  int64_t weights_bytes = 0;                   // one copy of the weight layout (Grads, each OptState copy)
+  int64_t activation_naive_bytes = 0;          // sum of all activations without reuse
+  int64_t total_bytes() const;
+  bool placed(ValueId v) const { return values[v].offset >= 0; }
+};
+
+// Global position of node i of program p (programs are laid out one after the other).
+std::vector<int64_t> program_bases(const Graph& g);
+
+Result<MemoryPlan> memplan_build(const Graph& g);
+
+// Alignment, bounds, and no two live activations overlapping; the same layout for weights/grads/state.
+Status memplan_verify(const Graph& g, const MemoryPlan& m);
+
+std::string memplan_dump(const Graph& g, const MemoryPlan& m);
+
+}  // namespace trctl

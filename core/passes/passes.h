@@ -1,0 +1,18 @@
+// Graph passes, each a named function over one program: fuse_linear_relu (ReLU into the GEMM epilogue),
+// autodiff (backward nodes from per-op rules; gradients of values used twice are summed), optimizer_insert
+// (persistent optimizer state and the OptimizerStep node).
+#pragma once
+#include "core/graph/ir.h"
+#include "core/spec/spec.h"
+#include "core/util/error.h"
+
+namespace trctl {
+
+Status pass_fuse_linear_relu(Graph& g, Program& p);
+Status pass_autodiff(Graph& g, Program& p);
+Status pass_optimizer_insert(Graph& g, Program& p, const OptimizerSpec& opt);
+
+// Number of optimizer state tensors per parameter (adam/adamw: 2; sgd: 1 with momentum, else 0).
+int optimizer_state_count(const OptimizerSpec& opt);
+
+}  // namespace trctl

@@ -1,0 +1,58 @@
+// The backend interface: a backend allocates the compiled plan's regions once, then executes programs over
+// them. The CPU backend (runtime/cpu) is the reference; the CUDA backend lowers the same plan.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/compiler.h"
+#include "core/util/error.h"
+
+namespace trctl {
+
+// Epoch accumulators of one program (loss summed per sample, correct predictions, samples seen).
+struct ProgramMetrics {
+  double loss_sum = 0, correct = 0, count = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // Raw bytes of a whole region (plan layout) <-> backend.
+  virtual Status write_region(Region r, const std::vector<std::byte>& bytes) = 0;
+  virtual std::vector<std::byte> read_region(Region r) = 0;
+  // The Weights region as float (F32 plans).
+  Status write_weights(const std::vector<float>& weights);
+  std::vector<float> read_weights();
+
+  // Copies one batch into input slot `slot` (0 = A, 1 = B) for `program`: x (n, H, W, C) f32, y (n,) i32.
+  virtual Status load_batch(int program, int slot, const float* x, const int32_t* y, int64_t n) = 0;
+
+  // Learning rate used by the following train steps (kept in the hyper-parameter block).
+  virtual void set_lr(double lr) = 0;
+  // Number of optimizer steps taken so far (the next train step is step() + 1); set_step for resume and tests.
+  virtual int64_t step() const = 0;
+  virtual void set_step(int64_t step) = 0;
+
+  // Runs one program over the batch in `slot`. A train program increments the step, runs forward, backward and
+  // the optimizer; an eval program runs forward and the metrics.
+  virtual Status run(int program, int slot) = 0;
+
+  // Loss of the last run of `program`, and its epoch accumulators (reset by reset_metrics).
+  virtual double last_loss(int program) = 0;
+  virtual ProgramMetrics metrics(int program) = 0;
+  virtual void reset_metrics() = 0;
+};
+
+// Kaiming-uniform (fan_in, ReLU gain): W ~ U(-sqrt(6 / fan_in), +sqrt(6 / fan_in)); biases zero. Drawn from
+// Philox(seed, Init, parameter index) so the result depends on the seed and the parameter only.
+// Returns the Weights region's bytes in the plan's compute dtype.
+std::vector<std::byte> params_init(const Compiled& c, uint64_t seed);
+
+std::unique_ptr<Backend> make_cpu_backend(const Compiled& c, uint64_t seed, int threads);
+
+}  // namespace trctl

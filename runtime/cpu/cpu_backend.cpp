@@ -1,0 +1,207 @@
+// The CPU reference backend: one aligned allocation per region of the MemoryPlan, programs executed node by
+// node with the CPU op references (runtime/ops/*). Computes in fp32 whatever precision the spec asks for.
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "core/util/thread_pool.h"
+#include "runtime/backend.h"
+#include "runtime/ops/add/add.h"
+#include "runtime/ops/dropout/dropout.h"
+#include "runtime/ops/linear/linear.h"
+#include "runtime/ops/optim/optim.h"
+#include "runtime/ops/relu/relu.h"
+#include "runtime/ops/softmax_ce/softmax_ce.h"
+
+namespace trctl {
+namespace {
+
+struct AlignedBuffer {
+  void* p = nullptr;
+  explicit AlignedBuffer(int64_t bytes) {
+    size_t n = static_cast<size_t>(align_up(bytes > 0 ? bytes : kAlign));
+    p = std::aligned_alloc(kAlign, n);
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0, n);
+  }
+  ~AlignedBuffer() { std::free(p); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const Compiled& c, uint64_t seed, int threads) : c_(c), seed_(seed), pool_(threads) {
+    for (int r = 0; r < kRegionCount; ++r) regions_.emplace_back(std::make_unique<AlignedBuffer>(c.plan.region_bytes[r]));
+    last_loss_.assign(c.graph.programs.size(), 0.0);
+  }
+
+  std::string name() const override { return "cpu"; }
+
+  Status write_region(Region r, const std::vector<std::byte>& bytes) override {
+    if (static_cast<int64_t>(bytes.size()) != c_.plan.region_bytes[static_cast<int>(r)])
+      return Error{ErrCode::Invalid, "cpu backend", std::string("region ") + to_string(r) + " has " +
+                                                        std::to_string(c_.plan.region_bytes[static_cast<int>(r)]) +
+                                                        " bytes, got " + std::to_string(bytes.size())};
+    std::memcpy(region(r), bytes.data(), bytes.size());
+    return ok_status();
+  }
+
+  std::vector<std::byte> read_region(Region r) override {
+    std::vector<std::byte> b(static_cast<size_t>(c_.plan.region_bytes[static_cast<int>(r)]));
+    std::memcpy(b.data(), region(r), b.size());
+    return b;
+  }
+
+  Status load_batch(int program, int slot, const float* x, const int32_t* y, int64_t n) override {
+    const Program& p = c_.graph.programs[program];
+    if (n != p.batch)
+      return Error{ErrCode::Internal, "cpu backend", "batch of " + std::to_string(n) + " for program " + p.name};
+    const int64_t count = c_.graph.values[p.input].shape.numel();
+    if (c_.graph.compute == DType::F64) std::copy(x, x + count, ptr<double>(p.input, slot));
+    else std::memcpy(ptr<float>(p.input, slot), x, static_cast<size_t>(count) * 4);
+    std::memcpy(ptr<int32_t>(p.label, slot), y, static_cast<size_t>(n) * 4);
+    return ok_status();
+  }
+
+  void set_lr(double lr) override { lr_ = lr; }
+  int64_t step() const override { return step_; }
+  void set_step(int64_t step) override { step_ = step; }
+
+  Status run(int program, int slot) override {
+    const Program& p = c_.graph.programs[program];
+    if (p.kind == ProgramKind::Train) ++step_;
+    if (c_.graph.compute == DType::F64) {
+      for (const Node& n : p.nodes) execute<double>(p, n, slot);
+      last_loss_[program] = *ptr<double>(p.loss, slot);
+    } else {
+      for (const Node& n : p.nodes) execute<float>(p, n, slot);
+      last_loss_[program] = *ptr<float>(p.loss, slot);
+    }
+    return ok_status();
+  }
+
+  double last_loss(int program) override { return last_loss_[program]; }
+
+  ProgramMetrics metrics(int program) override {
+    const Program& p = c_.graph.programs[program];
+    return {*ptr<double>(p.loss_sum, 0), *ptr<double>(p.correct_sum, 0), *ptr<double>(p.count, 0)};
+  }
+
+  void reset_metrics() override {
+    for (const Program& p : c_.graph.programs)
+      for (ValueId v : {p.loss_sum, p.correct_sum, p.count}) *ptr<double>(v, 0) = 0.0;
+  }
+
+ private:
+  std::byte* region(Region r) { return static_cast<std::byte*>(regions_[static_cast<int>(r)]->p); }
+
+  template <class T>
+  T* ptr(ValueId v, int slot) {
+    const Placement& pl = c_.plan.values[v];
+    if (pl.offset < 0) throw std::logic_error("value not placed: " + c_.graph.values[v].name);
+    int64_t off = pl.offset + (pl.region == Region::Inputs ? slot * c_.plan.input_slot_bytes : 0);
+    return reinterpret_cast<T*>(region(pl.region) + off);
+  }
+
+  const Shape& shape(ValueId v) const { return c_.graph.values[v].shape; }
+
+  // T: the plan's compute dtype (float, or double for gradient checks).
+  template <class T>
+  void execute(const Program& p, const Node& n, int slot) {
+    auto f = [&](ValueId v) { return ptr<T>(v, slot); };
+    switch (n.op) {
+      case OpKind::Flatten:
+        return;  // a view: same storage
+      case OpKind::Linear: {
+        const Shape& ws = shape(n.in[1]);
+        linear_fwd_cpu<T>(f(n.in[0]), f(n.in[1]), n.in.size() == 3 ? f(n.in[2]) : nullptr, f(n.out[0]),
+                              shape(n.in[0]).dims[0], ws.dims[1], ws.dims[0], n.attrs.relu, &pool_);
+        return;
+      }
+      case OpKind::Relu:
+        return relu_fwd_cpu<T>(f(n.in[0]), f(n.out[0]), shape(n.in[0]).numel());
+      case OpKind::Dropout:
+      case OpKind::DropoutGrad:
+        return dropout_fwd_cpu<T>(f(n.in[0]), f(n.out[0]), shape(n.in[0]).numel(), n.attrs.p, seed_,
+                                      n.attrs.op_id, static_cast<uint32_t>(step_));
+      case OpKind::SoftmaxCrossEntropy: {
+        const Shape& ls = shape(n.in[0]);
+        *f(n.out[0]) = static_cast<T>(softmax_ce_fwd_cpu<T>(
+            f(n.in[0]), ptr<int32_t>(n.in[1], slot), ls.dims[0], ls.dims[1], n.attrs.label_smoothing));
+        return;
+      }
+      case OpKind::Accuracy: {
+        const Shape& ls = shape(n.in[0]);
+        *ptr<int32_t>(n.out[0], slot) = static_cast<int32_t>(
+            accuracy_top1_cpu<T>(f(n.in[0]), ptr<int32_t>(n.in[1], slot), ls.dims[0], ls.dims[1]));
+        return;
+      }
+      case OpKind::MetricAccumulate: {
+        const double b = static_cast<double>(p.batch);
+        *ptr<double>(n.out[0], slot) += static_cast<double>(*f(n.in[0])) * b;
+        *ptr<double>(n.out[1], slot) += static_cast<double>(*ptr<int32_t>(n.in[1], slot));
+        *ptr<double>(n.out[2], slot) += b;
+        return;
+      }
+      case OpKind::SoftmaxCrossEntropyGrad: {
+        const Shape& ls = shape(n.in[0]);
+        return softmax_ce_grad_cpu<T>(f(n.in[0]), ptr<int32_t>(n.in[1], slot), f(n.out[0]), ls.dims[0],
+                                          ls.dims[1], n.attrs.label_smoothing, 1.0);
+      }
+      case OpKind::LinearGradInput: {
+        const Shape& ws = shape(n.in[1]);
+        return linear_grad_input_cpu<T>(f(n.in[0]), f(n.in[1]), f(n.out[0]), shape(n.in[0]).dims[0],
+                                            ws.dims[1], ws.dims[0], &pool_);
+      }
+      case OpKind::LinearGradWeight: {
+        const Shape& dws = shape(n.out[0]);
+        return linear_grad_weight_cpu<T>(f(n.in[0]), f(n.in[1]), f(n.out[0]), shape(n.in[0]).dims[0],
+                                             dws.dims[1], dws.dims[0], &pool_);
+      }
+      case OpKind::LinearGradBias: {
+        const Shape& ds = shape(n.in[0]);
+        return linear_grad_bias_cpu<T>(f(n.in[0]), f(n.out[0]), ds.dims[0], ds.dims[1], &pool_);
+      }
+      case OpKind::ReluGrad:
+        return relu_grad_cpu<T>(f(n.in[0]), f(n.in[1]), f(n.out[0]), shape(n.in[0]).numel());
+      case OpKind::Add:
+        return add_cpu<T>(f(n.in[0]), f(n.in[1]), f(n.out[0]), shape(n.in[0]).numel());
+      case OpKind::OptimizerStep:
+        if (c_.graph.compute != DType::F32) throw std::logic_error("the optimizer runs on F32 plans only");
+        return optimizer_step();
+    }
+  }
+
+  // Two contiguous ranges of the weight layout: [0, decay_bytes) with weight decay, the rest without.
+  void optimizer_step() {
+    const MemoryPlan& m = c_.plan;
+    const OptimScalars s = optim_scalars(c_.spec.optimizer, lr_, step_);
+    const int states = optimizer_state_count(c_.spec.optimizer);
+    float* w = reinterpret_cast<float*>(region(Region::Weights));
+    float* g = reinterpret_cast<float*>(region(Region::Grads));
+    float* st = reinterpret_cast<float*>(region(Region::OptState));
+    const int64_t total = m.weights_bytes / 4, split = m.weights_decay_bytes / 4;
+    float* s0 = states > 0 ? st : nullptr;
+    float* s1 = states > 1 ? st + total : nullptr;
+    optim_step_cpu(s, true, w, g, s0, s1, split, &pool_);
+    optim_step_cpu(s, false, w + split, g + split, s0 ? s0 + split : nullptr, s1 ? s1 + split : nullptr,
+                   total - split, &pool_);
+  }
+
+  const Compiled& c_;
+  uint64_t seed_;
+  ThreadPool pool_;
+  std::vector<std::unique_ptr<AlignedBuffer>> regions_;
+  std::vector<double> last_loss_;
+  double lr_ = 0;
+  int64_t step_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const Compiled& c, uint64_t seed, int threads) {
+  return std::make_unique<CpuBackend>(c, seed, threads);
+}
+
+}  // namespace trctl

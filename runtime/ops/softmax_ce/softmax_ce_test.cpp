@@ -1,0 +1,67 @@
+// Softmax cross-entropy with label smoothing: values vs direct formulas, gradient vs float64 finite differences,
+// accuracy, and out-of-range labels.
+#include <catch2/catch.hpp>
+
+#include "runtime/ops/softmax_ce/softmax_ce.h"
+#include "tests/support/gradcheck.h"
+
+using namespace trctl;
+using namespace trctl::testing;
+
+TEST_CASE("cross-entropy without smoothing is the mean negative log-likelihood", "[ops][softmax_ce]") {
+  std::vector<double> logits = {1, 2, 3, 0, 0, 0};
+  std::vector<int32_t> labels = {2, 0};
+  const double l0 = -std::log(std::exp(3.0) / (std::exp(1.0) + std::exp(2.0) + std::exp(3.0)));
+  const double l1 = std::log(3.0);
+  CHECK(softmax_ce_fwd_cpu(logits.data(), labels.data(), 2, 3, 0.0) == Approx((l0 + l1) / 2).epsilon(1e-14));
+}
+
+TEST_CASE("label smoothing mixes in the mean over classes as PyTorch does", "[ops][softmax_ce]") {
+  std::vector<double> logits = {0.5, -1, 2};
+  std::vector<int32_t> labels = {1};
+  const double lse = std::log(std::exp(0.5) + std::exp(-1.0) + std::exp(2.0));
+  const double nll = lse + 1;
+  const double mean_all = ((lse - 0.5) + (lse + 1) + (lse - 2)) / 3;
+  const double eps = 0.1;
+  CHECK(softmax_ce_fwd_cpu(logits.data(), labels.data(), 1, 3, eps) ==
+        Approx((1 - eps) * nll + eps * mean_all).epsilon(1e-14));
+}
+
+TEST_CASE("cross-entropy gradient matches float64 finite differences", "[ops][softmax_ce][gradcheck]") {
+  const int64_t n = 5, c = 7;
+  auto logits = random_vec(n * c, 3, -3, 3);
+  std::vector<int32_t> labels = {0, 6, 3, 3, 1};
+  for (double eps : {0.0, 0.1}) {
+    auto loss = [&] { return softmax_ce_fwd_cpu(logits.data(), labels.data(), n, c, eps); };
+    std::vector<double> d(n * c);
+    softmax_ce_grad_cpu(logits.data(), labels.data(), d.data(), n, c, eps, 1.0);
+    Diff e = diff(d, numeric_grad(loss, logits));
+    INFO("eps " << eps << ": " << e.str());
+    CHECK(e.rel < 1e-8);
+  }
+}
+
+TEST_CASE("the gradient is multiplied by the loss scale", "[ops][softmax_ce]") {
+  std::vector<float> logits = {1, 2, 3, 4}, d1(4), d8(4);
+  std::vector<int32_t> labels = {1, 0};
+  softmax_ce_grad_cpu(logits.data(), labels.data(), d1.data(), 2, 2, 0.1, 1.0);
+  softmax_ce_grad_cpu(logits.data(), labels.data(), d8.data(), 2, 2, 0.1, 8.0);
+  for (int i = 0; i < 4; ++i) CHECK(d8[i] == Approx(8 * d1[i]));
+}
+
+TEST_CASE("top-1 accuracy counts rows whose first maximum is the label", "[ops][softmax_ce]") {
+  std::vector<float> logits = {1, 3, 2, 5, 5, 0, 0, 0, 1};
+  std::vector<int32_t> labels = {1, 1, 2};
+  CHECK(accuracy_top1_cpu(logits.data(), labels.data(), 3, 3) == 2);  // row 1 ties: first max (0) wins
+}
+
+TEST_CASE("labels outside [0, C) are counted and contribute nothing", "[ops][softmax_ce]") {
+  std::vector<float> logits = {1, 2, 3, 4};
+  std::vector<int32_t> labels = {5, -1};
+  int64_t bad = 0;
+  CHECK(softmax_ce_fwd_cpu(logits.data(), labels.data(), 2, 2, 0.0, &bad) == 0.0);
+  CHECK(bad == 2);
+  std::vector<float> d(4, 1.0f);
+  softmax_ce_grad_cpu(logits.data(), labels.data(), d.data(), 2, 2, 0.0, 1.0);
+  CHECK(d == std::vector<float>(4, 0.0f));
+}

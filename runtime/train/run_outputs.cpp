@@ -1,0 +1,74 @@
+// RunOutputs: metrics.jsonl and summary.csv writers, and run_dir_create.
+#include "runtime/train/run_outputs.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace trctl {
+
+RunOutputs::~RunOutputs() {
+  if (metrics_) std::fclose(metrics_);
+  if (summary_) std::fclose(summary_);
+}
+
+Status RunOutputs::open(const std::string& run_dir) {
+  dir_ = run_dir;
+  metrics_ = std::fopen((run_dir + "/metrics.jsonl").c_str(), "w");
+  summary_ = std::fopen((run_dir + "/summary.csv").c_str(), "w");
+  if (!metrics_ || !summary_) return Error{ErrCode::Io, run_dir, std::string("cannot write: ") + std::strerror(errno)};
+  std::fprintf(summary_,
+               "epoch,step,lr,train_loss,train_top1,val_loss,val_top1,images_per_s,epoch_seconds,seconds\n");
+  std::fflush(summary_);
+  return ok_status();
+}
+
+Status RunOutputs::write_file(const std::string& name, const std::string& text) {
+  if (dir_.empty()) return ok_status();
+  const std::string path = dir_ + "/" + name;
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return Error{ErrCode::Io, path, std::string("cannot write: ") + std::strerror(errno)};
+  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  ok &= std::fclose(f) == 0;
+  if (!ok) return Error{ErrCode::Io, path, "short write"};
+  return ok_status();
+}
+
+void RunOutputs::step(int epoch, int64_t step, double loss, double lr, double images_per_s, double seconds) {
+  if (!metrics_) return;
+  std::fprintf(metrics_,
+               "{\"kind\":\"step\",\"epoch\":%d,\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"images_per_s\":%.1f,"
+               "\"seconds\":%.3f}\n",
+               epoch, static_cast<long long>(step), loss, lr, images_per_s, seconds);
+  std::fflush(metrics_);
+}
+
+void RunOutputs::epoch(const EpochRecord& r) {
+  if (!metrics_) return;
+  std::fprintf(metrics_,
+               "{\"kind\":\"epoch\",\"epoch\":%d,\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"train_loss\":%.9g,"
+               "\"train_top1\":%.6f,\"val_loss\":%.9g,\"val_top1\":%.6f,\"images_per_s\":%.1f,"
+               "\"epoch_seconds\":%.3f,\"seconds\":%.3f}\n",
+               r.epoch, static_cast<long long>(r.step), r.train_loss, r.lr, r.train_loss, r.train_top1, r.val_loss,
+               r.val_top1, r.images_per_s, r.epoch_seconds, r.seconds);
+  std::fflush(metrics_);
+  std::fprintf(summary_, "%d,%lld,%.9g,%.9g,%.6f,%.9g,%.6f,%.1f,%.3f,%.3f\n", r.epoch,
+               static_cast<long long>(r.step), r.lr, r.train_loss, r.train_top1, r.val_loss, r.val_top1,
+               r.images_per_s, r.epoch_seconds, r.seconds);
+  std::fflush(summary_);
+}
+
+Result<std::string> run_dir_create(const std::string& out_dir, const std::string& name) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return Error{ErrCode::Io, out_dir, "cannot create the output directory: " + ec.message()};
+  for (int i = 1; i < 10000; ++i) {
+    std::string path = out_dir + "/" + name + (i == 1 ? "" : "-" + std::to_string(i));
+    if (fs::create_directory(path, ec)) return path;
+    if (ec) return Error{ErrCode::Io, path, "cannot create the run directory: " + ec.message()};
+  }
+  return Error{ErrCode::Io, out_dir, "too many runs named '" + name + "'"};
+}
+
+}  // namespace trctl

@@ -1,0 +1,201 @@
+// train_run: data -> transforms -> compile -> backend -> epochs of (train steps, validation) -> run outputs.
+#include "runtime/train/trainer.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/compiler.h"
+#include "dataio/loader.h"
+#include "runtime/backend.h"
+#include "runtime/train/run_outputs.h"
+
+namespace trctl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// An empty transform list means "normalize only".
+std::vector<TransformSpec> with_default(std::vector<TransformSpec> t) {
+  if (t.empty()) t.push_back(TransformSpec{});  // kind defaults to Normalize
+  return t;
+}
+
+struct Data {
+  ImageDataset train, val;
+  TransformPipeline train_tf, val_tf;
+};
+
+Result<Data> data_prepare(const Spec& spec) {
+  Data d;
+  Result<ImageDataset> tr = dataset_load(spec.data, true);
+  if (!tr.ok()) return tr.errors();
+  Result<ImageDataset> va = dataset_load(spec.data, false);
+  if (!va.ok()) return va.errors();
+  d.train = std::move(tr.value());
+  d.val = std::move(va.value());
+  if (d.train.h != d.val.h || d.train.w != d.val.w || d.train.c != d.val.c)
+    return Error{ErrCode::Invalid, d.val.source, "validation images differ in size from the training images"};
+  auto tt = transforms_build(with_default(spec.data.train_transforms), spec.data.mean, spec.data.std, d.train.h,
+                             d.train.w, d.train.c, spec.source);
+  if (!tt.ok()) return tt.errors();
+  auto vt = transforms_build(with_default(spec.data.val_transforms), spec.data.mean, spec.data.std, d.val.h,
+                             d.val.w, d.val.c, spec.source);
+  if (!vt.ok()) return vt.errors();
+  if (tt->out_h != vt->out_h || tt->out_w != vt->out_w)
+    return Error{ErrCode::Invalid, spec.source,
+                 "train_transforms and val_transforms produce different image sizes"};
+  d.train_tf = std::move(tt.value());
+  d.val_tf = std::move(vt.value());
+  return d;
+}
+
+DataShape shape_of(const Data& d) {
+  return DataShape{d.train_tf.out_h, d.train_tf.out_w, d.train.c, std::max(d.train.num_classes, d.val.num_classes),
+                   d.train.n, d.val.n};
+}
+
+int program_index(const Compiled& c, const std::string& name) {
+  for (size_t i = 0; i < c.graph.programs.size(); ++i)
+    if (c.graph.programs[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+// Runs every batch of one epoch through the program matching its size; returns images processed.
+Result<int64_t> run_epoch(Backend& be, const Compiled& c, Loader& loader, bool train, int epoch, double lr,
+                          RunOutputs& out, const std::function<void(int64_t, int64_t)>& on_step,
+                          Clock::time_point t_run) {
+  const int full = program_index(c, train ? "train" : "eval");
+  const int last = program_index(c, train ? "train_last" : "eval_last");
+  BatchView b;
+  int64_t images = 0, i = 0;
+  const int64_t total = loader.batches_per_epoch();
+  Clock::time_point t_log = Clock::now();
+  int64_t images_log = 0;
+  while (loader.next(&b)) {
+    int prog = (full >= 0 && b.size == c.graph.programs[full].batch) ? full : last;
+    if (prog < 0) return Error{ErrCode::Internal, "trainer", "no program for a batch of " + std::to_string(b.size)};
+    const int slot = static_cast<int>(i % 2);
+    Status st = be.load_batch(prog, slot, b.x, b.y, b.size);
+    if (st.ok()) st = be.run(prog, slot);
+    if (!st.ok()) return st.errors();
+    images += b.size;
+    images_log += b.size;
+    ++i;
+    if (train && be.step() % c.spec.run.log_interval == 0) {
+      out.step(epoch, be.step(), be.last_loss(prog), lr, images_log / since(t_log), since(t_run));
+      t_log = Clock::now();
+      images_log = 0;
+    }
+    if (on_step) on_step(i, total);
+  }
+  return images;
+}
+
+}  // namespace
+
+Result<DataShape> data_shape(const Spec& spec) {
+  Result<Data> data = data_prepare(spec);
+  if (!data.ok()) return data.errors();
+  return shape_of(data.value());
+}
+
+Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog::logger& log) {
+  const Clock::time_point t_run = Clock::now();
+  Result<Data> data = data_prepare(spec);
+  if (!data.ok()) return data.errors();
+  Data& d = data.value();
+  Result<Compiled> compiled = compile_spec(spec, shape_of(d));
+  if (!compiled.ok()) return compiled.errors();
+  const Compiled& c = compiled.value();
+
+  if (spec.train.device == DeviceKind::Cuda)
+    return Error{ErrCode::NotSupported, spec.source,
+                 "train.device: cuda is not supported by this build yet (the CUDA backend is issue 3); use cpu or auto"};
+  std::unique_ptr<Backend> be = make_cpu_backend(c, spec.seed, spec.train.threads);
+  if (spec.train.precision != Precision::Fp32)
+    log.warn("precision {} requested: the cpu backend computes in fp32", to_string(spec.train.precision));
+  Status st = be->write_region(Region::Weights, params_init(c, spec.seed));
+  if (!st.ok()) return st.errors();
+
+  TrainResult res;
+  res.backend = be->name();
+  RunOutputs out;
+  if (opt.write_run_dir) {
+    std::string name = spec.run.name.empty() ? std::filesystem::path(spec.source).stem().string() : spec.run.name;
+    Result<std::string> dir = run_dir_create(spec.run.out_dir, name);
+    if (!dir.ok()) return dir.errors();
+    res.run_dir = dir.value();
+    st = out.open(res.run_dir);
+    if (st.ok()) st = out.write_file("config.resolved.yaml", spec_to_yaml(spec));
+    if (st.ok()) st = out.write_file("plan.txt", compiled_dump(c, "memplan"));
+    if (!st.ok()) return st.errors();
+  }
+  log.info("backend {}; {} train / {} val samples; {} parameters; plan {:.1f} MiB{}", be->name(), d.train.n,
+           d.val.n, c.plan.weights_bytes / 4, c.plan.total_bytes() / 1048576.0,
+           res.run_dir.empty() ? "" : "; run dir " + res.run_dir);
+
+  LoaderOptions lt{spec.data.batch_size, true, spec.data.drop_last, spec.seed, spec.data.workers};
+  const int vb = spec.data.val_batch_size > 0 ? spec.data.val_batch_size : spec.data.batch_size;
+  LoaderOptions lv{vb, false, false, spec.seed, spec.data.workers};
+  Loader train_loader(d.train, d.train_tf, lt);
+  Loader val_loader(d.val, d.val_tf, lv);
+
+  for (int e = 1; e <= spec.train.epochs; ++e) {
+    const Clock::time_point t_epoch = Clock::now();
+    const double lr = scheduler_lr(spec.scheduler, spec.optimizer.lr, e, spec.train.epochs);
+    be->set_lr(lr);
+    be->reset_metrics();
+    auto progress = [&](int64_t i, int64_t n) {
+      if (!opt.progress_tty || (i % 10 != 0 && i != n)) return;
+      std::fprintf(stderr, "\repoch %d/%d  %lld/%lld batches", e, spec.train.epochs, static_cast<long long>(i),
+                   static_cast<long long>(n));
+      std::fflush(stderr);
+    };
+    train_loader.start_epoch(static_cast<uint32_t>(e));
+    Result<int64_t> imgs = run_epoch(*be, c, train_loader, true, e, lr, out, progress, t_run);
+    if (!imgs.ok()) return imgs.errors();
+    const double train_seconds = since(t_epoch);
+    val_loader.start_epoch(static_cast<uint32_t>(e));
+    Result<int64_t> vimgs = run_epoch(*be, c, val_loader, false, e, lr, out, {}, t_run);
+    if (!vimgs.ok()) return vimgs.errors();
+    if (opt.progress_tty) std::fprintf(stderr, "\r\033[K");
+
+    EpochRecord r;
+    r.epoch = e;
+    r.step = be->step();
+    r.lr = lr;
+    auto acc = [&](const char* a, const char* b, double* loss, double* top1) {
+      ProgramMetrics m;
+      for (const char* nm : {a, b}) {
+        int pi = program_index(c, nm);
+        if (pi < 0) continue;
+        ProgramMetrics x = be->metrics(pi);
+        m.loss_sum += x.loss_sum;
+        m.correct += x.correct;
+        m.count += x.count;
+      }
+      *loss = m.count > 0 ? m.loss_sum / m.count : 0;
+      *top1 = m.count > 0 ? m.correct / m.count : 0;
+    };
+    acc("train", "train_last", &r.train_loss, &r.train_top1);
+    acc("eval", "eval_last", &r.val_loss, &r.val_top1);
+    r.images_per_s = imgs.value() / train_seconds;
+    r.epoch_seconds = since(t_epoch);
+    r.seconds = since(t_run);
+    out.epoch(r);
+    res.epochs.push_back(r);
+    log.info("epoch {}/{}  lr {:.3g}  train loss {:.4f} top1 {:.2f}%  val loss {:.4f} top1 {:.2f}%  {:.0f} img/s  "
+             "{:.2f} s/epoch",
+             e, spec.train.epochs, lr, r.train_loss, 100 * r.train_top1, r.val_loss, 100 * r.val_top1,
+             r.images_per_s, r.epoch_seconds);
+  }
+  res.final_weights = be->read_weights();
+  res.seconds = since(t_run);
+  return res;
+}
+
+}  // namespace trctl

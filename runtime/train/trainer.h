@@ -1,0 +1,50 @@
+// train_run: the whole `trctl train` job: load data, build transforms, compile the spec, pick a backend,
+// initialise, run epochs (train steps + validation), and write the run directory (config.resolved.yaml,
+// plan.txt, metrics.jsonl, summary.csv).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/graph/build.h"
+#include "core/spec/spec.h"
+#include "core/util/error.h"
+
+namespace spdlog {
+class logger;
+}
+
+namespace trctl {
+
+struct EpochRecord {
+  int epoch = 0;
+  int64_t step = 0;
+  double lr = 0;
+  double train_loss = 0, train_top1 = 0;
+  double val_loss = 0, val_top1 = 0;
+  double images_per_s = 0, epoch_seconds = 0, seconds = 0;
+};
+
+struct TrainOptions {
+  bool write_run_dir = true;  // false: nothing on disk (tests)
+  bool progress_tty = false;  // the caller decides from run.progress and isatty
+};
+
+struct TrainResult {
+  std::string run_dir;            // empty when !write_run_dir
+  std::string backend;            // "cpu" / "cuda"
+  std::vector<EpochRecord> epochs;
+  std::vector<float> final_weights;  // Weights region in plan layout
+  double seconds = 0;
+};
+
+Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog::logger& log);
+
+// Loads the spec's data and transforms and returns the shapes the compiler needs (for `trctl compile`).
+Result<DataShape> data_shape(const Spec& spec);
+
+// Creates out_dir/name, or out_dir/name-2, -3, ... if taken; returns the path.
+Result<std::string> run_dir_create(const std::string& out_dir, const std::string& name);
+
+}  // namespace trctl

@@ -1,0 +1,116 @@
+// The trctl binary: exit codes, error locations on stderr, run-directory contents, and the resolved config
+// being accepted back as input.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+fs::path temp_dir(const std::string& tag) {
+  fs::path d = fs::temp_directory_path() / ("trctl_cli_" + tag + "_" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+Run trctl(const std::string& args) {
+  static int n = 0;
+  fs::path d = temp_dir("io" + std::to_string(n++));
+  std::string cmd = std::string(TRCTL_BINARY) + " " + args + " >" + (d / "out").string() + " 2>" + (d / "err").string();
+  int st = std::system(cmd.c_str());
+  Run r;
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = slurp((d / "out").string());
+  r.err = slurp((d / "err").string());
+  fs::remove_all(d);
+  return r;
+}
+
+const std::string kConfig = std::string(TRCTL_SOURCE_DIR) + "/configs/mlp_fmnist.yaml";
+
+}  // namespace
+
+TEST_CASE("validate prints the resolved spec and exits 0", "[cli]") {
+  Run r = trctl("validate " + kConfig);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("adamw") && Catch::Contains("fc1"));
+}
+
+TEST_CASE("a config error exits 2 with file:line:col and a suggestion", "[cli]") {
+  fs::path d = temp_dir("bad");
+  std::ofstream(d / "bad.yaml") << "model:\n  layers:\n    - {type: linear, out_features: 10}\noptimzer:\n  lr: 0.1\n";
+  Run r = trctl("validate " + (d / "bad.yaml").string());
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("bad.yaml:4:1") && Catch::Contains("optimizer"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("a bad override exits 2 and names the override", "[cli]") {
+  Run r = trctl("validate " + kConfig + " train.epochs=abc");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("<override 1>"));
+  Run t = trctl("train " + kConfig + " optimizer.lr=-1");
+  CHECK(t.code == 2);
+}
+
+TEST_CASE("compile --dump prints the graph after a stage; an unknown stage exits 2", "[cli]") {
+  Run r = trctl("compile " + kConfig + " --dump=after:autodiff");
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("linear_grad_weight"));
+  Run m = trctl("compile " + kConfig + " --dump=after:memplan");
+  CHECK_THAT(m.out, Catch::Contains("region activations"));
+  CHECK(trctl("compile " + kConfig + " --dump=after:nothing").code == 2);
+}
+
+TEST_CASE("commands of later milestones say they are not supported and exit 2", "[cli]") {
+  Run r = trctl("eval " + kConfig);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("not supported"));
+}
+
+TEST_CASE("train writes the run directory and its resolved config is accepted back", "[cli][train]") {
+  fs::path d = temp_dir("run");
+  Run r = trctl("train " + kConfig + " train.epochs=1 data.train_subset=400 train.device=cpu run.log_interval=1 " +
+                "run.out_dir=" + d.string() + " run.name=t");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  fs::path run = d / "t";
+  for (const char* f : {"config.resolved.yaml", "metrics.jsonl", "summary.csv", "plan.txt"})
+    CHECK(fs::exists(run / f));
+  std::string metrics = slurp((run / "metrics.jsonl").string());
+  CHECK_THAT(metrics, Catch::Contains("\"kind\":\"step\"") && Catch::Contains("\"val_top1\""));
+  std::string summary = slurp((run / "summary.csv").string());
+  CHECK(std::count(summary.begin(), summary.end(), '\n') == 2);
+  Run again = trctl("validate " + (run / "config.resolved.yaml").string());
+  INFO(again.err);
+  CHECK(again.code == 0);
+  CHECK(again.out == slurp((run / "config.resolved.yaml").string()));
+  // A second run with the same name gets a fresh directory.
+  Run r2 = trctl("train " + kConfig + " train.epochs=1 data.train_subset=200 train.device=cpu run.out_dir=" +
+                 d.string() + " run.name=t");
+  CHECK(r2.code == 0);
+  CHECK(fs::exists(d / "t-2" / "metrics.jsonl"));
+  fs::remove_all(d);
+}
