@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""PyTorch side of the MLP Fashion-MNIST benchmark (configs/mlp_fmnist.yaml's recipe).
+
+Recipes:
+  gpu         PyTorch at its strongest: the uint8 dataset resident on the GPU, augmentation as batched GPU ops
+              (pad+crop, rotation and scale as one affine grid_sample with nearest sampling, random erasing),
+              fused AdamW, fp16 AMP with GradScaler, torch.compile (default mode reduce-overhead = CUDA graphs).
+  dataloader  The seed framework's recipe: torchvision transforms on the CPU, DataLoader with 8 workers,
+              pin_memory, eager model, fp16 AMP, fused AdamW.
+
+Same recipe as trctl: 784-1024-512-256-10 ReLU, batch 200, AdamW lr 1e-3 betas (0.9, 0.999) eps 1e-8 wd 1e-4
+without decay on biases, cosine schedule per epoch with 5 warm-up epochs to eta_min 1e-6, label smoothing 0.1,
+Kaiming-uniform (fan_in, ReLU gain) weights and zero biases, validation on the 10k test set after every epoch.
+Timing: every epoch is timed with a device sync; the first epoch holds torch.compile's compile time, so
+`epochs_per_s_steady` excludes it (trctl's report does the same for its first epoch, which holds graph capture).
+Writes one JSON object (recipe, settings, per-epoch records, results) to --out and prints it.
+"""
+import argparse
+import gzip
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def read_idx(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    magic = int.from_bytes(data[0:4], "big")
+    ndim = magic & 0xFF
+    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def load(root):
+    return (read_idx(os.path.join(root, "train-images-idx3-ubyte.gz")),
+            read_idx(os.path.join(root, "train-labels-idx1-ubyte.gz")),
+            read_idx(os.path.join(root, "t10k-images-idx3-ubyte.gz")),
+            read_idx(os.path.join(root, "t10k-labels-idx1-ubyte.gz")))
+
+
+MEAN, STD = 0.2860, 0.3530
+
+
+def make_model():
+    m = nn.Sequential(nn.Flatten(), nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 512), nn.ReLU(),
+                      nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
+    for mod in m:
+        if isinstance(mod, nn.Linear):
+            nn.init.kaiming_uniform_(mod.weight, mode="fan_in", nonlinearity="relu")
+            nn.init.zeros_(mod.bias)
+    return m
+
+
+def lr_at(epoch, epochs, base=1e-3, warmup=5, eta_min=1e-6):
+    """1-based epoch, as trctl's scheduler_lr for cosine with warm-up."""
+    if epoch <= warmup:
+        return base * epoch / warmup
+    if epochs == warmup:
+        return base
+    return eta_min + (base - eta_min) * (1 + math.cos(math.pi * (epoch - warmup) / (epochs - warmup))) / 2
+
+
+def make_optimizer(model):
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 1e-4}, {"params": no_decay, "weight_decay": 0.0}],
+                             lr=1e-3, betas=(0.9, 0.999), eps=1e-8, fused=True)
+
+
+def gpu_augment(x_u8):
+    """x_u8 (B, 28, 28) uint8 on the GPU -> (B, 1, 28, 28) float normalized, augmented like the spec."""
+    b = x_u8.shape[0]
+    dev = x_u8.device
+    x = x_u8.unsqueeze(1).float().div_(255.0)
+    x = F.pad(x, (2, 2, 2, 2))  # (B, 1, 32, 32)
+    # Random 28x28 crop offsets in [0, 4], rotation in [-20, 20] degrees, scale in [0.8, 1.2], one affine map.
+    off = torch.randint(0, 5, (b, 2), device=dev).float()
+    ang = (torch.rand(b, device=dev) * 40 - 20) * math.pi / 180
+    sc = torch.rand(b, device=dev) * 0.4 + 0.8
+    cos, sin = torch.cos(ang) / sc, torch.sin(ang) / sc
+    # Output grid over the 28x28 crop, in the 32x32 input's normalized coordinates.
+    tx = (off[:, 1] + 14 - 16) / 16
+    ty = (off[:, 0] + 14 - 16) / 16
+    theta = torch.stack([torch.stack([cos * 28 / 32, -sin * 28 / 32, tx], 1),
+                         torch.stack([sin * 28 / 32, cos * 28 / 32, ty], 1)], 1)
+    grid = F.affine_grid(theta, (b, 1, 28, 28), align_corners=False)
+    x = F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=False)
+    x = (x - MEAN) / STD
+    # Random erasing, p 0.5, area 2%..33%, log-uniform aspect 0.3..3.3 (one attempt, clipped to the image).
+    area = (torch.rand(b, device=dev) * 0.31 + 0.02) * 784
+    logr = torch.rand(b, device=dev) * (math.log(3.3) - math.log(0.3)) + math.log(0.3)
+    r = torch.exp(logr)
+    h = torch.sqrt(area * r).round().clamp(1, 27)
+    w = torch.sqrt(area / r).round().clamp(1, 27)
+    top = (torch.rand(b, device=dev) * (28 - h + 1)).floor()
+    left = (torch.rand(b, device=dev) * (28 - w + 1)).floor()
+    on = torch.rand(b, device=dev) < 0.5
+    ys = torch.arange(28, device=dev).view(1, 28, 1)
+    xs = torch.arange(28, device=dev).view(1, 1, 28)
+    box = ((ys >= top.view(b, 1, 1)) & (ys < (top + h).view(b, 1, 1)) & (xs >= left.view(b, 1, 1)) &
+           (xs < (left + w).view(b, 1, 1)) & on.view(b, 1, 1))
+    return x.masked_fill(box.unsqueeze(1), 0.0)
+
+
+def epoch_gpu(xtr, ytr, bs, steps):
+    perm = torch.randperm(xtr.shape[0], device=xtr.device)
+    for i in range(steps):
+        idx = perm[i * bs:(i + 1) * bs]
+        yield xtr[idx], ytr[idx]
+
+
+def eval_gpu(xte, yte, evaluate):
+    correct = 0
+    loss = 0.0
+    for i in range(0, xte.shape[0], 2000):
+        out = evaluate(xte[i:i + 2000]).float()
+        loss += F.cross_entropy(out, yte[i:i + 2000], reduction="sum").item()
+        correct += (out.argmax(1) == yte[i:i + 2000]).sum().item()
+    return loss / xte.shape[0], correct / xte.shape[0]
+
+
+def train_loop(args, model, opt, batches, evaluate):
+    records = []
+    for e in range(1, args.epochs + 1):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(e, args.epochs)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        model.train()
+        for xb, yb in batches(e):
+            loss = args.step(xb, yb)
+        torch.cuda.synchronize()
+        t_train = time.perf_counter() - t0
+        model.eval()
+        val_loss, val_top1 = evaluate()
+        torch.cuda.synchronize()
+        t_epoch = time.perf_counter() - t0
+        records.append({"epoch": e, "train_seconds": t_train, "epoch_seconds": t_epoch, "val_loss": val_loss,
+                        "val_top1": val_top1, "last_loss": float(loss), "lr": lr_at(e, args.epochs)})
+        print(f"epoch {e}: {t_epoch:.3f} s, val top1 {100 * val_top1:.2f}%", file=sys.stderr, flush=True)
+    return records
+
+
+def run_dataloader(args, data):
+    import torchvision.transforms as T
+    from PIL import Image
+    dev = torch.device("cuda")
+    xtr, ytr, xte, yte = data
+
+    class DS(torch.utils.data.Dataset):
+        def __init__(self, x, y, tf):
+            self.x, self.y, self.tf = x, y, tf
+
+        def __len__(self):
+            return len(self.x)
+
+        def __getitem__(self, i):
+            return self.tf(Image.fromarray(self.x[i])), int(self.y[i])
+
+    tf_train = T.Compose([T.Pad(2), T.RandomCrop(28), T.RandomRotation(20), T.RandomAffine(0, scale=(0.8, 1.2)),
+                          T.ToTensor(), T.Normalize((MEAN,), (STD,)), T.RandomErasing(0.5)])
+    tf_val = T.Compose([T.ToTensor(), T.Normalize((MEAN,), (STD,))])
+    dl = torch.utils.data.DataLoader(DS(xtr, ytr, tf_train), batch_size=args.batch, shuffle=True, drop_last=True,
+                                     num_workers=args.workers, pin_memory=True, persistent_workers=True)
+    dv = torch.utils.data.DataLoader(DS(xte, yte, tf_val), batch_size=2000, num_workers=args.workers,
+                                     pin_memory=True, persistent_workers=True)
+    model = make_model().to(dev)
+    opt = make_optimizer(model)
+    scaler = torch.amp.GradScaler("cuda")
+    crit = nn.CrossEntropyLoss(label_smoothing=0.1)
+
+    def fwd_loss(xb, yb):
+        with torch.autocast("cuda", dtype=torch.float16):
+            return crit(model(xb.to(dev, non_blocking=True)), yb.to(dev, non_blocking=True))
+
+    def evaluate():
+        correct, loss, n = 0, 0.0, 0
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
+            for xb, yb in dv:
+                out = model(xb.to(dev, non_blocking=True)).float()
+                yb = yb.to(dev)
+                loss += F.cross_entropy(out, yb, reduction="sum").item()
+                correct += (out.argmax(1) == yb).sum().item()
+                n += len(yb)
+        return loss / n, correct / n
+
+    return model, opt, scaler, fwd_loss, (lambda e: iter(dl)), evaluate, len(dl)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--recipe", choices=["gpu", "dataloader"], default="gpu")
+    ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--epochs", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=200)
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--compile-mode", default="reduce-overhead",
+                    help="torch.compile mode for the gpu recipe: default, reduce-overhead, max-autotune, none")
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    torch.manual_seed(args.seed)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    data = load(args.data)
+    t_start = time.perf_counter()
+    if args.recipe == "gpu":
+        dev = torch.device("cuda")
+        xtr, ytr, xte, yte = data
+        xtr_d = torch.from_numpy(xtr.copy()).to(dev)
+        ytr_d = torch.from_numpy(ytr.astype(np.int64)).to(dev)
+        xte_d = ((torch.from_numpy(xte.copy()).to(dev).float() / 255 - MEAN) / STD).unsqueeze(1)
+        yte_d = torch.from_numpy(yte.astype(np.int64)).to(dev)
+        model = make_model().to(dev)
+        opt = make_optimizer(model)
+        scaler = torch.amp.GradScaler("cuda")
+        crit = nn.CrossEntropyLoss(label_smoothing=0.1)
+
+        def fwd_loss(xb, yb):
+            with torch.autocast("cuda", dtype=torch.float16):
+                return crit(model(gpu_augment(xb)), yb)
+
+        def infer(x):
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
+                return model(x)
+
+        if args.compile_mode != "none":
+            mode = None if args.compile_mode == "default" else args.compile_mode
+            fwd_loss = torch.compile(fwd_loss, mode=mode)
+            infer = torch.compile(infer, mode=mode)
+        steps = xtr_d.shape[0] // args.batch
+        batches = lambda e: epoch_gpu(xtr_d, ytr_d, args.batch, steps)
+        evaluate = lambda: eval_gpu(xte_d, yte_d, infer)
+    else:
+        model, opt, scaler, fwd_loss, batches, evaluate, steps = run_dataloader(args, data)
+
+    def step(xb, yb):
+        opt.zero_grad(set_to_none=True)
+        loss = fwd_loss(xb, yb)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss.detach()
+
+    args.step = step
+    records = train_loop(args, model, opt, batches, evaluate)
+    total = time.perf_counter() - t_start
+    secs = [r["epoch_seconds"] for r in records]
+    steady = (len(secs) - 1) / sum(secs[1:]) if len(secs) > 1 else 1 / secs[0]
+    res = {
+        "framework": "pytorch", "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
+        "recipe": args.recipe, "compile_mode": args.compile_mode if args.recipe == "gpu" else "none",
+        "epochs": args.epochs, "batch": args.batch, "workers": args.workers, "amp": "fp16", "optimizer": "adamw fused",
+        "total_seconds": total, "train_epoch_seconds_sum": sum(secs),
+        "epochs_per_s_total": args.epochs / sum(secs), "epochs_per_s_steady": steady,
+        "first_epoch_seconds": secs[0],
+        "final_val_top1": records[-1]["val_top1"], "best_val_top1": max(r["val_top1"] for r in records),
+        "records": records,
+    }
+    text = json.dumps(res, indent=1)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    print(json.dumps({k: v for k, v in res.items() if k != "records"}))
+
+
+if __name__ == "__main__":
+    main()
