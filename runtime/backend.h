@@ -9,8 +9,12 @@
 
 #include "core/compiler.h"
 #include "core/util/error.h"
+#include "dataio/dataset.h"
+#include "dataio/transforms.h"
 
 namespace trctl {
+
+enum class DataSplit { Train = 0, Val = 1 };
 
 // Epoch accumulators of one program (loss summed per sample, correct predictions, samples seen).
 struct ProgramMetrics {
@@ -42,10 +46,23 @@ class Backend {
   // the optimizer; an eval program runs forward and the metrics.
   virtual Status run(int program, int slot) = 0;
 
-  // Loss of the last run of `program`, and its epoch accumulators (reset by reset_metrics).
+  // Loss of the last run of `program`, and its epoch accumulators (reset by reset_metrics). Reading them may
+  // wait for the device: the trainer asks at log intervals and epoch ends only.
   virtual double last_loss(int program) = 0;
   virtual ProgramMetrics metrics(int program) = 0;
   virtual void reset_metrics() = 0;
+  // Waits until all queued work is done (for timing; a no-op on synchronous backends).
+  virtual Status synchronize() { return ok_status(); }
+
+  // ---- Device-resident data (small datasets): the backend keeps the uint8 images and labels of a split and
+  // runs the split's transform pipeline itself, as the first step of every program run, so that no batch crosses
+  // from the host. A backend without it feeds batches through load_batch.
+  virtual bool resident_data() const { return false; }
+  virtual Status upload_split(DataSplit split, const ImageDataset& data, const TransformPipeline& tf);
+  // Uploads the epoch's sample order (a permutation of the split, or its prefix for train_subset) and rewinds.
+  virtual Status begin_epoch(DataSplit split, uint32_t epoch, const std::vector<int64_t>& order);
+  // Gathers and transforms the next `batch` samples of the order into the program's input, then runs it.
+  virtual Status run_resident(int program, DataSplit split);
 };
 
 // Kaiming-uniform (fan_in, ReLU gain): W ~ U(-sqrt(6 / fan_in), +sqrt(6 / fan_in)); biases zero. Drawn from

@@ -95,6 +95,54 @@ Result<int64_t> run_epoch(Backend& be, const Compiled& c, Loader& loader, bool t
   return images;
 }
 
+// The same epoch with the data resident on the device: the backend gathers and transforms each batch itself.
+Result<int64_t> run_epoch_resident(Backend& be, const Compiled& c, DataSplit split, int64_t n, bool shuffle,
+                                   int epoch, double lr, RunOutputs& out,
+                                   const std::function<void(int64_t, int64_t)>& on_step, Clock::time_point t_run) {
+  const bool train = split == DataSplit::Train;
+  const int full = program_index(c, train ? "train" : "eval");
+  const int last = program_index(c, train ? "train_last" : "eval_last");
+  Status st = be.begin_epoch(split, static_cast<uint32_t>(epoch),
+                             loader_epoch_order(n, shuffle, c.spec.seed, static_cast<uint32_t>(epoch)));
+  if (!st.ok()) return st.errors();
+  const int64_t fb = full >= 0 ? c.graph.programs[full].batch : 0;
+  const int64_t nfull = full >= 0 ? n / fb : 0;
+  const int64_t total = nfull + (last >= 0 ? 1 : 0);
+  Clock::time_point t_log = Clock::now();
+  int64_t images = 0, images_log = 0;
+  for (int64_t i = 0; i < total; ++i) {
+    const int prog = i < nfull ? full : last;
+    st = be.run_resident(prog, split);
+    if (!st.ok()) return st.errors();
+    const int64_t b = c.graph.programs[prog].batch;
+    images += b;
+    images_log += b;
+    if (train && be.step() % c.spec.run.log_interval == 0) {
+      out.step(epoch, be.step(), be.last_loss(prog), lr, images_log / since(t_log), since(t_run));
+      t_log = Clock::now();
+      images_log = 0;
+    }
+    if (on_step) on_step(i + 1, total);
+  }
+  return images;
+}
+
+Result<std::unique_ptr<Backend>> backend_select(const Spec& spec, const Compiled& c, const GpuBackendFactory& gpu,
+                                                spdlog::logger& log) {
+  const DeviceKind d = spec.train.device;
+  const bool have_gpu = gpu.device_count && gpu.device_count() > 0;
+  if (d == DeviceKind::Cuda && !gpu.make)
+    return Error{ErrCode::NotSupported, spec.source, "train.device: cuda, but this trctl was built without CUDA"};
+  if (d == DeviceKind::Cuda && !have_gpu)
+    return Error{ErrCode::NotSupported, spec.source, "train.device: cuda, but no CUDA device is present"};
+  if (d == DeviceKind::Cuda || (d == DeviceKind::Auto && have_gpu)) return gpu.make(c, spec.seed);
+  if (d == DeviceKind::Auto) log.info("no CUDA device: training on the cpu backend");
+  std::unique_ptr<Backend> be = make_cpu_backend(c, spec.seed, spec.train.threads);
+  if (spec.train.precision != Precision::Fp32)
+    log.warn("precision {} requested: the cpu backend computes in fp32", to_string(spec.train.precision));
+  return be;
+}
+
 }  // namespace
 
 Result<DataShape> data_shape(const Spec& spec) {
@@ -112,12 +160,9 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
   if (!compiled.ok()) return compiled.errors();
   const Compiled& c = compiled.value();
 
-  if (spec.train.device == DeviceKind::Cuda)
-    return Error{ErrCode::NotSupported, spec.source,
-                 "train.device: cuda is not supported by this build yet (the CUDA backend is issue 3); use cpu or auto"};
-  std::unique_ptr<Backend> be = make_cpu_backend(c, spec.seed, spec.train.threads);
-  if (spec.train.precision != Precision::Fp32)
-    log.warn("precision {} requested: the cpu backend computes in fp32", to_string(spec.train.precision));
+  Result<std::unique_ptr<Backend>> selected = backend_select(spec, c, opt.gpu, log);
+  if (!selected.ok()) return selected.errors();
+  std::unique_ptr<Backend> be = std::move(selected.value());
   Status st = be->write_region(Region::Weights, params_init(c, spec.seed));
   if (!st.ok()) return st.errors();
 
@@ -141,8 +186,18 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
   LoaderOptions lt{spec.data.batch_size, true, spec.data.drop_last, spec.seed, spec.data.workers};
   const int vb = spec.data.val_batch_size > 0 ? spec.data.val_batch_size : spec.data.batch_size;
   LoaderOptions lv{vb, false, false, spec.seed, spec.data.workers};
-  Loader train_loader(d.train, d.train_tf, lt);
-  Loader val_loader(d.val, d.val_tf, lv);
+  const bool resident = be->resident_data();
+  if (resident) {
+    st = be->upload_split(DataSplit::Train, d.train, d.train_tf);
+    if (st.ok()) st = be->upload_split(DataSplit::Val, d.val, d.val_tf);
+    if (!st.ok()) return st.errors();
+  }
+  // Host loaders only when the backend is fed from the host (their threads start on construction).
+  std::unique_ptr<Loader> train_loader, val_loader;
+  if (!resident) {
+    train_loader = std::make_unique<Loader>(d.train, d.train_tf, lt);
+    val_loader = std::make_unique<Loader>(d.val, d.val_tf, lv);
+  }
 
   for (int e = 1; e <= spec.train.epochs; ++e) {
     const Clock::time_point t_epoch = Clock::now();
@@ -155,12 +210,24 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
                    static_cast<long long>(n));
       std::fflush(stderr);
     };
-    train_loader.start_epoch(static_cast<uint32_t>(e));
-    Result<int64_t> imgs = run_epoch(*be, c, train_loader, true, e, lr, out, progress, t_run);
+    Result<int64_t> imgs = int64_t{0};
+    if (resident) {
+      imgs = run_epoch_resident(*be, c, DataSplit::Train, d.train.n, true, e, lr, out, progress, t_run);
+    } else {
+      train_loader->start_epoch(static_cast<uint32_t>(e));
+      imgs = run_epoch(*be, c, *train_loader, true, e, lr, out, progress, t_run);
+    }
     if (!imgs.ok()) return imgs.errors();
+    st = be->synchronize();
+    if (!st.ok()) return st.errors();
     const double train_seconds = since(t_epoch);
-    val_loader.start_epoch(static_cast<uint32_t>(e));
-    Result<int64_t> vimgs = run_epoch(*be, c, val_loader, false, e, lr, out, {}, t_run);
+    Result<int64_t> vimgs = int64_t{0};
+    if (resident) {
+      vimgs = run_epoch_resident(*be, c, DataSplit::Val, d.val.n, false, e, lr, out, {}, t_run);
+    } else {
+      val_loader->start_epoch(static_cast<uint32_t>(e));
+      vimgs = run_epoch(*be, c, *val_loader, false, e, lr, out, {}, t_run);
+    }
     if (!vimgs.ok()) return vimgs.errors();
     if (opt.progress_tty) std::fprintf(stderr, "\r\033[K");
 

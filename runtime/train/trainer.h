@@ -3,6 +3,7 @@
 // plan.txt, metrics.jsonl, summary.csv).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,9 +27,19 @@ struct EpochRecord {
   double images_per_s = 0, epoch_seconds = 0, seconds = 0;
 };
 
+class Backend;
+struct Compiled;
+
+// How the trainer gets a GPU backend: set by the binary when it is built with CUDA (no global registry).
+struct GpuBackendFactory {
+  std::function<int()> device_count;  // 0 when no usable device (never throws)
+  std::function<Result<std::unique_ptr<Backend>>(const Compiled&, uint64_t seed)> make;
+};
+
 struct TrainOptions {
   bool write_run_dir = true;  // false: nothing on disk (tests)
   bool progress_tty = false;  // the caller decides from run.progress and isatty
+  GpuBackendFactory gpu;      // empty: CPU only
 };
 
 struct TrainResult {

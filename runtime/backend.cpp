@@ -1,5 +1,5 @@
-// params_init: deterministic Kaiming-uniform initialisation into the Weights region layout; the float
-// convenience accessors of the Backend interface.
+// Backend helpers: params_init (deterministic Kaiming-uniform initialisation into the Weights layout), the float
+// weight accessors and the defaults for backends without device-resident data.
 #include <cmath>
 #include <cstring>
 
@@ -42,6 +42,18 @@ Status Backend::write_weights(const std::vector<float>& weights) {
   std::vector<std::byte> b(weights.size() * sizeof(float));
   std::memcpy(b.data(), weights.data(), b.size());
   return write_region(Region::Weights, b);
+}
+
+Status Backend::upload_split(DataSplit, const ImageDataset&, const TransformPipeline&) {
+  return Error{ErrCode::NotSupported, name() + " backend", "device-resident datasets are not supported"};
+}
+
+Status Backend::begin_epoch(DataSplit, uint32_t, const std::vector<int64_t>&) {
+  return Error{ErrCode::NotSupported, name() + " backend", "device-resident datasets are not supported"};
+}
+
+Status Backend::run_resident(int, DataSplit) {
+  return Error{ErrCode::NotSupported, name() + " backend", "device-resident datasets are not supported"};
 }
 
 std::vector<float> Backend::read_weights() {
