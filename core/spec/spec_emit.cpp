@@ -1,5 +1,7 @@
 // spec_to_yaml (a complete spec that spec_parse reads back equal) and the YAML names of the enums.
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/spec/spec.h"
 #include "core/spec/spec_fields.h"
@@ -185,45 +187,45 @@ void emit_model(std::string& y, const ModelSpec& m) {
   for (const LayerSpec& l : m.layers) y += "    - " + layer_item(l) + "\n";
 }
 
-// Keys of the other optimizer types are not accepted by spec_parse, so they are written as a comment.
-void emit_optimizer(std::string& y, const OptimizerSpec& o) {
-  std::string sgd = "momentum: " + format_double(o.momentum) + "\n  dampening: " + format_double(o.dampening) +
-                    "\n  nesterov: " + boolean(o.nesterov) + "\n";
-  std::string adam = "betas: " + pair_of(o.beta1, o.beta2) + "\n  eps: " + format_double(o.eps) + "\n";
-  y += "optimizer:\n";
-  y += std::string("  type: ") + to_string(o.kind) + "\n";
-  y += "  lr: " + format_double(o.lr) + "\n";
-  y += "  weight_decay: " + format_double(o.weight_decay) + "\n";
-  y += std::string("  decay_bias_and_norm: ") + boolean(o.decay_bias_and_norm) + "\n";
-  if (o.kind == OptimizerKind::Sgd) {
-    y += "  " + sgd + "  # adam/adamw only: betas " + pair_of(o.beta1, o.beta2) + ", eps " + format_double(o.eps) +
-         "\n";
-  } else {
-    y += "  " + adam + "  # sgd only: momentum " + format_double(o.momentum) + ", dampening " +
-         format_double(o.dampening) + ", nesterov " + boolean(o.nesterov) + "\n";
-  }
-}
-
-// As for the optimizer: keys of other scheduler types go into a comment.
-void emit_scheduler(std::string& y, const SchedulerSpec& s) {
-  std::string milestones = "[";
-  for (size_t i = 0; i < s.milestones.size(); ++i) milestones += (i ? ", " : "") + std::to_string(s.milestones[i]);
-  milestones += "]";
-  const std::pair<std::string, bool> keys[] = {
-      {"eta_min: " + format_double(s.eta_min), s.kind == SchedulerKind::Cosine},
-      {"step_size: " + std::to_string(s.step_size), s.kind == SchedulerKind::Step},
-      {"gamma: " + format_double(s.gamma), s.kind == SchedulerKind::Step || s.kind == SchedulerKind::MultiStep},
-      {"milestones: " + milestones, s.kind == SchedulerKind::MultiStep},
-  };
-  y += "scheduler:\n";
-  y += std::string("  type: ") + to_string(s.kind) + "\n";
-  y += "  warmup_epochs: " + std::to_string(s.warmup_epochs) + "\n";
+// Writes the keys used by the chosen type as "  key: value" lines; the others (which spec_parse would refuse
+// under that type) go into one comment line, so the output still shows every field.
+void emit_typed_keys(std::string& y, const char* type_name, const std::vector<std::pair<std::string, bool>>& keys) {
   std::string unused;
   for (const auto& [text, used] : keys) {
     if (used) y += "  " + text + "\n";
     else unused += (unused.empty() ? "" : ", ") + text;
   }
-  if (!unused.empty()) y += std::string("  # not used by ") + to_string(s.kind) + ": " + unused + "\n";
+  if (!unused.empty()) y += std::string("  # not used by ") + type_name + ": " + unused + "\n";
+}
+
+void emit_optimizer(std::string& y, const OptimizerSpec& o) {
+  const bool sgd = o.kind == OptimizerKind::Sgd;
+  y += "optimizer:\n";
+  y += std::string("  type: ") + to_string(o.kind) + "\n";
+  y += "  lr: " + format_double(o.lr) + "\n";
+  y += "  weight_decay: " + format_double(o.weight_decay) + "\n";
+  y += std::string("  decay_bias_and_norm: ") + boolean(o.decay_bias_and_norm) + "\n";
+  emit_typed_keys(y, to_string(o.kind),
+                  {{"momentum: " + format_double(o.momentum), sgd},
+                   {"dampening: " + format_double(o.dampening), sgd},
+                   {std::string("nesterov: ") + boolean(o.nesterov), sgd},
+                   {"betas: " + pair_of(o.beta1, o.beta2), !sgd},
+                   {"eps: " + format_double(o.eps), !sgd}});
+}
+
+void emit_scheduler(std::string& y, const SchedulerSpec& s) {
+  std::string milestones = "[";
+  for (size_t i = 0; i < s.milestones.size(); ++i) milestones += (i ? ", " : "") + std::to_string(s.milestones[i]);
+  milestones += "]";
+  const bool step = s.kind == SchedulerKind::Step, multistep = s.kind == SchedulerKind::MultiStep;
+  y += "scheduler:\n";
+  y += std::string("  type: ") + to_string(s.kind) + "\n";
+  y += "  warmup_epochs: " + std::to_string(s.warmup_epochs) + "\n";
+  emit_typed_keys(y, to_string(s.kind),
+                  {{"eta_min: " + format_double(s.eta_min), s.kind == SchedulerKind::Cosine},
+                   {"step_size: " + std::to_string(s.step_size), step},
+                   {"gamma: " + format_double(s.gamma), step || multistep},
+                   {"milestones: " + milestones, multistep}});
 }
 
 }  // namespace

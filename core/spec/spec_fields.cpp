@@ -275,8 +275,10 @@ bool get_double_pair(Diagnostics& d, const YamlNode& map, const std::string& sec
   const std::string path = join_path(section, key);
   if (!node_is(d, *n, YamlNode::Kind::Seq, path)) return false;
   if (n->items.size() != 2) {
+    const size_t count = n->items.size();
     d.error(ErrCode::WrongType, n->loc,
-            "expected a list of two numbers for '" + path + "', got " + std::to_string(n->items.size()) + " items");
+            "expected a list of two numbers for '" + path + "', got " + std::to_string(count) +
+                (count == 1 ? " item" : " items"));
     return false;
   }
   double x = 0, y = 0;

@@ -63,7 +63,8 @@ bool parse_layer(Diagnostics& d, const YamlNode& m, const std::string& path, Lay
     if (node_is(d, *inputs, YamlNode::Kind::Seq, ipath)) {
       std::vector<std::string> names(inputs->items.size());
       bool ok = true;
-      for (size_t i = 0; i < inputs->items.size(); ++i) ok &= node_string(d, inputs->items[i], index_path(ipath, i), names[i]);
+      for (size_t i = 0; i < inputs->items.size(); ++i)
+        ok &= node_string(d, inputs->items[i], index_path(ipath, i), names[i]);
       if (ok) l.inputs = std::move(names);  // all or none, so l.inputs[k] stands at inputs->items[k]
     }
   }

@@ -2,12 +2,15 @@
 // and applying "key.path=value" overrides to it.
 #include "core/spec/yaml_tree.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/exceptions.h>
 #include <yaml-cpp/mark.h>
 #include <yaml-cpp/parser.h>
 
+#include <algorithm>
 #include <sstream>
+#include <tuple>
 
 namespace trctl::spec_detail {
 
@@ -37,11 +40,21 @@ std::string Diagnostics::where(const YamlLoc& loc) const {
 }
 
 void Diagnostics::error(ErrCode code, const YamlLoc& loc, std::string message) {
-  errors_.push_back(Error{code, where(loc), std::move(message)});
+  errors_.push_back(Entry{loc, Error{code, where(loc), std::move(message)}});
 }
 
 void Diagnostics::error_unlocated(ErrCode code, int source, std::string message) {
-  errors_.push_back(Error{code, source_name(source), std::move(message)});
+  errors_.push_back(Entry{YamlLoc{source, 0, 0}, Error{code, source_name(source), std::move(message)}});
+}
+
+std::vector<Error> Diagnostics::take() {
+  std::stable_sort(errors_.begin(), errors_.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.loc.source, a.loc.line, a.loc.col) < std::tie(b.loc.source, b.loc.line, b.loc.col);
+  });
+  std::vector<Error> out;
+  for (Entry& e : errors_) out.push_back(std::move(e.error));
+  errors_.clear();
+  return out;
 }
 
 std::string yaml_describe(const YamlNode& node) {
@@ -58,6 +71,10 @@ std::string yaml_describe(const YamlNode& node) {
 
 namespace {
 
+std::string depth_message() {
+  return "YAML nesting deeper than " + std::to_string(kMaxYamlDepth) + " levels is not supported";
+}
+
 // Builds a YamlNode tree from parser events. Rejected containers are added as one Bad node at once and their
 // events skipped, so map keys and values stay paired.
 class TreeBuilder : public YAML::EventHandler {
@@ -65,6 +82,7 @@ class TreeBuilder : public YAML::EventHandler {
   TreeBuilder(Diagnostics& diag, int source, int col_offset) : diag_(diag), source_(source), col_offset_(col_offset) {}
 
   bool have_root() const { return have_root_; }
+  bool too_deep() const { return too_deep_; }
   YamlNode& root() { return root_; }
   YamlLoc loc(const YAML::Mark& m) const {
     if (m.is_null()) return YamlLoc{source_, 1, 1 + col_offset_};
@@ -147,8 +165,8 @@ class TreeBuilder : public YAML::EventHandler {
     else if (tag != "?") reject_tag(n, tag);
     else if (stack_.size() + 1 > static_cast<size_t>(kMaxYamlDepth)) {
       n.kind = YamlNode::Kind::Bad;
-      diag_.error(ErrCode::NotSupported, n.loc,
-                  "YAML nesting deeper than " + std::to_string(kMaxYamlDepth) + " levels is not supported");
+      diag_.error(ErrCode::NotSupported, n.loc, depth_message());
+      too_deep_ = true;
     }
     if (n.kind == YamlNode::Kind::Bad) {
       add(std::move(n));
@@ -208,6 +226,7 @@ class TreeBuilder : public YAML::EventHandler {
   YamlNode root_;
   bool have_root_ = false;
   int skip_ = 0;  // > 0: inside a rejected container, that many levels deep
+  bool too_deep_ = false;
   std::string anchor_name_;
 };
 
@@ -238,6 +257,9 @@ YamlParseOutcome yaml_tree_parse(const std::string& text, int source, int col_of
     if (parser.HandleNextDocument(rest))
       diag.error(ErrCode::NotSupported, YamlLoc{source, 1, 1 + col_offset},
                  "the file holds more than one YAML document ('---'); a spec is one document");
+  } catch (const YAML::DeepRecursion& e) {  // yaml-cpp's own limit, far past ours (reported as it was passed)
+    if (!builder.too_deep()) diag.error(ErrCode::NotSupported, builder.loc(e.mark), depth_message());
+    return YamlParseOutcome::Failed;
   } catch (const YAML::Exception& e) {
     diag.error(ErrCode::Syntax, builder.loc(e.mark), "YAML syntax error: " + e.msg);
     return YamlParseOutcome::Failed;
@@ -275,10 +297,10 @@ bool parse_index(const std::string& s, size_t& out) {
   return true;
 }
 
-// The child of `node` named by `seg` (a key of a map or an index of a list); with `create`, a missing map key is
-// added holding an empty map. Null nodes become maps. Reports and returns nullptr when the path cannot go on.
-YamlNode* step_into(YamlNode& node, const PathSegment& seg, const std::string& parent_path, bool create,
-                    int source, Diagnostics& diag) {
+// The child of `node` named by `seg` (a key of a map or an index of a list); a missing map key is added holding an
+// empty map, and a null node becomes a map. Reports and returns nullptr when the path cannot go on.
+YamlNode* step_into(YamlNode& node, const PathSegment& seg, const std::string& parent_path, int source,
+                    Diagnostics& diag) {
   YamlLoc seg_loc{source, 1, seg.col};
   if (node.kind == YamlNode::Kind::Bad) return nullptr;  // already reported
   if (node.kind == YamlNode::Kind::Null) {
@@ -307,7 +329,6 @@ YamlNode* step_into(YamlNode& node, const PathSegment& seg, const std::string& p
     return nullptr;
   }
   if (YamlNode* child = node.find(seg.name)) return child;
-  if (!create) return nullptr;
   node.keys.push_back(seg.name);
   node.key_locs.push_back(seg_loc);
   YamlNode fresh;
@@ -335,24 +356,13 @@ void yaml_tree_apply_override(YamlNode& root, const std::string& override_text, 
   YamlNode* node = &root;
   std::string node_path;
   for (size_t i = 0; i + 1 < path.size() && node; ++i) {
-    node = step_into(*node, path[i], node_path.empty() ? "(top level)" : node_path, true, source, diag);
+    node = step_into(*node, path[i], node_path.empty() ? "(top level)" : node_path, source, diag);
     node_path += (node_path.empty() ? "" : ".") + path[i].name;
   }
   if (!node) return;
-  const PathSegment& last = path.back();
-  std::string parent = node_path.empty() ? "(top level)" : node_path;
-  if (node->kind == YamlNode::Kind::Seq || node->kind == YamlNode::Kind::Bad) {
-    if (YamlNode* item = step_into(*node, last, parent, false, source, diag)) *item = std::move(value);
-    return;
-  }
-  if (node->kind == YamlNode::Kind::Map) {
-    if (YamlNode* existing = node->find(last.name)) {
-      *existing = std::move(value);
-      return;
-    }
-  }
-  // A new key (or a null/scalar parent, which step_into turns into a map or reports).
-  if (YamlNode* fresh = step_into(*node, last, parent, true, source, diag)) *fresh = std::move(value);
+  // The last segment: an existing key or list item is replaced, a missing key added.
+  const std::string parent = node_path.empty() ? "(top level)" : node_path;
+  if (YamlNode* target = step_into(*node, path.back(), parent, source, diag)) *target = std::move(value);
 }
 
 }  // namespace trctl::spec_detail

@@ -42,11 +42,16 @@ class Diagnostics {
   void error_unlocated(ErrCode code, int source, std::string message);  // where = the source name only
   bool empty() const { return errors_.empty(); }
   size_t count() const { return errors_.size(); }
-  std::vector<Error> take() { return std::move(errors_); }
+  // The errors in file order: unlocated ones first, then by source (file, override 1, ...), line, column.
+  std::vector<Error> take();
 
  private:
+  struct Entry {
+    YamlLoc loc;  // line 0: unlocated
+    Error error;
+  };
   std::vector<std::string> sources_;
-  std::vector<Error> errors_;
+  std::vector<Entry> errors_;
 };
 
 enum class YamlParseOutcome { Document, Empty, Failed };  // Failed: a syntax error (reported); the tree is unusable
