@@ -145,6 +145,11 @@ const char* to_string(OptimizerKind o);
 const char* to_string(SchedulerKind s);
 const char* to_string(LayerKind l);
 const char* to_string(TransformKind t);
+// Added with the loader (same role as the six above): the YAML names of the remaining enums.
+const char* to_string(DatasetKind d);
+const char* to_string(InitKind i);
+const char* to_string(LossKind l);
+const char* to_string(ProgressKind p);
 
 // Learning rate for 1-based epoch e under the scheduler (PyTorch-equivalent per-epoch schedules).
 double scheduler_lr(const SchedulerSpec& s, double base_lr, int epoch, int total_epochs);

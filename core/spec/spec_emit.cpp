@@ -1,0 +1,257 @@
+// spec_to_yaml (a complete spec that spec_parse reads back equal) and the YAML names of the enums.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/spec/spec.h"
+#include "core/spec/spec_fields.h"
+
+namespace trctl {
+
+const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::Fp32: return "fp32";
+    case Precision::Tf32: return "tf32";
+    case Precision::Fp16: return "fp16";
+    case Precision::Bf16: return "bf16";
+  }
+  return "?";
+}
+const char* to_string(DeviceKind d) {
+  switch (d) {
+    case DeviceKind::Auto: return "auto";
+    case DeviceKind::Cpu: return "cpu";
+    case DeviceKind::Cuda: return "cuda";
+  }
+  return "?";
+}
+const char* to_string(OptimizerKind o) {
+  switch (o) {
+    case OptimizerKind::Sgd: return "sgd";
+    case OptimizerKind::Adam: return "adam";
+    case OptimizerKind::AdamW: return "adamw";
+  }
+  return "?";
+}
+const char* to_string(SchedulerKind s) {
+  switch (s) {
+    case SchedulerKind::Constant: return "constant";
+    case SchedulerKind::Cosine: return "cosine";
+    case SchedulerKind::Step: return "step";
+    case SchedulerKind::MultiStep: return "multistep";
+  }
+  return "?";
+}
+const char* to_string(LayerKind l) {
+  switch (l) {
+    case LayerKind::Flatten: return "flatten";
+    case LayerKind::Linear: return "linear";
+    case LayerKind::Relu: return "relu";
+    case LayerKind::Dropout: return "dropout";
+  }
+  return "?";
+}
+const char* to_string(TransformKind t) {
+  switch (t) {
+    case TransformKind::Pad: return "pad";
+    case TransformKind::RandomCrop: return "random_crop";
+    case TransformKind::RandomRotation: return "random_rotation";
+    case TransformKind::RandomScale: return "random_scale";
+    case TransformKind::Normalize: return "normalize";
+    case TransformKind::RandomErasing: return "random_erasing";
+  }
+  return "?";
+}
+const char* to_string(DatasetKind d) {
+  switch (d) {
+    case DatasetKind::FashionMnist: return "fashion_mnist";
+    case DatasetKind::Idx: return "idx";
+  }
+  return "?";
+}
+const char* to_string(InitKind i) {
+  switch (i) {
+    case InitKind::KaimingUniformFanIn: return "kaiming_uniform_fan_in";
+  }
+  return "?";
+}
+const char* to_string(LossKind l) {
+  switch (l) {
+    case LossKind::CrossEntropy: return "cross_entropy";
+  }
+  return "?";
+}
+const char* to_string(ProgressKind p) {
+  switch (p) {
+    case ProgressKind::Auto: return "auto";
+    case ProgressKind::On: return "on";
+    case ProgressKind::Off: return "off";
+  }
+  return "?";
+}
+
+namespace {
+
+using spec_detail::format_double;
+
+// A YAML double-quoted string: \" \\ and control characters escaped; other bytes (UTF-8) as they are.
+std::string quoted(const std::string& s) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out = "\"";
+  for (char ch : s) {
+    auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+const char* boolean(bool b) { return b ? "true" : "false"; }
+
+std::string list_of(const std::vector<double>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + format_double(v[i]);
+  return s + "]";
+}
+std::string pair_of(double a, double b) { return list_of({a, b}); }
+
+// The transform as one list item: "kind: {params}" with the kind's parameters only.
+std::string transform_item(const TransformSpec& t) {
+  std::string params;
+  switch (t.kind) {
+    case TransformKind::Pad: params = "padding: " + std::to_string(t.padding); break;
+    case TransformKind::RandomCrop: params = "size: " + std::to_string(t.size); break;
+    case TransformKind::RandomRotation: params = "degrees: " + format_double(t.degrees); break;
+    case TransformKind::RandomScale:
+      params = "min: " + format_double(t.scale_min) + ", max: " + format_double(t.scale_max);
+      break;
+    case TransformKind::Normalize: break;
+    case TransformKind::RandomErasing:
+      params = "p: " + format_double(t.p) + ", scale: " + pair_of(t.erase_scale_min, t.erase_scale_max) +
+               ", ratio: " + pair_of(t.ratio_min, t.ratio_max) + ", value: " + format_double(t.value);
+      break;
+  }
+  return std::string(to_string(t.kind)) + ": {" + params + "}";
+}
+
+void emit_transforms(std::string& y, const char* key, const std::vector<TransformSpec>& list) {
+  y += std::string("  ") + key + ":" + (list.empty() ? " []\n" : "\n");
+  for (const TransformSpec& t : list) y += "    - " + transform_item(t) + "\n";
+}
+
+void emit_data(std::string& y, const DataSpec& d) {
+  y += "data:\n";
+  y += std::string("  dataset: ") + to_string(d.dataset) + "\n";
+  y += "  root: " + quoted(d.root) + "\n";
+  y += "  train_images: " + quoted(d.train_images) + "\n";
+  y += "  train_labels: " + quoted(d.train_labels) + "\n";
+  y += "  val_images: " + quoted(d.val_images) + "\n";
+  y += "  val_labels: " + quoted(d.val_labels) + "\n";
+  y += "  batch_size: " + std::to_string(d.batch_size) + "\n";
+  y += "  val_batch_size: " + std::to_string(d.val_batch_size) + "\n";
+  y += "  workers: " + std::to_string(d.workers) + "\n";
+  y += "  train_subset: " + std::to_string(d.train_subset) + "\n";
+  y += std::string("  drop_last: ") + boolean(d.drop_last) + "\n";
+  y += "  normalization: {mean: " + list_of(d.mean) + ", std: " + list_of(d.std) + "}\n";
+  emit_transforms(y, "train_transforms", d.train_transforms);
+  emit_transforms(y, "val_transforms", d.val_transforms);
+}
+
+// One layer as a flow map with its type's keys only.
+std::string layer_item(const LayerSpec& l) {
+  std::string s = std::string("{type: ") + to_string(l.kind) + ", name: " + quoted(l.name) + ", inputs: [";
+  for (size_t i = 0; i < l.inputs.size(); ++i) s += (i ? ", " : "") + quoted(l.inputs[i]);
+  s += "]";
+  if (l.kind == LayerKind::Linear)
+    s += ", out_features: " + std::to_string(l.out_features) + ", bias: " + boolean(l.bias);
+  if (l.kind == LayerKind::Dropout) s += ", p: " + format_double(l.p);
+  return s + "}";
+}
+
+void emit_model(std::string& y, const ModelSpec& m) {
+  y += "model:\n";
+  y += std::string("  init: ") + to_string(m.init) + "\n";
+  y += std::string("  layers:") + (m.layers.empty() ? " []\n" : "\n");
+  for (const LayerSpec& l : m.layers) y += "    - " + layer_item(l) + "\n";
+}
+
+// Writes the keys used by the chosen type as "  key: value" lines; the others (which spec_parse would refuse
+// under that type) go into one comment line, so the output still shows every field.
+void emit_typed_keys(std::string& y, const char* type_name, const std::vector<std::pair<std::string, bool>>& keys) {
+  std::string unused;
+  for (const auto& [text, used] : keys) {
+    if (used) y += "  " + text + "\n";
+    else unused += (unused.empty() ? "" : ", ") + text;
+  }
+  if (!unused.empty()) y += std::string("  # not used by ") + type_name + ": " + unused + "\n";
+}
+
+void emit_optimizer(std::string& y, const OptimizerSpec& o) {
+  const bool sgd = o.kind == OptimizerKind::Sgd;
+  y += "optimizer:\n";
+  y += std::string("  type: ") + to_string(o.kind) + "\n";
+  y += "  lr: " + format_double(o.lr) + "\n";
+  y += "  weight_decay: " + format_double(o.weight_decay) + "\n";
+  y += std::string("  decay_bias_and_norm: ") + boolean(o.decay_bias_and_norm) + "\n";
+  emit_typed_keys(y, to_string(o.kind),
+                  {{"momentum: " + format_double(o.momentum), sgd},
+                   {"dampening: " + format_double(o.dampening), sgd},
+                   {std::string("nesterov: ") + boolean(o.nesterov), sgd},
+                   {"betas: " + pair_of(o.beta1, o.beta2), !sgd},
+                   {"eps: " + format_double(o.eps), !sgd}});
+}
+
+void emit_scheduler(std::string& y, const SchedulerSpec& s) {
+  std::string milestones = "[";
+  for (size_t i = 0; i < s.milestones.size(); ++i) milestones += (i ? ", " : "") + std::to_string(s.milestones[i]);
+  milestones += "]";
+  const bool step = s.kind == SchedulerKind::Step, multistep = s.kind == SchedulerKind::MultiStep;
+  y += "scheduler:\n";
+  y += std::string("  type: ") + to_string(s.kind) + "\n";
+  y += "  warmup_epochs: " + std::to_string(s.warmup_epochs) + "\n";
+  emit_typed_keys(y, to_string(s.kind),
+                  {{"eta_min: " + format_double(s.eta_min), s.kind == SchedulerKind::Cosine},
+                   {"step_size: " + std::to_string(s.step_size), step},
+                   {"gamma: " + format_double(s.gamma), step || multistep},
+                   {"milestones: " + milestones, multistep}});
+}
+
+}  // namespace
+
+std::string spec_to_yaml(const Spec& spec) {
+  std::string y = "# Complete trctl spec (every field), written by spec_to_yaml.\n";
+  y += "seed: " + std::to_string(spec.seed) + "\n";
+  emit_data(y, spec.data);
+  emit_model(y, spec.model);
+  y += "loss:\n";
+  y += std::string("  type: ") + to_string(spec.loss.kind) + "\n";
+  y += "  label_smoothing: " + format_double(spec.loss.label_smoothing) + "\n";
+  emit_optimizer(y, spec.optimizer);
+  emit_scheduler(y, spec.scheduler);
+  y += "train:\n";
+  y += "  epochs: " + std::to_string(spec.train.epochs) + "\n";
+  y += std::string("  precision: ") + to_string(spec.train.precision) + "\n";
+  y += std::string("  device: ") + to_string(spec.train.device) + "\n";
+  y += "  threads: " + std::to_string(spec.train.threads) + "\n";
+  y += std::string("  deterministic: ") + boolean(spec.train.deterministic) + "\n";
+  y += "run:\n";
+  y += "  out_dir: " + quoted(spec.run.out_dir) + "\n";
+  y += "  name: " + quoted(spec.run.name) + "\n";
+  y += "  log_interval: " + std::to_string(spec.run.log_interval) + "\n";
+  y += std::string("  progress: ") + to_string(spec.run.progress) + "\n";
+  return y;
+}
+
+}  // namespace trctl

@@ -1,0 +1,222 @@
+// spec_parse / spec_load: YAML text → located tree → overrides applied → every section read and checked, all
+// errors collected; also the readers of the small sections (loss, optimizer, scheduler, train, run).
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <functional>
+
+#include "core/spec/spec.h"
+#include "core/spec/spec_fields.h"
+#include "core/spec/spec_sections.h"
+#include "core/spec/yaml_tree.h"
+
+namespace trctl {
+namespace spec_detail {
+
+constexpr size_t kMaxSpecBytes = size_t{1} << 20;  // 1 MiB: far above any real recipe, bounds parser work
+
+void parse_loss_section(Diagnostics& d, const YamlNode& map, LossSpec& out) {
+  check_keys(d, map, "loss", {"type", "label_smoothing"});
+  get_enum(d, map, "loss", "type", {LossKind::CrossEntropy}, out.kind);
+  get_double(d, map, "loss", "label_smoothing", half_open(0, 1), out.label_smoothing);
+}
+
+// optimizer: shared keys, then the type's own (sgd: momentum, dampening, nesterov; adam/adamw: betas, eps); the
+// other type's keys are errors, as is nesterov without momentum or with dampening (PyTorch's rule).
+void parse_optimizer_section(Diagnostics& d, const YamlNode& map, OptimizerSpec& out) {
+  const std::string s = "optimizer";
+  check_keys(d, map, s,
+             {"type", "lr", "momentum", "dampening", "nesterov", "betas", "eps", "weight_decay",
+              "decay_bias_and_norm"});
+  bool typed = get_enum(d, map, s, "type", {OptimizerKind::Sgd, OptimizerKind::Adam, OptimizerKind::AdamW},
+                        out.kind);
+  get_double(d, map, s, "lr", above(0), out.lr);
+  get_double(d, map, s, "weight_decay", at_least(0), out.weight_decay);
+  get_bool(d, map, s, "decay_bias_and_norm", out.decay_bias_and_norm);
+  bool sgd_ok = get_double(d, map, s, "momentum", half_open(0, 1), out.momentum);
+  sgd_ok &= get_double(d, map, s, "dampening", closed(0, 1), out.dampening);
+  sgd_ok &= get_bool(d, map, s, "nesterov", out.nesterov);
+  get_double_pair(d, map, s, "betas", half_open(0, 1), false, out.beta1, out.beta2);
+  get_double(d, map, s, "eps", above(0), out.eps);
+  if (!typed) return;  // which keys belong is unknown
+  const std::string chosen = std::string("optimizer.type '") + to_string(out.kind) + "'";
+  if (out.kind == OptimizerKind::Sgd) {
+    reject_keys(d, map, s, {"betas", "eps"}, chosen, "adam and adamw");
+    if (sgd_ok && out.nesterov && (out.momentum <= 0 || out.dampening != 0)) {
+      d.error(ErrCode::Invalid, map.find("nesterov")->loc,
+              "'optimizer.nesterov' needs momentum > 0 and dampening 0 (got momentum " +
+                  format_double(out.momentum) + ", dampening " + format_double(out.dampening) + ")");
+    }
+  } else {
+    reject_keys(d, map, s, {"momentum", "dampening", "nesterov"}, chosen, "sgd");
+  }
+}
+
+namespace {
+
+// scheduler.milestones: integers >= 1, strictly increasing.
+void parse_milestones(Diagnostics& d, const YamlNode& map, std::vector<int>& out) {
+  const YamlNode* list = map.find("milestones");
+  if (!list) return;
+  const std::string path = "scheduler.milestones";
+  if (!node_is(d, *list, YamlNode::Kind::Seq, path)) return;
+  std::vector<int> values;
+  bool ok = true;
+  for (size_t i = 0; i < list->items.size(); ++i) {
+    int64_t v = 0;
+    if (!node_int(d, list->items[i], index_path(path, i), int_at_least(1), v)) {
+      ok = false;
+      continue;
+    }
+    if (!values.empty() && v <= values.back()) {
+      d.error(ErrCode::OutOfRange, list->items[i].loc,
+              "'" + path + "' must be strictly increasing: " + list->items[i].text + " follows " +
+                  std::to_string(values.back()));
+      ok = false;
+    }
+    values.push_back(static_cast<int>(v));
+  }
+  if (ok) out = std::move(values);
+}
+
+}  // namespace
+
+// scheduler: warmup_epochs for every type; eta_min (cosine), step_size (step), gamma (step, multistep), milestones
+// (multistep) are errors under another type. warmup_epochs < train.epochs for cosine is checked by the caller.
+void parse_scheduler_section(Diagnostics& d, const YamlNode& map, SchedulerSpec& out) {
+  const std::string s = "scheduler";
+  check_keys(d, map, s, {"type", "warmup_epochs", "eta_min", "step_size", "gamma", "milestones"});
+  bool typed = get_enum(
+      d, map, s, "type",
+      {SchedulerKind::Constant, SchedulerKind::Cosine, SchedulerKind::Step, SchedulerKind::MultiStep}, out.kind);
+  get_int(d, map, s, "warmup_epochs", int_at_least(0), out.warmup_epochs);
+  get_double(d, map, s, "eta_min", at_least(0), out.eta_min);
+  get_int(d, map, s, "step_size", int_at_least(1), out.step_size);
+  get_double(d, map, s, "gamma", above(0), out.gamma);
+  parse_milestones(d, map, out.milestones);
+  if (!typed) return;
+  const std::string chosen = std::string("scheduler.type '") + to_string(out.kind) + "'";
+  if (out.kind != SchedulerKind::Cosine) reject_keys(d, map, s, {"eta_min"}, chosen, "cosine");
+  if (out.kind != SchedulerKind::Step) reject_keys(d, map, s, {"step_size"}, chosen, "step");
+  if (out.kind != SchedulerKind::Step && out.kind != SchedulerKind::MultiStep)
+    reject_keys(d, map, s, {"gamma"}, chosen, "step and multistep");
+  if (out.kind != SchedulerKind::MultiStep) reject_keys(d, map, s, {"milestones"}, chosen, "multistep");
+}
+
+void parse_train_section(Diagnostics& d, const YamlNode& map, TrainSpec& out) {
+  const std::string s = "train";
+  check_keys(d, map, s, {"epochs", "precision", "device", "threads", "deterministic"});
+  get_int(d, map, s, "epochs", int_at_least(1), out.epochs);
+  get_enum(d, map, s, "precision", {Precision::Fp32, Precision::Tf32, Precision::Fp16, Precision::Bf16},
+           out.precision);
+  get_enum(d, map, s, "device", {DeviceKind::Auto, DeviceKind::Cpu, DeviceKind::Cuda}, out.device);
+  get_int(d, map, s, "threads", int_at_least(0), out.threads);
+  get_bool(d, map, s, "deterministic", out.deterministic);
+}
+
+void parse_run_section(Diagnostics& d, const YamlNode& map, RunSpec& out) {
+  const std::string s = "run";
+  check_keys(d, map, s, {"out_dir", "name", "log_interval", "progress"});
+  get_string(d, map, s, "out_dir", out.out_dir);
+  get_string(d, map, s, "name", out.name);
+  get_int(d, map, s, "log_interval", int_at_least(1), out.log_interval);
+  get_enum(d, map, s, "progress", {ProgressKind::Auto, ProgressKind::On, ProgressKind::Off}, out.progress);
+}
+
+namespace {
+
+// Calls read(map) for root[key] when it is a map; an absent or null section reads as an empty map.
+void read_section(Diagnostics& d, const YamlNode& root, const char* key,
+                  const std::function<void(const YamlNode&)>& read) {
+  YamlNode empty;
+  empty.kind = YamlNode::Kind::Map;
+  const YamlNode* n = root.find(key);
+  if (!n || n->kind == YamlNode::Kind::Null) {
+    empty.loc = n ? n->loc : root.loc;
+    read(empty);
+  } else if (node_is(d, *n, YamlNode::Kind::Map, key)) {
+    read(*n);
+  }
+}
+
+// Cross-section rule: a cosine schedule needs epochs after the warm-up.
+void check_warmup(Diagnostics& d, const YamlNode& root, const Spec& spec) {
+  if (spec.scheduler.kind != SchedulerKind::Cosine || spec.scheduler.warmup_epochs < spec.train.epochs) return;
+  const YamlNode* sched = root.find("scheduler");
+  const YamlNode* warmup = sched ? sched->find("warmup_epochs") : nullptr;
+  if (!warmup) return;  // the default 0 is always below epochs >= 1
+  range_error(d, *warmup, "scheduler.warmup_epochs",
+              "< train.epochs (" + std::to_string(spec.train.epochs) + ") when scheduler.type is cosine");
+}
+
+void parse_root(Diagnostics& d, const YamlNode& root, Spec& spec) {
+  check_keys(d, root, "", {"seed", "data", "model", "loss", "optimizer", "scheduler", "train", "run"});
+  if (const YamlNode* seed = root.find("seed")) node_uint64(d, *seed, "seed", spec.seed);
+  read_section(d, root, "data", [&](const YamlNode& m) { parse_data_section(d, m, spec.data); });
+  if (!root.find("model")) {
+    d.error(ErrCode::Missing, root.loc, "missing 'model' (a spec needs a model with a non-empty 'layers' list)");
+  } else {
+    read_section(d, root, "model", [&](const YamlNode& m) { parse_model_section(d, m, spec.model); });
+  }
+  read_section(d, root, "loss", [&](const YamlNode& m) { parse_loss_section(d, m, spec.loss); });
+  read_section(d, root, "optimizer", [&](const YamlNode& m) { parse_optimizer_section(d, m, spec.optimizer); });
+  size_t before = d.count();
+  read_section(d, root, "scheduler", [&](const YamlNode& m) { parse_scheduler_section(d, m, spec.scheduler); });
+  read_section(d, root, "train", [&](const YamlNode& m) { parse_train_section(d, m, spec.train); });
+  if (d.count() == before) check_warmup(d, root, spec);  // only on values that were read without errors
+  read_section(d, root, "run", [&](const YamlNode& m) { parse_run_section(d, m, spec.run); });
+}
+
+}  // namespace
+}  // namespace spec_detail
+
+Result<Spec> spec_parse(const std::string& yaml_text, const std::string& file_name,
+                        const std::vector<std::string>& overrides) {
+  using namespace spec_detail;
+  Diagnostics d(file_name);
+  if (yaml_text.size() > kMaxSpecBytes) {
+    d.error_unlocated(ErrCode::Invalid, 0,
+                      "spec is " + std::to_string(yaml_text.size()) + " bytes; the limit is 1 MiB (" +
+                          std::to_string(kMaxSpecBytes) + " bytes)");
+    return d.take();
+  }
+  YamlNode root;
+  YamlParseOutcome outcome = yaml_tree_parse(yaml_text, 0, 0, d, root);
+  if (outcome == YamlParseOutcome::Failed) return d.take();
+  if (outcome == YamlParseOutcome::Empty || root.kind == YamlNode::Kind::Null) {
+    d.error_unlocated(ErrCode::Missing, 0, "empty spec (expected a map with at least 'model')");
+    return d.take();
+  }
+  if (root.kind != YamlNode::Kind::Map) {
+    if (root.kind != YamlNode::Kind::Bad)
+      d.error(ErrCode::WrongType, root.loc,
+              "expected a map (seed, data, model, ...) at the top level of the spec, got " + yaml_describe(root));
+    return d.take();
+  }
+  for (size_t i = 0; i < overrides.size(); ++i) {
+    int source = d.add_source("<override " + std::to_string(i + 1) + ">");
+    yaml_tree_apply_override(root, overrides[i], source, d);
+  }
+  Spec spec;
+  spec.source = file_name;
+  parse_root(d, root, spec);
+  if (!d.empty()) return d.take();
+  return spec;
+}
+
+Result<Spec> spec_load(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{ErrCode::Io, path, std::string("cannot open the spec file: ") + std::strerror(errno)};
+  // Read at most one byte past the limit, so a huge file is refused without being read.
+  const size_t limit = spec_detail::kMaxSpecBytes;
+  std::string text(limit + 1, '\0');
+  in.read(&text[0], static_cast<std::streamsize>(text.size()));
+  if (in.bad()) return Error{ErrCode::Io, path, "cannot read the spec file"};
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > limit)
+    return Error{ErrCode::Invalid, path, "spec file is larger than the 1 MiB limit (" + std::to_string(limit) +
+                                             " bytes)"};
+  return spec_parse(text, path, overrides);
+}
+
+}  // namespace trctl
