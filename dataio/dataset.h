@@ -24,6 +24,9 @@ struct ImageDataset {
 Result<ImageDataset> idx_load(const std::string& images_path, const std::string& labels_path);
 
 // The train or validation split named by the spec (root + file names), with train_subset applied to train.
+// A name is joined to root unless it is absolute; when the named file is missing but its twin with ".gz" added
+// (or removed) exists, the twin is read. train_subset outside [0, n] is ErrCode::OutOfRange; a subset keeps the
+// whole file's num_classes. See dataio/idx.h for the byte-level helpers and the 1 GiB inflate cap.
 Result<ImageDataset> dataset_load(const DataSpec& data, bool train);
 
 }  // namespace trctl

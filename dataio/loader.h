@@ -30,6 +30,14 @@ struct BatchView {
 // The epoch permutation of [0, n) (identity when !shuffle): Fisher-Yates driven by Philox(seed, Shuffle, epoch).
 std::vector<int64_t> loader_epoch_order(int64_t n, bool shuffle, uint64_t seed, uint32_t epoch);
 
+// Checks that a Loader can be built: the dataset's arrays match its dims, the pipeline was built for its image
+// size and channels, batch_size >= 1, workers in [1, 256]. The Loader constructor throws std::invalid_argument
+// with this message on such a programming error, so call this first where the inputs come from a user.
+Status loader_validate(const ImageDataset& data, const TransformPipeline& pipeline, const LoaderOptions& opt);
+
+// `data` is referenced, not copied: it must outlive the Loader. next() before any start_epoch returns false.
+// If preparing a batch fails inside the background threads (e.g. std::bad_alloc), the exception is caught there
+// and rethrown to the caller by next(), which keeps rethrowing it until the next start_epoch.
 class Loader {
  public:
   Loader(const ImageDataset& data, const TransformPipeline& pipeline, const LoaderOptions& opt);

@@ -23,7 +23,8 @@ Result<TransformPipeline> transforms_build(const std::vector<TransformSpec>& ste
                                            const std::vector<double>& std, int in_h, int in_w, int c,
                                            const std::string& where);
 
-// Random parameters of one step for one sample (unused fields zero).
+// Random parameters of one step for one sample (unused fields zero). erase may be true with a zero-sized box, as
+// in torchvision when a side rounds to 0.
 struct StepParams {
   int crop_y = 0, crop_x = 0;    // random_crop offsets
   double angle_deg = 0;          // random_rotation
@@ -35,9 +36,20 @@ struct SampleParams {
   std::vector<StepParams> steps;  // one per pipeline step
 };
 
+// All draws come from one PhiloxStream(seed, RngPurpose::Transform, epoch, sample_index), step by step in
+// pipeline order (every draw is taken even when its range is a single value):
+//   random_crop     top = below(H - size + 1), then left = below(W - size + 1)     (H, W: the image it receives)
+//   random_rotation angle = uniform_range(-degrees, degrees)
+//   random_scale    scale = uniform_range(min, max)
+//   random_erasing  u = uniform() (float); erase only if u < p; then up to 10 attempts of
+//                   area = H*W*uniform_range(scale_min, scale_max), aspect = exp(uniform_range(log rmin, log rmax)),
+//                   h = nearbyint(sqrt(area*aspect)), w = nearbyint(sqrt(area/aspect)) (Python round: half even);
+//                   the first with h < H and w < W draws top = below(H-h+1), then left = below(W-w+1)
 SampleParams transforms_draw(const TransformPipeline& p, uint64_t seed, uint32_t epoch, uint32_t sample_index);
 
-// src (in_h, in_w, c) u8 -> dst (out_h, out_w, c) f32.
+// src (in_h, in_w, c) u8 -> dst (out_h, out_w, c) f32. Each output pixel is traced back through the geometric
+// steps to one source pixel or to outside (value 0), with no intermediate images (dataio/transforms_map.h has
+// the per-pixel maps and their torchvision conventions); then normalized; then the erasing boxes are filled.
 void transforms_apply(const TransformPipeline& p, const SampleParams& params, const uint8_t* src, float* dst);
 
 }  // namespace trctl

@@ -1,0 +1,50 @@
+// dataset_load: the train or validation split named by a DataSpec (file names joined to root, train_subset).
+#include <filesystem>
+
+#include "dataio/dataset.h"
+
+namespace trctl {
+
+namespace {
+
+// root/name (name as given when absolute or root is empty). ".gz" is optional in the spec: when the named file
+// does not exist but its twin with ".gz" added (or removed) does, the twin is used; gzip is detected by content.
+std::string dataset_path(const std::string& root, const std::string& name) {
+  namespace fs = std::filesystem;
+  fs::path p = root.empty() ? fs::path(name) : fs::path(root) / name;
+  std::error_code ec;
+  if (fs::exists(p, ec)) return p.string();
+  std::string s = p.string();
+  const std::string gz = ".gz";
+  bool has_gz = s.size() >= gz.size() && s.compare(s.size() - gz.size(), gz.size(), gz) == 0;
+  std::string twin = has_gz ? s.substr(0, s.size() - gz.size()) : s + gz;
+  if (fs::exists(twin, ec)) return twin;
+  return s;  // idx_load reports it missing under the name the spec gave
+}
+
+// The first `count` samples of ds (count <= ds.n). num_classes stays that of the whole file, so that a model
+// trained on a subset still has every class.
+void dataset_truncate(ImageDataset* ds, int64_t count) {
+  size_t per = size_t(ds->h) * size_t(ds->w) * size_t(ds->c);
+  ds->pixels.resize(size_t(count) * per);
+  ds->labels.resize(size_t(count));
+  ds->n = count;
+}
+
+}  // namespace
+
+Result<ImageDataset> dataset_load(const DataSpec& data, bool train) {
+  std::string images = dataset_path(data.root, train ? data.train_images : data.val_images);
+  std::string labels = dataset_path(data.root, train ? data.train_labels : data.val_labels);
+  auto ds = idx_load(images, labels);
+  if (!ds.ok() || !train || data.train_subset == 0) return ds;
+  if (data.train_subset < 0 || data.train_subset > ds->n) {
+    return Error{ErrCode::OutOfRange, images,
+                 "data.train_subset " + std::to_string(data.train_subset) + " is outside [0, " +
+                     std::to_string(ds->n) + "] (the file's sample count; 0 = all)"};
+  }
+  dataset_truncate(&ds.value(), data.train_subset);
+  return ds;
+}
+
+}  // namespace trctl
