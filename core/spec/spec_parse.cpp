@@ -139,16 +139,6 @@ void read_section(Diagnostics& d, const YamlNode& root, const char* key,
   }
 }
 
-// Cross-section rule: a cosine schedule needs epochs after the warm-up.
-void check_warmup(Diagnostics& d, const YamlNode& root, const Spec& spec) {
-  if (spec.scheduler.kind != SchedulerKind::Cosine || spec.scheduler.warmup_epochs < spec.train.epochs) return;
-  const YamlNode* sched = root.find("scheduler");
-  const YamlNode* warmup = sched ? sched->find("warmup_epochs") : nullptr;
-  if (!warmup) return;  // the default 0 is always below epochs >= 1
-  range_error(d, *warmup, "scheduler.warmup_epochs",
-              "< train.epochs (" + std::to_string(spec.train.epochs) + ") when scheduler.type is cosine");
-}
-
 void parse_root(Diagnostics& d, const YamlNode& root, Spec& spec) {
   check_keys(d, root, "", {"seed", "data", "model", "loss", "optimizer", "scheduler", "train", "run"});
   if (const YamlNode* seed = root.find("seed")) node_uint64(d, *seed, "seed", spec.seed);
@@ -160,10 +150,8 @@ void parse_root(Diagnostics& d, const YamlNode& root, Spec& spec) {
   }
   read_section(d, root, "loss", [&](const YamlNode& m) { parse_loss_section(d, m, spec.loss); });
   read_section(d, root, "optimizer", [&](const YamlNode& m) { parse_optimizer_section(d, m, spec.optimizer); });
-  size_t before = d.count();
   read_section(d, root, "scheduler", [&](const YamlNode& m) { parse_scheduler_section(d, m, spec.scheduler); });
   read_section(d, root, "train", [&](const YamlNode& m) { parse_train_section(d, m, spec.train); });
-  if (d.count() == before) check_warmup(d, root, spec);  // only on values that were read without errors
   read_section(d, root, "run", [&](const YamlNode& m) { parse_run_section(d, m, spec.run); });
 }
 

@@ -55,7 +55,7 @@ TEST_CASE("top-1 accuracy counts rows whose first maximum is the label", "[ops][
   CHECK(accuracy_top1_cpu(logits.data(), labels.data(), 3, 3) == 2);  // row 1 ties: first max (0) wins
 }
 
-TEST_CASE("labels outside [0, C) are counted and contribute nothing", "[ops][softmax_ce]") {
+TEST_CASE("labels outside 0..C-1 are counted and contribute nothing", "[ops][softmax_ce]") {
   std::vector<float> logits = {1, 2, 3, 4};
   std::vector<int32_t> labels = {5, -1};
   int64_t bad = 0;
