@@ -10,6 +10,9 @@
 
 #include "core/compiler.h"
 #include "runtime/train/trainer.h"
+#if defined(TRCTL_HAVE_CUDA)
+#include "runtime/cuda/cuda_backend.h"
+#endif
 
 namespace trctl {
 namespace {
@@ -71,6 +74,10 @@ int cmd_train(const SpecArgs& a, bool print_config) {
   TrainOptions opt;
   const ProgressKind pk = spec->run.progress;
   opt.progress_tty = pk == ProgressKind::On || (pk == ProgressKind::Auto && isatty(fileno(stderr)));
+#if defined(TRCTL_HAVE_CUDA)
+  opt.gpu.device_count = cuda_device_count;
+  opt.gpu.make = make_cuda_backend;
+#endif
   Result<TrainResult> r = train_run(spec.value(), opt, *log);
   if (!r.ok()) return report_errors(r.errors());
   const TrainResult& res = r.value();

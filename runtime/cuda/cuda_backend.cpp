@@ -1,0 +1,553 @@
+// CudaBackend: the compiled plan on one GPU (see cuda_backend.h). Construction allocates everything (arena,
+// weight copy for AMP, per-program scratch, GEMM plans); each program is lowered to a list of launches, captured
+// into a CUDA graph on its first run and replayed afterwards.
+#include "runtime/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstring>
+#include <functional>
+#include <map>
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/lt_gemm.h"
+#include "runtime/ops/amp/amp_cuda.h"
+#include "runtime/ops/augment/augment_cuda.h"
+#include "runtime/ops/bias_grad/bias_grad_cuda.h"
+#include "runtime/ops/cast/cast_cuda.h"
+#include "runtime/ops/dropout/dropout_cuda.h"
+#include "runtime/ops/fill/fill_cuda.h"
+#include "runtime/ops/optim/optim_cuda.h"
+#include "runtime/ops/relu/relu_cuda.h"
+#include "runtime/ops/softmax_ce/softmax_ce_cuda.h"
+
+namespace trctl {
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return n;
+}
+
+namespace {
+
+// Everything that changes per step, in the plan's Hyper region.
+struct DeviceState {
+  OptHyper opt;
+  GradScalerState scaler;
+  uint32_t step;        // training iterations; the current one during a step (dropout key)
+  uint32_t cursor[2];   // per DataSplit: position in the epoch order
+  uint32_t epoch[2];    // per DataSplit: the epoch key of the transforms
+  int32_t bad_labels;   // labels outside [0, C) seen by the loss
+};
+static_assert(sizeof(DeviceState) <= static_cast<size_t>(kHyperBytes), "DeviceState must fit the Hyper region");
+
+using Launch = std::function<Status()>;
+
+struct SplitData {
+  uint8_t* pixels = nullptr;
+  int32_t* labels = nullptr;
+  int32_t* order = nullptr;
+  int64_t n = 0;
+  GpuPipeline pipeline;
+  bool uploaded = false;
+  std::vector<int32_t> host_order;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const Compiled& c, uint64_t seed) : c_(c), seed_(seed) {}
+  ~CudaBackend() override;
+
+  Status init();
+  std::string name() const override { return "cuda"; }
+  Status write_region(Region r, const std::vector<std::byte>& bytes) override;
+  std::vector<std::byte> read_region(Region r) override;
+  Status load_batch(int, int, const float*, const int32_t*, int64_t) override {
+    return Error{ErrCode::NotSupported, "cuda backend",
+                 "host-fed batches are not supported yet on the CUDA backend (device-resident datasets only)"};
+  }
+  void set_lr(double lr) override;
+  int64_t step() const override { return step_; }
+  void set_step(int64_t s) override;
+  Status run(int, int) override { return load_batch(0, 0, nullptr, nullptr, 0); }
+  double last_loss(int program) override;
+  ProgramMetrics metrics(int program) override;
+  void reset_metrics() override;
+  Status synchronize() override;
+  bool resident_data() const override { return true; }
+  Status upload_split(DataSplit split, const ImageDataset& data, const TransformPipeline& tf) override;
+  Status begin_epoch(DataSplit split, uint32_t epoch, const std::vector<int64_t>& order) override;
+  Status run_resident(int program, DataSplit split) override;
+
+ private:
+  char* at(ValueId v) const {
+    const Placement& p = c_.plan.values[v];
+    return region_[static_cast<int>(p.region)] + p.offset;
+  }
+  GpuDType act_type() const { return amp_ == Precision::Fp16 ? GpuDType::F16 : amp_ == Precision::Bf16 ? GpuDType::BF16 : GpuDType::F32; }
+  bool lowp() const { return amp_ == Precision::Fp16 || amp_ == Precision::Bf16; }
+  bool scaled() const { return amp_ == Precision::Fp16; }
+  const void* weight_ptr(ValueId w) const {
+    if (!lowp()) return at(w);
+    return static_cast<char*>(lowp_weights_) + c_.plan.values[w].offset / 2;
+  }
+  DeviceState* state() const { return reinterpret_cast<DeviceState*>(region_[static_cast<int>(Region::Hyper)]); }
+  Status refresh_lowp_weights();
+  Status plan_gemms();
+  Result<std::vector<Launch>> lower(int program);
+  Status lower_node(int program, size_t i, std::vector<Launch>& out);
+  Status lower_optimizer(std::vector<Launch>& out);
+  Status capture(int program);
+
+  const Compiled& c_;
+  uint64_t seed_;
+  Precision amp_ = Precision::Fp32;
+  CudaContext ctx_;
+  char* arena_ = nullptr;
+  std::array<char*, kRegionCount> region_{};
+  void* lowp_weights_ = nullptr;
+  std::vector<void*> scratch_;                         // per program: loss workspace, then augment parameters
+  std::vector<size_t> ce_ws_bytes_;
+  std::map<std::pair<int, size_t>, LtGemmPlan> gemm_;  // (program, node) -> plan
+  std::vector<cudaGraphExec_t> exec_;
+  std::vector<int64_t> runs_;
+  SplitData split_[2];
+  int64_t step_ = 0;
+  double host_lr_ = 0;
+  uint32_t host_u32_[4] = {};
+};
+
+CudaBackend::~CudaBackend() {
+  for (cudaGraphExec_t e : exec_)
+    if (e) TRCTL_CUDA_WARN(cudaGraphExecDestroy(e));
+  gemm_.clear();
+  for (void* p : scratch_) TRCTL_CUDA_WARN(cudaFree(p));
+  for (auto& s : split_) {
+    TRCTL_CUDA_WARN(cudaFree(s.pixels));
+    TRCTL_CUDA_WARN(cudaFree(s.labels));
+    TRCTL_CUDA_WARN(cudaFree(s.order));
+  }
+  TRCTL_CUDA_WARN(cudaFree(lowp_weights_));
+  TRCTL_CUDA_WARN(cudaFree(arena_));
+}
+
+Status CudaBackend::init() {
+  amp_ = c_.spec.train.precision;
+  Result<CudaContext> ctx = cuda_context_create(0);
+  if (!ctx.ok()) return ctx.errors();
+  ctx_ = std::move(ctx.value());
+  int64_t total = 0;
+  std::array<int64_t, kRegionCount> off{};
+  for (int r = 0; r < kRegionCount; ++r) {
+    off[r] = total;
+    total += align_up(c_.plan.region_bytes[r]);
+  }
+  size_t free_b = 0, total_b = 0;
+  TRCTL_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+  if (static_cast<size_t>(total) > free_b) {
+    std::string regions;
+    for (int r = 0; r < kRegionCount; ++r)
+      regions += std::string(r ? ", " : "") + to_string(static_cast<Region>(r)) + " " +
+                 std::to_string(c_.plan.region_bytes[r]);
+    return Error{ErrCode::Invalid, "cuda backend",
+                 "the memory plan needs " + std::to_string(total) + " bytes but the device has " +
+                     std::to_string(free_b) + " free (regions: " + regions + ")"};
+  }
+  TRCTL_CUDA_TRY(cudaMalloc(&arena_, static_cast<size_t>(total)));
+  TRCTL_CUDA_TRY(cudaMemset(arena_, 0, static_cast<size_t>(total)));
+  for (int r = 0; r < kRegionCount; ++r) region_[r] = arena_ + off[r];
+  if (lowp()) {
+    TRCTL_CUDA_TRY(cudaMalloc(&lowp_weights_, static_cast<size_t>(c_.plan.weights_bytes / 2 + kAlign)));
+  }
+  DeviceState s{};
+  const OptimizerSpec& o = c_.spec.optimizer;
+  s.opt = o.kind == OptimizerKind::Sgd ? opt_hyper_sgd(o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov)
+                                       : opt_hyper_adam(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay);
+  s.scaler = GradScalerState{};
+  TRCTL_CUDA_TRY(cudaMemcpy(state(), &s, sizeof s, cudaMemcpyHostToDevice));
+  for (const Program& p : c_.graph.programs) {
+    const size_t ce = softmax_ce_workspace_bytes(p.batch);
+    void* buf = nullptr;
+    TRCTL_CUDA_TRY(cudaMalloc(&buf, align_up(static_cast<int64_t>(ce)) + augment_scratch_bytes(p.batch)));
+    scratch_.push_back(buf);
+    ce_ws_bytes_.push_back(static_cast<size_t>(align_up(static_cast<int64_t>(ce))));
+  }
+  exec_.assign(c_.graph.programs.size(), nullptr);
+  runs_.assign(c_.graph.programs.size(), 0);
+  return plan_gemms();
+}
+
+// One cuBLASLt plan per GEMM node, chosen now so nothing is planned while the step runs.
+Status CudaBackend::plan_gemms() {
+  const GpuDType act = act_type();
+  const GemmMath math = amp_ == Precision::Tf32 ? GemmMath::FastTf32 : GemmMath::Default;
+  for (size_t pi = 0; pi < c_.graph.programs.size(); ++pi) {
+    const Program& p = c_.graph.programs[pi];
+    for (size_t i = 0; i < p.nodes.size(); ++i) {
+      const Node& n = p.nodes[i];
+      auto dims = [&](ValueId v) { return c_.graph.values[v].shape.dims; };
+      GemmDesc d;
+      d.ab_type = act;
+      d.d_type = act;
+      d.math = math;
+      d.min_alignment = 16;
+      if (n.op == OpKind::Linear) {
+        d.m = dims(n.in[0])[0];
+        d.k = dims(n.in[0])[1];
+        d.n = dims(n.in[1])[0];
+        d.trans_b = true;
+        const bool bias = n.in.size() == 3;
+        d.epilogue = bias ? (n.attrs.relu ? GemmEpilogue::ReluBias : GemmEpilogue::Bias) : GemmEpilogue::None;
+        d.bias_type = GpuDType::F32;
+        d.bias_type_set = true;
+      } else if (n.op == OpKind::LinearGradInput) {  // dX (N,K) = dY (N,M) W (M,K)
+        d.m = dims(n.in[0])[0];
+        d.k = dims(n.in[0])[1];
+        d.n = dims(n.in[1])[1];
+      } else if (n.op == OpKind::LinearGradWeight) {  // dW (M,K) = dY^T (M,N) X (N,K)
+        d.m = dims(n.in[0])[1];
+        d.k = dims(n.in[0])[0];
+        d.n = dims(n.in[1])[1];
+        d.trans_a = true;
+        d.d_type = GpuDType::F32;
+      } else {
+        continue;
+      }
+      Result<LtGemmPlan> plan = lt_gemm_plan(ctx_, d);
+      if (!plan.ok()) return plan.errors();
+      gemm_.emplace(std::make_pair(static_cast<int>(pi), i), std::move(plan.value()));
+    }
+  }
+  return ok_status();
+}
+
+Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) {
+  const Program& p = c_.graph.programs[program];
+  const Node& n = p.nodes[i];
+  const cudaStream_t s = ctx_.stream;
+  const GpuDType act = act_type();
+  auto numel = [&](ValueId v) { return c_.graph.values[v].shape.numel(); };
+  auto gemm = [&](GemmArgs args) {
+    LtGemmPlan* plan = &gemm_.at({program, i});
+    out.push_back([this, plan, args] { return lt_gemm_run(ctx_, *plan, args); });
+  };
+  switch (n.op) {
+    case OpKind::Flatten:
+    case OpKind::Accuracy:
+    case OpKind::MetricAccumulate:
+    case OpKind::SoftmaxCrossEntropyGrad:  // folded into the fused loss kernel
+      return ok_status();
+    case OpKind::Linear: {
+      GemmArgs a;
+      a.a = at(n.in[0]);
+      a.b = weight_ptr(n.in[1]);
+      a.d = at(n.out[0]);
+      if (n.in.size() == 3) a.bias = at(n.in[2]);
+      gemm(a);
+      if (n.attrs.relu && n.in.size() == 2) {
+        void* y = at(n.out[0]);
+        const int64_t cnt = numel(n.out[0]);
+        out.push_back([s, y, cnt, act] { return relu_fwd_cuda(s, y, y, cnt, act); });
+      }
+      return ok_status();
+    }
+    case OpKind::LinearGradInput: {
+      GemmArgs a;
+      a.a = at(n.in[0]);
+      a.b = weight_ptr(n.in[1]);
+      a.d = at(n.out[0]);
+      gemm(a);
+      return ok_status();
+    }
+    case OpKind::LinearGradWeight: {
+      GemmArgs a;
+      a.a = at(n.in[0]);
+      a.b = at(n.in[1]);
+      a.d = at(n.out[0]);
+      gemm(a);
+      return ok_status();
+    }
+    case OpKind::LinearGradBias: {
+      const void* dy = at(n.in[0]);
+      float* db = reinterpret_cast<float*>(at(n.out[0]));
+      const auto dims = c_.graph.values[n.in[0]].shape.dims;
+      out.push_back([s, dy, act, dims, db] { return bias_grad_cuda(s, dy, act, dims[0], dims[1], 0, db, false); });
+      return ok_status();
+    }
+    case OpKind::Relu: {
+      const void* x = at(n.in[0]);
+      void* y = at(n.out[0]);
+      const int64_t cnt = numel(n.in[0]);
+      out.push_back([s, x, y, cnt, act] { return relu_fwd_cuda(s, x, y, cnt, act); });
+      return ok_status();
+    }
+    case OpKind::ReluGrad: {
+      const void *dy = at(n.in[0]), *y = at(n.in[1]);
+      void* dx = at(n.out[0]);
+      const int64_t cnt = numel(n.in[0]);
+      out.push_back([s, y, dy, dx, cnt, act] { return relu_bwd_cuda(s, y, dy, dx, cnt, act); });
+      return ok_status();
+    }
+    case OpKind::Dropout:
+    case OpKind::DropoutGrad: {
+      const DropoutParams prm = dropout_params(n.attrs.p, seed_, n.attrs.op_id, &state()->step);
+      const void* x = at(n.in[0]);
+      void* y = at(n.out[0]);
+      const int64_t cnt = numel(n.in[0]);
+      const bool fwd = n.op == OpKind::Dropout;
+      out.push_back([s, prm, x, y, cnt, act, fwd] {
+        return fwd ? dropout_fwd_cuda(s, prm, x, y, cnt, act) : dropout_bwd_cuda(s, prm, x, y, cnt, act);
+      });
+      return ok_status();
+    }
+    case OpKind::SoftmaxCrossEntropy: {
+      SoftmaxCeArgs a;
+      a.logits = at(n.in[0]);
+      a.logits_type = act;
+      a.labels = reinterpret_cast<const int32_t*>(at(n.in[1]));
+      a.rows = c_.graph.values[n.in[0]].shape.dims[0];
+      a.classes = c_.graph.values[n.in[0]].shape.dims[1];
+      a.label_smoothing = n.attrs.label_smoothing;
+      a.loss_scale = scaled() ? &state()->scaler.scale : nullptr;
+      for (const Node& g : p.nodes)
+        if (g.op == OpKind::SoftmaxCrossEntropyGrad && g.in[0] == n.in[0]) a.dlogits = at(g.out[0]);
+      a.dlogits_type = act;
+      a.workspace = scratch_[program];
+      a.workspace_bytes = ce_ws_bytes_[program];
+      a.loss = reinterpret_cast<float*>(at(p.loss));
+      a.loss_sum = reinterpret_cast<double*>(at(p.loss_sum));
+      a.correct = reinterpret_cast<int32_t*>(at(p.correct));
+      a.bad_labels = &state()->bad_labels;
+      out.push_back([s, a] { return softmax_ce_cuda(s, a); });
+      return ok_status();
+    }
+    case OpKind::Add:
+      return Error{ErrCode::NotSupported, "cuda backend",
+                   "gradient sums (a value used twice) are not lowered to CUDA yet: " + n.name};
+    case OpKind::OptimizerStep:
+      return lower_optimizer(out);
+  }
+  return Error{ErrCode::Internal, "cuda backend", std::string("no lowering for ") + to_string(n.op)};
+}
+
+// The optimizer over the two contiguous ranges of the weight layout; with fp16 AMP the non-finite check before it
+// and the loss-scale update after it; with AMP the fp16/bf16 weight copy refreshed for the next step.
+Status CudaBackend::lower_optimizer(std::vector<Launch>& out) {
+  const cudaStream_t s = ctx_.stream;
+  DeviceState* st = state();
+  const int64_t total = c_.plan.weights_bytes / 4, split = c_.plan.weights_decay_bytes / 4;
+  float* w = reinterpret_cast<float*>(region_[static_cast<int>(Region::Weights)]);
+  float* g = reinterpret_cast<float*>(region_[static_cast<int>(Region::Grads)]);
+  float* m = reinterpret_cast<float*>(region_[static_cast<int>(Region::OptState)]);
+  const int k = optimizer_state_count(c_.spec.optimizer);
+  float* v = k > 1 ? m + total : nullptr;
+  if (k == 0) m = nullptr;
+  const bool sc = scaled();
+  if (sc) out.push_back([s, g, total, st] { return grad_check_nonfinite_cuda(s, g, GpuDType::F32, total, &st->scaler.found_inf); });
+  out.push_back([s, st, sc] {
+    return opt_hyper_advance_cuda(s, &st->opt, sc ? &st->scaler.found_inf : nullptr, sc ? &st->scaler.scale : nullptr,
+                                  nullptr, 0);
+  });
+  const OptimizerKind kind = c_.spec.optimizer.kind;
+  for (int part = 0; part < 2; ++part) {
+    const int64_t b = part == 0 ? 0 : split, n = part == 0 ? split : total - split;
+    if (n == 0) continue;
+    const bool decay = part == 0;
+    float *pw = w + b, *pg = g + b, *pm = m ? m + b : nullptr, *pv = v ? v + b : nullptr;
+    out.push_back([s, st, kind, pw, pg, pm, pv, n, decay] {
+      switch (kind) {
+        case OptimizerKind::AdamW: return adamw_step_cuda(s, &st->opt, pw, pg, pm, pv, n, decay);
+        case OptimizerKind::Adam: return adam_step_cuda(s, &st->opt, pw, pg, pm, pv, n, decay);
+        case OptimizerKind::Sgd: return sgd_step_cuda(s, &st->opt, pw, pg, pm, n, decay);
+      }
+      return ok_status();
+    });
+  }
+  if (sc) out.push_back([s, st] { return grad_scaler_update_cuda(s, &st->scaler); });
+  if (lowp()) {
+    void* lw = lowp_weights_;
+    const GpuDType act = act_type();
+    out.push_back([s, w, lw, act, total] { return cast_cuda(s, w, GpuDType::F32, lw, act, total); });
+  }
+  return ok_status();
+}
+
+Result<std::vector<Launch>> CudaBackend::lower(int program) {
+  const Program& p = c_.graph.programs[program];
+  const DataSplit split = p.kind == ProgramKind::Train ? DataSplit::Train : DataSplit::Val;
+  const SplitData& sd = split_[static_cast<int>(split)];
+  if (!sd.uploaded) return Error{ErrCode::Internal, "cuda backend", "program " + p.name + " run before its data"};
+  std::vector<Launch> out;
+  const cudaStream_t s = ctx_.stream;
+  DeviceState* st = state();
+  ResidentSplit rs{sd.pixels, sd.labels, sd.order, sd.n, &st->cursor[static_cast<int>(split)],
+                   &st->epoch[static_cast<int>(split)]};
+  const GpuPipeline pipe = sd.pipeline;
+  void* x = at(p.input);
+  int32_t* y = reinterpret_cast<int32_t*>(at(p.label));
+  void* aug = static_cast<char*>(scratch_[program]) + ce_ws_bytes_[program];
+  const GpuDType act = act_type();
+  const uint64_t seed = seed_;
+  const int64_t batch = p.batch;
+  out.push_back([s, pipe, rs, seed, batch, x, act, y, aug] {
+    return augment_batch_cuda(s, pipe, rs, seed, batch, x, act, y, aug);
+  });
+  if (p.kind == ProgramKind::Train) {
+    out.push_back([s, st] { return counter_add_u32_cuda(s, &st->step, 1); });
+    if (scaled()) out.push_back([s, st] { return fill_i32_cuda(s, &st->scaler.found_inf, 1, 0); });
+  }
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    Status ok = lower_node(program, i, out);
+    if (!ok.ok()) return ok.errors();
+  }
+  return out;
+}
+
+Status CudaBackend::capture(int program) {
+  Result<std::vector<Launch>> ops = lower(program);
+  if (!ops.ok()) return ops.errors();
+  cudaGraph_t graph = nullptr;
+  TRCTL_CUDA_TRY(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
+  Status st = ok_status();
+  for (const Launch& l : ops.value()) {
+    st = l();
+    if (!st.ok()) break;
+  }
+  const cudaError_t end = cudaStreamEndCapture(ctx_.stream, &graph);
+  if (!st.ok()) {
+    if (graph) cudaGraphDestroy(graph);
+    return st;
+  }
+  TRCTL_CUDA_TRY(end);
+  const cudaError_t inst = cudaGraphInstantiate(&exec_[program], graph, 0);
+  TRCTL_CUDA_WARN(cudaGraphDestroy(graph));
+  TRCTL_CUDA_TRY(inst);
+  return ok_status();
+}
+
+Status CudaBackend::run_resident(int program, DataSplit) {
+  if (!exec_[program]) {
+    Status st = capture(program);
+    if (!st.ok()) return st;
+  }
+  TRCTL_CUDA_TRY(cudaGraphLaunch(exec_[program], ctx_.stream));
+  ++runs_[program];
+  if (c_.graph.programs[program].kind == ProgramKind::Train) ++step_;
+  return ok_status();
+}
+
+Status CudaBackend::upload_split(DataSplit split, const ImageDataset& data, const TransformPipeline& tf) {
+  SplitData& sd = split_[static_cast<int>(split)];
+  Result<GpuPipeline> pipe = gpu_pipeline_make(tf);
+  if (!pipe.ok()) return pipe.errors();
+  sd.pipeline = pipe.value();
+  sd.n = data.n;
+  TRCTL_CUDA_TRY(cudaMalloc(&sd.pixels, data.pixels.size()));
+  TRCTL_CUDA_TRY(cudaMalloc(&sd.labels, data.labels.size() * 4));
+  TRCTL_CUDA_TRY(cudaMalloc(&sd.order, data.labels.size() * 4));
+  TRCTL_CUDA_TRY(cudaMemcpy(sd.pixels, data.pixels.data(), data.pixels.size(), cudaMemcpyHostToDevice));
+  TRCTL_CUDA_TRY(cudaMemcpy(sd.labels, data.labels.data(), data.labels.size() * 4, cudaMemcpyHostToDevice));
+  sd.uploaded = true;
+  return ok_status();
+}
+
+Status CudaBackend::begin_epoch(DataSplit split, uint32_t epoch, const std::vector<int64_t>& order) {
+  SplitData& sd = split_[static_cast<int>(split)];
+  if (static_cast<int64_t>(order.size()) != sd.n)
+    return Error{ErrCode::Internal, "cuda backend", "epoch order does not cover the split"};
+  sd.host_order.assign(order.begin(), order.end());
+  const int k = static_cast<int>(split);
+  host_u32_[0] = 0;
+  host_u32_[1] = epoch;
+  TRCTL_CUDA_TRY(cudaMemcpyAsync(sd.order, sd.host_order.data(), sd.host_order.size() * 4, cudaMemcpyHostToDevice,
+                                 ctx_.stream));
+  TRCTL_CUDA_TRY(cudaMemcpyAsync(&state()->cursor[k], &host_u32_[0], 4, cudaMemcpyHostToDevice, ctx_.stream));
+  TRCTL_CUDA_TRY(cudaMemcpyAsync(&state()->epoch[k], &host_u32_[1], 4, cudaMemcpyHostToDevice, ctx_.stream));
+  TRCTL_CUDA_TRY(cudaStreamSynchronize(ctx_.stream));  // the host buffers are reused by the next call
+  return ok_status();
+}
+
+void CudaBackend::set_lr(double lr) {
+  host_lr_ = lr;
+  TRCTL_CUDA_WARN(cudaMemcpyAsync(&state()->opt.lr, &host_lr_, sizeof(double), cudaMemcpyHostToDevice, ctx_.stream));
+  TRCTL_CUDA_WARN(cudaStreamSynchronize(ctx_.stream));
+}
+
+void CudaBackend::set_step(int64_t s) {
+  step_ = s;
+  host_u32_[2] = static_cast<uint32_t>(s);
+  TRCTL_CUDA_WARN(cudaMemcpy(&state()->step, &host_u32_[2], 4, cudaMemcpyHostToDevice));
+}
+
+Status CudaBackend::refresh_lowp_weights() {
+  if (!lowp()) return ok_status();
+  Status st = cast_cuda(ctx_.stream, region_[static_cast<int>(Region::Weights)], GpuDType::F32, lowp_weights_,
+                        act_type(), c_.plan.weights_bytes / 4);
+  if (!st.ok()) return st;
+  TRCTL_CUDA_TRY(cudaStreamSynchronize(ctx_.stream));
+  return ok_status();
+}
+
+Status CudaBackend::write_region(Region r, const std::vector<std::byte>& bytes) {
+  if (static_cast<int64_t>(bytes.size()) != c_.plan.region_bytes[static_cast<int>(r)])
+    return Error{ErrCode::Invalid, "cuda backend", std::string("region ") + to_string(r) + " size mismatch"};
+  TRCTL_CUDA_TRY(cudaStreamSynchronize(ctx_.stream));
+  TRCTL_CUDA_TRY(cudaMemcpy(region_[static_cast<int>(r)], bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+  if (r == Region::Weights) return refresh_lowp_weights();
+  return ok_status();
+}
+
+std::vector<std::byte> CudaBackend::read_region(Region r) {
+  std::vector<std::byte> b(static_cast<size_t>(c_.plan.region_bytes[static_cast<int>(r)]));
+  TRCTL_CUDA_WARN(cudaStreamSynchronize(ctx_.stream));
+  TRCTL_CUDA_WARN(cudaMemcpy(b.data(), region_[static_cast<int>(r)], b.size(), cudaMemcpyDeviceToHost));
+  return b;
+}
+
+double CudaBackend::last_loss(int program) {
+  float loss = 0;
+  TRCTL_CUDA_WARN(cudaStreamSynchronize(ctx_.stream));
+  TRCTL_CUDA_WARN(cudaMemcpy(&loss, at(c_.graph.programs[program].loss), 4, cudaMemcpyDeviceToHost));
+  return loss;
+}
+
+ProgramMetrics CudaBackend::metrics(int program) {
+  const Program& p = c_.graph.programs[program];
+  double loss_sum = 0;
+  int32_t correct = 0;
+  TRCTL_CUDA_WARN(cudaStreamSynchronize(ctx_.stream));
+  TRCTL_CUDA_WARN(cudaMemcpy(&loss_sum, at(p.loss_sum), 8, cudaMemcpyDeviceToHost));
+  TRCTL_CUDA_WARN(cudaMemcpy(&correct, at(p.correct), 4, cudaMemcpyDeviceToHost));
+  return {loss_sum, static_cast<double>(correct), static_cast<double>(runs_[program] * p.batch)};
+}
+
+void CudaBackend::reset_metrics() {
+  for (size_t i = 0; i < c_.graph.programs.size(); ++i) {
+    const Program& p = c_.graph.programs[i];
+    TRCTL_CUDA_WARN(cudaMemsetAsync(at(p.loss_sum), 0, 8, ctx_.stream));
+    TRCTL_CUDA_WARN(cudaMemsetAsync(at(p.correct), 0, 4, ctx_.stream));
+    runs_[i] = 0;
+  }
+}
+
+Status CudaBackend::synchronize() {
+  TRCTL_CUDA_TRY(cudaStreamSynchronize(ctx_.stream));
+  return ok_status();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const Compiled& c, uint64_t seed) {
+  auto be = std::make_unique<CudaBackend>(c, seed);
+  Status st = be->init();
+  if (!st.ok()) return st.errors();
+  return std::unique_ptr<Backend>(std::move(be));
+}
+
+}  // namespace trctl

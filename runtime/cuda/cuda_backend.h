@@ -1,0 +1,18 @@
+// The CUDA backend: lowers the compiled plan onto one GPU. One device arena holds the plan's regions at their
+// offsets; every program (train, train_last, eval, eval_last) is lowered to kernel launches (cuBLASLt GEMMs with
+// bias/ReLU epilogues, fused softmax cross-entropy, fused optimizers over whole regions, GPU augmentation of the
+// resident dataset), captured once as a CUDA graph and replayed for every batch. Learning rate, step counter,
+// loss scale and data cursor live in device memory, so the host never waits inside an epoch.
+#pragma once
+#include <memory>
+
+#include "runtime/backend.h"
+
+namespace trctl {
+
+// Number of usable CUDA devices; 0 when there is no device or no driver (never fails).
+int cuda_device_count();
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const Compiled& c, uint64_t seed);
+
+}  // namespace trctl

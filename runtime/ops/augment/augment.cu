@@ -1,0 +1,171 @@
+// Gather + augment kernels (see augment_cuda.h): a per-sample kernel draws the parameters exactly as
+// transforms_draw does, a per-pixel kernel evaluates them as transforms_apply does, a one-thread kernel advances
+// the cursor.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "core/util/philox.h"
+#include "dataio/transforms_map.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_utils.cuh"
+#include "runtime/ops/augment/augment_cuda.h"
+
+namespace trctl {
+namespace {
+
+struct SampleGeo {
+  GeoMap maps[kGpuMaxSteps];
+  int32_t nmaps;
+  int32_t erase, ey, ex, eh, ew;  // one erase box (the last random_erasing step that fired)
+  float erase_value;
+};
+
+// torchvision RandomErasing.get_params on an h x w image, in the CPU's draw order (dataio/transforms.cpp).
+__device__ void draw_erasing(const TransformSpec& s, int h, int w, PhiloxStream& rng, SampleGeo& g) {
+  if (!(static_cast<double>(rng.uniform()) < s.p)) return;
+  const double area = double(h) * double(w);
+  const double log_lo = ::log(s.ratio_min), log_hi = ::log(s.ratio_max);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double erase_area = area * rng.uniform_range(s.erase_scale_min, s.erase_scale_max);
+    const double aspect = ::exp(rng.uniform_range(log_lo, log_hi));
+    const int eh = static_cast<int>(::nearbyint(::sqrt(erase_area * aspect)));
+    const int ew = static_cast<int>(::nearbyint(::sqrt(erase_area / aspect)));
+    if (!(eh < h && ew < w)) continue;
+    g.erase = 1;
+    g.ey = static_cast<int>(rng.below(static_cast<uint32_t>(h - eh + 1)));
+    g.ex = static_cast<int>(rng.below(static_cast<uint32_t>(w - ew + 1)));
+    g.eh = eh;
+    g.ew = ew;
+    g.erase_value = static_cast<float>(s.value);
+    return;
+  }
+}
+
+// One thread per sample: label and geometry, drawing in pipeline order from one Philox stream.
+__global__ void augment_params_kernel(GpuPipeline p, ResidentSplit split, uint64_t seed, int64_t batch,
+                                      int32_t* y, SampleGeo* geo) {
+  const int64_t j = grid_thread_index();
+  if (j >= batch) return;
+  const int64_t pos = (static_cast<int64_t>(*split.cursor) + j) % split.n;
+  const int32_t idx = split.order[pos];
+  y[j] = split.labels[idx];
+  SampleGeo g;
+  g.nmaps = 0;
+  g.erase = 0;
+  PhiloxStream rng(seed, static_cast<uint32_t>(RngPurpose::Transform), *split.epoch, static_cast<uint32_t>(idx));
+  int h = p.in_h, w = p.in_w;
+  for (int i = 0; i < p.nsteps; ++i) {
+    const TransformSpec& s = p.steps[i];
+    switch (s.kind) {
+      case TransformKind::Pad:
+        g.maps[g.nmaps++] = geo_shift(h, w, -s.padding, -s.padding);
+        h += 2 * s.padding;
+        w += 2 * s.padding;
+        break;
+      case TransformKind::RandomCrop: {
+        const int cy = static_cast<int>(rng.below(static_cast<uint32_t>(h - s.size + 1)));
+        const int cx = static_cast<int>(rng.below(static_cast<uint32_t>(w - s.size + 1)));
+        g.maps[g.nmaps++] = geo_shift(h, w, cy, cx);
+        h = w = s.size;
+        break;
+      }
+      case TransformKind::RandomRotation:
+        g.maps[g.nmaps++] = geo_rotation(h, w, rng.uniform_range(-s.degrees, s.degrees));
+        break;
+      case TransformKind::RandomScale:
+        g.maps[g.nmaps++] = geo_scale(h, w, rng.uniform_range(s.scale_min, s.scale_max));
+        break;
+      case TransformKind::Normalize:
+        break;
+      case TransformKind::RandomErasing:
+        draw_erasing(s, h, w, rng, g);
+        break;
+    }
+  }
+  geo[j] = g;
+}
+
+// One thread per output pixel (all channels).
+template <class T>
+__global__ void augment_pixels_kernel(GpuPipeline p, ResidentSplit split, int64_t batch, const SampleGeo* geo,
+                                      T* x) {
+  const int64_t per = static_cast<int64_t>(p.out_h) * p.out_w;
+  const int64_t t = grid_thread_index();
+  if (t >= batch * per) return;
+  const int64_t j = t / per;
+  const int32_t yy = static_cast<int32_t>((t % per) / p.out_w), xx = static_cast<int32_t>(t % p.out_w);
+  const SampleGeo& g = geo[j];
+  const int64_t pos = (static_cast<int64_t>(*split.cursor) + j) % split.n;
+  const int32_t idx = split.order[pos];
+  int32_t sy = 0, sx = 0;
+  const bool inside = geo_source_pixel(g.maps, g.nmaps, yy, xx, &sy, &sx);
+  const uint8_t* src = split.pixels + static_cast<int64_t>(idx) * p.in_h * p.in_w * p.c;
+  const bool erased = g.erase && yy >= g.ey && yy < g.ey + g.eh && xx >= g.ex && xx < g.ex + g.ew;
+  T* out = x + t * p.c;
+  for (int ch = 0; ch < p.c; ++ch) {
+    const uint8_t v = inside ? src[(static_cast<int64_t>(sy) * p.in_w + sx) * p.c + ch] : uint8_t(0);
+    const float f = erased ? g.erase_value : normalize_u8(v, p.mean[ch], p.std_dev[ch]);
+    out[ch] = from_f32<T>(f);
+  }
+}
+
+__global__ void cursor_advance_kernel(uint32_t* cursor, uint32_t delta) { *cursor += delta; }
+
+}  // namespace
+
+Result<GpuPipeline> gpu_pipeline_make(const TransformPipeline& p) {
+  if (p.steps.size() > static_cast<size_t>(kGpuMaxSteps) || p.c > kGpuMaxChannels)
+    return Error{ErrCode::NotSupported, "cuda augment",
+                 "the GPU transform kernel handles at most " + std::to_string(kGpuMaxSteps) + " steps and " +
+                     std::to_string(kGpuMaxChannels) + " channels"};
+  int erasing = 0;
+  for (const auto& s : p.steps) erasing += s.kind == TransformKind::RandomErasing;
+  if (erasing > 1)
+    return Error{ErrCode::NotSupported, "cuda augment", "more than one random_erasing step in a pipeline"};
+  GpuPipeline g;
+  g.nsteps = static_cast<int32_t>(p.steps.size());
+  for (size_t i = 0; i < p.steps.size(); ++i) g.steps[i] = p.steps[i];
+  g.in_h = p.in_h;
+  g.in_w = p.in_w;
+  g.c = p.c;
+  g.out_h = p.out_h;
+  g.out_w = p.out_w;
+  for (int ch = 0; ch < p.c; ++ch) {
+    g.mean[ch] = p.mean[p.mean.size() == 1 ? 0 : ch];
+    g.std_dev[ch] = p.std[p.std.size() == 1 ? 0 : ch];
+  }
+  return g;
+}
+
+size_t augment_scratch_bytes(int64_t batch) { return static_cast<size_t>(batch) * sizeof(SampleGeo); }
+
+Status augment_batch_cuda(cudaStream_t stream, const GpuPipeline& p, const ResidentSplit& split, uint64_t seed,
+                          int64_t batch, void* x, GpuDType x_type, int32_t* y, void* scratch) {
+  TRCTL_CUDA_ARG_CHECK(batch > 0 && split.n > 0 && x && y && scratch && split.cursor && split.epoch,
+                       "augment_batch_cuda: bad arguments");
+  auto* geo = static_cast<SampleGeo*>(scratch);
+  augment_params_kernel<<<static_cast<unsigned>((batch + 127) / 128), 128, 0, stream>>>(p, split, seed, batch, y,
+                                                                                         geo);
+  Status st = TRCTL_CUDA_LAUNCH_STATUS("augment_params_kernel");
+  if (!st.ok()) return st;
+  const int64_t pixels = batch * p.out_h * p.out_w;
+  const unsigned grid = static_cast<unsigned>((pixels + 255) / 256);
+  switch (x_type) {
+    case GpuDType::F32:
+      augment_pixels_kernel<float><<<grid, 256, 0, stream>>>(p, split, batch, geo, static_cast<float*>(x));
+      break;
+    case GpuDType::F16:
+      augment_pixels_kernel<__half><<<grid, 256, 0, stream>>>(p, split, batch, geo, static_cast<__half*>(x));
+      break;
+    case GpuDType::BF16:
+      augment_pixels_kernel<__nv_bfloat16>
+          <<<grid, 256, 0, stream>>>(p, split, batch, geo, static_cast<__nv_bfloat16*>(x));
+      break;
+  }
+  st = TRCTL_CUDA_LAUNCH_STATUS("augment_pixels_kernel");
+  if (!st.ok()) return st;
+  cursor_advance_kernel<<<1, 1, 0, stream>>>(split.cursor, static_cast<uint32_t>(batch));
+  return TRCTL_CUDA_LAUNCH_STATUS("cursor_advance_kernel");
+}
+
+}  // namespace trctl

@@ -1,0 +1,48 @@
+// Gather + augment on the GPU for device-resident datasets: the next `batch` samples of the epoch order are read
+// from the uint8 dataset in device memory, their random transform parameters are drawn on the device from the
+// same Philox stream as the CPU's transforms_draw (keyed by seed, epoch, dataset index), and each output pixel is
+// computed by the same backward maps as transforms_apply (dataio/transforms_map.h). Cursor and epoch live in
+// device memory, so one captured graph serves every batch of every epoch.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/util/error.h"
+#include "dataio/transforms.h"
+#include "runtime/cuda/gpu_dtype.h"
+
+namespace trctl {
+
+constexpr int kGpuMaxSteps = 12;
+constexpr int kGpuMaxChannels = 4;
+
+// The pipeline as plain data for a kernel argument.
+struct GpuPipeline {
+  int32_t nsteps = 0;
+  TransformSpec steps[kGpuMaxSteps];
+  int32_t in_h = 0, in_w = 0, c = 0, out_h = 0, out_w = 0;
+  float mean[kGpuMaxChannels] = {}, std_dev[kGpuMaxChannels] = {};
+};
+
+// NotSupported when the pipeline has more steps or channels than the kernel handles.
+Result<GpuPipeline> gpu_pipeline_make(const TransformPipeline& p);
+
+// Where a split lives on the device and where its epoch stands.
+struct ResidentSplit {
+  const uint8_t* pixels = nullptr;   // (n, in_h, in_w, c) u8
+  const int32_t* labels = nullptr;   // (n)
+  const int32_t* order = nullptr;    // (n) this epoch's sample order
+  int64_t n = 0;
+  uint32_t* cursor = nullptr;        // device: position in the order of the next batch's first sample
+  const uint32_t* epoch = nullptr;   // device: the epoch key of the transforms
+};
+
+// Bytes of per-sample parameter scratch for a batch.
+size_t augment_scratch_bytes(int64_t batch);
+
+// x (batch, out_h, out_w, c) x_type, y (batch) i32; advances *cursor by batch. scratch: augment_scratch_bytes.
+Status augment_batch_cuda(cudaStream_t stream, const GpuPipeline& p, const ResidentSplit& split, uint64_t seed,
+                          int64_t batch, void* x, GpuDType x_type, int32_t* y, void* scratch);
+
+}  // namespace trctl

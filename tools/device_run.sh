@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Run ON THE GPU MACHINE (device tool), from the repo root, after tools/device_pack.sh here:
+#   STAGES="tests bench torch" bash tools/device_run.sh
+# Stages (space-separated, any order runs in this order):
+#   tests     GPU test suite (tools/device_check.sh; SANITIZE=1 adds compute-sanitizer memcheck + racecheck)
+#   bench     trctl: configs/mlp_fmnist.yaml, 100 epochs on the GPU (EPOCHS to change)
+#   torch     PyTorch side by side: recipe gpu (100 epochs, torch.compile) and recipe dataloader (DL_EPOCHS, default 3)
+# Everything lands in $OUT (at most 8 files come back): summary.txt last.
+set -u
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/out}"
+STAGES="${STAGES:-tests bench torch}"
+EPOCHS="${EPOCHS:-100}"
+DL_EPOCHS="${DL_EPOCHS:-3}"
+BIN=.device/bin
+DATA="$PWD/.device/data"
+mkdir -p "$OUT"
+SUM="$OUT/summary.txt"
+echo "device run $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), stages: $STAGES" >"$SUM"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv >>"$SUM" 2>&1
+has() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
+
+if has tests; then
+  if [ "${SANITIZE:-0}" = 1 ]; then san=""; else san="SKIP_SANITIZERS=1"; fi
+  env $san OUT="$OUT/check" bash tools/device_check.sh "$BIN" >"$OUT/tests.log" 2>&1
+  echo "tests: rc $?" >>"$SUM"
+  cat "$OUT/check/summary.txt" >>"$SUM" 2>/dev/null
+  (cd "$OUT" && tar czf check.tar.gz check && rm -rf check)
+fi
+
+if has bench; then
+  rm -rf /tmp/runs
+  for prec in fp16 fp32; do
+    /usr/bin/time -v "$BIN/trctl" train configs/mlp_fmnist.yaml data.root="$DATA" train.device=cuda \
+      train.epochs="$EPOCHS" train.precision=$prec run.out_dir=/tmp/runs run.name=mlp_$prec run.progress=off \
+      >"$OUT/trctl_mlp_$prec.log" 2>&1
+    echo "trctl mlp $prec: rc $? :: $(grep -E '^done' "$OUT/trctl_mlp_$prec.log")" >>"$SUM"
+  done
+  tar czf "$OUT/trctl_runs.tar.gz" -C /tmp runs
+fi
+
+if has torch; then
+  export PYTHONUNBUFFERED=1
+  python3 benchmarks/pytorch_mlp_fmnist.py --recipe gpu --data "$DATA" --epochs "$EPOCHS" \
+    --out "$OUT/torch_gpu.json" >"$OUT/torch.log" 2>&1
+  echo "torch gpu recipe: rc $? :: $(tail -n 1 "$OUT/torch.log")" >>"$SUM"
+  python3 benchmarks/pytorch_mlp_fmnist.py --recipe dataloader --data "$DATA" --epochs "$DL_EPOCHS" \
+    --out "$OUT/torch_dl.json" >>"$OUT/torch.log" 2>&1
+  echo "torch dataloader recipe ($DL_EPOCHS epochs): rc $? :: $(tail -n 1 "$OUT/torch.log")" >>"$SUM"
+fi
+cat "$SUM"
