@@ -198,165 +198,218 @@ struct DeviceRun {
   std::vector<uint8_t> aux;
 };
 
-Outcome run_job(CudaContext& ctx, const Job& job, std::map<std::string, int>& tally) {
-  const Problem& pr = *job.pr;
-  const Precision& prec = *job.prec;
-  const int64_t m = pr.m, n = pr.n, k = pr.k;
-  const std::string name = std::string("gemm ") + prec.name + " " + pr.name + " " + gemm_epilogue_name(job.epi) +
-                           (job.beta != 0.0f ? " alpha=" + std::to_string(job.alpha) + " beta=" +
-                                                   std::to_string(job.beta)
-                                             : std::string());
-  INFO(name);
+std::string job_name(const Job& job) {
+  std::string s = std::string("gemm ") + job.prec->name + " " + job.pr->name + " " + gemm_epilogue_name(job.epi);
+  if (job.beta != 0.0f) s += " alpha=" + std::to_string(job.alpha) + " beta=" + std::to_string(job.beta);
+  return s;
+}
+
+bool bias_is_output(GemmEpilogue e) { return e == GemmEpilogue::DReluBiasGrad || e == GemmEpilogue::BiasGradA; }
+bool aux_is_input(GemmEpilogue e) { return e == GemmEpilogue::DRelu || e == GemmEpilogue::DReluBiasGrad; }
+
+// Plans the job; an unsupported optional epilogue is reported (WARN) rather than failed.
+Outcome::Kind plan_job(CudaContext& ctx, const Job& job, const std::string& name, LtGemmPlan* out) {
   GemmDesc desc;
-  desc.m = m;
-  desc.n = n;
-  desc.k = k;
-  desc.trans_a = pr.ta;
-  desc.trans_b = pr.tb;
-  desc.ab_type = prec.ab;
-  desc.d_type = prec.d;
-  desc.math = prec.math;
+  desc.m = job.pr->m;
+  desc.n = job.pr->n;
+  desc.k = job.pr->k;
+  desc.trans_a = job.pr->ta;
+  desc.trans_b = job.pr->tb;
+  desc.ab_type = job.prec->ab;
+  desc.d_type = job.prec->d;
+  desc.math = job.prec->math;
   desc.epilogue = job.epi;
   desc.alpha = job.alpha;
   desc.beta = job.beta;
   auto plan = lt_gemm_plan(ctx, desc);
-  if (!plan.ok()) {
-    const bool unsupported = plan.errors()[0].code == ErrCode::NotSupported;
-    if (unsupported && epi_optional(job.epi)) {
-      WARN(name << ": not supported by this cuBLASLt (optional epilogue; the caller falls back to separate "
-                   "kernels)\n"
-                << plan.error_text());
-      std::printf("  [unsupported] %s\n", name.c_str());
-      ++tally["unsupported"];
-      return {Outcome::Unsupported, name};
-    }
-    FAIL_CHECK(name << ": plan failed:\n" << plan.error_text());
-    ++tally["failed"];
-    return {Outcome::Failed, name};
+  if (plan.ok()) {
+    *out = std::move(plan.value());
+    return Outcome::Ok;
   }
-  LtGemmPlan& pl = plan.value();
-  const Reference& ref = *job.ref;
-  Rng rng(81 + m * 3 + n * 5 + k * 7 + static_cast<int>(job.epi));
-  const std::vector<float> bias_h = rounded(rng.uniform_vec(n, -0.5f, 0.5f), prec.d);
-  const std::vector<float> c_h = rounded(rng.uniform_vec(m * n, -1.0f, 1.0f), prec.d);
-  DevBuf a = to_device_as(prec.ab, job.in->a), b = to_device_as(prec.ab, job.in->b);
-  DevBuf dd(m * n * gpu_dtype_size(prec.d));
-  const bool bias_out = job.epi == GemmEpilogue::DReluBiasGrad || job.epi == GemmEpilogue::BiasGradA;
-  const int64_t bias_len = job.epi == GemmEpilogue::BiasGradA ? m : n;
-  DevBuf bias = epi_bias_in(job.epi) ? to_device_as(prec.d, bias_h) : DevBuf(bias_len * gpu_dtype_size(prec.d));
+  if (plan.errors()[0].code == ErrCode::NotSupported && epi_optional(job.epi)) {
+    WARN(name << ": not supported by this cuBLASLt (optional epilogue; the caller falls back to separate "
+                 "kernels)\n"
+              << plan.error_text());
+    std::printf("  [unsupported] %s\n", name.c_str());
+    return Outcome::Unsupported;
+  }
+  FAIL_CHECK(name << ": plan failed:\n" << plan.error_text());
+  return Outcome::Failed;
+}
+
+// Device buffers and host-side values of one job.
+struct JobData {
+  std::vector<float> bias_h, c_h;  // bias (n) and C (m, n), rounded to the output type
+  int64_t bias_len = 0;
+  DevBuf a, b, d, bias, aux_out;
   MaskInput mask;
-  const bool aux_in = job.epi == GemmEpilogue::DRelu || job.epi == GemmEpilogue::DReluBiasGrad;
-  if (aux_in) mask = make_mask(ctx, prec, m, n);
-  DevBuf aux_out(lt_gemm_relu_mask_bytes(m, n));
   GemmArgs args;
-  args.a = a.get();
-  args.b = b.get();
-  args.d = dd.get();
-  if (epi_bias_in(job.epi) || bias_out) args.bias = bias.get();
-  if (aux_in) args.aux = mask.dev.get();
-  if (job.epi == GemmEpilogue::ReluAuxBias) args.aux = aux_out.get();
+};
 
-  auto run_once = [&]() {
-    if (job.beta != 0.0f) {
-      DevBuf tmp = to_device_as(prec.d, c_h);  // C aliases D: accumulate into D's previous contents
-      REQUIRE_CUDA(cudaMemcpy(dd.get(), tmp.get(), m * n * gpu_dtype_size(prec.d), cudaMemcpyDeviceToDevice));
-    } else {
-      poison(dd);
-    }
-    if (bias_out) poison(bias);
-    if (job.epi == GemmEpilogue::ReluAuxBias) REQUIRE_CUDA(cudaMemset(aux_out.get(), 0xA5, aux_out.bytes()));
-    REQUIRE_OK(lt_gemm_run(ctx, pl, args));
-    sync_ok(ctx);
-    DeviceRun r;
-    r.d = from_device_as(prec.d, dd.get(), m * n);
-    if (bias_out) r.bias = from_device_as(prec.d, bias.get(), bias_len);
-    if (job.epi == GemmEpilogue::ReluAuxBias) r.aux = from_device<uint8_t>(aux_out.get(), aux_out.bytes());
-    return r;
-  };
-  const DeviceRun r1 = run_once();
+JobData job_data(CudaContext& ctx, const Job& job) {
+  const Problem& pr = *job.pr;
+  const Precision& prec = *job.prec;
+  JobData jd;
+  Rng rng(81 + pr.m * 3 + pr.n * 5 + pr.k * 7 + static_cast<int>(job.epi));
+  jd.bias_h = rounded(rng.uniform_vec(pr.n, -0.5f, 0.5f), prec.d);
+  jd.c_h = rounded(rng.uniform_vec(pr.m * pr.n, -1.0f, 1.0f), prec.d);
+  jd.bias_len = job.epi == GemmEpilogue::BiasGradA ? pr.m : pr.n;
+  jd.a = to_device_as(prec.ab, job.in->a);
+  jd.b = to_device_as(prec.ab, job.in->b);
+  jd.d = DevBuf(pr.m * pr.n * gpu_dtype_size(prec.d));
+  jd.bias = epi_bias_in(job.epi) ? to_device_as(prec.d, jd.bias_h) : DevBuf(jd.bias_len * gpu_dtype_size(prec.d));
+  jd.aux_out = DevBuf(lt_gemm_relu_mask_bytes(pr.m, pr.n));
+  if (aux_is_input(job.epi)) jd.mask = make_mask(ctx, prec, pr.m, pr.n);
+  jd.args.a = jd.a.get();
+  jd.args.b = jd.b.get();
+  jd.args.d = jd.d.get();
+  if (epi_bias_in(job.epi) || bias_is_output(job.epi)) jd.args.bias = jd.bias.get();
+  if (aux_is_input(job.epi)) jd.args.aux = jd.mask.dev.get();
+  if (job.epi == GemmEpilogue::ReluAuxBias) jd.args.aux = jd.aux_out.get();
+  return jd;
+}
 
-  // Reference D and bounds.
-  std::vector<double> rd(m * n), bd(m * n);
+// One execution with freshly poisoned outputs (or D preloaded with C when beta != 0: C aliases D).
+DeviceRun execute(CudaContext& ctx, const Job& job, LtGemmPlan& pl, JobData& jd) {
+  const Precision& prec = *job.prec;
+  const int64_t mn = job.pr->m * job.pr->n;
+  if (job.beta != 0.0f) {
+    DevBuf tmp = to_device_as(prec.d, jd.c_h);
+    REQUIRE_CUDA(cudaMemcpy(jd.d.get(), tmp.get(), mn * gpu_dtype_size(prec.d), cudaMemcpyDeviceToDevice));
+  } else {
+    poison(jd.d);
+  }
+  if (bias_is_output(job.epi)) poison(jd.bias);
+  if (job.epi == GemmEpilogue::ReluAuxBias) REQUIRE_CUDA(cudaMemset(jd.aux_out.get(), 0xA5, jd.aux_out.bytes()));
+  REQUIRE_OK(lt_gemm_run(ctx, pl, jd.args));
+  sync_ok(ctx);
+  DeviceRun r;
+  r.d = from_device_as(prec.d, jd.d.get(), mn);
+  if (bias_is_output(job.epi)) r.bias = from_device_as(prec.d, jd.bias.get(), jd.bias_len);
+  if (job.epi == GemmEpilogue::ReluAuxBias) r.aux = from_device<uint8_t>(jd.aux_out.get(), jd.aux_out.bytes());
+  return r;
+}
+
+// Reference D and its per-element bound.
+void expected_d(const Job& job, const JobData& jd, std::vector<double>* rd, std::vector<double>* bd) {
+  const int64_t m = job.pr->m, n = job.pr->n;
+  const Reference& ref = *job.ref;
   const bool relu = job.epi == GemmEpilogue::ReluBias || job.epi == GemmEpilogue::ReluAuxBias;
+  rd->assign(m * n, 0.0);
+  bd->assign(m * n, 0.0);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       const int64_t e = i * n + j;
       double v = job.alpha * ref.p[e], mag = std::fabs(job.alpha) * ref.mag[e];
       if (job.beta != 0.0f) {
-        v += job.beta * c_h[e];
-        mag += std::fabs(job.beta * c_h[e]);
+        v += job.beta * jd.c_h[e];
+        mag += std::fabs(job.beta * jd.c_h[e]);
       }
       if (epi_bias_in(job.epi)) {
-        v += bias_h[j];
-        mag += std::fabs(bias_h[j]);
+        v += jd.bias_h[j];
+        mag += std::fabs(jd.bias_h[j]);
       }
       if (relu) v = std::max(v, 0.0);
-      if (aux_in && !mask.keep[e]) v = 0.0;
-      rd[e] = v;
-      bd[e] = out_bound(prec, v, mag);
+      if (aux_is_input(job.epi) && !jd.mask.keep[e]) v = 0.0;
+      (*rd)[e] = v;
+      (*bd)[e] = out_bound(*job.prec, v, mag);
     }
   }
-  bool ok = true;
-  const CompareResult cd = compare_close(name + " D", to_double(r1.d), rd, bd, n);
-  INFO(cd.text << "\nplan: " << lt_gemm_describe(pl) << (aux_in ? "\n" + mask.origin : std::string()));
-  CHECK(cd.ok);
-  ok = ok && cd.ok;
-  if (bias_out) {
-    // cuBLASLt may reduce the rounded f16/bf16 outputs rather than the f32 accumulators: for low-precision outputs
-    // the bound also allows one output rounding per summed term (u * sum |terms|).
-    const double u_terms = prec.d == GpuDType::F32 ? 0.0 : unit_roundoff(prec.d);
-    std::vector<double> rb(bias_len, 0.0), bb(bias_len, 0.0);
-    if (job.epi == GemmEpilogue::BiasGradA) {
-      for (int64_t i = 0; i < m; ++i) {
-        rb[i] = ref.rowsum_a[i];
-        bb[i] = out_bound(prec, rb[i], ref.rowsum_a_mag[i]) + u_terms * ref.rowsum_a_mag[i];
-      }
-    } else {  // column sums of the masked product
-      std::vector<double> mag(n, 0.0), terms(n, 0.0);
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-          rb[j] += rd[i * n + j];
-          mag[j] += mask.keep[i * n + j] ? ref.mag[i * n + j] : 0.0;
-          terms[j] += std::fabs(rd[i * n + j]);
-        }
-      }
-      for (int64_t j = 0; j < n; ++j) bb[j] = out_bound(prec, rb[j], mag[j] + 1e-30) + u_terms * terms[j];
+}
+
+// The bias gradient of DReluBiasGrad (column sums of the masked D) or BiasGradA (row sums of op(A)).
+bool check_bias_grad(const Job& job, const JobData& jd, const std::vector<double>& rd, const DeviceRun& r,
+                     const std::string& name) {
+  const Precision& prec = *job.prec;
+  const Reference& ref = *job.ref;
+  const int64_t m = job.pr->m, n = job.pr->n;
+  // cuBLASLt may reduce the rounded f16/bf16 outputs rather than the f32 accumulators: for low-precision outputs
+  // the bound also allows one output rounding per summed term (u * sum |terms|).
+  const double u_terms = prec.d == GpuDType::F32 ? 0.0 : unit_roundoff(prec.d);
+  std::vector<double> rb(jd.bias_len, 0.0), bb(jd.bias_len, 0.0);
+  if (job.epi == GemmEpilogue::BiasGradA) {
+    for (int64_t i = 0; i < m; ++i) {
+      rb[i] = ref.rowsum_a[i];
+      bb[i] = out_bound(prec, rb[i], ref.rowsum_a_mag[i]) + u_terms * ref.rowsum_a_mag[i];
     }
-    const CompareResult cb = compare_close(name + " bias_grad", to_double(r1.bias), rb, bb);
-    INFO(cb.text);
-    CHECK(cb.ok);
-    ok = ok && cb.ok;
-  }
-  if (job.epi == GemmEpilogue::ReluAuxBias) {
-    const int64_t ld = lt_gemm_relu_mask_ld(n);
-    int64_t mismatches = 0, first = -1;
+  } else {
+    std::vector<double> mag(n, 0.0), terms(n, 0.0);
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {
-        if (mask_bit(r1.aux, ld, i, j) != (r1.d[i * n + j] > 0.0f)) {
-          if (mismatches++ == 0) first = i * n + j;
-        }
+        rb[j] += rd[i * n + j];
+        mag[j] += jd.mask.keep[i * n + j] ? ref.mag[i * n + j] : 0.0;
+        terms[j] += std::fabs(rd[i * n + j]);
       }
     }
-    std::printf("  [%s] %s relu mask: %lld of %lld bits disagree with D > 0 under the layout bit (i*%lld + j)%s\n",
-                mismatches ? "FAIL" : "ok", name.c_str(), static_cast<long long>(mismatches),
-                static_cast<long long>(m * n), static_cast<long long>(ld),
-                mismatches ? " -- the documented mask layout assumption in lt_gemm.h is wrong" : "");
-    INFO("relu mask layout: first mismatch at element " << first);
-    CHECK(mismatches == 0);
-    ok = ok && mismatches == 0;
+    for (int64_t j = 0; j < n; ++j) bb[j] = out_bound(prec, rb[j], mag[j] + 1e-30) + u_terms * terms[j];
   }
-  // Determinism: a second execution of the same plan is bitwise identical.
-  const DeviceRun r2 = run_once();
-  CHECK_RESULT(compare_bitwise(name + " rerun D", r1.d.data(), r2.d.data(), r1.d.size() * 4, 4));
-  ok = ok && r1.d == r2.d;
-  if (bias_out) {
-    CHECK_RESULT(compare_bitwise(name + " rerun bias_grad", r1.bias.data(), r2.bias.data(), r1.bias.size() * 4, 4));
-    ok = ok && r1.bias == r2.bias;
+  const CompareResult cb = compare_close(name + " bias_grad", to_double(r.bias), rb, bb);
+  INFO(cb.text);
+  CHECK(cb.ok);
+  return cb.ok;
+}
+
+// The ReluAuxBias mask against D > 0 under the documented layout (bit i * ld + j, LSB first).
+bool check_relu_mask(const Job& job, const DeviceRun& r, const std::string& name) {
+  const int64_t m = job.pr->m, n = job.pr->n, ld = lt_gemm_relu_mask_ld(n);
+  int64_t mismatches = 0, first = -1;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      if (mask_bit(r.aux, ld, i, j) != (r.d[i * n + j] > 0.0f)) {
+        if (mismatches++ == 0) first = i * n + j;
+      }
+    }
+  }
+  std::printf("  [%s] %s relu mask: %lld of %lld bits disagree with D > 0 under the layout bit (i*%lld + j)%s\n",
+              mismatches ? "FAIL" : "ok", name.c_str(), static_cast<long long>(mismatches),
+              static_cast<long long>(m * n), static_cast<long long>(ld),
+              mismatches ? " -- the documented mask layout assumption in lt_gemm.h is wrong" : "");
+  INFO("relu mask layout: first mismatch at element " << first);
+  CHECK(mismatches == 0);
+  return mismatches == 0;
+}
+
+// A second execution of the same plan must be bitwise identical.
+bool check_rerun(const Job& job, const DeviceRun& r1, const DeviceRun& r2, const std::string& name) {
+  std::vector<CompareResult> rs;
+  rs.push_back(compare_bitwise(name + " rerun D", r1.d.data(), r2.d.data(), r1.d.size() * 4, 4));
+  if (bias_is_output(job.epi)) {
+    rs.push_back(compare_bitwise(name + " rerun bias_grad", r1.bias.data(), r2.bias.data(), r1.bias.size() * 4, 4));
   }
   if (job.epi == GemmEpilogue::ReluAuxBias) {
-    CHECK_RESULT(compare_bitwise(name + " rerun aux", r1.aux.data(), r2.aux.data(), r1.aux.size(), 1));
-    ok = ok && r1.aux == r2.aux;
+    rs.push_back(compare_bitwise(name + " rerun aux", r1.aux.data(), r2.aux.data(), r1.aux.size(), 1));
   }
+  bool ok = true;
+  for (const CompareResult& r : rs) {
+    INFO(r.text);
+    CHECK(r.ok);
+    ok = ok && r.ok;
+  }
+  return ok;
+}
+
+Outcome run_job(CudaContext& ctx, const Job& job, std::map<std::string, int>& tally) {
+  const std::string name = job_name(job);
+  INFO(name);
+  LtGemmPlan pl;
+  const Outcome::Kind planned = plan_job(ctx, job, name, &pl);
+  if (planned != Outcome::Ok) {
+    ++tally[planned == Outcome::Unsupported ? "unsupported" : "failed"];
+    return {planned, name};
+  }
+  JobData jd = job_data(ctx, job);
+  const DeviceRun r1 = execute(ctx, job, pl, jd);
+  std::vector<double> rd, bd;
+  expected_d(job, jd, &rd, &bd);
+  const CompareResult cd = compare_close(name + " D", to_double(r1.d), rd, bd, job.pr->n);
+  INFO(cd.text << "\nplan: " << lt_gemm_describe(pl)
+               << (aux_is_input(job.epi) ? "\n" + jd.mask.origin : std::string()));
+  CHECK(cd.ok);
+  bool ok = cd.ok;
+  if (bias_is_output(job.epi)) ok = check_bias_grad(job, jd, rd, r1, name) && ok;
+  if (job.epi == GemmEpilogue::ReluAuxBias) ok = check_relu_mask(job, r1, name) && ok;
+  const DeviceRun r2 = execute(ctx, job, pl, jd);
+  ok = check_rerun(job, r1, r2, name) && ok;
   std::printf("  [%s] %s | %s\n", ok ? "ok" : "FAIL", name.c_str(), lt_gemm_describe(pl).c_str());
   ++tally[ok ? "ok" : "failed"];
   return {ok ? Outcome::Ok : Outcome::Failed, name};
