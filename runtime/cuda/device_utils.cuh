@@ -1,0 +1,78 @@
+// Device-side helpers shared by the kernels in runtime/ops/*/*.cu: float conversion of the element types, aligned
+// vector packs for 16-byte loads/stores, warp reductions, and the typed dispatch of GpuDType. Include only from .cu.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "runtime/cuda/gpu_dtype.h"
+
+namespace trctl {
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <class T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// V consecutive elements, aligned to their total size so that one load/store instruction moves them.
+template <class T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+template <int V, class T>
+__device__ __forceinline__ Pack<T, V> pack_load(const T* p) {
+  return *reinterpret_cast<const Pack<T, V>*>(p);
+}
+template <int V, class T>
+__device__ __forceinline__ void pack_store(T* p, const Pack<T, V>& x) {
+  *reinterpret_cast<Pack<T, V>*>(p) = x;
+}
+
+// Elements per 16-byte vector.
+template <class T>
+constexpr int kVec16 = 16 / static_cast<int>(sizeof(T));
+
+__device__ __forceinline__ int64_t grid_thread_index() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_thread_count() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+// Butterfly sums: every lane ends with the same value, and the order of additions is fixed by the lane pattern,
+// so the result is bitwise reproducible.
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+__device__ __forceinline__ double warp_sum(double x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+// Dispatch a GpuDType to a C++ type: f(type_tag<T>{}) with T in {float, __half, __nv_bfloat16}.
+template <class T>
+struct type_tag {
+  using type = T;
+};
+
+template <class F>
+__host__ auto dispatch_dtype(GpuDType t, F&& f) {
+  switch (t) {
+    case GpuDType::F16: return f(type_tag<__half>{});
+    case GpuDType::BF16: return f(type_tag<__nv_bfloat16>{});
+    case GpuDType::F32: break;
+  }
+  return f(type_tag<float>{});
+}
+
+}  // namespace trctl

@@ -1,0 +1,179 @@
+// Optimizer kernels: the per-step scalars come from OptHyper in device memory; each thread updates 4 consecutive
+// parameters with 16-byte loads of p, g and the state (scalar fallback for misaligned views and the tail).
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_utils.cuh"
+#include "runtime/ops/optim/optim_cuda.h"
+
+namespace trctl {
+
+namespace {
+
+enum class OptKind { AdamW, Adam, Sgd };
+
+struct OptScalars {
+  float inv_scale, wd, b1, omb1, b2, omb2, eps, step_size, bc2_sqrt, decay_factor, lr, momentum, omd;
+  bool use_buf, nesterov, first;
+};
+
+__device__ __forceinline__ OptScalars opt_scalars(const OptHyper* h) {
+  OptScalars s;
+  s.inv_scale = h->inv_scale;
+  s.wd = static_cast<float>(h->weight_decay);
+  s.b1 = static_cast<float>(h->beta1);
+  s.omb1 = static_cast<float>(1.0 - h->beta1);
+  s.b2 = static_cast<float>(h->beta2);
+  s.omb2 = static_cast<float>(1.0 - h->beta2);
+  s.eps = static_cast<float>(h->eps);
+  s.step_size = h->step_size;
+  s.bc2_sqrt = h->bc2_sqrt;
+  s.decay_factor = h->decay_factor;
+  s.lr = h->lr_f;
+  s.momentum = static_cast<float>(h->momentum);
+  s.omd = static_cast<float>(1.0 - h->dampening);
+  s.use_buf = h->momentum != 0.0;
+  s.nesterov = h->nesterov != 0;
+  s.first = h->step == 1;
+  return s;
+}
+
+template <OptKind K>
+__device__ __forceinline__ void opt_update(const OptScalars& s, bool decay, float& p, float graw, float& m,
+                                           float& v) {
+  float g = graw * s.inv_scale;
+  if constexpr (K == OptKind::Sgd) {
+    if (decay) g = g + s.wd * p;
+    if (s.use_buf) {
+      m = s.first ? g : s.momentum * m + s.omd * g;
+      g = s.nesterov ? g + s.momentum * m : m;
+    }
+    p = p - s.lr * g;
+  } else {
+    if (K == OptKind::Adam && decay) g = g + s.wd * p;
+    if (K == OptKind::AdamW && decay) p = p * s.decay_factor;
+    m = s.b1 * m + s.omb1 * g;
+    v = s.b2 * v + s.omb2 * (g * g);
+    const float denom = sqrtf(v) / s.bc2_sqrt + s.eps;
+    p = p - s.step_size * (m / denom);
+  }
+}
+
+// s1/s2: Adam m/v; SGD momentum buffer/unused.
+template <OptKind K, bool kVec>
+__global__ void opt_step_kernel(const OptHyper* __restrict__ h, float* __restrict__ p, const float* __restrict__ g,
+                                float* __restrict__ s1, float* __restrict__ s2, int64_t n, bool decay) {
+  if (h->skip) return;
+  const OptScalars s = opt_scalars(h);
+  const bool has1 = K != OptKind::Sgd || s.use_buf;
+  const bool has2 = K != OptKind::Sgd;
+  if (has1 && s1 == nullptr) __trap();  // SGD with momentum but no buffer: the plan is broken
+  const int64_t chunks = (n + 3) / 4;
+  for (int64_t c = grid_thread_index(); c < chunks; c += grid_thread_count()) {
+    const int64_t base = c * 4;
+    if (kVec && base + 4 <= n) {
+      Pack<float, 4> pp = pack_load<4>(p + base);
+      const Pack<float, 4> gg = pack_load<4>(g + base);
+      Pack<float, 4> a{}, b{};
+      if (has1) a = pack_load<4>(s1 + base);
+      if (has2) b = pack_load<4>(s2 + base);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) opt_update<K>(s, decay, pp.v[j], gg.v[j], a.v[j], b.v[j]);
+      pack_store<4>(p + base, pp);
+      if (has1) pack_store<4>(s1 + base, a);
+      if (has2) pack_store<4>(s2 + base, b);
+    } else {
+      for (int64_t i = base; i < n && i < base + 4; ++i) {
+        float a = has1 ? s1[i] : 0.0f, b = has2 ? s2[i] : 0.0f;
+        opt_update<K>(s, decay, p[i], g[i], a, b);
+        if (has1) s1[i] = a;
+        if (has2) s2[i] = b;
+      }
+    }
+  }
+}
+
+__global__ void opt_hyper_advance_kernel(OptHyper* h, const int32_t* found_inf, const float* loss_scale,
+                                         const double* lr_table, int64_t lr_table_len) {
+  const uint32_t iter = h->iter + 1;
+  h->iter = iter;
+  if (lr_table && lr_table_len > 0) {
+    const int64_t i = static_cast<int64_t>(iter) < lr_table_len ? static_cast<int64_t>(iter) - 1 : lr_table_len - 1;
+    h->lr = lr_table[i];
+  }
+  const int32_t skip = (found_inf && *found_inf != 0) ? 1 : 0;
+  h->skip = skip;
+  h->inv_scale = loss_scale ? static_cast<float>(1.0 / static_cast<double>(*loss_scale)) : 1.0f;
+  if (!skip) h->step += 1;
+  const int32_t t = h->step;
+  const double lr = h->lr;
+  const double bc1 = 1.0 - pow(h->beta1, static_cast<double>(t));
+  const double bc2 = 1.0 - pow(h->beta2, static_cast<double>(t));
+  h->bias_correction1 = static_cast<float>(bc1);
+  h->bias_correction2 = static_cast<float>(bc2);
+  h->step_size = t > 0 ? static_cast<float>(lr / bc1) : 0.0f;
+  h->bc2_sqrt = t > 0 ? static_cast<float>(sqrt(bc2)) : 1.0f;
+  h->lr_f = static_cast<float>(lr);
+  h->decay_factor = static_cast<float>(1.0 - lr * h->weight_decay);
+}
+
+template <OptKind K>
+Status opt_launch(cudaStream_t stream, const OptHyper* h, float* p, const float* g, float* s1, float* s2, int64_t n,
+                  bool decay, const char* who) {
+  TRCTL_CUDA_ARG_CHECK(n >= 0, "optimizer step: n < 0");
+  if (n == 0) return ok_status();
+  TRCTL_CUDA_ARG_CHECK(h && p && g, "optimizer step: null hyper, param or grad pointer");
+  TRCTL_CUDA_ARG_CHECK(K == OptKind::Sgd || (s1 && s2), "optimizer step: null Adam state pointer");
+  const unsigned grid = elementwise_grid((n + 3) / 4);
+  if (gpu_aligned(16, p, g, s1, s2)) {
+    opt_step_kernel<K, true><<<grid, kElementwiseBlock, 0, stream>>>(h, p, g, s1, s2, n, decay);
+  } else {
+    opt_step_kernel<K, false><<<grid, kElementwiseBlock, 0, stream>>>(h, p, g, s1, s2, n, decay);
+  }
+  return TRCTL_CUDA_LAUNCH_STATUS(who);
+}
+
+}  // namespace
+
+OptHyper opt_hyper_adam(double lr, double beta1, double beta2, double eps, double weight_decay) {
+  OptHyper h;
+  h.lr = lr;
+  h.beta1 = beta1;
+  h.beta2 = beta2;
+  h.eps = eps;
+  h.weight_decay = weight_decay;
+  return h;
+}
+
+OptHyper opt_hyper_sgd(double lr, double momentum, double dampening, double weight_decay, bool nesterov) {
+  OptHyper h;
+  h.lr = lr;
+  h.momentum = momentum;
+  h.dampening = dampening;
+  h.weight_decay = weight_decay;
+  h.nesterov = nesterov ? 1 : 0;
+  return h;
+}
+
+Status opt_hyper_advance_cuda(cudaStream_t stream, OptHyper* h, const int32_t* found_inf, const float* loss_scale,
+                              const double* lr_table, int64_t lr_table_len) {
+  TRCTL_CUDA_ARG_CHECK(h != nullptr, "opt_hyper_advance_cuda: null hyper");
+  TRCTL_CUDA_ARG_CHECK(lr_table == nullptr || lr_table_len > 0, "opt_hyper_advance_cuda: empty lr table");
+  opt_hyper_advance_kernel<<<1, 1, 0, stream>>>(h, found_inf, loss_scale, lr_table, lr_table_len);
+  return TRCTL_CUDA_LAUNCH_STATUS("opt_hyper_advance_kernel");
+}
+
+Status adamw_step_cuda(cudaStream_t stream, const OptHyper* h, float* p, const float* g, float* m, float* v,
+                       int64_t n, bool decay) {
+  return opt_launch<OptKind::AdamW>(stream, h, p, g, m, v, n, decay, "opt_step_kernel<AdamW>");
+}
+
+Status adam_step_cuda(cudaStream_t stream, const OptHyper* h, float* p, const float* g, float* m, float* v,
+                      int64_t n, bool decay) {
+  return opt_launch<OptKind::Adam>(stream, h, p, g, m, v, n, decay, "opt_step_kernel<Adam>");
+}
+
+Status sgd_step_cuda(cudaStream_t stream, const OptHyper* h, float* p, const float* g, float* momentum_buf,
+                     int64_t n, bool decay) {
+  return opt_launch<OptKind::Sgd>(stream, h, p, g, momentum_buf, nullptr, n, decay, "opt_step_kernel<Sgd>");
+}
+
+}  // namespace trctl

@@ -1,0 +1,64 @@
+// Fused optimizer updates on the GPU (AdamW, Adam, SGD with momentum/Nesterov), one kernel per contiguous parameter
+// range, with every per-step value in device memory (OptHyper) so that a captured graph replays them unchanged.
+//
+// Step program order (all on the step stream, all capturable):
+//   [zero found_inf] ... backward ... grad_check_nonfinite_cuda(grads) -> found_inf     (runtime/ops/amp)
+//   opt_hyper_advance_cuda(h, found_inf, loss_scale, lr_table)   iter++, lr, skip, inv_scale, step += !skip, corrections
+//   adamw_step_cuda(h, weights region, decay = true); adamw_step_cuda(h, biases region, decay = false); ...
+//   grad_scaler_update_cuda(scaler)                                                   (runtime/ops/amp)
+// Formulas follow torch.optim's single-tensor (foreach=False) path; g below is grad * inv_scale:
+//   AdamW: p *= 1 - lr*wd [decay]; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
+//          p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+//   Adam:  g += wd*p [decay]; then the same m, v and update (no decoupled decay)
+//   SGD:   g += wd*p [decay]; if momentum != 0: buf = t == 1 ? g : momentum*buf + (1-dampening)*g;
+//          g = nesterov ? g + momentum*buf : buf;   p -= lr*g
+// With skip set (non-finite gradients) every update kernel leaves p and its state untouched and t does not advance,
+// as GradScaler.step() skipping optimizer.step().
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/util/error.h"
+
+namespace trctl {
+
+struct OptHyper {
+  // ---- Run constants, set by the host (opt_hyper_adam / opt_hyper_sgd) and copied to the device once. Doubles,
+  // like torch.optim's Python floats: the elementwise math uses their float values, the per-step scalars below are
+  // derived from them in double (as PyTorch does on the host).
+  double lr = 1e-3;         // rewritten by opt_hyper_advance_cuda when it is given an lr table
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weight_decay = 0.0;
+  double momentum = 0.0, dampening = 0.0;  // SGD
+  int32_t nesterov = 0;                    // SGD: 0 or 1
+  // ---- Written on the device by opt_hyper_advance_cuda, read by the update kernels.
+  int32_t step = 0;          // applied (non-skipped) updates, 1-based during an update: torch's state['step']
+  uint32_t iter = 0;         // advance calls (every training step, skipped or not); 1-based index into the lr table
+  int32_t skip = 0;          // 1: this step's gradients are non-finite, updates are no-ops
+  float inv_scale = 1.0f;    // 1 / loss scale (1 without AMP); every gradient is multiplied by it first
+  float lr_f = 0.0f;         // (float) lr
+  float step_size = 0.0f;    // lr / (1 - beta1^step)
+  float bc2_sqrt = 1.0f;     // sqrt(1 - beta2^step)
+  float decay_factor = 1.0f; // 1 - lr * weight_decay (AdamW)
+  float bias_correction1 = 0.0f, bias_correction2 = 0.0f;  // 1 - beta^step, for inspection
+};
+
+OptHyper opt_hyper_adam(double lr, double beta1, double beta2, double eps, double weight_decay);
+OptHyper opt_hyper_sgd(double lr, double momentum, double dampening, double weight_decay, bool nesterov);
+
+// One thread: the per-step update of *h described above. found_inf (device int32, nonzero = skip), loss_scale
+// (device float) and lr_table (device doubles, lr_table[min(iter, len) - 1]) are each optional (null).
+Status opt_hyper_advance_cuda(cudaStream_t stream, OptHyper* h, const int32_t* found_inf, const float* loss_scale,
+                              const double* lr_table, int64_t lr_table_len);
+
+// (n) f32 each: params p, grads g, moments m and v. decay: the range is weights with weight decay (else biases etc.).
+Status adamw_step_cuda(cudaStream_t stream, const OptHyper* h, float* p, const float* g, float* m, float* v,
+                       int64_t n, bool decay);
+Status adam_step_cuda(cudaStream_t stream, const OptHyper* h, float* p, const float* g, float* m, float* v,
+                      int64_t n, bool decay);
+// momentum_buf may be null only if h->momentum == 0 (the kernel traps otherwise: an internal invariant).
+Status sgd_step_cuda(cudaStream_t stream, const OptHyper* h, float* p, const float* g, float* momentum_buf,
+                     int64_t n, bool decay);
+
+}  // namespace trctl
