@@ -4,7 +4,7 @@
 # Results go under $OUT (default /tmp/out): nvidia-smi.log, test_gpu.log, memcheck.log, racecheck.log,
 # summary.txt. Every stage runs even if an earlier one failed; the exit status is non-zero if any stage failed or
 # if test_gpu reported "skipped" (no usable device) -- on the GPU machine a skip is a problem, not a pass.
-# Environment: TEST_TIMEOUT (s, default 1200), SANITIZER_TIMEOUT (s, default 2400), TEST_FILTER (Catch2 test spec
+# Environment: SKIP_SANITIZERS=1 (no compute-sanitizer stages), TEST_TIMEOUT (s, default 1200), SANITIZER_TIMEOUT (s, default 2400), TEST_FILTER (Catch2 test spec
 # for all stages, default all tests), RACECHECK_FILTER (default "~[gemm]": racecheck only instruments our kernels'
 # shared memory, and running it over cuBLASLt kernels costs a lot of time for nothing we own).
 set -u
@@ -114,7 +114,10 @@ else
   for cand in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
     [ -z "$SAN" ] && [ -x "$cand" ] && SAN="$cand"
   done
-  if [ -z "$SAN" ]; then
+  if [ "${SKIP_SANITIZERS:-0}" = 1 ]; then
+    record "memcheck" N/A "skipped (SKIP_SANITIZERS=1)"
+    record "racecheck" N/A "skipped (SKIP_SANITIZERS=1)"
+  elif [ -z "$SAN" ]; then
     echo
     echo "=== compute-sanitizer not found: memcheck and racecheck not run"
     record "memcheck" N/A "compute-sanitizer not installed"

@@ -22,7 +22,7 @@ has() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 
 if has tests; then
   if [ "${SANITIZE:-0}" = 1 ]; then san=""; else san="SKIP_SANITIZERS=1"; fi
-  env $san OUT="$OUT/check" bash tools/device_check.sh "$BIN" >"$OUT/tests.log" 2>&1
+  env $san TEST_TIMEOUT=400 OUT="$OUT/check" bash tools/device_check.sh "$BIN" >"$OUT/tests.log" 2>&1
   echo "tests: rc $?" >>"$SUM"
   cat "$OUT/check/summary.txt" >>"$SUM" 2>/dev/null
   (cd "$OUT" && tar czf check.tar.gz check && rm -rf check)
@@ -31,7 +31,7 @@ fi
 if has bench; then
   rm -rf /tmp/runs
   for prec in fp16 fp32; do
-    /usr/bin/time -v "$BIN/trctl" train configs/mlp_fmnist.yaml data.root="$DATA" train.device=cuda \
+    timeout 300 "$BIN/trctl" train configs/mlp_fmnist.yaml data.root="$DATA" train.device=cuda \
       train.epochs="$EPOCHS" train.precision=$prec run.out_dir=/tmp/runs run.name=mlp_$prec run.progress=off \
       >"$OUT/trctl_mlp_$prec.log" 2>&1
     echo "trctl mlp $prec: rc $? :: $(grep -E '^done' "$OUT/trctl_mlp_$prec.log")" >>"$SUM"
@@ -41,10 +41,10 @@ fi
 
 if has torch; then
   export PYTHONUNBUFFERED=1
-  python3 benchmarks/pytorch_mlp_fmnist.py --recipe gpu --data "$DATA" --epochs "$EPOCHS" \
+  timeout 420 python3 benchmarks/pytorch_mlp_fmnist.py --recipe gpu --data "$DATA" --epochs "$EPOCHS" \
     --out "$OUT/torch_gpu.json" >"$OUT/torch.log" 2>&1
   echo "torch gpu recipe: rc $? :: $(tail -n 1 "$OUT/torch.log")" >>"$SUM"
-  python3 benchmarks/pytorch_mlp_fmnist.py --recipe dataloader --data "$DATA" --epochs "$DL_EPOCHS" \
+  timeout 240 python3 benchmarks/pytorch_mlp_fmnist.py --recipe dataloader --data "$DATA" --epochs "$DL_EPOCHS" \
     --out "$OUT/torch_dl.json" >>"$OUT/torch.log" 2>&1
   echo "torch dataloader recipe ($DL_EPOCHS epochs): rc $? :: $(tail -n 1 "$OUT/torch.log")" >>"$SUM"
 fi
