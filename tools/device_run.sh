@@ -22,7 +22,7 @@ has() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 
 if has tests; then
   if [ "${SANITIZE:-0}" = 1 ]; then san=""; else san="SKIP_SANITIZERS=1"; fi
-  env $san TEST_TIMEOUT=400 OUT="$OUT/check" bash tools/device_check.sh "$BIN" >"$OUT/tests.log" 2>&1
+  env $san TEST_TIMEOUT=240 OUT="$OUT/check" bash tools/device_check.sh "$BIN" >"$OUT/tests.log" 2>&1
   echo "tests: rc $?" >>"$SUM"
   cat "$OUT/check/summary.txt" >>"$SUM" 2>/dev/null
   (cd "$OUT" && tar czf check.tar.gz check && rm -rf check)
@@ -31,7 +31,7 @@ fi
 if has bench; then
   rm -rf /tmp/runs
   for prec in fp16 fp32; do
-    timeout 300 "$BIN/trctl" train configs/mlp_fmnist.yaml data.root="$DATA" train.device=cuda \
+    timeout 150 "$BIN/trctl" train configs/mlp_fmnist.yaml data.root="$DATA" train.device=cuda \
       train.epochs="$EPOCHS" train.precision=$prec run.out_dir=/tmp/runs run.name=mlp_$prec run.progress=off \
       >"$OUT/trctl_mlp_$prec.log" 2>&1
     echo "trctl mlp $prec: rc $? :: $(grep -E '^done' "$OUT/trctl_mlp_$prec.log")" >>"$SUM"
