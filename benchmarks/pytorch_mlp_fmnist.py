@@ -118,10 +118,12 @@ def epoch_gpu(xtr, ytr, bs, steps):
         yield xtr[idx], ytr[idx]
 
 
-def eval_gpu(xte, yte, evaluate):
+def eval_gpu(xte, yte, evaluate, cudagraphs):
     correct = 0
     loss = 0.0
     for i in range(0, xte.shape[0], 2000):
+        if cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
         out = evaluate(xte[i:i + 2000]).float()
         loss += F.cross_entropy(out, yte[i:i + 2000], reduction="sum").item()
         correct += (out.argmax(1) == yte[i:i + 2000]).sum().item()
@@ -239,17 +241,21 @@ def main():
             infer = torch.compile(infer, mode=mode)
         steps = xtr_d.shape[0] // args.batch
         batches = lambda e: epoch_gpu(xtr_d, ytr_d, args.batch, steps)
-        evaluate = lambda: eval_gpu(xte_d, yte_d, infer)
+        evaluate = lambda: eval_gpu(xte_d, yte_d, infer, args.compile_mode in ("reduce-overhead", "max-autotune"))
     else:
         model, opt, scaler, fwd_loss, batches, evaluate, steps = run_dataloader(args, data)
 
+    cudagraphs = args.recipe == "gpu" and args.compile_mode in ("reduce-overhead", "max-autotune")
+
     def step(xb, yb):
         opt.zero_grad(set_to_none=True)
+        if cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
         loss = fwd_loss(xb, yb)
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
-        return loss.detach()
+        return loss.detach().clone() if cudagraphs else loss.detach()
 
     args.step = step
     records = train_loop(args, model, opt, batches, evaluate)

@@ -15,6 +15,7 @@ DL_EPOCHS="${DL_EPOCHS:-3}"
 BIN=.device/bin
 DATA="$PWD/.device/data"
 mkdir -p "$OUT"
+export TRCTL_FMNIST_ROOT="$DATA"
 SUM="$OUT/summary.txt"
 echo "device run $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), stages: $STAGES" >"$SUM"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv >>"$SUM" 2>&1
@@ -30,7 +31,7 @@ fi
 
 if has bench; then
   rm -rf /tmp/runs
-  for prec in fp16 fp32; do
+  for prec in ${PRECISIONS:-fp16 tf32 fp32}; do
     timeout 150 "$BIN/trctl" train configs/mlp_fmnist.yaml data.root="$DATA" train.device=cuda \
       train.epochs="$EPOCHS" train.precision=$prec run.out_dir=/tmp/runs run.name=mlp_$prec run.progress=off \
       >"$OUT/trctl_mlp_$prec.log" 2>&1

@@ -203,9 +203,8 @@ Status CudaBackend::plan_gemms() {
         d.n = dims(n.in[1])[0];
         d.trans_b = true;
         const bool bias = n.in.size() == 3;
+        // The bias is read from the same copy as the weight (fp16/bf16 under AMP, as autocast casts it).
         d.epilogue = bias ? (n.attrs.relu ? GemmEpilogue::ReluBias : GemmEpilogue::Bias) : GemmEpilogue::None;
-        d.bias_type = GpuDType::F32;
-        d.bias_type_set = true;
       } else if (n.op == OpKind::LinearGradInput) {  // dX (N,K) = dY (N,M) W (M,K)
         d.m = dims(n.in[0])[0];
         d.k = dims(n.in[0])[1];
@@ -248,7 +247,7 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
       a.a = at(n.in[0]);
       a.b = weight_ptr(n.in[1]);
       a.d = at(n.out[0]);
-      if (n.in.size() == 3) a.bias = at(n.in[2]);
+      if (n.in.size() == 3) a.bias = const_cast<void*>(weight_ptr(n.in[2]));
       gemm(a);
       if (n.attrs.relu && n.in.size() == 2) {
         void* y = at(n.out[0]);

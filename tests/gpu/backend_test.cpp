@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/spdlog.h>
 
@@ -20,7 +21,9 @@ namespace {
 
 const std::string kConfig = std::string(TRCTL_SOURCE_DIR) + "/configs/mlp_fmnist.yaml";
 
+// On the device the dataset travels in .device/data: TRCTL_FMNIST_ROOT names it (tools/device_run.sh sets it).
 Spec load_spec(std::vector<std::string> overrides) {
+  if (const char* root = std::getenv("TRCTL_FMNIST_ROOT")) overrides.push_back(std::string("data.root=") + root);
   Result<Spec> s = spec_load(kConfig, overrides);
   INFO((s.ok() ? std::string() : s.error_text()));
   REQUIRE(s.ok());
