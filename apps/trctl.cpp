@@ -83,11 +83,15 @@ int cmd_train(const SpecArgs& a, bool print_config) {
   const TrainResult& res = r.value();
   if (!res.epochs.empty()) {
     const EpochRecord& last = res.epochs.back();
-    double best = 0;
+    double best = 0, steady = 0;
     for (const auto& e : res.epochs) best = std::max(best, e.val_top1);
-    std::printf("done: %d epochs on %s in %.1f s (%.2f s/epoch, %.2f epochs/s); final val top1 %.2f%%, best %.2f%%\n",
-                last.epoch, res.backend.c_str(), res.seconds, res.seconds / last.epoch, last.epoch / res.seconds,
-                100 * last.val_top1, 100 * best);
+    for (size_t i = 1; i < res.epochs.size(); ++i) steady += res.epochs[i].epoch_seconds;
+    std::printf("done: %d epochs on %s in %.2f s (%.2f epochs/s overall", last.epoch, res.backend.c_str(),
+                res.seconds, last.epoch / res.seconds);
+    if (res.epochs.size() > 1)  // the first epoch holds graph capture and warm-up, as compile time on PyTorch's side
+      std::printf("; %.2f epochs/s steady, epochs 2..%d, %.1f ms/epoch", (res.epochs.size() - 1) / steady,
+                  last.epoch, 1000 * steady / (res.epochs.size() - 1));
+    std::printf("); final val top1 %.2f%%, best %.2f%%\n", 100 * last.val_top1, 100 * best);
     if (!res.run_dir.empty()) std::printf("run dir: %s\n", res.run_dir.c_str());
   }
   return 0;

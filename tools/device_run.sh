@@ -31,13 +31,14 @@ fi
 
 if has bench; then
   rm -rf /tmp/runs
+  mkdir -p /tmp/runs
   for prec in ${PRECISIONS:-fp16 tf32 fp32}; do
     timeout 150 "$BIN/trctl" train configs/mlp_fmnist.yaml data.root="$DATA" train.device=cuda \
       train.epochs="$EPOCHS" train.precision=$prec run.out_dir=/tmp/runs run.name=mlp_$prec run.progress=off \
-      >"$OUT/trctl_mlp_$prec.log" 2>&1
-    echo "trctl mlp $prec: rc $? :: $(grep -E '^done' "$OUT/trctl_mlp_$prec.log")" >>"$SUM"
+      >"/tmp/runs/trctl_mlp_$prec.log" 2>&1
+    echo "trctl mlp $prec: rc $? :: $(grep -E '^done' "/tmp/runs/trctl_mlp_$prec.log")" >>"$SUM"
   done
-  tar czf "$OUT/trctl_runs.tar.gz" -C /tmp runs
+  tar czf "$OUT/trctl_runs.tar.gz" -C /tmp runs   # logs and run dirs in one file (8 files come back at most)
 fi
 
 if has torch; then

@@ -115,6 +115,7 @@ class CudaBackend final : public Backend {
   std::vector<void*> scratch_;                         // per program: loss workspace, then augment parameters
   std::vector<size_t> ce_ws_bytes_;
   std::map<std::pair<int, size_t>, LtGemmPlan> gemm_;  // (program, node) -> plan
+  std::map<std::pair<int, size_t>, size_t> bias_into_gemm_;  // (program, LinearGradBias node) -> its dW GEMM node
   std::vector<cudaGraphExec_t> exec_;
   std::vector<int64_t> runs_;
   SplitData split_[2];
@@ -215,6 +216,18 @@ Status CudaBackend::plan_gemms() {
         d.n = dims(n.in[1])[1];
         d.trans_a = true;
         d.d_type = GpuDType::F32;
+        // db (M) = row sums of dY^T, fused into this GEMM (BGRADB) when the program asks for it.
+        for (size_t j = 0; j < p.nodes.size(); ++j)
+          if (p.nodes[j].op == OpKind::LinearGradBias && p.nodes[j].in[0] == n.in[0]) {
+            GemmDesc fused = d;
+            fused.epilogue = GemmEpilogue::BiasGradA;
+            Result<LtGemmPlan> fp = lt_gemm_plan(ctx_, fused);
+            if (!fp.ok()) break;  // no engine for the epilogue: the separate deterministic kernel runs instead
+            gemm_.emplace(std::make_pair(static_cast<int>(pi), i), std::move(fp.value()));
+            bias_into_gemm_[{static_cast<int>(pi), j}] = i;
+            break;
+          }
+        if (gemm_.count({static_cast<int>(pi), i})) continue;
       } else {
         continue;
       }
@@ -269,10 +282,13 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
       a.a = at(n.in[0]);
       a.b = at(n.in[1]);
       a.d = at(n.out[0]);
+      for (const auto& [key, gemm_node] : bias_into_gemm_)
+        if (key.first == program && gemm_node == i) a.bias = at(p.nodes[key.second].out[0]);
       gemm(a);
       return ok_status();
     }
     case OpKind::LinearGradBias: {
+      if (bias_into_gemm_.count({program, i})) return ok_status();  // computed by the dW GEMM's epilogue
       const void* dy = at(n.in[0]);
       float* db = reinterpret_cast<float*>(at(n.out[0]));
       const auto dims = c_.graph.values[n.in[0]].shape.dims;

@@ -256,9 +256,9 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     out.epoch(r);
     res.epochs.push_back(r);
     log.info("epoch {}/{}  lr {:.3g}  train loss {:.4f} top1 {:.2f}%  val loss {:.4f} top1 {:.2f}%  {:.0f} img/s  "
-             "{:.2f} s/epoch",
+             "{:.1f} ms/epoch",
              e, spec.train.epochs, lr, r.train_loss, 100 * r.train_top1, r.val_loss, 100 * r.val_top1,
-             r.images_per_s, r.epoch_seconds);
+             r.images_per_s, 1000 * r.epoch_seconds);
   }
   res.final_weights = be->read_weights();
   res.seconds = since(t_run);
