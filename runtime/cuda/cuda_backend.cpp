@@ -18,7 +18,6 @@
 #include "runtime/ops/bias_grad/bias_grad_cuda.h"
 #include "runtime/ops/cast/cast_cuda.h"
 #include "runtime/ops/dropout/dropout_cuda.h"
-#include "runtime/ops/fill/fill_cuda.h"
 #include "runtime/ops/optim/optim_cuda.h"
 #include "runtime/ops/relu/relu_cuda.h"
 #include "runtime/ops/softmax_ce/softmax_ce_cuda.h"
@@ -112,7 +111,7 @@ class CudaBackend final : public Backend {
   char* arena_ = nullptr;
   std::array<char*, kRegionCount> region_{};
   void* lowp_weights_ = nullptr;
-  std::vector<void*> scratch_;                         // per program: loss workspace, then augment parameters
+  std::vector<void*> scratch_;                         // per program: the fused loss kernel's workspace
   std::vector<size_t> ce_ws_bytes_;
   std::map<std::pair<int, size_t>, LtGemmPlan> gemm_;  // (program, node) -> plan
   std::map<std::pair<int, size_t>, size_t> bias_into_gemm_;  // (program, LinearGradBias node) -> its dW GEMM node
@@ -175,7 +174,7 @@ Status CudaBackend::init() {
   for (const Program& p : c_.graph.programs) {
     const size_t ce = softmax_ce_workspace_bytes(p.batch);
     void* buf = nullptr;
-    TRCTL_CUDA_TRY(cudaMalloc(&buf, align_up(static_cast<int64_t>(ce)) + augment_scratch_bytes(p.batch)));
+    TRCTL_CUDA_TRY(cudaMalloc(&buf, static_cast<size_t>(align_up(static_cast<int64_t>(ce)))));
     scratch_.push_back(buf);
     ce_ws_bytes_.push_back(static_cast<size_t>(align_up(static_cast<int64_t>(ce))));
   }
@@ -351,8 +350,8 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
   return Error{ErrCode::Internal, "cuda backend", std::string("no lowering for ") + to_string(n.op)};
 }
 
-// The optimizer over the two contiguous ranges of the weight layout; with fp16 AMP the non-finite check before it
-// and the loss-scale update after it; with AMP the fp16/bf16 weight copy refreshed for the next step.
+// The optimizer over the weight layout in one launch; with fp16 AMP the non-finite check before it and the
+// loss-scale update fused into its bookkeeping kernel; with AMP the fp16/bf16 weight copy refreshed afterwards.
 Status CudaBackend::lower_optimizer(std::vector<Launch>& out) {
   const cudaStream_t s = ctx_.stream;
   DeviceState* st = state();
@@ -364,27 +363,22 @@ Status CudaBackend::lower_optimizer(std::vector<Launch>& out) {
   float* v = k > 1 ? m + total : nullptr;
   if (k == 0) m = nullptr;
   const bool sc = scaled();
-  if (sc) out.push_back([s, g, total, st] { return grad_check_nonfinite_cuda(s, g, GpuDType::F32, total, &st->scaler.found_inf); });
-  out.push_back([s, st, sc] {
-    return opt_hyper_advance_cuda(s, &st->opt, sc ? &st->scaler.found_inf : nullptr, sc ? &st->scaler.scale : nullptr,
-                                  nullptr, 0);
-  });
-  const OptimizerKind kind = c_.spec.optimizer.kind;
-  for (int part = 0; part < 2; ++part) {
-    const int64_t b = part == 0 ? 0 : split, n = part == 0 ? split : total - split;
-    if (n == 0) continue;
-    const bool decay = part == 0;
-    float *pw = w + b, *pg = g + b, *pm = m ? m + b : nullptr, *pv = v ? v + b : nullptr;
-    out.push_back([s, st, kind, pw, pg, pm, pv, n, decay] {
-      switch (kind) {
-        case OptimizerKind::AdamW: return adamw_step_cuda(s, &st->opt, pw, pg, pm, pv, n, decay);
-        case OptimizerKind::Adam: return adam_step_cuda(s, &st->opt, pw, pg, pm, pv, n, decay);
-        case OptimizerKind::Sgd: return sgd_step_cuda(s, &st->opt, pw, pg, pm, n, decay);
-      }
-      return ok_status();
+  if (sc) {
+    out.push_back([s, g, total, st] {
+      return grad_check_nonfinite_cuda(s, g, GpuDType::F32, total, &st->scaler.found_inf);
     });
+    out.push_back([s, st] { return opt_hyper_advance_scaled_cuda(s, &st->opt, &st->scaler); });
+  } else {
+    out.push_back([s, st] { return opt_hyper_advance_cuda(s, &st->opt, nullptr, nullptr, nullptr, 0); });
   }
-  if (sc) out.push_back([s, st] { return grad_scaler_update_cuda(s, &st->scaler); });
+  const OptimizerKind k_spec = c_.spec.optimizer.kind;
+  const CudaOptimizer kind = k_spec == OptimizerKind::AdamW ? CudaOptimizer::AdamW
+                             : k_spec == OptimizerKind::Adam ? CudaOptimizer::Adam
+                                                             : CudaOptimizer::Sgd;
+  // One launch over the whole layout: [0, split) decayed weights, then biases without decay.
+  out.push_back([s, st, kind, w, g, m, v, total, split] {
+    return optimizer_step_cuda(s, kind, &st->opt, w, g, m, v, total, split);
+  });
   if (lowp()) {
     void* lw = lowp_weights_;
     const GpuDType act = act_type();
@@ -406,17 +400,15 @@ Result<std::vector<Launch>> CudaBackend::lower(int program) {
   const GpuPipeline pipe = sd.pipeline;
   void* x = at(p.input);
   int32_t* y = reinterpret_cast<int32_t*>(at(p.label));
-  void* aug = static_cast<char*>(scratch_[program]) + ce_ws_bytes_[program];
   const GpuDType act = act_type();
   const uint64_t seed = seed_;
   const int64_t batch = p.batch;
-  out.push_back([s, pipe, rs, seed, batch, x, act, y, aug] {
-    return augment_batch_cuda(s, pipe, rs, seed, batch, x, act, y, aug);
+  StepBookkeeping book;  // a train step also counts itself (dropout's key) and clears AMP's found_inf
+  if (p.kind == ProgramKind::Train) book.step = &st->step;
+  if (p.kind == ProgramKind::Train && scaled()) book.clear = &st->scaler.found_inf;
+  out.push_back([s, pipe, rs, seed, batch, x, act, y, book] {
+    return augment_batch_cuda(s, pipe, rs, seed, batch, x, act, y, book);
   });
-  if (p.kind == ProgramKind::Train) {
-    out.push_back([s, st] { return counter_add_u32_cuda(s, &st->step, 1); });
-    if (scaled()) out.push_back([s, st] { return fill_i32_cuda(s, &st->scaler.found_inf, 1, 0); });
-  }
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     Status ok = lower_node(program, i, out);
     if (!ok.ok()) return ok.errors();

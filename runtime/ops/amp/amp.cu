@@ -2,6 +2,7 @@
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_utils.cuh"
 #include "runtime/ops/amp/amp_cuda.h"
+#include "runtime/ops/amp/grad_scaler_device.cuh"
 
 namespace trctl {
 
@@ -33,21 +34,7 @@ __global__ void nonfinite_kernel(const T* __restrict__ g, int64_t n, int32_t* fo
   if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1;
 }
 
-__global__ void grad_scaler_update_kernel(GradScalerState* s) {
-  if (s->found_inf != 0) {
-    s->scale = s->scale * s->backoff_factor;
-    s->growth_tracker = 0;
-    return;
-  }
-  const int32_t successful = s->growth_tracker + 1;
-  if (successful >= s->growth_interval) {
-    const float grown = s->scale * s->growth_factor;
-    if (isfinite(grown)) s->scale = grown;
-    s->growth_tracker = 0;
-  } else {
-    s->growth_tracker = successful;
-  }
-}
+__global__ void grad_scaler_update_kernel(GradScalerState* s) { grad_scaler_update_device(s); }
 
 }  // namespace
 

@@ -1,5 +1,5 @@
-// Gather + augment kernels (see augment_cuda.h): a per-sample kernel draws the parameters exactly as
-// transforms_draw does, a per-pixel kernel evaluates them as transforms_apply does, a one-thread kernel advances
+// Gather + augment kernels (see augment_cuda.h): one block per sample draws the parameters exactly as
+// transforms_draw does and evaluates them per pixel as transforms_apply does; a one-thread kernel advances
 // the cursor.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -41,18 +41,11 @@ __device__ void draw_erasing(const TransformSpec& s, int h, int w, PhiloxStream&
   }
 }
 
-// One thread per sample: label and geometry, drawing in pipeline order from one Philox stream.
-__global__ void augment_params_kernel(GpuPipeline p, ResidentSplit split, uint64_t seed, int64_t batch,
-                                      int32_t* y, SampleGeo* geo) {
-  const int64_t j = grid_thread_index();
-  if (j >= batch) return;
-  const int64_t pos = (static_cast<int64_t>(*split.cursor) + j) % split.n;
-  const int32_t idx = split.order[pos];
-  y[j] = split.labels[idx];
-  SampleGeo g;
+// Label and geometry of one sample, drawing in pipeline order from one Philox stream.
+__device__ void draw_sample(const GpuPipeline& p, int32_t idx, uint64_t seed, uint32_t epoch, SampleGeo& g) {
   g.nmaps = 0;
   g.erase = 0;
-  PhiloxStream rng(seed, static_cast<uint32_t>(RngPurpose::Transform), *split.epoch, static_cast<uint32_t>(idx));
+  PhiloxStream rng(seed, static_cast<uint32_t>(RngPurpose::Transform), epoch, static_cast<uint32_t>(idx));
   int h = p.in_h, w = p.in_w;
   for (int i = 0; i < p.nsteps; ++i) {
     const TransformSpec& s = p.steps[i];
@@ -82,34 +75,41 @@ __global__ void augment_params_kernel(GpuPipeline p, ResidentSplit split, uint64
         break;
     }
   }
-  geo[j] = g;
 }
 
-// One thread per output pixel (all channels).
+// One block per sample: thread 0 draws the sample's parameters into shared memory, then every thread computes
+// output pixels (all channels) by the backward maps.
 template <class T>
-__global__ void augment_pixels_kernel(GpuPipeline p, ResidentSplit split, int64_t batch, const SampleGeo* geo,
-                                      T* x) {
-  const int64_t per = static_cast<int64_t>(p.out_h) * p.out_w;
-  const int64_t t = grid_thread_index();
-  if (t >= batch * per) return;
-  const int64_t j = t / per;
-  const int32_t yy = static_cast<int32_t>((t % per) / p.out_w), xx = static_cast<int32_t>(t % p.out_w);
-  const SampleGeo& g = geo[j];
-  const int64_t pos = (static_cast<int64_t>(*split.cursor) + j) % split.n;
-  const int32_t idx = split.order[pos];
-  int32_t sy = 0, sx = 0;
-  const bool inside = geo_source_pixel(g.maps, g.nmaps, yy, xx, &sy, &sx);
+__global__ void augment_kernel(GpuPipeline p, ResidentSplit split, uint64_t seed, int32_t* y, T* x) {
+  __shared__ SampleGeo g;
+  __shared__ int32_t idx;
+  const int64_t j = blockIdx.x;
+  if (threadIdx.x == 0) {
+    idx = split.order[(static_cast<int64_t>(*split.cursor) + j) % split.n];
+    y[j] = split.labels[idx];
+    draw_sample(p, idx, seed, *split.epoch, g);
+  }
+  __syncthreads();
+  const int32_t per = p.out_h * p.out_w;
   const uint8_t* src = split.pixels + static_cast<int64_t>(idx) * p.in_h * p.in_w * p.c;
-  const bool erased = g.erase && yy >= g.ey && yy < g.ey + g.eh && xx >= g.ex && xx < g.ex + g.ew;
-  T* out = x + t * p.c;
-  for (int ch = 0; ch < p.c; ++ch) {
-    const uint8_t v = inside ? src[(static_cast<int64_t>(sy) * p.in_w + sx) * p.c + ch] : uint8_t(0);
-    const float f = erased ? g.erase_value : normalize_u8(v, p.mean[ch], p.std_dev[ch]);
-    out[ch] = from_f32<T>(f);
+  for (int32_t t = threadIdx.x; t < per; t += blockDim.x) {
+    const int32_t yy = t / p.out_w, xx = t % p.out_w;
+    int32_t sy = 0, sx = 0;
+    const bool inside = geo_source_pixel(g.maps, g.nmaps, yy, xx, &sy, &sx);
+    const bool erased = g.erase && yy >= g.ey && yy < g.ey + g.eh && xx >= g.ex && xx < g.ex + g.ew;
+    T* out = x + (j * per + t) * p.c;
+    for (int ch = 0; ch < p.c; ++ch) {
+      const uint8_t v = inside ? src[(static_cast<int64_t>(sy) * p.in_w + sx) * p.c + ch] : uint8_t(0);
+      out[ch] = from_f32<T>(erased ? g.erase_value : normalize_u8(v, p.mean[ch], p.std_dev[ch]));
+    }
   }
 }
 
-__global__ void cursor_advance_kernel(uint32_t* cursor, uint32_t delta) { *cursor += delta; }
+__global__ void cursor_advance_kernel(uint32_t* cursor, uint32_t delta, StepBookkeeping book) {
+  *cursor += delta;
+  if (book.step) *book.step += 1;
+  if (book.clear) *book.clear = 0;
+}
 
 }  // namespace
 
@@ -137,34 +137,25 @@ Result<GpuPipeline> gpu_pipeline_make(const TransformPipeline& p) {
   return g;
 }
 
-size_t augment_scratch_bytes(int64_t batch) { return static_cast<size_t>(batch) * sizeof(SampleGeo); }
-
 Status augment_batch_cuda(cudaStream_t stream, const GpuPipeline& p, const ResidentSplit& split, uint64_t seed,
-                          int64_t batch, void* x, GpuDType x_type, int32_t* y, void* scratch) {
-  TRCTL_CUDA_ARG_CHECK(batch > 0 && split.n > 0 && x && y && scratch && split.cursor && split.epoch,
+                          int64_t batch, void* x, GpuDType x_type, int32_t* y, const StepBookkeeping& book) {
+  TRCTL_CUDA_ARG_CHECK(batch > 0 && batch < (int64_t{1} << 31) && split.n > 0 && x && y && split.cursor && split.epoch,
                        "augment_batch_cuda: bad arguments");
-  auto* geo = static_cast<SampleGeo*>(scratch);
-  augment_params_kernel<<<static_cast<unsigned>((batch + 127) / 128), 128, 0, stream>>>(p, split, seed, batch, y,
-                                                                                         geo);
-  Status st = TRCTL_CUDA_LAUNCH_STATUS("augment_params_kernel");
-  if (!st.ok()) return st;
-  const int64_t pixels = batch * p.out_h * p.out_w;
-  const unsigned grid = static_cast<unsigned>((pixels + 255) / 256);
+  const unsigned grid = static_cast<unsigned>(batch), block = 256;
   switch (x_type) {
     case GpuDType::F32:
-      augment_pixels_kernel<float><<<grid, 256, 0, stream>>>(p, split, batch, geo, static_cast<float*>(x));
+      augment_kernel<float><<<grid, block, 0, stream>>>(p, split, seed, y, static_cast<float*>(x));
       break;
     case GpuDType::F16:
-      augment_pixels_kernel<__half><<<grid, 256, 0, stream>>>(p, split, batch, geo, static_cast<__half*>(x));
+      augment_kernel<__half><<<grid, block, 0, stream>>>(p, split, seed, y, static_cast<__half*>(x));
       break;
     case GpuDType::BF16:
-      augment_pixels_kernel<__nv_bfloat16>
-          <<<grid, 256, 0, stream>>>(p, split, batch, geo, static_cast<__nv_bfloat16*>(x));
+      augment_kernel<__nv_bfloat16><<<grid, block, 0, stream>>>(p, split, seed, y, static_cast<__nv_bfloat16*>(x));
       break;
   }
-  st = TRCTL_CUDA_LAUNCH_STATUS("augment_pixels_kernel");
+  Status st = TRCTL_CUDA_LAUNCH_STATUS("augment_kernel");
   if (!st.ok()) return st;
-  cursor_advance_kernel<<<1, 1, 0, stream>>>(split.cursor, static_cast<uint32_t>(batch));
+  cursor_advance_kernel<<<1, 1, 0, stream>>>(split.cursor, static_cast<uint32_t>(batch), book);
   return TRCTL_CUDA_LAUNCH_STATUS("cursor_advance_kernel");
 }
 

@@ -38,11 +38,16 @@ struct ResidentSplit {
   const uint32_t* epoch = nullptr;   // device: the epoch key of the transforms
 };
 
-// Bytes of per-sample parameter scratch for a batch.
-size_t augment_scratch_bytes(int64_t batch);
+// Per-step bookkeeping folded into the kernel that advances the cursor (one graph node instead of three).
+struct StepBookkeeping {
+  uint32_t* step = nullptr;   // += 1 when given (the training step counter that dropout reads)
+  int32_t* clear = nullptr;   // = 0 when given (AMP's found_inf flag, set later by the non-finite check)
+};
 
-// x (batch, out_h, out_w, c) x_type, y (batch) i32; advances *cursor by batch. scratch: augment_scratch_bytes.
+// x (batch, out_h, out_w, c) x_type, y (batch) i32; then advances *cursor by batch and does `book`. Two launches:
+// one block per sample (its thread 0 draws the parameters into shared memory, all threads write pixels), then one
+// thread for the bookkeeping.
 Status augment_batch_cuda(cudaStream_t stream, const GpuPipeline& p, const ResidentSplit& split, uint64_t seed,
-                          int64_t batch, void* x, GpuDType x_type, int32_t* y, void* scratch);
+                          int64_t batch, void* x, GpuDType x_type, int32_t* y, const StepBookkeeping& book = {});
 
 }  // namespace trctl

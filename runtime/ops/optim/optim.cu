@@ -2,6 +2,7 @@
 // parameters with 16-byte loads of p, g and the state (scalar fallback for misaligned views and the tail).
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_utils.cuh"
+#include "runtime/ops/amp/grad_scaler_device.cuh"
 #include "runtime/ops/optim/optim_cuda.h"
 
 namespace trctl {
@@ -57,10 +58,10 @@ __device__ __forceinline__ void opt_update(const OptScalars& s, bool decay, floa
   }
 }
 
-// s1/s2: Adam m/v; SGD momentum buffer/unused.
+// s1/s2: Adam m/v; SGD momentum buffer/unused. Elements [0, decay_n) get weight decay, the rest none.
 template <OptKind K, bool kVec>
 __global__ void opt_step_kernel(const OptHyper* __restrict__ h, float* __restrict__ p, const float* __restrict__ g,
-                                float* __restrict__ s1, float* __restrict__ s2, int64_t n, bool decay) {
+                                float* __restrict__ s1, float* __restrict__ s2, int64_t n, int64_t decay_n) {
   if (h->skip) return;
   const OptScalars s = opt_scalars(h);
   const bool has1 = K != OptKind::Sgd || s.use_buf;
@@ -76,14 +77,14 @@ __global__ void opt_step_kernel(const OptHyper* __restrict__ h, float* __restric
       if (has1) a = pack_load<4>(s1 + base);
       if (has2) b = pack_load<4>(s2 + base);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) opt_update<K>(s, decay, pp.v[j], gg.v[j], a.v[j], b.v[j]);
+      for (int j = 0; j < 4; ++j) opt_update<K>(s, base + j < decay_n, pp.v[j], gg.v[j], a.v[j], b.v[j]);
       pack_store<4>(p + base, pp);
       if (has1) pack_store<4>(s1 + base, a);
       if (has2) pack_store<4>(s2 + base, b);
     } else {
       for (int64_t i = base; i < n && i < base + 4; ++i) {
         float a = has1 ? s1[i] : 0.0f, b = has2 ? s2[i] : 0.0f;
-        opt_update<K>(s, decay, p[i], g[i], a, b);
+        opt_update<K>(s, i < decay_n, p[i], g[i], a, b);
         if (has1) s1[i] = a;
         if (has2) s2[i] = b;
       }
@@ -91,8 +92,8 @@ __global__ void opt_step_kernel(const OptHyper* __restrict__ h, float* __restric
   }
 }
 
-__global__ void opt_hyper_advance_kernel(OptHyper* h, const int32_t* found_inf, const float* loss_scale,
-                                         const double* lr_table, int64_t lr_table_len) {
+__device__ __forceinline__ void opt_hyper_advance_device(OptHyper* h, const int32_t* found_inf, const float* loss_scale,
+                                                         const double* lr_table, int64_t lr_table_len) {
   const uint32_t iter = h->iter + 1;
   h->iter = iter;
   if (lr_table && lr_table_len > 0) {
@@ -115,18 +116,30 @@ __global__ void opt_hyper_advance_kernel(OptHyper* h, const int32_t* found_inf, 
   h->decay_factor = static_cast<float>(1.0 - lr * h->weight_decay);
 }
 
+__global__ void opt_hyper_advance_kernel(OptHyper* h, const int32_t* found_inf, const float* loss_scale,
+                                         const double* lr_table, int64_t lr_table_len) {
+  opt_hyper_advance_device(h, found_inf, loss_scale, lr_table, lr_table_len);
+}
+
+// Advance with this step's loss scale (inv_scale for the updates), then the loss-scale update for the next step:
+// the update kernels read only h->inv_scale and h->skip, so the scale may change before they run.
+__global__ void opt_hyper_advance_scaled_kernel(OptHyper* h, GradScalerState* scaler) {
+  opt_hyper_advance_device(h, &scaler->found_inf, &scaler->scale, nullptr, 0);
+  grad_scaler_update_device(scaler);
+}
+
 template <OptKind K>
 Status opt_launch(cudaStream_t stream, const OptHyper* h, float* p, const float* g, float* s1, float* s2, int64_t n,
-                  bool decay, const char* who) {
+                  int64_t decay_n, const char* who) {
   TRCTL_CUDA_ARG_CHECK(n >= 0, "optimizer step: n < 0");
   if (n == 0) return ok_status();
   TRCTL_CUDA_ARG_CHECK(h && p && g, "optimizer step: null hyper, param or grad pointer");
   TRCTL_CUDA_ARG_CHECK(K == OptKind::Sgd || (s1 && s2), "optimizer step: null Adam state pointer");
   const unsigned grid = elementwise_grid((n + 3) / 4);
   if (gpu_aligned(16, p, g, s1, s2)) {
-    opt_step_kernel<K, true><<<grid, kElementwiseBlock, 0, stream>>>(h, p, g, s1, s2, n, decay);
+    opt_step_kernel<K, true><<<grid, kElementwiseBlock, 0, stream>>>(h, p, g, s1, s2, n, decay_n);
   } else {
-    opt_step_kernel<K, false><<<grid, kElementwiseBlock, 0, stream>>>(h, p, g, s1, s2, n, decay);
+    opt_step_kernel<K, false><<<grid, kElementwiseBlock, 0, stream>>>(h, p, g, s1, s2, n, decay_n);
   }
   return TRCTL_CUDA_LAUNCH_STATUS(who);
 }
@@ -163,17 +176,34 @@ Status opt_hyper_advance_cuda(cudaStream_t stream, OptHyper* h, const int32_t* f
 
 Status adamw_step_cuda(cudaStream_t stream, const OptHyper* h, float* p, const float* g, float* m, float* v,
                        int64_t n, bool decay) {
-  return opt_launch<OptKind::AdamW>(stream, h, p, g, m, v, n, decay, "opt_step_kernel<AdamW>");
+  return opt_launch<OptKind::AdamW>(stream, h, p, g, m, v, n, decay ? n : 0, "opt_step_kernel<AdamW>");
 }
 
 Status adam_step_cuda(cudaStream_t stream, const OptHyper* h, float* p, const float* g, float* m, float* v,
                       int64_t n, bool decay) {
-  return opt_launch<OptKind::Adam>(stream, h, p, g, m, v, n, decay, "opt_step_kernel<Adam>");
+  return opt_launch<OptKind::Adam>(stream, h, p, g, m, v, n, decay ? n : 0, "opt_step_kernel<Adam>");
 }
 
 Status sgd_step_cuda(cudaStream_t stream, const OptHyper* h, float* p, const float* g, float* momentum_buf,
                      int64_t n, bool decay) {
-  return opt_launch<OptKind::Sgd>(stream, h, p, g, momentum_buf, nullptr, n, decay, "opt_step_kernel<Sgd>");
+  return opt_launch<OptKind::Sgd>(stream, h, p, g, momentum_buf, nullptr, n, decay ? n : 0, "opt_step_kernel<Sgd>");
+}
+
+Status optimizer_step_cuda(cudaStream_t stream, CudaOptimizer kind, const OptHyper* h, float* p, const float* g,
+                           float* s1, float* s2, int64_t n, int64_t decay_n) {
+  TRCTL_CUDA_ARG_CHECK(decay_n >= 0 && decay_n <= n, "optimizer_step_cuda: decay_n outside [0, n]");
+  switch (kind) {
+    case CudaOptimizer::AdamW: return opt_launch<OptKind::AdamW>(stream, h, p, g, s1, s2, n, decay_n, "opt_step_kernel<AdamW>");
+    case CudaOptimizer::Adam: return opt_launch<OptKind::Adam>(stream, h, p, g, s1, s2, n, decay_n, "opt_step_kernel<Adam>");
+    case CudaOptimizer::Sgd: return opt_launch<OptKind::Sgd>(stream, h, p, g, s1, nullptr, n, decay_n, "opt_step_kernel<Sgd>");
+  }
+  return ok_status();
+}
+
+Status opt_hyper_advance_scaled_cuda(cudaStream_t stream, OptHyper* h, GradScalerState* scaler) {
+  TRCTL_CUDA_ARG_CHECK(h != nullptr && scaler != nullptr, "opt_hyper_advance_scaled_cuda: null pointer");
+  opt_hyper_advance_scaled_kernel<<<1, 1, 0, stream>>>(h, scaler);
+  return TRCTL_CUDA_LAUNCH_STATUS("opt_hyper_advance_scaled_kernel");
 }
 
 }  // namespace trctl

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "core/util/error.h"
+#include "runtime/ops/amp/amp_cuda.h"
 
 namespace trctl {
 
@@ -57,6 +58,16 @@ Status adamw_step_cuda(cudaStream_t stream, const OptHyper* h, float* p, const f
                        int64_t n, bool decay);
 Status adam_step_cuda(cudaStream_t stream, const OptHyper* h, float* p, const float* g, float* m, float* v,
                       int64_t n, bool decay);
+// One launch over a whole weight layout: elements [0, decay_n) get weight decay, [decay_n, n) none (the plan puts
+// decayed weights first). s1/s2: Adam exp_avg/exp_avg_sq; SGD momentum buffer (s2 unused).
+enum class CudaOptimizer { AdamW, Adam, Sgd };
+Status optimizer_step_cuda(cudaStream_t stream, CudaOptimizer kind, const OptHyper* h, float* p, const float* g,
+                           float* s1, float* s2, int64_t n, int64_t decay_n);
+
+// opt_hyper_advance_cuda with found_inf and loss scale from the scaler, followed in the same one-thread kernel by
+// grad_scaler_update (the updates use inv_scale of this step's scale; the new scale is for the next step).
+Status opt_hyper_advance_scaled_cuda(cudaStream_t stream, OptHyper* h, GradScalerState* scaler);
+
 // momentum_buf may be null only if h->momentum == 0 (the kernel traps otherwise: an internal invariant).
 Status sgd_step_cuda(cudaStream_t stream, const OptHyper* h, float* p, const float* g, float* momentum_buf,
                      int64_t n, bool decay);
