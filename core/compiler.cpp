@@ -58,7 +58,9 @@ Result<Compiled> compile_spec(const Spec& spec, const DataShape& data, const Com
 }
 
 std::string compiled_dump(const Compiled& c, const std::string& stage) {
-  std::string s = "# after " + stage + "\n" + graph_dump(c.graph);
+  std::string s = "# after " + stage + "\n# stages run:";
+  for (const auto& st : c.stages) s += " " + st;
+  s += "\n" + graph_dump(c.graph);
   if (stage == "memplan") s += memplan_dump(c.graph, c.plan);
   return s;
 }

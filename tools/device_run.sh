@@ -23,9 +23,15 @@ has() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 
 if has tests; then
   if [ "${SANITIZE:-0}" = 1 ]; then san=""; else san="SKIP_SANITIZERS=1"; fi
-  env $san TEST_TIMEOUT=240 OUT="$OUT/check" bash tools/device_check.sh "$BIN" >"$OUT/tests.log" 2>&1
+  rm -rf /tmp/trctl_dump && mkdir -p /tmp/trctl_dump
+  env $san TEST_TIMEOUT=240 TRCTL_DUMP_DIR=/tmp/trctl_dump OUT="$OUT/check" bash tools/device_check.sh "$BIN" \
+    >"$OUT/tests.log" 2>&1
   echo "tests: rc $?" >>"$SUM"
   cat "$OUT/check/summary.txt" >>"$SUM" 2>/dev/null
+  if [ -f /tmp/trctl_dump/manifest.json ]; then  # trctl's step vs PyTorch's, from the dump of torch_dump_test
+    python3 benchmarks/torch_check_mlp.py /tmp/trctl_dump >>"$SUM" 2>&1
+    echo "torch check: rc $?" >>"$SUM"
+  fi
   (cd "$OUT" && tar czf check.tar.gz check && rm -rf check)
 fi
 
