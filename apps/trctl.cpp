@@ -11,6 +11,7 @@
 #include "core/compiler.h"
 #include "runtime/train/trainer.h"
 #if defined(TRCTL_HAVE_CUDA)
+#include "runtime/cuda/bench_kernels.h"
 #include "runtime/cuda/cuda_backend.h"
 #endif
 
@@ -97,6 +98,39 @@ int cmd_train(const SpecArgs& a, bool print_config) {
   return 0;
 }
 
+// trctl bench kernels [--json FILE]: every CUDA kernel against the card's measured ceilings.
+int cmd_bench(const std::string& suite, const std::string& json_path) {
+  if (suite != "kernels") {
+    std::fprintf(stderr, "error: trctl bench %s: unknown or not yet supported suite (supported: kernels)\n",
+                 suite.c_str());
+    return kExitBadInput;
+  }
+#if defined(TRCTL_HAVE_CUDA)
+  if (cuda_device_count() == 0) {
+    std::fprintf(stderr, "error: trctl bench kernels needs a CUDA device; none is present\n");
+    return kExitBadInput;
+  }
+  Result<std::vector<KernelBenchRow>> rows = cuda_bench_kernels();
+  if (!rows.ok()) return report_errors(rows.errors());
+  std::cout << kernel_bench_table(rows.value());
+  if (!json_path.empty()) {
+    std::FILE* f = std::fopen(json_path.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "error: %s: cannot write\n", json_path.c_str());
+      return kExitBadInput;
+    }
+    const std::string j = kernel_bench_json(rows.value(), "cuda:0");
+    std::fwrite(j.data(), 1, j.size(), f);
+    std::fclose(f);
+  }
+  return 0;
+#else
+  (void)json_path;
+  std::fprintf(stderr, "error: trctl bench kernels needs a CUDA build of trctl\n");
+  return kExitBadInput;
+#endif
+}
+
 int not_supported(const std::string& what, const std::string& issue) {
   std::fprintf(stderr, "error: trctl %s is not supported in this version yet (%s)\n", what.c_str(), issue.c_str());
   return kExitBadInput;
@@ -120,13 +154,16 @@ int main(int argc, char** argv) {
   auto* compile = app.add_subcommand("compile", "compile a spec and print the IR/plan after a stage");
   add_spec_args(compile, compile_a);
   compile->add_option("--dump", dump, "after:STAGE (graph_build, fuse_linear_relu, autodiff, optimizer_insert, memplan)");
+  std::string bench_suite, bench_json;
+  auto* bench = app.add_subcommand("bench", "benchmarks: kernels (each CUDA kernel vs the card's ceilings)");
+  bench->add_option("suite", bench_suite, "suite: kernels")->required();
+  bench->add_option("--json", bench_json, "also write the results as JSON to this file");
   struct Later {
     const char* name;
     const char* help;
     const char* issue;
   };
   const Later later[] = {{"eval", "evaluate weights on the validation set", "checkpoints: issue 6"},
-                         {"bench", "benchmarks", "issues 3 and 8"},
                          {"pack-dts", "pack a dataset into a DTS file", "issue 5"},
                          {"dts", "inspect a DTS file", "issue 5"},
                          {"report", "fairness report", "issue 8"},
@@ -142,6 +179,7 @@ int main(int argc, char** argv) {
     if (*train) return cmd_train(train_a, print_config);
     if (*validate) return cmd_validate(validate_a);
     if (*compile) return cmd_compile(compile_a, dump);
+    if (*bench) return cmd_bench(bench_suite, bench_json);
     for (const auto& l : later)
       if (*app.get_subcommand(l.name)) return not_supported(l.name, l.issue);
   } catch (const std::exception& e) {

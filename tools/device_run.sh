@@ -4,12 +4,13 @@
 # Stages (space-separated, any order runs in this order):
 #   tests     GPU test suite (tools/device_check.sh; SANITIZE=1 adds compute-sanitizer memcheck + racecheck)
 #   bench     trctl: configs/mlp_fmnist.yaml, 100 epochs on the GPU (EPOCHS to change)
+#   kernels   trctl bench kernels (every CUDA kernel against the card's measured ceilings), JSON too
 #   torch     PyTorch side by side: recipe gpu (100 epochs, torch.compile) and recipe dataloader (DL_EPOCHS, default 3)
 # Everything lands in $OUT (at most 8 files come back): summary.txt last.
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/out}"
-STAGES="${STAGES:-tests bench torch}"
+STAGES="${STAGES:-tests bench kernels torch}"
 EPOCHS="${EPOCHS:-100}"
 DL_EPOCHS="${DL_EPOCHS:-3}"
 BIN=.device/bin
@@ -45,6 +46,12 @@ if has bench; then
     echo "trctl mlp $prec: rc $? :: $(grep -E '^done' "/tmp/runs/trctl_mlp_$prec.log")" >>"$SUM"
   done
   tar czf "$OUT/trctl_runs.tar.gz" -C /tmp runs   # logs and run dirs in one file (8 files come back at most)
+fi
+
+if has kernels; then
+  timeout 120 "$BIN/trctl" bench kernels --json "$OUT/bench_kernels.json" >"$OUT/bench_kernels.txt" 2>&1
+  echo "trctl bench kernels: rc $?" >>"$SUM"
+  cat "$OUT/bench_kernels.txt" >>"$SUM"
 fi
 
 if has torch; then

@@ -1,0 +1,241 @@
+// cuda_bench_kernels: ceilings first (copy bandwidth, GEMM rates), then every kernel at sizes that fill the chip
+// and at the MLP's own sizes; median of repeated event-timed launches after a warm-up.
+#include "runtime/cuda/bench_kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <random>
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/lt_gemm.h"
+#include "runtime/ops/amp/amp_cuda.h"
+#include "runtime/ops/bias_grad/bias_grad_cuda.h"
+#include "runtime/ops/cast/cast_cuda.h"
+#include "runtime/ops/dropout/dropout_cuda.h"
+#include "runtime/ops/optim/optim_cuda.h"
+#include "runtime/ops/relu/relu_cuda.h"
+#include "runtime/ops/softmax_ce/softmax_ce_cuda.h"
+
+namespace trctl {
+namespace {
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  ~DeviceBuffer() { TRCTL_CUDA_WARN(cudaFree(p)); }
+};
+
+// Median time in microseconds of `reps` launches of f, after `warm` untimed ones.
+Result<double> time_us(cudaStream_t s, const std::function<Status()>& f, int warm = 3, int reps = 20) {
+  for (int i = 0; i < warm; ++i) {
+    Status st = f();
+    if (!st.ok()) return st.errors();
+  }
+  cudaEvent_t a, b;
+  TRCTL_CUDA_TRY(cudaEventCreate(&a));
+  TRCTL_CUDA_TRY(cudaEventCreate(&b));
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    TRCTL_CUDA_TRY(cudaEventRecord(a, s));
+    Status st = f();
+    if (!st.ok()) return st.errors();
+    TRCTL_CUDA_TRY(cudaEventRecord(b, s));
+    TRCTL_CUDA_TRY(cudaEventSynchronize(b));
+    float ms = 0;
+    TRCTL_CUDA_TRY(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(1000.0 * ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Random floats in [-1, 1) (never zeros: zeros can run faster than real data).
+Status fill_random(void* p, size_t floats, uint32_t seed) {
+  std::vector<float> h(floats);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (auto& x : h) x = d(rng);
+  TRCTL_CUDA_TRY(cudaMemcpy(p, h.data(), floats * 4, cudaMemcpyHostToDevice));
+  return ok_status();
+}
+
+struct Bench {
+  CudaContext& ctx;
+  std::vector<KernelBenchRow> rows;
+  double copy_gbs = 0, gemm_f16 = 0, gemm_f32 = 0, gemm_tf32 = 0;
+
+  Status add(const std::string& name, const std::string& size, double bytes_or_flops, bool flops, double ceiling,
+             const std::function<Status()>& f) {
+    Result<double> us = time_us(ctx.stream, f);
+    if (!us.ok()) return us.errors();
+    KernelBenchRow r;
+    r.name = name;
+    r.size = size;
+    r.unit = flops ? "TFLOP/s" : "GB/s";
+    r.median_us = us.value();
+    r.achieved = flops ? bytes_or_flops / (us.value() * 1e6) : bytes_or_flops / (us.value() * 1e3);
+    r.ceiling = ceiling;
+    rows.push_back(r);
+    return ok_status();
+  }
+
+  // D = A B for (m, n, k) square-ish; returns TFLOP/s.
+  Result<double> gemm_rate(GpuDType t, GemmMath math, int64_t m, int64_t n, int64_t k, void* a, void* b, void* d,
+                           bool record, const std::string& name) {
+    GemmDesc desc;
+    desc.m = m;
+    desc.n = n;
+    desc.k = k;
+    desc.trans_b = true;
+    desc.ab_type = desc.d_type = t;
+    desc.math = math;
+    Result<LtGemmPlan> plan = lt_gemm_plan(ctx, desc);
+    if (!plan.ok()) return plan.errors();
+    LtGemmPlan& pl = plan.value();
+    GemmArgs args;
+    args.a = a;
+    args.b = b;
+    args.d = d;
+    Result<double> us = time_us(ctx.stream, [&] { return lt_gemm_run(ctx, pl, args); });
+    if (!us.ok()) return us.errors();
+    const double tflops = 2.0 * m * n * k / (us.value() * 1e6);
+    if (record) {
+      KernelBenchRow r{name, std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k), "TFLOP/s",
+                       us.value(), tflops, 0};
+      rows.push_back(r);
+    }
+    return tflops;
+  }
+};
+
+}  // namespace
+
+Result<std::vector<KernelBenchRow>> cuda_bench_kernels() {
+  Result<CudaContext> ctx = cuda_context_create(0);
+  if (!ctx.ok()) return ctx.errors();
+  Bench b{ctx.value(), {}};
+  const cudaStream_t s = b.ctx.stream;
+  const int64_t n = int64_t{1} << 26;  // 64 Mi floats = 256 MiB per buffer: far beyond the 50 MiB L2
+  DeviceBuffer x, y, m, v, g;
+  for (DeviceBuffer* d : {&x, &y, &m, &v, &g}) TRCTL_CUDA_TRY(cudaMalloc(&d->p, static_cast<size_t>(n) * 4));
+  Status st = fill_random(x.p, n, 1);
+  if (st.ok()) st = fill_random(g.p, n, 2);
+  if (st.ok()) st = fill_random(m.p, n, 3);
+  if (st.ok()) st = fill_random(v.p, n, 4);
+  if (!st.ok()) return st.errors();
+  TRCTL_CUDA_TRY(cudaMemset(y.p, 0, static_cast<size_t>(n) * 4));
+
+  // Ceilings.
+  Result<double> copy = time_us(s, [&]() -> Status {
+    TRCTL_CUDA_TRY(cudaMemcpyAsync(y.p, x.p, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice, s));
+    return ok_status();
+  });
+  if (!copy.ok()) return copy.errors();
+  b.copy_gbs = 2.0 * n * 4 / (copy.value() * 1e3);
+  b.rows.push_back({"ceiling: device copy", "256 MiB", "GB/s", copy.value(), b.copy_gbs, b.copy_gbs});
+  for (auto [t, math, name] : {std::make_tuple(GpuDType::F16, GemmMath::Default, "ceiling: gemm f16"),
+                               std::make_tuple(GpuDType::F32, GemmMath::FastTf32, "ceiling: gemm tf32"),
+                               std::make_tuple(GpuDType::F32, GemmMath::Default, "ceiling: gemm f32")}) {
+    Result<double> r = b.gemm_rate(t, math, 4096, 4096, 4096, x.p, g.p, y.p, true, name);
+    if (!r.ok()) return r.errors();
+    (t == GpuDType::F16 ? b.gemm_f16 : math == GemmMath::FastTf32 ? b.gemm_tf32 : b.gemm_f32) = r.value();
+    b.rows.back().ceiling = r.value();
+  }
+
+  // Memory-bound kernels at 64 Mi elements.
+  const std::string sz = "64Mi f32";
+  const double bw = b.copy_gbs;
+  st = b.add("relu_fwd f32", sz, 8.0 * n, false, bw, [&] { return relu_fwd_cuda(s, x.p, y.p, n, GpuDType::F32); });
+  if (st.ok()) st = b.add("relu_bwd f32", sz, 12.0 * n, false, bw, [&] { return relu_bwd_cuda(s, x.p, g.p, y.p, n, GpuDType::F32); });
+  uint32_t* step = nullptr;
+  TRCTL_CUDA_TRY(cudaMalloc(&step, 64));
+  TRCTL_CUDA_TRY(cudaMemset(step, 0, 64));
+  const DropoutParams dp = dropout_params(0.5f, 7, 1, step);
+  if (st.ok()) st = b.add("dropout_fwd f32", sz, 8.0 * n, false, bw, [&] { return dropout_fwd_cuda(s, dp, x.p, y.p, n, GpuDType::F32); });
+  if (st.ok()) st = b.add("cast f32->f16", sz, 6.0 * n, false, bw, [&] { return cast_cuda(s, x.p, GpuDType::F32, y.p, GpuDType::F16, n); });
+  int32_t* flag = reinterpret_cast<int32_t*>(step + 8);
+  if (st.ok()) st = b.add("grad_check_nonfinite f32", sz, 4.0 * n, false, bw, [&] { return grad_check_nonfinite_cuda(s, g.p, GpuDType::F32, n, flag); });
+  OptHyper* h = nullptr;
+  TRCTL_CUDA_TRY(cudaMalloc(&h, sizeof(OptHyper)));
+  OptHyper hh = opt_hyper_adam(1e-3, 0.9, 0.999, 1e-8, 1e-4);
+  TRCTL_CUDA_TRY(cudaMemcpy(h, &hh, sizeof hh, cudaMemcpyHostToDevice));
+  if (st.ok()) st = opt_hyper_advance_cuda(s, h, nullptr, nullptr, nullptr, 0);
+  if (st.ok()) st = b.add("adamw over a region", sz, 28.0 * n, false, bw, [&] {
+    return optimizer_step_cuda(s, CudaOptimizer::AdamW, h, static_cast<float*>(y.p), static_cast<const float*>(g.p),
+                               static_cast<float*>(m.p), static_cast<float*>(v.p), n, n / 2);
+  });
+  const int64_t rows = 65536, cols = 1024;
+  if (st.ok()) st = b.add("bias_grad f32", "65536x1024", 4.0 * rows * cols, false, bw, [&] {
+    return bias_grad_cuda(s, x.p, GpuDType::F32, rows, cols, 0, static_cast<float*>(y.p), false);
+  });
+  DeviceBuffer ws, labels;
+  const int64_t ce_rows = 65536, ce_cls = 1000;
+  TRCTL_CUDA_TRY(cudaMalloc(&ws.p, softmax_ce_workspace_bytes(ce_rows)));
+  TRCTL_CUDA_TRY(cudaMalloc(&labels.p, ce_rows * 4));
+  TRCTL_CUDA_TRY(cudaMemset(labels.p, 0, ce_rows * 4));
+  SoftmaxCeArgs ca;
+  ca.logits = x.p;
+  ca.labels = static_cast<const int32_t*>(labels.p);
+  ca.rows = ce_rows;
+  ca.classes = ce_cls;
+  ca.label_smoothing = 0.1f;
+  ca.dlogits = y.p;
+  ca.workspace = ws.p;
+  ca.workspace_bytes = softmax_ce_workspace_bytes(ce_rows);
+  ca.loss = reinterpret_cast<float*>(step + 12);
+  if (st.ok()) st = b.add("softmax_ce fwd+bwd f32", "65536x1000", 8.0 * ce_rows * ce_cls, false, bw, [&] { return softmax_ce_cuda(s, ca); });
+  ca.rows = 200;
+  ca.classes = 10;
+  if (st.ok()) st = b.add("softmax_ce fwd+bwd f32 (MLP)", "200x10", 8.0 * 200 * 10, false, bw, [&] { return softmax_ce_cuda(s, ca); });
+  if (!st.ok()) return st.errors();
+
+  // The MLP's GEMMs (batch 200), forward shapes, as the backend plans them.
+  const int64_t dims[5] = {784, 1024, 512, 256, 10};
+  for (int l = 0; l < 4; ++l)
+    for (auto [t, math, tag, ceil] : {std::make_tuple(GpuDType::F16, GemmMath::Default, "f16", b.gemm_f16),
+                                      std::make_tuple(GpuDType::F32, GemmMath::Default, "f32", b.gemm_f32)}) {
+      Result<double> r = b.gemm_rate(t, math, 200, dims[l + 1], dims[l], x.p, g.p, y.p, true,
+                                     std::string("mlp gemm fwd ") + tag + " fc" + std::to_string(l + 1));
+      if (!r.ok()) return r.errors();
+      b.rows.back().ceiling = ceil;
+    }
+  TRCTL_CUDA_WARN(cudaFree(step));
+  TRCTL_CUDA_WARN(cudaFree(h));
+  return b.rows;
+}
+
+std::string kernel_bench_table(const std::vector<KernelBenchRow>& rows) {
+  std::string out;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%-32s %-12s %12s %12s %12s %7s\n", "kernel", "size", "median us", "achieved",
+                "ceiling", "%");
+  out += buf;
+  for (const auto& r : rows) {
+    std::snprintf(buf, sizeof buf, "%-32s %-12s %12.2f %9.1f %-2s %9.1f %-2s %6.1f%%\n", r.name.c_str(),
+                  r.size.c_str(), r.median_us, r.achieved, r.unit == "GB/s" ? "GB" : "TF", r.ceiling,
+                  r.unit == "GB/s" ? "GB" : "TF", r.ceiling > 0 ? 100 * r.achieved / r.ceiling : 0.0);
+    out += buf;
+  }
+  return out;
+}
+
+std::string kernel_bench_json(const std::vector<KernelBenchRow>& rows, const std::string& device) {
+  std::string out = "{\"suite\": \"kernels\", \"device\": \"" + device + "\", \"rows\": [";
+  char buf[512];
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    std::snprintf(buf, sizeof buf,
+                  "%s\n {\"name\": \"%s\", \"size\": \"%s\", \"unit\": \"%s\", \"median_us\": %.3f, \"achieved\": %.3f, "
+                  "\"ceiling\": %.3f}",
+                  i ? "," : "", r.name.c_str(), r.size.c_str(), r.unit.c_str(), r.median_us, r.achieved, r.ceiling);
+    out += buf;
+  }
+  return out + "\n]}\n";
+}
+
+}  // namespace trctl
