@@ -121,7 +121,7 @@ TEST_CASE("20 fp32 training steps on the GPU give the CPU backend's weights with
   CHECK(std::abs(a.epochs[0].train_loss - b.epochs[0].train_loss) < 1e-3);
 }
 
-TEST_CASE("two GPU runs with one seed are bitwise equal, fp32 and fp16 AMP", "[gpu][backend][determinism]") {
+TEST_CASE("two GPU runs with one seed are bitwise equal, fp32 and fp16 AMP", "[gpu][backend][determinism][long]") {
   for (const char* prec : {"train.precision=fp32", "train.precision=fp16"}) {
     const std::vector<std::string> o = {"data.train_subset=6000", "train.epochs=2", prec, "train.device=cuda"};
     TrainResult a = train(o), b = train(o);
@@ -131,7 +131,7 @@ TEST_CASE("two GPU runs with one seed are bitwise equal, fp32 and fp16 AMP", "[g
   }
 }
 
-TEST_CASE("fp16 AMP on the GPU learns like fp32", "[gpu][backend]") {
+TEST_CASE("fp16 AMP on the GPU learns like fp32", "[gpu][backend][long]") {
   TrainResult a = train({"train.epochs=2", "train.precision=fp32", "train.device=cuda"});
   TrainResult b = train({"train.epochs=2", "train.precision=fp16", "train.device=cuda"});
   INFO("val top1 fp32 " << a.epochs.back().val_top1 << " fp16 " << b.epochs.back().val_top1);
