@@ -18,18 +18,6 @@ constexpr int kMaxSide = 1 << 14;     // largest image side anywhere in a pipeli
 constexpr int kMaxChannels = 4096;
 constexpr int kEraseAttempts = 10;    // torchvision RandomErasing.get_params
 
-const char* transform_name(TransformKind k) {
-  switch (k) {
-    case TransformKind::Pad: return "pad";
-    case TransformKind::RandomCrop: return "random_crop";
-    case TransformKind::RandomRotation: return "random_rotation";
-    case TransformKind::RandomScale: return "random_scale";
-    case TransformKind::Normalize: return "normalize";
-    case TransformKind::RandomErasing: return "random_erasing";
-  }
-  return "?";
-}
-
 bool is_geometric(TransformKind k) {
   return k == TransformKind::Pad || k == TransformKind::RandomCrop || k == TransformKind::RandomRotation ||
          k == TransformKind::RandomScale;
@@ -105,7 +93,7 @@ void check_steps(TransformPipeline* p, const std::string& where, std::vector<Err
   int h = p->in_h, w = p->in_w;
   for (size_t i = 0; i < p->steps.size(); ++i) {
     const TransformSpec& s = p->steps[i];
-    std::string head = "transform " + std::to_string(i + 1) + " (" + transform_name(s.kind) + "): ";
+    std::string head = "transform " + std::to_string(i + 1) + " (" + to_string(s.kind) + "): ";
     int at = static_cast<int>(i);
     if (is_geometric(s.kind) && normalize_at >= 0 && at > normalize_at) {
       errs->push_back({ErrCode::Invalid, where, head + "geometric transforms must come before normalize"});
