@@ -76,6 +76,12 @@ def make_optimizer(model):
                              lr=1e-3, betas=(0.9, 0.999), eps=1e-8, fused=True)
 
 
+def make_training(dev):
+    """Model, optimizer, GradScaler and loss of the recipe, the same for both recipes."""
+    model = make_model().to(dev)
+    return model, make_optimizer(model), torch.amp.GradScaler("cuda"), nn.CrossEntropyLoss(label_smoothing=0.1)
+
+
 def gpu_augment(x_u8):
     """x_u8 (B, 28, 28) uint8 on the GPU -> (B, 1, 28, 28) float normalized, augmented like the spec."""
     b = x_u8.shape[0]
@@ -175,10 +181,7 @@ def run_dataloader(args, data):
                                      num_workers=args.workers, pin_memory=True, persistent_workers=True)
     dv = torch.utils.data.DataLoader(DS(xte, yte, tf_val), batch_size=2000, num_workers=args.workers,
                                      pin_memory=True, persistent_workers=True)
-    model = make_model().to(dev)
-    opt = make_optimizer(model)
-    scaler = torch.amp.GradScaler("cuda")
-    crit = nn.CrossEntropyLoss(label_smoothing=0.1)
+    model, opt, scaler, crit = make_training(dev)
 
     def fwd_loss(xb, yb):
         with torch.autocast("cuda", dtype=torch.float16):
@@ -222,10 +225,7 @@ def main():
         ytr_d = torch.from_numpy(ytr.astype(np.int64)).to(dev)
         xte_d = ((torch.from_numpy(xte.copy()).to(dev).float() / 255 - MEAN) / STD).unsqueeze(1)
         yte_d = torch.from_numpy(yte.astype(np.int64)).to(dev)
-        model = make_model().to(dev)
-        opt = make_optimizer(model)
-        scaler = torch.amp.GradScaler("cuda")
-        crit = nn.CrossEntropyLoss(label_smoothing=0.1)
+        model, opt, scaler, crit = make_training(dev)
 
         def fwd_loss(xb, yb):
             with torch.autocast("cuda", dtype=torch.float16):
