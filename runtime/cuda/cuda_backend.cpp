@@ -98,6 +98,7 @@ class CudaBackend final : public Backend {
   }
   DeviceState* state() const { return reinterpret_cast<DeviceState*>(region_[static_cast<int>(Region::Hyper)]); }
   Status refresh_lowp_weights();
+  Status copy_to_device(void* dst, const void* src, size_t bytes);
   Status plan_gemms();
   Result<std::vector<Launch>> lower(int program);
   Status lower_node(int program, size_t i, std::vector<Launch>& out);
@@ -160,7 +161,7 @@ Status CudaBackend::init() {
                      std::to_string(free_b) + " free (regions: " + regions + ")"};
   }
   TRCTL_CUDA_TRY(cudaMalloc(&arena_, static_cast<size_t>(total)));
-  TRCTL_CUDA_TRY(cudaMemset(arena_, 0, static_cast<size_t>(total)));
+  TRCTL_CUDA_TRY(cudaMemsetAsync(arena_, 0, static_cast<size_t>(total), ctx_.stream));  // ordered with the step
   for (int r = 0; r < kRegionCount; ++r) region_[r] = arena_ + off[r];
   if (lowp()) {
     TRCTL_CUDA_TRY(cudaMalloc(&lowp_weights_, static_cast<size_t>(c_.plan.weights_bytes / 2 + kAlign)));
@@ -170,7 +171,7 @@ Status CudaBackend::init() {
   s.opt = o.kind == OptimizerKind::Sgd ? opt_hyper_sgd(o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov)
                                        : opt_hyper_adam(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay);
   s.scaler = GradScalerState{};
-  TRCTL_CUDA_TRY(cudaMemcpy(state(), &s, sizeof s, cudaMemcpyHostToDevice));
+  if (Status st = copy_to_device(state(), &s, sizeof s); !st.ok()) return st;
   for (const Program& p : c_.graph.programs) {
     const size_t ce = softmax_ce_workspace_bytes(p.batch);
     void* buf = nullptr;
@@ -458,8 +459,9 @@ Status CudaBackend::upload_split(DataSplit split, const ImageDataset& data, cons
   TRCTL_CUDA_TRY(cudaMalloc(&sd.pixels, data.pixels.size()));
   TRCTL_CUDA_TRY(cudaMalloc(&sd.labels, data.labels.size() * 4));
   TRCTL_CUDA_TRY(cudaMalloc(&sd.order, data.labels.size() * 4));
-  TRCTL_CUDA_TRY(cudaMemcpy(sd.pixels, data.pixels.data(), data.pixels.size(), cudaMemcpyHostToDevice));
-  TRCTL_CUDA_TRY(cudaMemcpy(sd.labels, data.labels.data(), data.labels.size() * 4, cudaMemcpyHostToDevice));
+  Status st = copy_to_device(sd.pixels, data.pixels.data(), data.pixels.size());
+  if (st.ok()) st = copy_to_device(sd.labels, data.labels.data(), data.labels.size() * 4);
+  if (!st.ok()) return st;
   sd.uploaded = true;
   return ok_status();
 }
@@ -489,7 +491,10 @@ void CudaBackend::set_lr(double lr) {
 void CudaBackend::set_step(int64_t s) {
   step_ = s;
   host_u32_[2] = static_cast<uint32_t>(s);
-  TRCTL_CUDA_WARN(cudaMemcpy(&state()->step, &host_u32_[2], 4, cudaMemcpyHostToDevice));
+  // As copy_to_device (ordered with the step stream), with warnings: set_step cannot fail.
+  TRCTL_CUDA_WARN(cudaStreamSynchronize(ctx_.stream));
+  TRCTL_CUDA_WARN(cudaMemcpyAsync(&state()->step, &host_u32_[2], 4, cudaMemcpyHostToDevice, ctx_.stream));
+  TRCTL_CUDA_WARN(cudaStreamSynchronize(ctx_.stream));
 }
 
 Status CudaBackend::refresh_lowp_weights() {
@@ -501,11 +506,22 @@ Status CudaBackend::refresh_lowp_weights() {
   return ok_status();
 }
 
+// Host-to-device copy ordered with the step stream: ctx_.stream is non-blocking, so a plain cudaMemcpy (legacy
+// stream) neither waits for kernels still queued on it nor is waited for by kernels launched after it (a pageable
+// cudaMemcpy may even return before its DMA has landed). The GPU tests were bitten by exactly this (optimizer test,
+// H200 run 2). Synchronous: the host buffer may be reused as soon as this returns.
+Status CudaBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
+  TRCTL_CUDA_TRY(cudaStreamSynchronize(ctx_.stream));
+  TRCTL_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx_.stream));
+  TRCTL_CUDA_TRY(cudaStreamSynchronize(ctx_.stream));
+  return ok_status();
+}
+
 Status CudaBackend::write_region(Region r, const std::vector<std::byte>& bytes) {
   if (static_cast<int64_t>(bytes.size()) != c_.plan.region_bytes[static_cast<int>(r)])
     return Error{ErrCode::Invalid, "cuda backend", std::string("region ") + to_string(r) + " size mismatch"};
-  TRCTL_CUDA_TRY(cudaStreamSynchronize(ctx_.stream));
-  TRCTL_CUDA_TRY(cudaMemcpy(region_[static_cast<int>(r)], bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+  Status st = copy_to_device(region_[static_cast<int>(r)], bytes.data(), bytes.size());
+  if (!st.ok()) return st;
   if (r == Region::Weights) return refresh_lowp_weights();
   return ok_status();
 }

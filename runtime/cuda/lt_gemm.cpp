@@ -159,6 +159,17 @@ Status choose_algorithm(const CudaContext& ctx, LtGemmPlan& p) {
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
     TRCTL_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
   }
+  // Split-K reduction schemes. INPLACE sums the partial products in the output buffer in the OUTPUT type, and
+  // OUTPUT_TYPE stores them in the output type (NVIDIA documents that it also accumulates them in it): for f16/bf16
+  // outputs that is one 11/8-bit rounding per split, not the fp32 accumulation this wrapper promises. On the H200
+  // (cuBLASLt 13.1) the heuristic chose OUTPUT_TYPE with split-K 8 for a bf16 200x256x10 DRELU GEMM (the last
+  // layer's dX): errors up to 22x the fp32-accumulation bound. Keep NONE and COMPUTE_TYPE (fp32 partials in the
+  // workspace, reduced in a separate ordered pass). f32 outputs: every scheme accumulates in fp32, all allowed.
+  if (p.desc.d_type != GpuDType::F32) {
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    TRCTL_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                          sizeof(schemes)));
+  }
   constexpr int kCandidates = 8;
   cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int returned = 0;

@@ -129,12 +129,12 @@ TEST_CASE("grad scaler doubles after growth_interval clean steps and halves on i
   REQUIRE(init.scale == 65536.0f);
   REQUIRE(init.growth_interval == 2000);
   DevBuf s(sizeof(GradScalerState));
-  REQUIRE_CUDA(cudaMemcpy(s.get(), &init, sizeof init, cudaMemcpyHostToDevice));
+  copy_sync(s.get(), &init, sizeof init, cudaMemcpyHostToDevice);
   auto* sd = s.as<GradScalerState>();
   auto read = [&] {
     GradScalerState h;
     sync_ok(ctx);
-    REQUIRE_CUDA(cudaMemcpy(&h, s.get(), sizeof h, cudaMemcpyDeviceToHost));
+    copy_sync(&h, s.get(), sizeof h, cudaMemcpyDeviceToHost);
     return h;
   };
   for (int i = 0; i < 1999; ++i) REQUIRE_OK(grad_scaler_update_cuda(ctx.stream, sd));
@@ -148,7 +148,7 @@ TEST_CASE("grad scaler doubles after growth_interval clean steps and halves on i
   // An overflow step: found_inf set (as grad_check_nonfinite_cuda would) -> halve, reset the tracker.
   for (int i = 0; i < 10; ++i) REQUIRE_OK(grad_scaler_update_cuda(ctx.stream, sd));
   const int32_t one = 1, zero = 0;
-  REQUIRE_CUDA(cudaMemcpy(&sd->found_inf, &one, sizeof one, cudaMemcpyHostToDevice));
+  copy_sync(&sd->found_inf, &one, sizeof one, cudaMemcpyHostToDevice);
   REQUIRE_OK(grad_scaler_update_cuda(ctx.stream, sd));
   h = read();
   CHECK(h.scale == 65536.0f);
@@ -161,8 +161,8 @@ TEST_CASE("grad scaler doubles after growth_interval clean steps and halves on i
   GradScalerState big;
   big.scale = std::ldexp(1.0f, 127);
   big.growth_interval = 1;
-  REQUIRE_CUDA(cudaMemcpy(s.get(), &big, sizeof big, cudaMemcpyHostToDevice));
-  REQUIRE_CUDA(cudaMemcpy(&sd->found_inf, &zero, sizeof zero, cudaMemcpyHostToDevice));
+  copy_sync(s.get(), &big, sizeof big, cudaMemcpyHostToDevice);
+  copy_sync(&sd->found_inf, &zero, sizeof zero, cudaMemcpyHostToDevice);
   REQUIRE_OK(grad_scaler_update_cuda(ctx.stream, sd));
   h = read();
   CHECK(h.scale == std::ldexp(1.0f, 127));

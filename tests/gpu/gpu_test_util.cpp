@@ -33,10 +33,19 @@ CudaContext make_context() {
   return std::move(r.value());
 }
 
-void poison(const DevBuf& b) {
-  REQUIRE_CUDA(cudaMemset(b.get(), 0xFF, b.bytes()));
+void copy_sync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  REQUIRE_CUDA(cudaDeviceSynchronize());  // no kernel on any stream still uses dst or src
+  REQUIRE_CUDA(cudaMemcpy(dst, src, bytes, kind));
+  REQUIRE_CUDA(cudaDeviceSynchronize());  // the copy has landed before anything launched after it
+}
+
+void memset_sync(void* dst, int value, size_t bytes) {
+  REQUIRE_CUDA(cudaDeviceSynchronize());
+  REQUIRE_CUDA(cudaMemset(dst, value, bytes));
   REQUIRE_CUDA(cudaDeviceSynchronize());
 }
+
+void poison(const DevBuf& b) { memset_sync(b.get(), 0xFF, b.bytes()); }
 
 void sync_ok(const CudaContext& ctx) { REQUIRE_CUDA(cudaStreamSynchronize(ctx.stream)); }
 

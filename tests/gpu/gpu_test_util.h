@@ -54,7 +54,16 @@ class DevBuf {
 // Context on device 0 (REQUIREs success).
 CudaContext make_context();
 
-// Every byte 0xFF: NaN for f32, f16 and bf16, -1 for int32. Synchronous.
+// Host-side copies and fills, ordered against EVERY stream. The context's streams are cudaStreamNonBlocking, so a
+// plain cudaMemcpy / cudaMemset (legacy default stream) is not ordered with the kernels queued on them: it does not
+// wait for a kernel still reading or writing the buffer, a pageable host-to-device cudaMemcpy may return before its
+// DMA has landed, and device-to-device copies and memsets do not block the host at all. (H200 run 2: the optimizer
+// test uploaded step 4's gradient while step 3's kernel was still queued, and step 3 used it.) These helpers wait for
+// the whole device before and after the copy; tests use them instead of raw cudaMemcpy / cudaMemset.
+void copy_sync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+void memset_sync(void* dst, int value, size_t bytes);
+
+// Every byte 0xFF: NaN for f32, f16 and bf16, -1 for int32. Synchronous (memset_sync).
 void poison(const DevBuf& b);
 // Waits for the stream; fails with the CUDA error (an asynchronous kernel fault shows up here).
 void sync_ok(const CudaContext& ctx);
@@ -62,17 +71,17 @@ void sync_ok(const CudaContext& ctx);
 template <class T>
 DevBuf to_device(const std::vector<T>& h) {
   DevBuf b(h.size() * sizeof(T) + 16);  // +16: a nonempty allocation also for empty vectors, room for offsets
-  if (!h.empty()) REQUIRE_CUDA(cudaMemcpy(b.get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  if (!h.empty()) copy_sync(b.get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
   return b;
 }
 template <class T>
 void upload(void* dst, const std::vector<T>& h) {
-  if (!h.empty()) REQUIRE_CUDA(cudaMemcpy(dst, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  if (!h.empty()) copy_sync(dst, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
 }
 template <class T>
 std::vector<T> from_device(const void* p, size_t n) {
   std::vector<T> h(n);
-  if (n) REQUIRE_CUDA(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+  if (n) copy_sync(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
   return h;
 }
 

@@ -69,7 +69,7 @@ struct SmallStep {
     upload(m.get(), std::vector<float>(n, 0.0f));
     upload(v.get(), std::vector<float>(n, 0.0f));
     upload(step.get(), std::vector<uint32_t>{0});
-    REQUIRE_CUDA(cudaMemcpy(h.get(), &h0, sizeof h0, cudaMemcpyHostToDevice));
+    copy_sync(h.get(), &h0, sizeof h0, cudaMemcpyHostToDevice);
   }
   Status enqueue(cudaStream_t s) {
     FirstError e;
@@ -97,7 +97,7 @@ TEST_CASE("a captured relu + dropout + AdamW step replays bitwise like eager lau
     eager.push_back(from_device<float>(st.p.get(), st.n));
   }
   OptHyper h_eager;
-  REQUIRE_CUDA(cudaMemcpy(&h_eager, st.h.get(), sizeof h_eager, cudaMemcpyDeviceToHost));
+  copy_sync(&h_eager, st.h.get(), sizeof h_eager, cudaMemcpyDeviceToHost);
 
   st.reset();
   size_t nodes = 0;
@@ -113,7 +113,7 @@ TEST_CASE("a captured relu + dropout + AdamW step replays bitwise like eager lau
     if (s > 0) CHECK(eager[s] != eager[s - 1]);  // every replay did a different update
   }
   OptHyper h_graph;
-  REQUIRE_CUDA(cudaMemcpy(&h_graph, st.h.get(), sizeof h_graph, cudaMemcpyDeviceToHost));
+  copy_sync(&h_graph, st.h.get(), sizeof h_graph, cudaMemcpyDeviceToHost);
   CHECK(h_graph.step == steps);
   CHECK(h_graph.step == h_eager.step);
   CHECK(h_graph.step_size == h_eager.step_size);
@@ -190,15 +190,15 @@ struct MlpStep {
   void reset() {
     upload(weights.get(), w0);
     upload(biases.get(), b0);
-    for (const DevBuf* b : {&mw, &vw, &mb, &vb}) REQUIRE_CUDA(cudaMemset(b->get(), 0, b->bytes()));
-    REQUIRE_CUDA(cudaMemset(loss_sum.get(), 0, 8));
-    REQUIRE_CUDA(cudaMemset(correct.get(), 0, 4));
-    REQUIRE_CUDA(cudaMemset(bad.get(), 0, 4));
-    REQUIRE_CUDA(cudaMemset(step.get(), 0, 4));
+    for (const DevBuf* b : {&mw, &vw, &mb, &vb}) memset_sync(b->get(), 0, b->bytes());
+    memset_sync(loss_sum.get(), 0, 8);
+    memset_sync(correct.get(), 0, 4);
+    memset_sync(bad.get(), 0, 4);
+    memset_sync(step.get(), 0, 4);
     const OptHyper h = opt_hyper_adam(1e-3, 0.9, 0.999, 1e-8, 0.01);
     const GradScalerState s;
-    REQUIRE_CUDA(cudaMemcpy(hyper.get(), &h, sizeof h, cudaMemcpyHostToDevice));
-    REQUIRE_CUDA(cudaMemcpy(scaler.get(), &s, sizeof s, cudaMemcpyHostToDevice));
+    copy_sync(hyper.get(), &h, sizeof h, cudaMemcpyHostToDevice);
+    copy_sync(scaler.get(), &s, sizeof s, cudaMemcpyHostToDevice);
   }
 
   Status enqueue(CudaContext& ctx) {
@@ -264,7 +264,7 @@ TEST_CASE("a captured two-layer MLP training step (GEMMs, CE, AMP scaling, AdamW
   const auto w_eager = from_device<float>(mlp.weights.get(), MlpStep::kWeights);
   const auto b_eager = from_device<float>(mlp.biases.get(), MlpStep::kBiases);
   GradScalerState sc_eager;
-  REQUIRE_CUDA(cudaMemcpy(&sc_eager, mlp.scaler.get(), sizeof sc_eager, cudaMemcpyDeviceToHost));
+  copy_sync(&sc_eager, mlp.scaler.get(), sizeof sc_eager, cudaMemcpyDeviceToHost);
   std::printf("  eager MLP losses:");
   for (float l : loss_eager) std::printf(" %.6f", static_cast<double>(l));
   std::printf("\n");
@@ -288,7 +288,7 @@ TEST_CASE("a captured two-layer MLP training step (GEMMs, CE, AMP scaling, AdamW
   CHECK_RESULT(compare_bitwise("MLP graph weights vs eager", w.data(), w_eager.data(), w.size() * 4, 4));
   CHECK_RESULT(compare_bitwise("MLP graph biases vs eager", b.data(), b_eager.data(), b.size() * 4, 4));
   GradScalerState sc;
-  REQUIRE_CUDA(cudaMemcpy(&sc, mlp.scaler.get(), sizeof sc, cudaMemcpyDeviceToHost));
+  copy_sync(&sc, mlp.scaler.get(), sizeof sc, cudaMemcpyDeviceToHost);
   CHECK(sc.scale == sc_eager.scale);
   CHECK(sc.growth_tracker == sc_eager.growth_tracker);
   REQUIRE_CUDA(cudaGraphExecDestroy(exec));

@@ -122,7 +122,7 @@ TEST_CASE("optimizer kernels follow the torch.optim formulas over several steps"
         d.m = to_device(std::vector<float>(n + off, 0.0f));
         d.v = to_device(std::vector<float>(n + off, 0.0f));
         d.h = DevBuf(sizeof(OptHyper));
-        REQUIRE_CUDA(cudaMemcpy(d.h.get(), &c.h, sizeof(OptHyper), cudaMemcpyHostToDevice));
+        copy_sync(d.h.get(), &c.h, sizeof(OptHyper), cudaMemcpyHostToDevice);
         DevBuf scale = to_device(std::vector<float>{static_cast<float>(loss_scale)});
         auto* hd = d.h.as<OptHyper>();
         float *pp = d.p.as<float>() + off, *gp = d.g.as<float>() + off, *mp = d.m.as<float>() + off,
@@ -130,6 +130,10 @@ TEST_CASE("optimizer kernels follow the torch.optim formulas over several steps"
         for (int s = 0; s < steps; ++s) {
           std::vector<float> g = rng.normal_vec(n + off, 0.0f, 0.5f);
           for (auto& x : g) x = static_cast<float>(x * loss_scale);  // scaled gradients, as in AMP
+          // upload() waits for the device first: the previous step's kernel (on the non-blocking ctx.stream) must
+          // have consumed the old gradient. H200 run 2 used a raw cudaMemcpy here, which does not wait for that
+          // stream: in "adamw no-decay n=6 offset=0" step 3 ran with step 4's gradient (a host replay with the
+          // gradient sequence g1 g2 g4 g4 g5 reproduces the device's p, m and v to f32 rounding).
           upload(d.g.get(), g);
           REQUIRE_OK(opt_hyper_advance_cuda(ctx.stream, hd, nullptr, scale.as<float>(), nullptr, 0));
           if (c.kind == Kind::AdamW) REQUIRE_OK(adamw_step_cuda(ctx.stream, hd, pp, gp, mp, vp, n, c.decay));
@@ -142,7 +146,7 @@ TEST_CASE("optimizer kernels follow the torch.optim formulas over several steps"
         }
         sync_ok(ctx);
         OptHyper hh;
-        REQUIRE_CUDA(cudaMemcpy(&hh, d.h.get(), sizeof hh, cudaMemcpyDeviceToHost));
+        copy_sync(&hh, d.h.get(), sizeof hh, cudaMemcpyDeviceToHost);
         CHECK(hh.step == steps);
         CHECK(hh.iter == static_cast<uint32_t>(steps));
         CHECK(hh.skip == 0);
@@ -175,7 +179,7 @@ TEST_CASE("a skipped step (found_inf set) leaves parameters, state and the step 
          v = to_device(std::vector<float>(n, 0.0f)), flag = to_device(std::vector<int32_t>{0});
   const OptHyper h0 = opt_hyper_adam(1e-3, 0.9, 0.999, 1e-8, 0.01);
   DevBuf h(sizeof(OptHyper));
-  REQUIRE_CUDA(cudaMemcpy(h.get(), &h0, sizeof h0, cudaMemcpyHostToDevice));
+  copy_sync(h.get(), &h0, sizeof h0, cudaMemcpyHostToDevice);
   auto* hd = h.as<OptHyper>();
   // One clean step, then a step with found_inf = 1.
   REQUIRE_OK(opt_hyper_advance_cuda(ctx.stream, hd, flag.as<int32_t>(), nullptr, nullptr, 0));
@@ -189,7 +193,7 @@ TEST_CASE("a skipped step (found_inf set) leaves parameters, state and the step 
   REQUIRE_OK(sgd_step_cuda(ctx.stream, hd, p.as<float>(), dg.as<float>(), nullptr, n, true));
   sync_ok(ctx);
   OptHyper hh;
-  REQUIRE_CUDA(cudaMemcpy(&hh, h.get(), sizeof hh, cudaMemcpyDeviceToHost));
+  copy_sync(&hh, h.get(), sizeof hh, cudaMemcpyDeviceToHost);
   CHECK(hh.skip == 1);
   CHECK(hh.step == 1);
   CHECK(hh.iter == 2u);
@@ -207,12 +211,12 @@ TEST_CASE("opt_hyper_advance takes the lr from the device table and derives the 
   DevBuf t = to_device(table);
   const OptHyper h0 = opt_hyper_adam(123.0, 0.9, 0.999, 1e-8, 0.1);
   DevBuf h(sizeof(OptHyper));
-  REQUIRE_CUDA(cudaMemcpy(h.get(), &h0, sizeof h0, cudaMemcpyHostToDevice));
+  copy_sync(h.get(), &h0, sizeof h0, cudaMemcpyHostToDevice);
   for (int s = 1; s <= 5; ++s) {
     REQUIRE_OK(opt_hyper_advance_cuda(ctx.stream, h.as<OptHyper>(), nullptr, nullptr, t.as<double>(), 3));
     sync_ok(ctx);
     OptHyper hh;
-    REQUIRE_CUDA(cudaMemcpy(&hh, h.get(), sizeof hh, cudaMemcpyDeviceToHost));
+    copy_sync(&hh, h.get(), sizeof hh, cudaMemcpyDeviceToHost);
     const double lr = table[std::min(s, 3) - 1];
     INFO("step " << s);
     CHECK(hh.lr == lr);
@@ -237,7 +241,7 @@ TEST_CASE("optimizer kernels are bitwise reproducible", "[kernel][optim]") {
            v = to_device(std::vector<float>(n, 0.0f));
     const OptHyper h0 = opt_hyper_adam(1e-3, 0.9, 0.999, 1e-8, 0.01);
     DevBuf h(sizeof(OptHyper));
-    REQUIRE_CUDA(cudaMemcpy(h.get(), &h0, sizeof h0, cudaMemcpyHostToDevice));
+    copy_sync(h.get(), &h0, sizeof h0, cudaMemcpyHostToDevice);
     for (int s = 0; s < 3; ++s) {
       REQUIRE_OK(opt_hyper_advance_cuda(ctx.stream, h.as<OptHyper>(), nullptr, nullptr, nullptr, 0));
       REQUIRE_OK(adam_step_cuda(ctx.stream, h.as<OptHyper>(), p.as<float>(), dg.as<float>(), m.as<float>(),
