@@ -4,7 +4,8 @@
 # Results go under $OUT (default /tmp/out): nvidia-smi.log, test_gpu.log, memcheck.log, racecheck.log,
 # summary.txt. Every stage runs even if an earlier one failed; the exit status is non-zero if any stage failed or
 # if test_gpu reported "skipped" (no usable device) -- on the GPU machine a skip is a problem, not a pass.
-# Environment: SKIP_SANITIZERS=1 (no compute-sanitizer stages), TEST_TIMEOUT (s, default 1200), SANITIZER_TIMEOUT (s, default 2400), TEST_FILTER (Catch2 test spec
+# Environment: SKIP_SANITIZERS=1 (no compute-sanitizer stages), MEMCHECK_FILTER (Catch2 spec for memcheck only),
+# TEST_TIMEOUT (s, default 1200), SANITIZER_TIMEOUT (s, default 2400), TEST_FILTER (Catch2 test spec
 # for all stages, default all tests), RACECHECK_FILTER (default "~[gemm]": racecheck only instruments our kernels'
 # shared memory, and running it over cuBLASLt kernels costs a lot of time for nothing we own).
 set -u
@@ -125,8 +126,10 @@ else
   else
     echo
     echo "=== $("$SAN" --version 2>&1 | tail -n 1)"
+    mfilter=("${filter[@]+"${filter[@]}"}")
+    [ -n "${MEMCHECK_FILTER:-}" ] && mfilter=("$MEMCHECK_FILTER")
     run_stage "memcheck" "$OUT/memcheck.log" "$SANITIZER_TIMEOUT" \
-      "$SAN" --tool memcheck --error-exitcode 99 --print-limit 50 "$TEST_BIN" ${filter[@]+"${filter[@]}"}
+      "$SAN" --tool memcheck --error-exitcode 99 --print-limit 50 "$TEST_BIN" ${mfilter[@]+"${mfilter[@]}"}
     rfilter=()
     if [ -n "$TEST_FILTER" ]; then rfilter=("$TEST_FILTER"); elif [ -n "$RACECHECK_FILTER" ]; then rfilter=("$RACECHECK_FILTER"); fi
     run_stage "racecheck" "$OUT/racecheck.log" "$SANITIZER_TIMEOUT" \
