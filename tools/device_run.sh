@@ -4,6 +4,7 @@
 # Stages (space-separated, any order runs in this order):
 #   tests     GPU test suite (tools/device_check.sh; SANITIZE=1 adds compute-sanitizer memcheck + racecheck)
 #   bench     trctl: configs/mlp_fmnist.yaml, 100 epochs on the GPU (EPOCHS to change)
+#   oom       a plan that does not fit the device must fail clearly (exit 2, region sizes)
 #   kernels   trctl bench kernels (every CUDA kernel against the card's measured ceilings), JSON too
 #   torch     PyTorch side by side: recipe gpu (100 epochs, torch.compile) and recipe dataloader (DL_EPOCHS, default 3)
 # Everything lands in $OUT (at most 8 files come back): summary.txt last.
@@ -39,13 +40,20 @@ fi
 if has bench; then
   rm -rf /tmp/runs
   mkdir -p /tmp/runs
-  for prec in ${PRECISIONS:-fp16 tf32 fp32}; do
-    timeout 150 "$BIN/trctl" train configs/mlp_fmnist.yaml data.root="$DATA" train.device=cuda \
+  for prec in ${PRECISIONS:-fp16 bf16 tf32 fp32}; do
+    # train.device stays auto: a present GPU must be picked without asking
+    timeout 150 "$BIN/trctl" train configs/mlp_fmnist.yaml data.root="$DATA" \
       train.epochs="$EPOCHS" train.precision=$prec run.out_dir=/tmp/runs run.name=mlp_$prec run.progress=off \
       >"/tmp/runs/trctl_mlp_$prec.log" 2>&1
     echo "trctl mlp $prec: rc $? :: $(grep -E '^done' "/tmp/runs/trctl_mlp_$prec.log")" >>"$SUM"
   done
   tar czf "$OUT/trctl_runs.tar.gz" -C /tmp runs   # logs and run dirs in one file (8 files come back at most)
+fi
+
+if has oom; then  # a plan larger than the device: a clear error with the region sizes, exit 2
+  timeout 60 "$BIN/trctl" train configs/mlp_fmnist.yaml data.root="$DATA" model.layers.1.out_features=20000000 \
+    train.epochs=1 run.out_dir=/tmp/runs_oom >"$OUT/oom.txt" 2>&1
+  echo "oom check: rc $? :: $(grep -i error "$OUT/oom.txt" | head -n 2)" >>"$SUM"
 fi
 
 if has kernels; then
