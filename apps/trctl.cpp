@@ -78,6 +78,7 @@ int cmd_train(const SpecArgs& a, bool print_config) {
 #if defined(TRCTL_HAVE_CUDA)
   opt.gpu.device_count = cuda_device_count;
   opt.gpu.make = make_cuda_backend;
+  opt.gpu.warm_up = cuda_warm_up;
 #endif
   Result<TrainResult> r = train_run(spec.value(), opt, *log);
   if (!r.ok()) return report_errors(r.errors());

@@ -33,6 +33,10 @@ int cuda_device_count() {
   return n;
 }
 
+void cuda_warm_up() {
+  if (cudaFree(nullptr) != cudaSuccess) cudaGetLastError();
+}
+
 namespace {
 
 // Everything that changes per step, in the plan's Hyper region.

@@ -13,6 +13,10 @@ namespace trctl {
 // Number of usable CUDA devices; 0 when there is no device or no driver (never fails).
 int cuda_device_count();
 
+// Initialises the CUDA driver and the primary context of device 0 (cheap if already done; errors are left for
+// the backend's own initialisation to report).
+void cuda_warm_up();
+
 Result<std::unique_ptr<Backend>> make_cuda_backend(const Compiled& c, uint64_t seed);
 
 }  // namespace trctl

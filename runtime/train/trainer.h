@@ -34,6 +34,7 @@ struct Compiled;
 struct GpuBackendFactory {
   std::function<int()> device_count;  // 0 when no usable device (never throws)
   std::function<Result<std::unique_ptr<Backend>>(const Compiled&, uint64_t seed)> make;
+  std::function<void()> warm_up;      // optional: initialises the driver (run while the data loads)
 };
 
 struct TrainOptions {
