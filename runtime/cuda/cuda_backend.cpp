@@ -120,6 +120,18 @@ class CudaBackend final : public Backend {
   std::vector<size_t> ce_ws_bytes_;
   std::map<std::pair<int, size_t>, LtGemmPlan> gemm_;  // (program, node) -> plan
   std::map<std::pair<int, size_t>, size_t> bias_into_gemm_;  // (program, LinearGradBias node) -> its dW GEMM node
+  struct ReluFusion {
+    int program;
+    size_t forward, dgrad, relu_grad;  // node indices: Linear+ReLU, the next layer's LinearGradInput, the ReluGrad
+    void* mask;                        // (N, round_up(M, 128) bits) written by the forward, read by the dX GEMM
+  };
+  std::vector<ReluFusion> relu_fusions_;
+  void find_relu_fusions();
+  const ReluFusion* relu_fusion(int program, size_t node) const {
+    for (const ReluFusion& rf : relu_fusions_)
+      if (rf.program == program && (rf.forward == node || rf.dgrad == node || rf.relu_grad == node)) return &rf;
+    return nullptr;
+  }
   std::vector<cudaGraphExec_t> exec_;
   std::vector<int64_t> runs_;
   SplitData split_[2];
@@ -133,6 +145,7 @@ CudaBackend::~CudaBackend() {
     if (e) TRCTL_CUDA_WARN(cudaGraphExecDestroy(e));
   gemm_.clear();
   for (void* p : scratch_) TRCTL_CUDA_WARN(cudaFree(p));
+  for (const ReluFusion& rf : relu_fusions_) TRCTL_CUDA_WARN(cudaFree(rf.mask));
   for (auto& s : split_) {
     TRCTL_CUDA_WARN(cudaFree(s.pixels));
     TRCTL_CUDA_WARN(cudaFree(s.labels));
@@ -189,7 +202,42 @@ Status CudaBackend::init() {
 }
 
 // One cuBLASLt plan per GEMM node, chosen now so nothing is planned while the step runs.
+// ReLU backward into the dX GEMM: Linear+ReLU forward with RELU_AUX_BIAS (a bit mask of x >= 0), the next layer's
+// dX GEMM with DRELU reading it, straight into the ReluGrad node's output. Only where the dX GEMM's result has no
+// other use. (cuBLASLt passes the gradient at a pre-activation of exactly 0, torch does not: measure zero.)
+void CudaBackend::find_relu_fusions() {
+  for (size_t pi = 0; pi < c_.graph.programs.size(); ++pi) {
+    const Program& p = c_.graph.programs[pi];
+    if (p.kind != ProgramKind::Train) continue;
+    std::map<ValueId, size_t> producer;
+    std::map<ValueId, int> uses;
+    for (size_t i = 0; i < p.nodes.size(); ++i) {
+      for (ValueId v : p.nodes[i].out) producer[v] = i;
+      for (ValueId v : p.nodes[i].in) ++uses[v];
+    }
+    for (size_t r = 0; r < p.nodes.size(); ++r) {
+      const Node& rg = p.nodes[r];
+      if (rg.op != OpKind::ReluGrad || !producer.count(rg.in[0]) || !producer.count(rg.in[1])) continue;
+      const size_t gi = producer[rg.in[0]], f = producer[rg.in[1]];
+      const Node &dgrad = p.nodes[gi], &fwd = p.nodes[f];
+      if (dgrad.op != OpKind::LinearGradInput || uses[rg.in[0]] != 1) continue;
+      if (fwd.op != OpKind::Linear || !fwd.attrs.relu || fwd.in.size() != 3) continue;
+      relu_fusions_.push_back({static_cast<int>(pi), f, gi, r, nullptr});
+    }
+  }
+}
+
 Status CudaBackend::plan_gemms() {
+  find_relu_fusions();
+  for (ReluFusion& rf : relu_fusions_) {
+    const Shape& y = c_.graph.values[c_.graph.programs[rf.program].nodes[rf.forward].out[0]].shape;
+    TRCTL_CUDA_TRY(cudaMalloc(&rf.mask, lt_gemm_relu_mask_bytes(y.dims[0], y.dims[1])));
+  }
+  auto fusion_of = [&](int pi, size_t node) -> const ReluFusion* {
+    for (const ReluFusion& rf : relu_fusions_)
+      if (rf.program == pi && (rf.forward == node || rf.dgrad == node)) return &rf;
+    return nullptr;
+  };
   const GpuDType act = act_type();
   const GemmMath math = amp_ == Precision::Tf32 ? GemmMath::FastTf32 : GemmMath::Default;
   for (size_t pi = 0; pi < c_.graph.programs.size(); ++pi) {
@@ -235,6 +283,14 @@ Status CudaBackend::plan_gemms() {
       } else {
         continue;
       }
+      if (const ReluFusion* rf = fusion_of(static_cast<int>(pi), i)) {
+        GemmDesc fused = d;
+        fused.epilogue = rf->forward == i ? GemmEpilogue::ReluAuxBias : GemmEpilogue::DRelu;
+        Result<LtGemmPlan> fp = lt_gemm_plan(ctx_, fused);
+        if (!fp.ok()) return fp.errors();  // both epilogues were checked on sm_90 (tests/gpu/gemm_test.cpp)
+        gemm_.emplace(std::make_pair(static_cast<int>(pi), i), std::move(fp.value()));
+        continue;
+      }
       Result<LtGemmPlan> plan = lt_gemm_plan(ctx_, d);
       if (!plan.ok()) return plan.errors();
       gemm_.emplace(std::make_pair(static_cast<int>(pi), i), std::move(plan.value()));
@@ -265,6 +321,7 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
       a.b = weight_ptr(n.in[1]);
       a.d = at(n.out[0]);
       if (n.in.size() == 3) a.bias = const_cast<void*>(weight_ptr(n.in[2]));
+      if (const ReluFusion* rf = relu_fusion(program, i)) a.aux = rf->mask;
       gemm(a);
       if (n.attrs.relu && n.in.size() == 2) {
         void* y = at(n.out[0]);
@@ -278,6 +335,10 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
       a.a = at(n.in[0]);
       a.b = weight_ptr(n.in[1]);
       a.d = at(n.out[0]);
+      if (const ReluFusion* rf = relu_fusion(program, i)) {  // DRELU: write the ReluGrad's output directly
+        a.aux = rf->mask;
+        a.d = at(p.nodes[rf->relu_grad].out[0]);
+      }
       gemm(a);
       return ok_status();
     }
@@ -307,6 +368,7 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
       return ok_status();
     }
     case OpKind::ReluGrad: {
+      if (relu_fusion(program, i)) return ok_status();  // done by the dX GEMM's DRELU epilogue
       const void *dy = at(n.in[0]), *y = at(n.in[1]);
       void* dx = at(n.out[0]);
       const int64_t cnt = numel(n.in[0]);
