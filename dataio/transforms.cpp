@@ -16,7 +16,6 @@ namespace {
 
 constexpr int kMaxSide = 1 << 14;     // largest image side anywhere in a pipeline
 constexpr int kMaxChannels = 4096;
-constexpr int kEraseAttempts = 10;    // torchvision RandomErasing.get_params
 
 bool is_geometric(TransformKind k) {
   return k == TransformKind::Pad || k == TransformKind::RandomCrop || k == TransformKind::RandomRotation ||
@@ -109,27 +108,6 @@ void check_steps(TransformPipeline* p, const std::string& where, std::vector<Err
   p->out_w = w;
 }
 
-// torchvision RandomErasing.forward/get_params on an h x w image; draws in torchvision's order.
-void draw_erasing(const TransformSpec& s, int h, int w, PhiloxStream* rng, StepParams* out) {
-  if (!(static_cast<double>(rng->uniform()) < s.p)) return;
-  double area = double(h) * double(w);
-  double log_lo = std::log(s.ratio_min), log_hi = std::log(s.ratio_max);
-  for (int attempt = 0; attempt < kEraseAttempts; ++attempt) {
-    double erase_area = area * rng->uniform_range(s.erase_scale_min, s.erase_scale_max);
-    double aspect = std::exp(rng->uniform_range(log_lo, log_hi));
-    // Python's round(): half to even.
-    int eh = static_cast<int>(std::nearbyint(std::sqrt(erase_area * aspect)));
-    int ew = static_cast<int>(std::nearbyint(std::sqrt(erase_area / aspect)));
-    if (!(eh < h && ew < w)) continue;
-    out->erase = true;
-    out->erase_y = static_cast<int>(rng->below(static_cast<uint32_t>(h - eh + 1)));
-    out->erase_x = static_cast<int>(rng->below(static_cast<uint32_t>(w - ew + 1)));
-    out->erase_h = eh;
-    out->erase_w = ew;
-    return;
-  }
-}
-
 // Fills a box of the (h, w, c) f32 image with v, clipped to the image.
 void erase_box(const StepParams& e, int h, int w, int c, float v, float* dst) {
   int y0 = std::max(0, e.erase_y), y1 = std::min(h, e.erase_y + e.erase_h);
@@ -183,32 +161,7 @@ SampleParams transforms_draw(const TransformPipeline& p, uint64_t seed, uint32_t
   sp.steps.resize(p.steps.size());
   PhiloxStream rng(seed, static_cast<uint32_t>(RngPurpose::Transform), epoch, sample_index);
   int h = p.in_h, w = p.in_w;
-  for (size_t i = 0; i < p.steps.size(); ++i) {
-    const TransformSpec& s = p.steps[i];
-    StepParams& out = sp.steps[i];
-    switch (s.kind) {
-      case TransformKind::Pad:
-        h += 2 * s.padding;
-        w += 2 * s.padding;
-        break;
-      case TransformKind::RandomCrop:  // torchvision RandomCrop.get_params: top (i) first, then left (j)
-        out.crop_y = static_cast<int>(rng.below(static_cast<uint32_t>(h - s.size + 1)));
-        out.crop_x = static_cast<int>(rng.below(static_cast<uint32_t>(w - s.size + 1)));
-        h = w = s.size;
-        break;
-      case TransformKind::RandomRotation:
-        out.angle_deg = rng.uniform_range(-s.degrees, s.degrees);
-        break;
-      case TransformKind::RandomScale:
-        out.scale = rng.uniform_range(s.scale_min, s.scale_max);
-        break;
-      case TransformKind::Normalize:
-        break;
-      case TransformKind::RandomErasing:
-        draw_erasing(s, h, w, &rng, &out);
-        break;
-    }
-  }
+  for (size_t i = 0; i < p.steps.size(); ++i) sp.steps[i] = transforms_draw_step(p.steps[i], &h, &w, rng);
   return sp;
 }
 

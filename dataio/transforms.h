@@ -7,6 +7,7 @@
 
 #include "core/spec/spec.h"
 #include "core/util/error.h"
+#include "dataio/transforms_map.h"  // StepParams, transforms_draw_step
 
 namespace trctl {
 
@@ -23,15 +24,6 @@ Result<TransformPipeline> transforms_build(const std::vector<TransformSpec>& ste
                                            const std::vector<double>& std, int in_h, int in_w, int c,
                                            const std::string& where);
 
-// Random parameters of one step for one sample (unused fields zero). erase may be true with a zero-sized box, as
-// in torchvision when a side rounds to 0.
-struct StepParams {
-  int crop_y = 0, crop_x = 0;    // random_crop offsets
-  double angle_deg = 0;          // random_rotation
-  double scale = 1;              // random_scale
-  bool erase = false;            // random_erasing
-  int erase_y = 0, erase_x = 0, erase_h = 0, erase_w = 0;
-};
 struct SampleParams {
   std::vector<StepParams> steps;  // one per pipeline step
 };

@@ -16,7 +16,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/util/philox.h"  // TRCTL_HD
+#include "core/spec/spec.h"      // TransformSpec (plain data)
+#include "core/util/philox.h"  // TRCTL_HD, PhiloxStream
 
 namespace trctl {
 
@@ -116,6 +117,91 @@ TRCTL_HD bool geo_source_pixel(const GeoMap* maps, int n, int32_t y, int32_t x, 
   *sy = y;
   *sx = x;
   return true;
+}
+
+// Random parameters of one step for one sample (unused fields zero). erase may be true with a zero-sized box, as
+// in torchvision when a side rounds to 0.
+struct StepParams {
+  int crop_y = 0, crop_x = 0;    // random_crop offsets
+  double angle_deg = 0;          // random_rotation
+  double scale = 1;              // random_scale
+  bool erase = false;            // random_erasing
+  int erase_y = 0, erase_x = 0, erase_h = 0, erase_w = 0;
+};
+
+TRCTL_HD double geo_log(double v) {
+#if defined(__CUDA_ARCH__)
+  return ::log(v);
+#else
+  return std::log(v);
+#endif
+}
+
+TRCTL_HD double geo_exp(double v) {
+#if defined(__CUDA_ARCH__)
+  return ::exp(v);
+#else
+  return std::exp(v);
+#endif
+}
+
+TRCTL_HD double geo_sqrt(double v) {
+#if defined(__CUDA_ARCH__)
+  return ::sqrt(v);
+#else
+  return std::sqrt(v);
+#endif
+}
+
+// torchvision RandomErasing.forward/get_params on an h x w image; draws in torchvision's order: the coin, then up
+// to 10 attempts of (area, log-aspect), then (top, left) for the first box that fits.
+TRCTL_HD void transforms_draw_erasing(const TransformSpec& s, int h, int w, PhiloxStream& rng, StepParams& out) {
+  if (!(static_cast<double>(rng.uniform()) < s.p)) return;
+  const double area = double(h) * double(w);
+  const double log_lo = geo_log(s.ratio_min), log_hi = geo_log(s.ratio_max);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double erase_area = area * rng.uniform_range(s.erase_scale_min, s.erase_scale_max);
+    const double aspect = geo_exp(rng.uniform_range(log_lo, log_hi));
+    // Python's round(): half to even.
+    const int eh = static_cast<int>(geo_round_half_even(geo_sqrt(erase_area * aspect)));
+    const int ew = static_cast<int>(geo_round_half_even(geo_sqrt(erase_area / aspect)));
+    if (!(eh < h && ew < w)) continue;
+    out.erase = true;
+    out.erase_y = static_cast<int>(rng.below(static_cast<uint32_t>(h - eh + 1)));
+    out.erase_x = static_cast<int>(rng.below(static_cast<uint32_t>(w - ew + 1)));
+    out.erase_h = eh;
+    out.erase_w = ew;
+    return;
+  }
+}
+
+// The random parameters of one step, in pipeline order from the sample's stream; *h, *w: the image size before
+// the step, updated to the size after it. The CPU's transforms_draw and the GPU augmentation kernel both call it.
+TRCTL_HD StepParams transforms_draw_step(const TransformSpec& s, int* h, int* w, PhiloxStream& rng) {
+  StepParams out;
+  switch (s.kind) {
+    case TransformKind::Pad:
+      *h += 2 * s.padding;
+      *w += 2 * s.padding;
+      break;
+    case TransformKind::RandomCrop:  // torchvision RandomCrop.get_params: top (i) first, then left (j)
+      out.crop_y = static_cast<int>(rng.below(static_cast<uint32_t>(*h - s.size + 1)));
+      out.crop_x = static_cast<int>(rng.below(static_cast<uint32_t>(*w - s.size + 1)));
+      *h = *w = s.size;
+      break;
+    case TransformKind::RandomRotation:
+      out.angle_deg = rng.uniform_range(-s.degrees, s.degrees);
+      break;
+    case TransformKind::RandomScale:
+      out.scale = rng.uniform_range(s.scale_min, s.scale_max);
+      break;
+    case TransformKind::Normalize:
+      break;
+    case TransformKind::RandomErasing:
+      transforms_draw_erasing(s, *h, *w, rng, out);
+      break;
+  }
+  return out;
 }
 
 // torchvision ToTensor + Normalize, in float: (u8 / 255 - mean) / std.

@@ -20,28 +20,8 @@ struct SampleGeo {
   float erase_value;
 };
 
-// torchvision RandomErasing.get_params on an h x w image, in the CPU's draw order (dataio/transforms.cpp).
-__device__ void draw_erasing(const TransformSpec& s, int h, int w, PhiloxStream& rng, SampleGeo& g) {
-  if (!(static_cast<double>(rng.uniform()) < s.p)) return;
-  const double area = double(h) * double(w);
-  const double log_lo = ::log(s.ratio_min), log_hi = ::log(s.ratio_max);
-  for (int attempt = 0; attempt < 10; ++attempt) {
-    const double erase_area = area * rng.uniform_range(s.erase_scale_min, s.erase_scale_max);
-    const double aspect = ::exp(rng.uniform_range(log_lo, log_hi));
-    const int eh = static_cast<int>(::nearbyint(::sqrt(erase_area * aspect)));
-    const int ew = static_cast<int>(::nearbyint(::sqrt(erase_area / aspect)));
-    if (!(eh < h && ew < w)) continue;
-    g.erase = 1;
-    g.ey = static_cast<int>(rng.below(static_cast<uint32_t>(h - eh + 1)));
-    g.ex = static_cast<int>(rng.below(static_cast<uint32_t>(w - ew + 1)));
-    g.eh = eh;
-    g.ew = ew;
-    g.erase_value = static_cast<float>(s.value);
-    return;
-  }
-}
-
-// Label and geometry of one sample, drawing in pipeline order from one Philox stream.
+// Label and geometry of one sample: the CPU's draws (transforms_draw_step, shared host/device code) turned into
+// the backward maps transforms_apply builds.
 __device__ void draw_sample(const GpuPipeline& p, int32_t idx, uint64_t seed, uint32_t epoch, SampleGeo& g) {
   g.nmaps = 0;
   g.erase = 0;
@@ -49,29 +29,23 @@ __device__ void draw_sample(const GpuPipeline& p, int32_t idx, uint64_t seed, ui
   int h = p.in_h, w = p.in_w;
   for (int i = 0; i < p.nsteps; ++i) {
     const TransformSpec& s = p.steps[i];
+    const int h0 = h, w0 = w;
+    const StepParams sp = transforms_draw_step(s, &h, &w, rng);
     switch (s.kind) {
-      case TransformKind::Pad:
-        g.maps[g.nmaps++] = geo_shift(h, w, -s.padding, -s.padding);
-        h += 2 * s.padding;
-        w += 2 * s.padding;
-        break;
-      case TransformKind::RandomCrop: {
-        const int cy = static_cast<int>(rng.below(static_cast<uint32_t>(h - s.size + 1)));
-        const int cx = static_cast<int>(rng.below(static_cast<uint32_t>(w - s.size + 1)));
-        g.maps[g.nmaps++] = geo_shift(h, w, cy, cx);
-        h = w = s.size;
-        break;
-      }
-      case TransformKind::RandomRotation:
-        g.maps[g.nmaps++] = geo_rotation(h, w, rng.uniform_range(-s.degrees, s.degrees));
-        break;
-      case TransformKind::RandomScale:
-        g.maps[g.nmaps++] = geo_scale(h, w, rng.uniform_range(s.scale_min, s.scale_max));
-        break;
-      case TransformKind::Normalize:
-        break;
+      case TransformKind::Pad: g.maps[g.nmaps++] = geo_shift(h0, w0, -s.padding, -s.padding); break;
+      case TransformKind::RandomCrop: g.maps[g.nmaps++] = geo_shift(h0, w0, sp.crop_y, sp.crop_x); break;
+      case TransformKind::RandomRotation: g.maps[g.nmaps++] = geo_rotation(h0, w0, sp.angle_deg); break;
+      case TransformKind::RandomScale: g.maps[g.nmaps++] = geo_scale(h0, w0, sp.scale); break;
+      case TransformKind::Normalize: break;
       case TransformKind::RandomErasing:
-        draw_erasing(s, h, w, rng, g);
+        if (sp.erase) {
+          g.erase = 1;
+          g.ey = sp.erase_y;
+          g.ex = sp.erase_x;
+          g.eh = sp.erase_h;
+          g.ew = sp.erase_w;
+          g.erase_value = static_cast<float>(s.value);
+        }
         break;
     }
   }
