@@ -106,6 +106,7 @@ class CudaBackend final : public Backend {
   Status plan_gemms();
   Result<std::vector<Launch>> lower(int program);
   Status lower_node(int program, size_t i, std::vector<Launch>& out);
+  Status lower_gemm_node(int program, size_t i, std::vector<Launch>& out);
   Status lower_optimizer(std::vector<Launch>& out);
   Status capture(int program);
 
@@ -299,7 +300,9 @@ Status CudaBackend::plan_gemms() {
   return ok_status();
 }
 
-Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) {
+// The GEMM nodes: forward Linear (bias/ReLU epilogues, ReLU mask when fused), dX (DRELU when fused, then writing
+// the ReluGrad's output), dW (bias gradient when fused).
+Status CudaBackend::lower_gemm_node(int program, size_t i, std::vector<Launch>& out) {
   const Program& p = c_.graph.programs[program];
   const Node& n = p.nodes[i];
   const cudaStream_t s = ctx_.stream;
@@ -310,11 +313,6 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
     out.push_back([this, plan, args] { return lt_gemm_run(ctx_, *plan, args); });
   };
   switch (n.op) {
-    case OpKind::Flatten:
-    case OpKind::Accuracy:
-    case OpKind::MetricAccumulate:
-    case OpKind::SoftmaxCrossEntropyGrad:  // folded into the fused loss kernel
-      return ok_status();
     case OpKind::Linear: {
       GemmArgs a;
       a.a = at(n.in[0]);
@@ -352,6 +350,27 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
       gemm(a);
       return ok_status();
     }
+    default:
+      return Error{ErrCode::Internal, "cuda backend", std::string("not a GEMM node: ") + to_string(n.op)};
+  }
+}
+
+Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) {
+  const Program& p = c_.graph.programs[program];
+  const Node& n = p.nodes[i];
+  const cudaStream_t s = ctx_.stream;
+  const GpuDType act = act_type();
+  auto numel = [&](ValueId v) { return c_.graph.values[v].shape.numel(); };
+  switch (n.op) {
+    case OpKind::Flatten:
+    case OpKind::Accuracy:
+    case OpKind::MetricAccumulate:
+    case OpKind::SoftmaxCrossEntropyGrad:  // folded into the fused loss kernel
+      return ok_status();
+    case OpKind::Linear:
+    case OpKind::LinearGradInput:
+    case OpKind::LinearGradWeight:
+      return lower_gemm_node(program, i, out);
     case OpKind::LinearGradBias: {
       if (bias_into_gemm_.count({program, i})) return ok_status();  // computed by the dW GEMM's epilogue
       const void* dy = at(n.in[0]);
