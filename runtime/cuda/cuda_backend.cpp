@@ -205,7 +205,10 @@ Status CudaBackend::init() {
 // One cuBLASLt plan per GEMM node, chosen now so nothing is planned while the step runs.
 // ReLU backward into the dX GEMM: Linear+ReLU forward with RELU_AUX_BIAS (a bit mask of x >= 0), the next layer's
 // dX GEMM with DRELU reading it, straight into the ReluGrad node's output. Only where the dX GEMM's result has no
-// other use. (cuBLASLt passes the gradient at a pre-activation of exactly 0, torch does not: measure zero.)
+// other use, and only where the plan did not place the ReluGrad's output over the GEMM's input: the planner
+// defines that value at the ReluGrad node, one position after the GEMM, so it may reuse the GEMM's input storage,
+// and writing it from the GEMM would then be an in-place GEMM (a race). (cuBLASLt passes the gradient at a
+// pre-activation of exactly 0, torch does not: measure zero.)
 void CudaBackend::find_relu_fusions() {
   for (size_t pi = 0; pi < c_.graph.programs.size(); ++pi) {
     const Program& p = c_.graph.programs[pi];
@@ -223,6 +226,9 @@ void CudaBackend::find_relu_fusions() {
       const Node &dgrad = p.nodes[gi], &fwd = p.nodes[f];
       if (dgrad.op != OpKind::LinearGradInput || uses[rg.in[0]] != 1) continue;
       if (fwd.op != OpKind::Linear || !fwd.attrs.relu || fwd.in.size() != 3) continue;
+      const Placement &out = c_.plan.values[rg.out[0]], &in = c_.plan.values[dgrad.in[0]];
+      if (out.region == in.region && out.offset < in.offset + in.bytes && in.offset < out.offset + out.bytes)
+        continue;  // would write over its own input
       relu_fusions_.push_back({static_cast<int>(pi), f, gi, r, nullptr});
     }
   }
