@@ -198,6 +198,20 @@ Status memplan_verify(const Graph& g, const MemoryPlan& m) {
   return ok_status();
 }
 
+bool memplan_early_write_safe(const Graph& g, const MemoryPlan& m, int program, ValueId v, int64_t at) {
+  const Placement& pv = m.values[v];
+  if (pv.region != Region::Activations) return true;  // persistent and result regions are never shared
+  const int64_t from = program_bases(g)[program] + at, to = pv.first;
+  for (ValueId o = 0; o < static_cast<ValueId>(g.values.size()); ++o) {
+    const Placement& po = m.values[o];
+    if (o == v || po.region != Region::Activations || po.offset < 0 || g.values[o].alias_of != kNoValue) continue;
+    const bool mem = po.offset < pv.offset + pv.bytes && pv.offset < po.offset + po.bytes;
+    const bool live = po.first <= to && from <= po.last;
+    if (mem && live) return false;
+  }
+  return true;
+}
+
 std::string memplan_dump(const Graph& g, const MemoryPlan& m) {
   std::ostringstream os;
   char buf[256];

@@ -51,4 +51,8 @@ Status memplan_verify(const Graph& g, const MemoryPlan& m);
 
 std::string memplan_dump(const Graph& g, const MemoryPlan& m);
 
+// A backend that fuses the producer of `v` into an earlier node (index `at` of `program`) writes v before the
+// plan defines it. Safe only if no other activation sharing v's storage is live from `at` to v's definition.
+bool memplan_early_write_safe(const Graph& g, const MemoryPlan& m, int program, ValueId v, int64_t at);
+
 }  // namespace trctl

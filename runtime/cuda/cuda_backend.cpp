@@ -128,6 +128,7 @@ class CudaBackend final : public Backend {
   };
   std::vector<ReluFusion> relu_fusions_;
   void find_relu_fusions();
+  bool early_write_safe(int program, ValueId v, size_t at) const;
   const ReluFusion* relu_fusion(int program, size_t node) const {
     for (const ReluFusion& rf : relu_fusions_)
       if (rf.program == program && (rf.forward == node || rf.dgrad == node || rf.relu_grad == node)) return &rf;
@@ -209,6 +210,10 @@ Status CudaBackend::init() {
 // defines that value at the ReluGrad node, one position after the GEMM, so it may reuse the GEMM's input storage,
 // and writing it from the GEMM would then be an in-place GEMM (a race). (cuBLASLt passes the gradient at a
 // pre-activation of exactly 0, torch does not: measure zero.)
+bool CudaBackend::early_write_safe(int program, ValueId v, size_t at) const {
+  return memplan_early_write_safe(c_.graph, c_.plan, program, v, static_cast<int64_t>(at));
+}
+
 void CudaBackend::find_relu_fusions() {
   for (size_t pi = 0; pi < c_.graph.programs.size(); ++pi) {
     const Program& p = c_.graph.programs[pi];
@@ -226,9 +231,7 @@ void CudaBackend::find_relu_fusions() {
       const Node &dgrad = p.nodes[gi], &fwd = p.nodes[f];
       if (dgrad.op != OpKind::LinearGradInput || uses[rg.in[0]] != 1) continue;
       if (fwd.op != OpKind::Linear || !fwd.attrs.relu || fwd.in.size() != 3) continue;
-      const Placement &out = c_.plan.values[rg.out[0]], &in = c_.plan.values[dgrad.in[0]];
-      if (out.region == in.region && out.offset < in.offset + in.bytes && in.offset < out.offset + out.bytes)
-        continue;  // would write over its own input
+      if (!early_write_safe(static_cast<int>(pi), rg.out[0], gi)) continue;  // would write over a live value
       relu_fusions_.push_back({static_cast<int>(pi), f, gi, r, nullptr});
     }
   }
@@ -422,7 +425,11 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
       a.label_smoothing = n.attrs.label_smoothing;
       a.loss_scale = scaled() ? &state()->scaler.scale : nullptr;
       for (const Node& g : p.nodes)
-        if (g.op == OpKind::SoftmaxCrossEntropyGrad && g.in[0] == n.in[0]) a.dlogits = at(g.out[0]);
+        if (g.op == OpKind::SoftmaxCrossEntropyGrad && g.in[0] == n.in[0]) {
+          if (!early_write_safe(program, g.out[0], i))
+            return Error{ErrCode::Internal, "cuda backend", "the plan shares the gradient of the logits with a live value"};
+          a.dlogits = at(g.out[0]);
+        }
       a.dlogits_type = act;
       a.workspace = scratch_[program];
       a.workspace_bytes = ce_ws_bytes_[program];

@@ -99,3 +99,40 @@ TEST_CASE("memplan_dump lists regions and values", "[memplan]") {
   CHECK_THAT(d, Catch::Contains("region weights") && Catch::Contains("region activations") &&
                     Catch::Contains("fc1.weight") && Catch::Contains("live ["));
 }
+
+TEST_CASE("an early write is unsafe where the plan reuses the storage in between", "[memplan]") {
+  // The ReluGrad after a dX GEMM: its output is defined one node later, so the planner may give it the GEMM's
+  // input storage; writing it from the GEMM (a DRELU fusion) would be an in-place GEMM.
+  Spec s = mlp_spec(64, 16);
+  s.model.layers.insert(s.model.layers.begin() + 3, layer(LayerKind::Linear, "fc_mid", 64));
+  s.model.layers.insert(s.model.layers.begin() + 4, layer(LayerKind::Relu, "relu_mid"));
+  Result<Compiled> cr = compile_spec(s, small_data(32, 16));
+  REQUIRE(cr.ok());
+  const Compiled& c = cr.value();
+  const Program& p = c.graph.programs[0];
+  int checked = 0, unsafe = 0;
+  for (size_t r = 0; r < p.nodes.size(); ++r) {
+    if (p.nodes[r].op != OpKind::ReluGrad) continue;
+    size_t gi = 0;
+    for (size_t i = 0; i < r; ++i)
+      if (p.nodes[i].out[0] == p.nodes[r].in[0]) gi = i;
+    const Placement &out = c.plan.values[p.nodes[r].out[0]], &in = c.plan.values[p.nodes[gi].in[0]];
+    const bool aliases = out.offset < in.offset + in.bytes && in.offset < out.offset + out.bytes;
+    CHECK(memplan_early_write_safe(c.graph, c.plan, 0, p.nodes[r].out[0], static_cast<int64_t>(gi)) == !aliases);
+    unsafe += aliases;
+    CHECK(memplan_early_write_safe(c.graph, c.plan, 0, p.nodes[r].out[0], static_cast<int64_t>(r)));
+    ++checked;
+  }
+  CHECK(checked >= 1);
+  CHECK(unsafe >= 1);  // this plan does reuse the storage (as the benchmark MLP's plan does)
+}
+
+TEST_CASE("the fused loss kernel may write the logits' gradient early", "[memplan]") {
+  Compiled c = compiled_mlp(64, 16);
+  const Program& p = c.graph.programs[0];
+  for (size_t i = 0; i < p.nodes.size(); ++i)
+    if (p.nodes[i].op == OpKind::SoftmaxCrossEntropy)
+      for (const Node& g : p.nodes)
+        if (g.op == OpKind::SoftmaxCrossEntropyGrad)
+          CHECK(memplan_early_write_safe(c.graph, c.plan, 0, g.out[0], static_cast<int64_t>(i)));
+}
