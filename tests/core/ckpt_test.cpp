@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "core/ckpt/atomic_file.h"
-// CKPT_INCLUDE
+#include "core/ckpt/checkpoint.h"
 #include "core/ckpt/safetensors.h"
 #include "core/compiler.h"
 #include "tests/support/mlp_spec.h"
@@ -281,4 +281,208 @@ TEST_CASE("atomic write into a missing directory is an error with errno text", "
   Status s = atomic_write_file((d / "no" / "f.bin").string(), pattern(4, 0));
   REQUIRE_FALSE(s.ok());
   CHECK_THAT(s.error_text(), Catch::Contains("No such file or directory"));
+}
+
+// ---------------------------------------------------------------- checkpoints
+
+namespace {
+
+Compiled compiled_mlp(int hidden) {
+  Result<Compiled> c = compile_spec(mlp_spec(hidden, 5), small_data(20, 10));
+  REQUIRE(c.ok());
+  return c.value();
+}
+
+// Region bytes as a backend would hold them: a pattern over each parameter / slot, zero padding.
+std::vector<std::byte> region_with_pattern(const Compiled& c, Region r, unsigned seed) {
+  std::vector<std::byte> b(static_cast<size_t>(c.plan.region_bytes[static_cast<int>(r)]), std::byte{0});
+  for (const ParamInfo& p : c.graph.params) {
+    std::vector<ValueId> vs = r == Region::Weights ? std::vector<ValueId>{p.value} : p.state;
+    for (ValueId v : vs) {
+      const Placement& pl = c.plan.values[v];
+      std::vector<std::byte> pat = pattern(static_cast<size_t>(pl.bytes), seed + static_cast<unsigned>(v));
+      std::copy(pat.begin(), pat.end(), b.begin() + pl.offset);
+    }
+  }
+  return b;
+}
+
+TrainState sample_state() {
+  TrainState s;
+  s.step = 1234;
+  s.epoch = 3;
+  s.loss_scale = 32768.0f;
+  s.loss_scale_growth = 17;
+  s.seed = 0xDEADBEEFCAFEull;
+  s.data_epoch = 4;
+  s.data_batch = 2;
+  return s;
+}
+
+// Saves the sample checkpoint of an MLP with `hidden` units into a fresh directory.
+fs::path saved_checkpoint(const std::string& name, const Compiled& c) {
+  fs::path d = test_dir(name);
+  Status s = ckpt_save(d.string(), c, region_with_pattern(c, Region::Weights, 1),
+                       region_with_pattern(c, Region::OptState, 2), sample_state());
+  REQUIRE(s.ok());
+  return d;
+}
+
+std::string load_error(const fs::path& d, const Compiled& c) {
+  Result<Checkpoint> r = ckpt_load(d.string(), c);
+  REQUIRE_FALSE(r.ok());
+  return r.error_text();
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint round trip restores identical region bytes and train state", "[ckpt][checkpoint]") {
+  Compiled c = compiled_mlp(8);
+  REQUIRE(c.graph.params.size() == 4);
+  REQUIRE(c.graph.params[0].state.size() == 2);  // AdamW: m, v
+  fs::path d = saved_checkpoint("ck_roundtrip", c);
+  Result<Checkpoint> r = ckpt_load(d.string(), c);
+  REQUIRE(r.ok());
+  CHECK(r->weights == region_with_pattern(c, Region::Weights, 1));
+  CHECK(r->opt_state == region_with_pattern(c, Region::OptState, 2));
+  CHECK(r->state == sample_state());
+  CHECK_FALSE(fs::exists(atomic_temp_path((d / "state.bin").string())));
+}
+
+TEST_CASE("checkpoint weights are a plain safetensors file with one tensor per parameter", "[ckpt][checkpoint]") {
+  Compiled c = compiled_mlp(8);
+  fs::path d = saved_checkpoint("ck_st", c);
+  Result<SafetensorsFile> f = safetensors_read((d / "weights.safetensors").string());
+  REQUIRE(f.ok());
+  REQUIRE(f->tensors.size() == c.graph.params.size());
+  for (size_t i = 0; i < c.graph.params.size(); ++i) {
+    const ParamInfo& p = c.graph.params[i];
+    CHECK(f->tensors[i].name == p.name);  // the plan's layout order
+    CHECK(f->tensors[i].shape == c.graph.values[p.value].shape.dims);
+    CHECK(f->tensors[i].dtype == DType::F32);
+  }
+  CHECK(f->find("fc1.weight") != nullptr);
+  CHECK(f->metadata.at("trctl_version") == "1");
+  CHECK(f->metadata.at("step") == "1234");
+  CHECK(f->metadata.at("spec_hash").size() == 16);
+}
+
+TEST_CASE("a flipped bit in state.bin is a checksum error", "[ckpt][checkpoint]") {
+  Compiled c = compiled_mlp(8);
+  fs::path d = saved_checkpoint("ck_flip", c);
+  std::vector<std::byte> b = read_raw(d / "state.bin");
+  for (size_t at : {size_t(30), b.size() / 2, b.size() - 5}) {
+    std::vector<std::byte> f = b;
+    f[at] ^= std::byte{0x10};
+    write_raw(d / "state.bin", f);
+    CHECK_THAT(load_error(d, c), Catch::Contains("state.bin:offset") && Catch::Contains("checksum mismatch"));
+  }
+}
+
+TEST_CASE("a flipped bit in the weights data is a checksum error", "[ckpt][checkpoint]") {
+  Compiled c = compiled_mlp(8);
+  fs::path d = saved_checkpoint("ck_flipw", c);
+  std::vector<std::byte> b = read_raw(d / "weights.safetensors");
+  b[b.size() - 3] ^= std::byte{0x01};
+  write_raw(d / "weights.safetensors", b);
+  CHECK_THAT(load_error(d, c), Catch::Contains("weights.safetensors") && Catch::Contains("checksum mismatch"));
+}
+
+TEST_CASE("a truncated state.bin is rejected as truncated", "[ckpt][checkpoint]") {
+  Compiled c = compiled_mlp(8);
+  fs::path d = saved_checkpoint("ck_trunc", c);
+  std::vector<std::byte> b = read_raw(d / "state.bin");
+  for (size_t len : {size_t(0), size_t(5), size_t(20), size_t(100), b.size() - 1}) {
+    write_raw(d / "state.bin", std::vector<std::byte>(b.begin(), b.begin() + static_cast<long>(len)));
+    std::string e = load_error(d, c);
+    INFO(e);
+    CHECK_THAT(e, Catch::Contains("state.bin:offset") && Catch::Contains("truncated"));
+  }
+}
+
+TEST_CASE("a state.bin with the wrong magic or version is rejected by name", "[ckpt][checkpoint]") {
+  Compiled c = compiled_mlp(8);
+  fs::path d = saved_checkpoint("ck_magic", c);
+  std::vector<std::byte> b = read_raw(d / "state.bin");
+  std::vector<std::byte> m = b;
+  m[0] = std::byte{'X'};
+  write_raw(d / "state.bin", m);
+  CHECK_THAT(load_error(d, c), Catch::Contains("bad magic"));
+  std::vector<std::byte> v = b;
+  v[8] = std::byte{2};
+  write_raw(d / "state.bin", v);
+  CHECK_THAT(load_error(d, c), Catch::Contains("offset 8") && Catch::Contains("unsupported state file version 2"));
+}
+
+TEST_CASE("loading into a model of another shape names the parameter and both shapes", "[ckpt][checkpoint]") {
+  Compiled c8 = compiled_mlp(8);
+  Compiled c9 = compiled_mlp(9);
+  fs::path d = saved_checkpoint("ck_shape", c8);
+  std::string e = load_error(d, c9);
+  CHECK_THAT(e, Catch::Contains("parameter 'fc1.weight' is (8, 16) f32 in the checkpoint but (9, 16) f32"));
+  CHECK_THAT(e, Catch::Contains("parameter 'fc2.weight' is (3, 8) f32 in the checkpoint but (3, 9) f32"));
+  CkptLoadOptions weights_only;
+  weights_only.weights_only = true;
+  CHECK_FALSE(ckpt_load(d.string(), c9, weights_only).ok());
+}
+
+TEST_CASE("a checkpoint of another spec is refused unless loading weights only", "[ckpt][checkpoint]") {
+  Compiled c = compiled_mlp(8);
+  fs::path d = saved_checkpoint("ck_spec", c);
+  Spec other = mlp_spec(8, 5);
+  other.optimizer.weight_decay = 0.02;
+  Result<Compiled> c2 = compile_spec(other, small_data(20, 10));
+  REQUIRE(c2.ok());
+  CHECK_THAT(load_error(d, c2.value()), Catch::Contains("different spec"));
+  CkptLoadOptions weights_only;
+  weights_only.weights_only = true;
+  Result<Checkpoint> r = ckpt_load(d.string(), c2.value(), weights_only);
+  REQUIRE(r.ok());
+  CHECK(r->weights == region_with_pattern(c, Region::Weights, 1));
+  CHECK(r->state == TrainState{});
+}
+
+TEST_CASE("the spec hash ignores where the run writes its outputs", "[ckpt][checkpoint]") {
+  Spec a = mlp_spec(8, 5), b = a;
+  b.run.out_dir = "elsewhere";
+  b.run.log_interval = 7;
+  CHECK(ckpt_spec_hash(a) == ckpt_spec_hash(b));
+  b.train.epochs = 5;
+  CHECK(ckpt_spec_hash(a) != ckpt_spec_hash(b));
+}
+
+TEST_CASE("weights and state from different saves are detected", "[ckpt][checkpoint]") {
+  Compiled c = compiled_mlp(8);
+  fs::path d = saved_checkpoint("ck_mixed", c);
+  TrainState later = sample_state();
+  later.step += 1;
+  fs::path d2 = test_dir("ck_mixed2");
+  REQUIRE(ckpt_save(d2.string(), c, region_with_pattern(c, Region::Weights, 1),
+                    region_with_pattern(c, Region::OptState, 2), later).ok());
+  fs::copy_file(d2 / "state.bin", d / "state.bin", fs::copy_options::overwrite_existing);
+  CHECK_THAT(load_error(d, c), Catch::Contains("from different saves"));
+}
+
+TEST_CASE("a checkpoint save that fails on a full disk keeps the previous checkpoint", "[ckpt][checkpoint]") {
+  Compiled c = compiled_mlp(8);
+  fs::path d = saved_checkpoint("ck_full", c);
+  AtomicWriteOptions full_disk;
+  full_disk.fail_after_bytes = 100;
+  TrainState later = sample_state();
+  later.step = 9999;
+  Status s = ckpt_save(d.string(), c, region_with_pattern(c, Region::Weights, 7),
+                       region_with_pattern(c, Region::OptState, 8), later, full_disk);
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(s.error_text(), Catch::Contains("No space left on device"));
+  Result<Checkpoint> r = ckpt_load(d.string(), c);
+  REQUIRE(r.ok());
+  CHECK(r->state == sample_state());
+  CHECK(std::distance(fs::directory_iterator(d), fs::directory_iterator()) == 2);
+}
+
+TEST_CASE("a missing checkpoint file is an I/O error naming it", "[ckpt][checkpoint]") {
+  Compiled c = compiled_mlp(8);
+  fs::path d = saved_checkpoint("ck_missing", c);
+  fs::remove(d / "state.bin");
+  CHECK_THAT(load_error(d, c), Catch::Contains("state.bin") && Catch::Contains("No such file or directory"));
 }
