@@ -1,0 +1,59 @@
+// Training checkpoints: DIR/weights.safetensors (one tensor per parameter) and DIR/state.bin (versioned,
+// CRC32-checked optimizer moments and training position). Both are written atomically and carry the spec hash
+// and the step, so a mismatched pair (a crash between the two renames) is detected. Layout: docs/checkpoint.md.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/ckpt/atomic_file.h"
+#include "core/compiler.h"
+#include "core/util/error.h"
+
+namespace trctl {
+
+constexpr char kStateMagic[] = "TRCTLST1";  // 8 bytes on disk (no terminator)
+constexpr uint32_t kStateVersion = 1;
+constexpr char kCkptWeightsFile[] = "weights.safetensors";
+constexpr char kCkptStateFile[] = "state.bin";
+
+// Everything besides the regions that a resumed run needs to continue bit-for-bit.
+struct TrainState {
+  int64_t step = 0;               // optimizer steps taken (Backend::step())
+  int64_t epoch = 0;              // epochs completed
+  float loss_scale = 1.0f;        // dynamic loss scaling (fp16): current scale
+  int32_t loss_scale_growth = 0;  // ... and good steps since the last change
+  uint64_t seed = 0;              // the run's RNG seed
+  int64_t data_epoch = 0;         // data order position: the epoch whose sample order is in use
+  int64_t data_batch = 0;         // ... and the index of the next batch in it
+  bool operator==(const TrainState& o) const;
+};
+
+struct Checkpoint {
+  std::vector<std::byte> weights;    // the Weights region (plan layout; padding zero)
+  std::vector<std::byte> opt_state;  // the OptState region (empty vector of zeros when weights_only)
+  TrainState state;
+};
+
+struct CkptLoadOptions {
+  // Load the weights of a checkpoint saved with another spec (same parameter names, shapes and dtypes); the
+  // optimizer state and TrainState are not read (fresh optimizer, default TrainState).
+  bool weights_only = false;
+};
+
+// FNV-1a 64 of spec_to_yaml(spec) with the `run` section (output dir, name, logging) reset: everything that
+// changes the computation is hashed, where the outputs go is not.
+uint64_t ckpt_spec_hash(const Spec& spec);
+
+// Writes DIR/state.bin then DIR/weights.safetensors (creating DIR). `weights` and `opt_state` are whole regions
+// of c.plan (Backend::read_region). `io` is passed to both atomic writes (fault injection in tests).
+Status ckpt_save(const std::string& dir, const Compiled& c, const std::vector<std::byte>& weights,
+                 const std::vector<std::byte>& opt_state, const TrainState& state,
+                 const AtomicWriteOptions& io = {});
+
+// Reads a checkpoint for `c`: every parameter present with c's shape and dtype, no extra ones, the same spec hash
+// (unless weights_only), state.bin's magic, version and checksum. All mismatches are reported at once.
+Result<Checkpoint> ckpt_load(const std::string& dir, const Compiled& c, const CkptLoadOptions& opt = {});
+
+}  // namespace trctl
