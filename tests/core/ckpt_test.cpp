@@ -19,9 +19,19 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// This process's scratch root, removed when the test process exits.
+struct ScratchRoot {
+  fs::path path = fs::temp_directory_path() / ("trctl_ckpt_" + std::to_string(::getpid()));
+  ~ScratchRoot() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
 // A fresh, empty directory for one test case.
 fs::path test_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("trctl_ckpt_" + std::to_string(::getpid()) + "_" + name);
+  static const ScratchRoot root;
+  fs::path d = root.path / name;
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
