@@ -66,13 +66,14 @@ int cmd_compile(const SpecArgs& a, const std::string& dump) {
   return 0;
 }
 
-int cmd_train(const SpecArgs& a, bool print_config) {
+int cmd_train(const SpecArgs& a, bool print_config, const std::string& resume) {
   Result<Spec> spec = spec_load(a.config, a.overrides);
   if (!spec.ok()) return report_errors(spec.errors());
   if (print_config) std::cout << spec_to_yaml(spec.value()) << std::flush;
   auto log = spdlog::stderr_color_mt("trctl");
   log->set_pattern("[%H:%M:%S] %v");
   TrainOptions opt;
+  opt.resume = resume;
   const ProgressKind pk = spec->run.progress;
   opt.progress_tty = pk == ProgressKind::On || (pk == ProgressKind::Auto && isatty(fileno(stderr)));
 #if defined(TRCTL_HAVE_CUDA)
@@ -88,11 +89,13 @@ int cmd_train(const SpecArgs& a, bool print_config) {
     double best = 0, steady = 0;
     for (const auto& e : res.epochs) best = std::max(best, e.val_top1);
     for (size_t i = 1; i < res.epochs.size(); ++i) steady += res.epochs[i].epoch_seconds;
-    std::printf("done: %d epochs on %s in %.2f s (%.2f epochs/s overall", last.epoch, res.backend.c_str(),
-                res.seconds, last.epoch / res.seconds);
+    const double n = static_cast<double>(res.epochs.size());
+    const int first = res.epochs.front().epoch;
+    std::printf("done: %zu epochs (%d..%d) on %s in %.2f s (%.2f epochs/s overall", res.epochs.size(), first,
+                last.epoch, res.backend.c_str(), res.seconds, n / res.seconds);
     if (res.epochs.size() > 1)  // the first epoch holds graph capture and warm-up, as compile time on PyTorch's side
-      std::printf("; %.2f epochs/s steady, epochs 2..%d, %.1f ms/epoch", (res.epochs.size() - 1) / steady,
-                  last.epoch, 1000 * steady / (res.epochs.size() - 1));
+      std::printf("; %.2f epochs/s steady, epochs %d..%d, %.1f ms/epoch", (n - 1) / steady, first + 1, last.epoch,
+                  1000 * steady / (n - 1));
     std::printf("); final val top1 %.2f%%, best %.2f%%\n", 100 * last.val_top1, 100 * best);
     if (!res.run_dir.empty()) std::printf("run dir: %s\n", res.run_dir.c_str());
   }
@@ -150,6 +153,8 @@ int main(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "train a model from a spec");
   add_spec_args(train, train_a);
   train->add_flag("--print-config", print_config, "print the resolved spec before training");
+  std::string resume;
+  train->add_option("--resume", resume, "continue from a checkpoint directory, or a run directory's latest checkpoint");
   auto* validate = app.add_subcommand("validate", "check a spec and print it resolved");
   add_spec_args(validate, validate_a);
   auto* compile = app.add_subcommand("compile", "compile a spec and print the IR/plan after a stage");
@@ -177,7 +182,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   try {
-    if (*train) return cmd_train(train_a, print_config);
+    if (*train) return cmd_train(train_a, print_config, resume);
     if (*validate) return cmd_validate(validate_a);
     if (*compile) return cmd_compile(compile_a, dump);
     if (*bench) return cmd_bench(bench_suite, bench_json);

@@ -51,6 +51,8 @@ class Backend {
   virtual double last_loss(int program) = 0;
   virtual ProgramMetrics metrics(int program) = 0;
   virtual void reset_metrics() = 0;
+  // Whether a run can continue from a checkpoint on this backend (its per-step state restored by set_step).
+  virtual bool supports_resume() const { return true; }
   // Waits until all queued work is done (for timing; a no-op on synchronous backends).
   virtual Status synchronize() { return ok_status(); }
 

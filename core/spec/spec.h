@@ -106,6 +106,7 @@ struct TrainSpec {
   DeviceKind device = DeviceKind::Auto;
   int threads = 0;              // CPU backend compute threads; 0 = hardware concurrency
   bool deterministic = true;
+  int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
 };
 enum class ProgressKind { Auto, On, Off };
 struct RunSpec {

@@ -246,6 +246,7 @@ std::string spec_to_yaml(const Spec& spec) {
   y += std::string("  device: ") + to_string(spec.train.device) + "\n";
   y += "  threads: " + std::to_string(spec.train.threads) + "\n";
   y += std::string("  deterministic: ") + boolean(spec.train.deterministic) + "\n";
+  y += "  checkpoint_every: " + std::to_string(spec.train.checkpoint_every) + "\n";
   y += "run:\n";
   y += "  out_dir: " + quoted(spec.run.out_dir) + "\n";
   y += "  name: " + quoted(spec.run.name) + "\n";

@@ -105,13 +105,14 @@ void parse_scheduler_section(Diagnostics& d, const YamlNode& map, SchedulerSpec&
 
 void parse_train_section(Diagnostics& d, const YamlNode& map, TrainSpec& out) {
   const std::string s = "train";
-  check_keys(d, map, s, {"epochs", "precision", "device", "threads", "deterministic"});
+  check_keys(d, map, s, {"epochs", "precision", "device", "threads", "deterministic", "checkpoint_every"});
   get_int(d, map, s, "epochs", int_at_least(1), out.epochs);
   get_enum(d, map, s, "precision", {Precision::Fp32, Precision::Tf32, Precision::Fp16, Precision::Bf16},
            out.precision);
   get_enum(d, map, s, "device", {DeviceKind::Auto, DeviceKind::Cpu, DeviceKind::Cuda}, out.device);
   get_int(d, map, s, "threads", int_at_least(0), out.threads);
   get_bool(d, map, s, "deterministic", out.deterministic);
+  get_int(d, map, s, "checkpoint_every", int_at_least(0), out.checkpoint_every);
 }
 
 void parse_run_section(Diagnostics& d, const YamlNode& map, RunSpec& out) {

@@ -84,6 +84,9 @@ class CudaBackend final : public Backend {
   void reset_metrics() override;
   Status synchronize() override;
   bool resident_data() const override { return true; }
+  // The optimizer's own step count (Adam's bias corrections) and the loss scaler live in DeviceState and are not
+  // restored yet.
+  bool supports_resume() const override { return false; }
   Status upload_split(DataSplit split, const ImageDataset& data, const TransformPipeline& tf) override;
   Status begin_epoch(DataSplit split, uint32_t epoch, const std::vector<int64_t>& order) override;
   Status run_resident(int program, DataSplit split) override;

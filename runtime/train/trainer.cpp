@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "core/ckpt/checkpoint.h"
 #include "core/compiler.h"
 #include "dataio/loader.h"
 #include "runtime/backend.h"
@@ -144,6 +145,48 @@ Result<std::unique_ptr<Backend>> backend_select(const Spec& spec, const Compiled
   return be;
 }
 
+// A checkpoint directory, or the latest checkpoints/epoch-NNNN of a run directory.
+Result<std::string> checkpoint_dir_resolve(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (fs::exists(fs::path(path) / kCkptStateFile)) return path;
+  std::string latest;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(path) / "checkpoints", ec))
+    if (fs::exists(e.path() / kCkptStateFile) && e.path().string() > latest) latest = e.path().string();
+  if (latest.empty())
+    return Error{ErrCode::Io, path, "no checkpoint here (neither state.bin nor checkpoints/epoch-*/state.bin)"};
+  return latest;
+}
+
+// Restores weights, optimizer state and step from a checkpoint; returns the number of epochs it had completed.
+Result<int> resume_from(Backend& be, const Compiled& c, const std::string& path, spdlog::logger& log) {
+  if (!be.supports_resume())
+    return Error{ErrCode::NotSupported, path, "resuming on the " + be.name() + " backend is not supported yet"};
+  Result<std::string> dir = checkpoint_dir_resolve(path);
+  if (!dir.ok()) return dir.errors();
+  Result<Checkpoint> ck = ckpt_load(dir.value(), c);
+  if (!ck.ok()) return ck.errors();
+  Status st = be.write_region(Region::Weights, ck->weights);
+  if (st.ok()) st = be.write_region(Region::OptState, ck->opt_state);
+  if (!st.ok()) return st.errors();
+  be.set_step(ck->state.step);
+  log.info("resumed from {} after epoch {} (step {})", dir.value(), ck->state.epoch, ck->state.step);
+  return static_cast<int>(ck->state.epoch);
+}
+
+Status checkpoint_write(Backend& be, const Compiled& c, const std::string& run_dir, int epoch) {
+  char name[32];
+  std::snprintf(name, sizeof name, "epoch-%04d", epoch);
+  TrainState ts;
+  ts.step = be.step();
+  ts.epoch = epoch;
+  ts.seed = c.spec.seed;
+  ts.data_epoch = epoch + 1;
+  ts.data_batch = 0;
+  return ckpt_save(run_dir + "/checkpoints/" + name, c, be.read_region(Region::Weights),
+                   be.read_region(Region::OptState), ts);
+}
+
 }  // namespace
 
 Result<DataShape> data_shape(const Spec& spec) {
@@ -170,6 +213,12 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
   std::unique_ptr<Backend> be = std::move(selected.value());
   Status st = be->write_region(Region::Weights, params_init(c, spec.seed));
   if (!st.ok()) return st.errors();
+  int first_epoch = 1;
+  if (!opt.resume.empty()) {
+    Result<int> done = resume_from(*be, c, opt.resume, log);
+    if (!done.ok()) return done.errors();
+    first_epoch = done.value() + 1;
+  }
 
   TrainResult res;
   res.backend = be->name();
@@ -204,7 +253,7 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     val_loader = std::make_unique<Loader>(d.val, d.val_tf, lv);
   }
 
-  for (int e = 1; e <= spec.train.epochs; ++e) {
+  for (int e = first_epoch; e <= spec.train.epochs; ++e) {
     const Clock::time_point t_epoch = Clock::now();
     const double lr = scheduler_lr(spec.scheduler, spec.optimizer.lr, e, spec.train.epochs);
     be->set_lr(lr);
@@ -260,6 +309,10 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     r.seconds = since(t_run);
     out.epoch(r);
     res.epochs.push_back(r);
+    if (spec.train.checkpoint_every > 0 && e % spec.train.checkpoint_every == 0 && !res.run_dir.empty()) {
+      st = checkpoint_write(*be, c, res.run_dir, e);
+      if (!st.ok()) return st.errors();
+    }
     log.info("epoch {}/{}  lr {:.3g}  train loss {:.4f} top1 {:.2f}%  val loss {:.4f} top1 {:.2f}%  {:.0f} img/s  "
              "{:.1f} ms/epoch",
              e, spec.train.epochs, lr, r.train_loss, 100 * r.train_top1, r.val_loss, 100 * r.val_top1,

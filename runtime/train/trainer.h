@@ -41,6 +41,9 @@ struct TrainOptions {
   bool write_run_dir = true;  // false: nothing on disk (tests)
   bool progress_tty = false;  // the caller decides from run.progress and isatty
   GpuBackendFactory gpu;      // empty: CPU only
+  // Continue from a checkpoint: a checkpoint directory (weights.safetensors + state.bin) or a run directory (its
+  // latest checkpoints/epoch-NNNN). Empty: start fresh.
+  std::string resume;
 };
 
 struct TrainResult {

@@ -105,6 +105,7 @@ inline std::string first_difference(const Spec& a, const Spec& b) {
   diff_field(o, "train.precision", a.train.precision, b.train.precision);
   diff_field(o, "train.device", a.train.device, b.train.device);
   diff_field(o, "train.threads", a.train.threads, b.train.threads);
+  diff_field(o, "train.checkpoint_every", a.train.checkpoint_every, b.train.checkpoint_every);
   diff_field(o, "train.deterministic", a.train.deterministic, b.train.deterministic);
   diff_field(o, "run.out_dir", a.run.out_dir, b.run.out_dir);
   diff_field(o, "run.name", a.run.name, b.run.name);

@@ -1,0 +1,77 @@
+// Checkpoints in the run dir (train.checkpoint_every) and resuming from them: a run resumed after epoch 1 ends
+// bitwise equal to the uninterrupted run; a checkpoint of another model is refused naming the parameter.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <spdlog/sinks/null_sink.h>
+#include <spdlog/spdlog.h>
+
+#include "runtime/train/trainer.h"
+
+using namespace trctl;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Scratch {
+  fs::path path = fs::temp_directory_path() / ("trctl_resume_" + std::to_string(::getpid()));
+  Scratch() { fs::remove_all(path); }
+  ~Scratch() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+Result<TrainResult> run(std::vector<std::string> overrides, const std::string& resume, bool write_dir) {
+  overrides.insert(overrides.begin(), {"train.device=cpu", "data.train_subset=600", "train.epochs=2",
+                                       "data.val_batch_size=2000"});
+  Result<Spec> spec = spec_load(std::string(TRCTL_SOURCE_DIR) + "/configs/mlp_fmnist.yaml", overrides);
+  REQUIRE(spec.ok());
+  spdlog::logger log("test", std::make_shared<spdlog::sinks::null_sink_mt>());
+  TrainOptions opt;
+  opt.write_run_dir = write_dir;
+  opt.resume = resume;
+  return train_run(spec.value(), opt, log);
+}
+
+}  // namespace
+
+TEST_CASE("a run resumed from its epoch-1 checkpoint ends bitwise equal to the uninterrupted run", "[e2e][resume]") {
+  Scratch s;
+  const std::vector<std::string> o = {"train.checkpoint_every=1", "run.out_dir=" + s.path.string(), "run.name=a"};
+  Result<TrainResult> full = run(o, "", true);
+  REQUIRE(full.ok());
+  const fs::path ck = s.path / "a" / "checkpoints";
+  REQUIRE(fs::exists(ck / "epoch-0001" / "weights.safetensors"));
+  REQUIRE(fs::exists(ck / "epoch-0002" / "state.bin"));
+
+  Result<TrainResult> resumed = run({}, (ck / "epoch-0001").string(), false);
+  INFO((resumed.ok() ? std::string() : resumed.error_text()));
+  REQUIRE(resumed.ok());
+  REQUIRE(resumed->epochs.size() == 1);
+  CHECK(resumed->epochs[0].epoch == 2);
+  CHECK(resumed->epochs[0].step == full->epochs[1].step);
+  CHECK(resumed->final_weights == full->final_weights);
+  CHECK(resumed->epochs[0].val_loss == full->epochs[1].val_loss);
+
+  // A run directory resumes from its latest checkpoint: here the last epoch, so nothing is left to train.
+  Result<TrainResult> again = run({}, (s.path / "a").string(), false);
+  REQUIRE(again.ok());
+  CHECK(again->epochs.empty());
+  CHECK(again->final_weights == full->final_weights);
+}
+
+TEST_CASE("resuming with another model or from a missing checkpoint is a clear error", "[e2e][resume]") {
+  Scratch s;
+  Result<TrainResult> full =
+      run({"train.checkpoint_every=2", "run.out_dir=" + s.path.string(), "run.name=b"}, "", true);
+  REQUIRE(full.ok());
+  Result<TrainResult> other = run({"model.layers.1.out_features=512"}, (s.path / "b").string(), false);
+  REQUIRE_FALSE(other.ok());
+  CHECK_THAT(other.error_text(), Catch::Contains("fc1.weight"));
+  Result<TrainResult> missing = run({}, (s.path / "nothing").string(), false);
+  REQUIRE_FALSE(missing.ok());
+  CHECK_THAT(missing.error_text(), Catch::Contains("no checkpoint"));
+}
