@@ -246,11 +246,6 @@ Status CudaBackend::plan_gemms() {
     const Shape& y = c_.graph.values[c_.graph.programs[rf.program].nodes[rf.forward].out[0]].shape;
     TRCTL_CUDA_TRY(cudaMalloc(&rf.mask, lt_gemm_relu_mask_bytes(y.dims[0], y.dims[1])));
   }
-  auto fusion_of = [&](int pi, size_t node) -> const ReluFusion* {
-    for (const ReluFusion& rf : relu_fusions_)
-      if (rf.program == pi && (rf.forward == node || rf.dgrad == node)) return &rf;
-    return nullptr;
-  };
   const GpuDType act = act_type();
   const GemmMath math = amp_ == Precision::Tf32 ? GemmMath::FastTf32 : GemmMath::Default;
   for (size_t pi = 0; pi < c_.graph.programs.size(); ++pi) {
@@ -296,7 +291,7 @@ Status CudaBackend::plan_gemms() {
       } else {
         continue;
       }
-      if (const ReluFusion* rf = fusion_of(static_cast<int>(pi), i)) {
+      if (const ReluFusion* rf = relu_fusion(static_cast<int>(pi), i)) {
         GemmDesc fused = d;
         fused.epilogue = rf->forward == i ? GemmEpilogue::ReluAuxBias : GemmEpilogue::DRelu;
         Result<LtGemmPlan> fp = lt_gemm_plan(ctx_, fused);

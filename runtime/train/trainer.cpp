@@ -66,6 +66,27 @@ int program_index(const Compiled& c, const std::string& name) {
   return -1;
 }
 
+// Writes a metrics.jsonl step record every log_interval training steps (images/s since the last record).
+struct StepLog {
+  Backend& be;
+  const Compiled& c;
+  RunOutputs& out;
+  bool train;
+  int epoch;
+  double lr;
+  Clock::time_point t_run;
+  Clock::time_point t_log = Clock::now();
+  int64_t images_log = 0;
+
+  void after_step(int prog, int64_t batch) {
+    images_log += batch;
+    if (!train || be.step() % c.spec.run.log_interval != 0) return;
+    out.step(epoch, be.step(), be.last_loss(prog), lr, images_log / since(t_log), since(t_run));
+    t_log = Clock::now();
+    images_log = 0;
+  }
+};
+
 // Runs every batch of one epoch through the program matching its size; returns images processed.
 Result<int64_t> run_epoch(Backend& be, const Compiled& c, Loader& loader, bool train, int epoch, double lr,
                           RunOutputs& out, const std::function<void(int64_t, int64_t)>& on_step,
@@ -75,8 +96,7 @@ Result<int64_t> run_epoch(Backend& be, const Compiled& c, Loader& loader, bool t
   BatchView b;
   int64_t images = 0, i = 0;
   const int64_t total = loader.batches_per_epoch();
-  Clock::time_point t_log = Clock::now();
-  int64_t images_log = 0;
+  StepLog log{be, c, out, train, epoch, lr, t_run};
   while (loader.next(&b)) {
     int prog = (full >= 0 && b.size == c.graph.programs[full].batch) ? full : last;
     if (prog < 0) return Error{ErrCode::Internal, "trainer", "no program for a batch of " + std::to_string(b.size)};
@@ -85,13 +105,8 @@ Result<int64_t> run_epoch(Backend& be, const Compiled& c, Loader& loader, bool t
     if (st.ok()) st = be.run(prog, slot);
     if (!st.ok()) return st.errors();
     images += b.size;
-    images_log += b.size;
     ++i;
-    if (train && be.step() % c.spec.run.log_interval == 0) {
-      out.step(epoch, be.step(), be.last_loss(prog), lr, images_log / since(t_log), since(t_run));
-      t_log = Clock::now();
-      images_log = 0;
-    }
+    log.after_step(prog, b.size);
     if (on_step) on_step(i, total);
   }
   return images;
@@ -110,20 +125,15 @@ Result<int64_t> run_epoch_resident(Backend& be, const Compiled& c, DataSplit spl
   const int64_t fb = full >= 0 ? c.graph.programs[full].batch : 0;
   const int64_t nfull = full >= 0 ? n / fb : 0;
   const int64_t total = nfull + (last >= 0 ? 1 : 0);
-  Clock::time_point t_log = Clock::now();
-  int64_t images = 0, images_log = 0;
+  StepLog log{be, c, out, train, epoch, lr, t_run};
+  int64_t images = 0;
   for (int64_t i = 0; i < total; ++i) {
     const int prog = i < nfull ? full : last;
     st = be.run_resident(prog, split);
     if (!st.ok()) return st.errors();
     const int64_t b = c.graph.programs[prog].batch;
     images += b;
-    images_log += b;
-    if (train && be.step() % c.spec.run.log_interval == 0) {
-      out.step(epoch, be.step(), be.last_loss(prog), lr, images_log / since(t_log), since(t_run));
-      t_log = Clock::now();
-      images_log = 0;
-    }
+    log.after_step(prog, b);
     if (on_step) on_step(i + 1, total);
   }
   return images;
