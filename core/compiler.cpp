@@ -4,8 +4,8 @@
 namespace trctl {
 
 const std::vector<std::string>& compiler_stages() {
-  static const std::vector<std::string> stages = {"graph_build", "fuse_linear_relu", "autodiff",
-                                                  "optimizer_insert", "memplan"};
+  static const std::vector<std::string> stages = {"graph_build", "fuse_linear_relu", "fuse_norm_add_relu",
+                                                  "autodiff", "optimizer_insert", "memplan"};
   return stages;
 }
 
@@ -41,6 +41,7 @@ Result<Compiled> compile_spec(const Spec& spec, const DataShape& data, const Com
 
   const std::vector<std::pair<std::string, ProgramPass>> passes = {
       {"fuse_linear_relu", pass_fuse_linear_relu},
+      {"fuse_norm_add_relu", pass_fuse_norm_add_relu},
       {"autodiff", pass_autodiff},
       {"optimizer_insert", [&](Graph& gr, Program& p) { return pass_optimizer_insert(gr, p, spec.optimizer); }},
   };

@@ -1,6 +1,8 @@
 // dataset_load: the train or validation split named by a DataSpec (file names joined to root, train_subset).
+#include <cstring>
 #include <filesystem>
 
+#include "core/util/philox.h"
 #include "dataio/dataset.h"
 
 namespace trctl {
@@ -31,12 +33,38 @@ void dataset_truncate(ImageDataset* ds, int64_t count) {
   ds->n = count;
 }
 
+// Random uint8 pixels and labels from Philox(0, Synthetic, split): throughput measurements on a dataset of any
+// size without files. Nothing can be learned from it; never report its accuracy.
+ImageDataset synthetic_make(const SyntheticSpec& s, bool train) {
+  ImageDataset ds;
+  ds.n = train ? s.train_size : s.val_size;
+  ds.h = s.height;
+  ds.w = s.width;
+  ds.c = s.channels;
+  ds.num_classes = s.classes;
+  ds.source = std::string("synthetic ") + (train ? "train" : "val") + " split";
+  ds.pixels.resize(static_cast<size_t>(ds.n) * ds.h * ds.w * ds.c);
+  ds.labels.resize(static_cast<size_t>(ds.n));
+  const uint32_t split = train ? 0 : 1;
+  PhiloxStream px(0, static_cast<uint32_t>(RngPurpose::Synthetic), split, 0);
+  for (size_t i = 0; i + 4 <= ds.pixels.size(); i += 4) {
+    const uint32_t r = px.next();
+    std::memcpy(&ds.pixels[i], &r, 4);
+  }
+  for (size_t i = ds.pixels.size() / 4 * 4; i < ds.pixels.size(); ++i) ds.pixels[i] = static_cast<uint8_t>(px.next());
+  PhiloxStream lab(0, static_cast<uint32_t>(RngPurpose::Synthetic), split, 1);
+  for (auto& l : ds.labels) l = static_cast<int32_t>(lab.next() % static_cast<uint32_t>(s.classes));
+  return ds;
+}
+
 }  // namespace
 
 Result<ImageDataset> dataset_load(const DataSpec& data, bool train) {
-  std::string images = dataset_path(data.root, train ? data.train_images : data.val_images);
+  const bool synthetic = data.dataset == DatasetKind::Synthetic;
+  std::string images = synthetic ? "data.synthetic" : dataset_path(data.root, train ? data.train_images : data.val_images);
   std::string labels = dataset_path(data.root, train ? data.train_labels : data.val_labels);
-  auto ds = idx_load(images, labels);
+  Result<ImageDataset> ds = synthetic ? Result<ImageDataset>(synthetic_make(data.synthetic, train))
+                                      : idx_load(images, labels);
   if (!ds.ok() || !train || data.train_subset == 0) return ds;
   if (data.train_subset < 0 || data.train_subset > ds->n) {
     return Error{ErrCode::OutOfRange, images,

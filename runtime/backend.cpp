@@ -1,7 +1,10 @@
 // Backend helpers: params_init (deterministic Kaiming-uniform initialisation into the Weights layout), the float
 // weight accessors and the defaults for backends without device-resident data.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "core/util/philox.h"
 #include "runtime/backend.h"
@@ -16,8 +19,11 @@ void init_into(const Compiled& c, uint64_t seed, std::byte* region) {
   for (size_t pi = 0; pi < g.params.size(); ++pi) {
     const ParamInfo& p = g.params[pi];
     const Value& v = g.values[p.value];
-    if (v.shape.dims.size() < 2) continue;  // biases (and later norm shifts) start at zero
     T* dst = reinterpret_cast<T*>(region + c.plan.values[p.value].offset);
+    if (p.init != ParamInfo::Init::Kaiming) {  // biases and norm shifts 0, norm scales 1 (PyTorch's defaults)
+      std::fill(dst, dst + v.shape.numel(), static_cast<T>(p.init == ParamInfo::Init::Ones ? 1 : 0));
+      continue;
+    }
     const double bound = std::sqrt(6.0 / static_cast<double>(p.fan_in));
     PhiloxStream rng(seed, static_cast<uint32_t>(RngPurpose::Init), static_cast<uint32_t>(pi), 0);
     for (int64_t i = 0; i < v.shape.numel(); ++i)
@@ -25,7 +31,22 @@ void init_into(const Compiled& c, uint64_t seed, std::byte* region) {
   }
 }
 
+template <class T>
+void buffers_into(const Compiled& c, std::byte* region) {
+  for (const BufferInfo& b : c.graph.buffers) {
+    T* dst = reinterpret_cast<T*>(region + c.plan.values[b.value].offset);
+    std::fill(dst, dst + c.graph.values[b.value].shape.numel(), static_cast<T>(b.init));
+  }
+}
+
 }  // namespace
+
+std::vector<std::byte> buffers_init(const Compiled& c) {
+  std::vector<std::byte> b(static_cast<size_t>(c.plan.region_bytes[static_cast<int>(Region::Buffers)]), std::byte{0});
+  if (c.graph.compute == DType::F64) buffers_into<double>(c, b.data());
+  else buffers_into<float>(c, b.data());
+  return b;
+}
 
 std::vector<std::byte> params_init(const Compiled& c, uint64_t seed) {
   std::vector<std::byte> w(static_cast<size_t>(c.plan.weights_bytes), std::byte{0});
@@ -37,6 +58,38 @@ std::vector<std::byte> params_init(const Compiled& c, uint64_t seed) {
 }  // namespace trctl
 
 namespace trctl {
+
+Conv2dGeom conv2d_geom_of(const Graph& gr, const Node& n, ValueId x, ValueId w) {
+  const Shape &xs = gr.values[x].shape, &ws = gr.values[w].shape;
+  Conv2dGeom g;
+  g.n = xs.dims[0];
+  g.h = xs.dims[1];
+  g.w = xs.dims[2];
+  g.c = xs.dims[3];
+  g.k = ws.dims[0];
+  g.r = g.s = n.attrs.kernel;
+  g.stride_h = g.stride_w = n.attrs.stride;
+  g.pad_h = g.pad_w = n.attrs.pad;
+  g.dil_h = g.dil_w = n.attrs.dilation;
+  g.groups = n.attrs.groups;
+  std::string why;
+  if (!conv2d_geom_finish(g, &why)) throw std::logic_error("conv2d " + n.name + ": " + why);
+  return g;
+}
+
+Pool2dGeom pool2d_geom_of(const Graph& gr, const Node& n, ValueId x) {
+  const Shape& xs = gr.values[x].shape;
+  Pool2dGeom g;
+  g.n = xs.dims[0];
+  g.h = xs.dims[1];
+  g.w = xs.dims[2];
+  g.c = xs.dims[3];
+  g.kh = g.kw = n.attrs.kernel;
+  g.sh = g.sw = n.attrs.stride;
+  g.ph = g.pw = n.attrs.pad;
+  if (!pool2d_geom_finish(g)) throw std::logic_error("pool " + n.name + ": bad geometry");
+  return g;
+}
 
 Status Backend::write_weights(const std::vector<float>& weights) {
   std::vector<std::byte> b(weights.size() * sizeof(float));

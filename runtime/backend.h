@@ -11,6 +11,8 @@
 #include "core/util/error.h"
 #include "dataio/dataset.h"
 #include "dataio/transforms.h"
+#include "runtime/ops/conv2d/conv2d.h"
+#include "runtime/ops/pool/pool.h"
 
 namespace trctl {
 
@@ -67,10 +69,19 @@ class Backend {
   virtual Status run_resident(int program, DataSplit split);
 };
 
-// Kaiming-uniform (fan_in, ReLU gain): W ~ U(-sqrt(6 / fan_in), +sqrt(6 / fan_in)); biases zero. Drawn from
+// Kaiming-uniform (fan_in, ReLU gain): W ~ U(-sqrt(6 / fan_in), +sqrt(6 / fan_in)); biases and norm shifts zero,
+// norm scales one. Drawn from
 // Philox(seed, Init, parameter index) so the result depends on the seed and the parameter only.
 // Returns the Weights region's bytes in the plan's compute dtype.
 std::vector<std::byte> params_init(const Compiled& c, uint64_t seed);
+// The Buffers region at its initial values (running means 0, running variances 1), in the compute dtype.
+std::vector<std::byte> buffers_init(const Compiled& c);
+
+// Geometry of a Conv2d (or its gradient) node: x the (N,H,W,C) input value, w the (K,R,S,C/g) weight value. A
+// node whose geometry the compiler accepted always has one (else: std::logic_error, an internal invariant).
+Conv2dGeom conv2d_geom_of(const Graph& g, const Node& n, ValueId x, ValueId w);
+// Geometry of a pooling node over the (N,H,W,C) input value x.
+Pool2dGeom pool2d_geom_of(const Graph& g, const Node& n, ValueId x);
 
 std::unique_ptr<Backend> make_cpu_backend(const Compiled& c, uint64_t seed, int threads);
 

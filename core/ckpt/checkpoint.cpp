@@ -275,13 +275,22 @@ Status load_state(const std::string& path, const Compiled& c, Checkpoint& out, u
   return ok_status();
 }
 
-std::vector<TensorView> weight_tensors(const Compiled& c, const std::vector<std::byte>& weights) {
+// One named tensor per parameter and per buffer (running statistics), in graph order.
+std::vector<std::pair<std::string, ValueId>> saved_values(const Compiled& c) {
+  std::vector<std::pair<std::string, ValueId>> out;
+  for (const ParamInfo& p : c.graph.params) out.emplace_back(p.name, p.value);
+  for (const BufferInfo& b : c.graph.buffers) out.emplace_back(b.name, b.value);
+  return out;
+}
+
+std::vector<TensorView> weight_tensors(const Compiled& c, const std::vector<std::byte>& weights,
+                                       const std::vector<std::byte>& buffers) {
   std::vector<TensorView> ts;
-  for (const ParamInfo& p : c.graph.params) {
-    const Value& v = c.graph.values[p.value];
-    const Placement& pl = c.plan.values[p.value];
-    const std::byte* src = weights.data() + pl.offset;
-    ts.push_back({p.name, v.dtype, v.shape.dims, std::vector<std::byte>(src, src + pl.bytes)});
+  for (const auto& [name, id] : saved_values(c)) {
+    const Value& v = c.graph.values[id];
+    const Placement& pl = c.plan.values[id];
+    const std::byte* src = (pl.region == Region::Buffers ? buffers.data() : weights.data()) + pl.offset;
+    ts.push_back({name, v.dtype, v.shape.dims, std::vector<std::byte>(src, src + pl.bytes)});
   }
   return ts;
 }
@@ -306,22 +315,25 @@ Status load_weights(const std::string& path, const Compiled& c, Checkpoint& out,
     errs.push_back({ErrCode::Format, path, "checksum mismatch of the tensor data: the file is corrupt"});
   std::map<std::string, const TensorView*> by_name;
   for (const TensorView& t : f->tensors) by_name[t.name] = &t;
-  for (const ParamInfo& p : c.graph.params) {
-    const Value& v = c.graph.values[p.value];
-    auto it = by_name.find(p.name);
+  for (const auto& [name, id] : saved_values(c)) {
+    const Value& v = c.graph.values[id];
+    const char* what = v.role == Role::Buffer ? "buffer" : "parameter";
+    auto it = by_name.find(name);
     if (it == by_name.end()) {
-      errs.push_back({ErrCode::Invalid, path, "parameter '" + p.name + "' is missing from the checkpoint"});
+      errs.push_back({ErrCode::Invalid, path, std::string(what) + " '" + name + "' is missing from the checkpoint"});
       continue;
     }
     const TensorView& t = *it->second;
     by_name.erase(it);
     if (t.shape != v.shape.dims || t.dtype != v.dtype) {
       errs.push_back({ErrCode::Invalid, path,
-                      "parameter '" + p.name + "' is " + shape_str(t.shape) + " " + to_string(t.dtype) +
+                      std::string(what) + " '" + name + "' is " + shape_str(t.shape) + " " + to_string(t.dtype) +
                           " in the checkpoint but " + v.shape.str() + " " + to_string(v.dtype) + " in the model"});
       continue;
     }
-    std::memcpy(out.weights.data() + c.plan.values[p.value].offset, t.data.data(), t.data.size());
+    const Placement& pl = c.plan.values[id];
+    std::memcpy((pl.region == Region::Buffers ? out.buffers : out.weights).data() + pl.offset, t.data.data(),
+                t.data.size());
   }
   for (const auto& [name, t] : by_name)
     errs.push_back({ErrCode::Invalid, path, "the checkpoint has a tensor '" + name +
@@ -346,20 +358,24 @@ uint64_t ckpt_spec_hash(const Spec& spec) {
 }
 
 Status ckpt_save(const std::string& dir, const Compiled& c, const std::vector<std::byte>& weights,
-                 const std::vector<std::byte>& opt_state, const TrainState& state, const AtomicWriteOptions& io) {
+                 const std::vector<std::byte>& opt_state, const TrainState& state, const AtomicWriteOptions& io,
+                 const std::vector<std::byte>& buffers) {
   const int64_t wb = c.plan.region_bytes[static_cast<int>(Region::Weights)];
   const int64_t ob = c.plan.region_bytes[static_cast<int>(Region::OptState)];
-  if (static_cast<int64_t>(weights.size()) != wb || static_cast<int64_t>(opt_state.size()) != ob)
+  const int64_t bb = c.plan.region_bytes[static_cast<int>(Region::Buffers)];
+  if (static_cast<int64_t>(weights.size()) != wb || static_cast<int64_t>(opt_state.size()) != ob ||
+      static_cast<int64_t>(buffers.size()) != bb)
     return Error{ErrCode::Invalid, dir,
                  "region sizes do not match the plan (weights " + std::to_string(weights.size()) + " vs " +
                      std::to_string(wb) + ", opt_state " + std::to_string(opt_state.size()) + " vs " +
-                     std::to_string(ob) + " bytes)"};
+                     std::to_string(ob) + ", buffers " + std::to_string(buffers.size()) + " vs " +
+                     std::to_string(bb) + " bytes)"};
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Error{ErrCode::Io, dir, "cannot create the checkpoint directory: " + ec.message()};
   Status st = atomic_write_file(dir + "/" + kCkptStateFile, state_encode(c, opt_state, state), io);
   if (!st.ok()) return st;
-  std::vector<TensorView> ts = weight_tensors(c, weights);
+  std::vector<TensorView> ts = weight_tensors(c, weights, buffers);
   SafetensorsMetadata md{{"trctl_version", "1"},
                          {"spec_hash", hex64(ckpt_spec_hash(c.spec))},
                          {"step", std::to_string(state.step)},
@@ -371,6 +387,7 @@ Result<Checkpoint> ckpt_load(const std::string& dir, const Compiled& c, const Ck
   Checkpoint out;
   out.weights.assign(static_cast<size_t>(c.plan.region_bytes[static_cast<int>(Region::Weights)]), std::byte{0});
   out.opt_state.assign(static_cast<size_t>(c.plan.region_bytes[static_cast<int>(Region::OptState)]), std::byte{0});
+  out.buffers.assign(static_cast<size_t>(c.plan.region_bytes[static_cast<int>(Region::Buffers)]), std::byte{0});
   const std::string wpath = dir + "/" + kCkptWeightsFile, spath = dir + "/" + kCkptStateFile;
   SafetensorsMetadata md;
   Status w = load_weights(wpath, c, out, md);

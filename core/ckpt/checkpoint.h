@@ -33,6 +33,7 @@ struct TrainState {
 struct Checkpoint {
   std::vector<std::byte> weights;    // the Weights region (plan layout; padding zero)
   std::vector<std::byte> opt_state;  // the OptState region (empty vector of zeros when weights_only)
+  std::vector<std::byte> buffers;    // the Buffers region (batch-norm running statistics; saved with the weights)
   TrainState state;
 };
 
@@ -46,11 +47,12 @@ struct CkptLoadOptions {
 // reset: everything that changes the computation is hashed, where and how often outputs go is not.
 uint64_t ckpt_spec_hash(const Spec& spec);
 
-// Writes DIR/state.bin then DIR/weights.safetensors (creating DIR). `weights` and `opt_state` are whole regions
-// of c.plan (Backend::read_region). `io` is passed to both atomic writes (fault injection in tests).
+// Writes DIR/state.bin then DIR/weights.safetensors (creating DIR). `weights`, `opt_state` and `buffers` are
+// whole regions of c.plan (Backend::read_region); the buffers (running statistics) go into weights.safetensors
+// beside the parameters, as in a PyTorch state_dict. `io` is passed to both atomic writes (fault injection).
 Status ckpt_save(const std::string& dir, const Compiled& c, const std::vector<std::byte>& weights,
                  const std::vector<std::byte>& opt_state, const TrainState& state,
-                 const AtomicWriteOptions& io = {});
+                 const AtomicWriteOptions& io = {}, const std::vector<std::byte>& buffers = {});
 
 // Reads a checkpoint for `c`: every parameter present with c's shape and dtype, no extra ones, the same spec hash
 // (unless weights_only), state.bin's magic, version and checksum. All mismatches are reported at once.

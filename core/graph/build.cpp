@@ -5,6 +5,13 @@
 #include <map>
 
 namespace trctl {
+
+int64_t window_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation) {
+  const int64_t span = in + 2 * pad - dilation * (kernel - 1) - 1;
+  if (span < 0 || stride < 1) return 0;
+  return span / stride + 1;
+}
+
 namespace {
 
 std::string layer_where(const Spec& spec, const LayerSpec& l) {
@@ -33,7 +40,9 @@ struct ForwardBuilder {
     return g.add_value(v);
   }
 
-  ValueId param(const std::string& name, Shape s, bool is_bias, int64_t fan_in) {
+  // Parameters are shared by every program: the first program creates them, the others look them up.
+  ValueId param(const std::string& name, Shape s, bool is_bias, int64_t fan_in,
+                ParamInfo::Init init = ParamInfo::Init::Kaiming) {
     auto it = param_index.find(name);
     if (it != param_index.end()) return g.params[it->second].value;
     Value v;
@@ -48,9 +57,28 @@ struct ForwardBuilder {
     info.value = id;
     info.decay = !is_bias || spec.optimizer.decay_bias_and_norm;
     info.fan_in = fan_in;
+    info.init = is_bias && init == ParamInfo::Init::Kaiming ? ParamInfo::Init::Zeros : init;
     param_index[name] = v.param;
     g.params.push_back(info);
     return id;
+  }
+
+  // Persistent non-trainable state (one per name, shared by every program).
+  ValueId buffer(const std::string& name, Shape s, float init) {
+    for (const BufferInfo& b : g.buffers)
+      if (b.name == name) return b.value;
+    Value v;
+    v.name = name;
+    v.shape = std::move(s);
+    v.dtype = g.compute;
+    v.role = Role::Buffer;
+    ValueId id = g.add_value(v);
+    g.buffers.push_back({name, id, init});
+    return id;
+  }
+
+  void error(const LayerSpec& l, const std::string& msg, ErrCode code = ErrCode::Invalid) {
+    errors.push_back({code, layer_where(spec, l), msg});
   }
 
   // Forward nodes of one program; returns the logits value (or kNoValue after errors).
@@ -60,23 +88,23 @@ struct ForwardBuilder {
     ValueId prev = p.input;
     for (size_t li = 0; li < spec.model.layers.size(); ++li) {
       const LayerSpec& l = spec.model.layers[li];
-      if (l.inputs.size() > 1) {
-        errors.push_back({ErrCode::NotSupported, layer_where(spec, l),
-                          std::string("layer '") + l.name + "' (" + to_string(l.kind) + ") takes one input, got " +
-                              std::to_string(l.inputs.size())});
+      const size_t want = l.kind == LayerKind::Add ? 2 : 1;
+      if (l.inputs.size() != want && !(want == 1 && l.inputs.empty())) {
+        error(l, std::string("layer '") + l.name + "' (" + to_string(l.kind) + ") takes " + std::to_string(want) +
+                     " input" + (want > 1 ? "s" : "") + " in 'inputs', got " + std::to_string(l.inputs.size()));
         return kNoValue;
       }
-      ValueId x = prev;
-      if (!l.inputs.empty()) {
-        auto it = out_of.find(l.inputs[0]);
+      std::vector<ValueId> xs;
+      for (const std::string& in : l.inputs) {
+        auto it = out_of.find(in);
         if (it == out_of.end()) {
-          errors.push_back({ErrCode::Invalid, layer_where(spec, l),
-                            "layer '" + l.name + "' names unknown input '" + l.inputs[0] + "'"});
+          error(l, "layer '" + l.name + "' names unknown input '" + in + "'");
           return kNoValue;
         }
-        x = it->second;
+        xs.push_back(it->second);
       }
-      ValueId y = add_layer(p, l, static_cast<uint32_t>(li), x);
+      if (xs.empty()) xs.push_back(prev);
+      ValueId y = add_layer(p, l, static_cast<uint32_t>(li), xs);
       if (y == kNoValue) return kNoValue;
       out_of[l.name] = y;
       prev = y;
@@ -84,12 +112,128 @@ struct ForwardBuilder {
     return prev;
   }
 
-  ValueId add_layer(Program& p, const LayerSpec& l, uint32_t index, ValueId x) {
+  // Needs an image-shaped (N, H, W, C) input; reports and returns false otherwise.
+  bool expect_image(const LayerSpec& l, const Shape& xs) {
+    if (xs.dims.size() == 4) return true;
+    error(l, std::string(to_string(l.kind)) + " layer '" + l.name + "' expects an image input (N, H, W, C), got " +
+                 xs.str());
+    return false;
+  }
+
+  ValueId add_conv(Program& p, const LayerSpec& l, Node& n, const Shape& xs) {
+    if (!expect_image(l, xs)) return kNoValue;
+    const int64_t c = xs.dims[3], k = l.out_channels, g_ = l.groups, r = l.kernel_size;
+    if (c % g_ != 0) {
+      error(l, "conv2d layer '" + l.name + "': its " + std::to_string(c) + " input channels are not divisible by "
+                   "groups (" + std::to_string(g_) + ")");
+      return kNoValue;
+    }
+    Attrs& a = n.attrs;
+    a.kernel = l.kernel_size;
+    a.stride = l.stride > 0 ? l.stride : 1;
+    a.pad = l.padding;
+    a.dilation = l.dilation;
+    a.groups = l.groups;
+    const int64_t ph = window_out_size(xs.dims[1], a.kernel, a.stride, a.pad, a.dilation);
+    const int64_t pw = window_out_size(xs.dims[2], a.kernel, a.stride, a.pad, a.dilation);
+    if (ph < 1 || pw < 1) {
+      error(l, "conv2d layer '" + l.name + "': kernel " + std::to_string(r) + " (dilation " +
+                   std::to_string(a.dilation) + ") does not fit the input " + xs.str() + " with padding " +
+                   std::to_string(a.pad));
+      return kNoValue;
+    }
+    const int64_t fan_in = (c / g_) * r * r;
+    n.in.push_back(param(l.name + ".weight", Shape{{k, r, r, c / g_}}, false, fan_in));
+    if (l.bias) n.in.push_back(param(l.name + ".bias", Shape{{k}}, true, fan_in));
+    ValueId y = activation(p, l.name, Shape{{xs.dims[0], ph, pw, k}});
+    n.op = OpKind::Conv2d;
+    n.out = {y};
+    p.nodes.push_back(n);
+    return y;
+  }
+
+  ValueId add_pool(Program& p, const LayerSpec& l, Node& n, const Shape& xs) {
+    if (!expect_image(l, xs)) return kNoValue;
+    Attrs& a = n.attrs;
+    a.kernel = l.kernel_size;
+    a.stride = l.stride > 0 ? l.stride : l.kernel_size;
+    a.pad = l.padding;
+    const int64_t ph = window_out_size(xs.dims[1], a.kernel, a.stride, a.pad, 1);
+    const int64_t pw = window_out_size(xs.dims[2], a.kernel, a.stride, a.pad, 1);
+    if (ph < 1 || pw < 1 || 2 * a.pad > a.kernel) {
+      error(l, std::string(to_string(l.kind)) + " layer '" + l.name + "': window " + std::to_string(a.kernel) +
+                   " with padding " + std::to_string(a.pad) + " does not fit the input " + xs.str());
+      return kNoValue;
+    }
+    ValueId y = activation(p, l.name, Shape{{xs.dims[0], ph, pw, xs.dims[3]}});
+    n.op = l.kind == LayerKind::MaxPool ? OpKind::MaxPool : OpKind::AvgPool;
+    n.out = {y};
+    p.nodes.push_back(n);
+    return y;
+  }
+
+  // Train programs normalise with the batch statistics and update the running ones; eval programs use them.
+  ValueId add_batch_norm(Program& p, const LayerSpec& l, Node& n, const Shape& xs) {
+    if (xs.dims.size() != 4 && xs.dims.size() != 2) {
+      error(l, "batch_norm layer '" + l.name + "' expects (N, H, W, C) or (N, C), got " + xs.str());
+      return kNoValue;
+    }
+    const int64_t c = xs.dims.back();
+    const Shape cs{{c}};
+    n.in.push_back(param(l.name + ".weight", cs, true, c, ParamInfo::Init::Ones));
+    n.in.push_back(param(l.name + ".bias", cs, true, c, ParamInfo::Init::Zeros));
+    n.in.push_back(buffer(l.name + ".running_mean", cs, 0.0f));
+    n.in.push_back(buffer(l.name + ".running_var", cs, 1.0f));
+    n.attrs.eps = static_cast<float>(l.eps);
+    n.attrs.momentum = static_cast<float>(l.momentum);
+    ValueId y = activation(p, l.name, xs);
+    if (p.kind == ProgramKind::Eval) {
+      n.op = OpKind::BatchNormEval;
+      n.out = {y};
+    } else {
+      n.op = OpKind::BatchNorm;
+      n.out = {y, activation(p, l.name + ".save_mean", cs), activation(p, l.name + ".save_invstd", cs)};
+    }
+    p.nodes.push_back(n);
+    return y;
+  }
+
+  ValueId add_layer(Program& p, const LayerSpec& l, uint32_t index, const std::vector<ValueId>& ins) {
+    const ValueId x = ins[0];
     const Shape xs = g.values[x].shape;
     Node n;
     n.name = l.name;
     n.in = {x};
     switch (l.kind) {
+      case LayerKind::Conv2d:
+        return add_conv(p, l, n, xs);
+      case LayerKind::MaxPool:
+      case LayerKind::AvgPool:
+        return add_pool(p, l, n, xs);
+      case LayerKind::BatchNorm:
+        return add_batch_norm(p, l, n, xs);
+      case LayerKind::GlobalAvgPool: {
+        if (!expect_image(l, xs)) return kNoValue;
+        ValueId y = activation(p, l.name, Shape{{xs.dims[0], xs.dims[3]}});
+        n.op = OpKind::GlobalAvgPool;
+        n.out = {y};
+        p.nodes.push_back(n);
+        return y;
+      }
+      case LayerKind::Add: {
+        const Shape& bs = g.values[ins[1]].shape;
+        if (!(bs == xs)) {
+          error(l, "add layer '" + l.name + "': its inputs '" + l.inputs[0] + "' " + xs.str() + " and '" +
+                       l.inputs[1] + "' " + bs.str() + " differ in shape");
+          return kNoValue;
+        }
+        ValueId y = activation(p, l.name, xs);
+        n.op = OpKind::Add;
+        n.in = ins;
+        n.out = {y};
+        p.nodes.push_back(n);
+        return y;
+      }
       case LayerKind::Flatten: {
         int64_t rest = 1;
         for (size_t i = 1; i < xs.dims.size(); ++i) rest *= xs.dims[i];

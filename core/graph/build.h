@@ -17,6 +17,10 @@ struct DataShape {
 };
 
 // compute: dtype of every floating-point value but the epoch accumulators (F32, or F64 for gradient checks).
+// Output size of a sliding window along one axis (PyTorch's floor rule): (in + 2 pad - dilation (k - 1) - 1) /
+// stride + 1; 0 or less when the window does not fit.
+int64_t window_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation);
+
 Result<Graph> graph_build(const Spec& spec, const DataShape& data, DType compute = DType::F32);
 
 // Shape/dtype rules per op, checked over every node of every program.

@@ -38,6 +38,7 @@ const char* to_string(Role r) {
     case Role::OptState: return "opt_state";
     case Role::Activation: return "activation";
     case Role::Result: return "result";
+    case Role::Buffer: return "buffer";
   }
   return "?";
 }
@@ -48,6 +49,12 @@ const char* to_string(OpKind k) {
     case OpKind::Linear: return "linear";
     case OpKind::Relu: return "relu";
     case OpKind::Dropout: return "dropout";
+    case OpKind::Conv2d: return "conv2d";
+    case OpKind::BatchNorm: return "batch_norm";
+    case OpKind::BatchNormEval: return "batch_norm_eval";
+    case OpKind::MaxPool: return "max_pool";
+    case OpKind::AvgPool: return "avg_pool";
+    case OpKind::GlobalAvgPool: return "global_avg_pool";
     case OpKind::SoftmaxCrossEntropy: return "softmax_cross_entropy";
     case OpKind::Accuracy: return "accuracy";
     case OpKind::MetricAccumulate: return "metric_accumulate";
@@ -58,6 +65,12 @@ const char* to_string(OpKind k) {
     case OpKind::ReluGrad: return "relu_grad";
     case OpKind::DropoutGrad: return "dropout_grad";
     case OpKind::Add: return "add";
+    case OpKind::Conv2dGradInput: return "conv2d_grad_input";
+    case OpKind::Conv2dGradWeight: return "conv2d_grad_weight";
+    case OpKind::BatchNormGrad: return "batch_norm_grad";
+    case OpKind::MaxPoolGrad: return "max_pool_grad";
+    case OpKind::AvgPoolGrad: return "avg_pool_grad";
+    case OpKind::GlobalAvgPoolGrad: return "global_avg_pool_grad";
     case OpKind::OptimizerStep: return "optimizer_step";
   }
   return "?";
@@ -101,6 +114,9 @@ std::string graph_dump(const Graph& g) {
     for (ValueId s : p.state) os << " state=%" << s;
     os << "\n";
   }
+  if (!g.buffers.empty()) os << "buffers:\n";
+  for (const auto& b : g.buffers)
+    os << "  " << b.name << " " << g.values[b.value].shape.str() << " init=" << b.init << " %" << b.value << "\n";
   for (const auto& pr : g.programs) {
     os << "program " << pr.name << " (" << (pr.kind == ProgramKind::Train ? "train" : "eval") << ", batch "
        << pr.batch << ", " << pr.nodes.size() << " nodes):\n";
@@ -111,7 +127,25 @@ std::string graph_dump(const Graph& g) {
         os << (i ? ", " : "") << value_ref(g, n.out[i]) << " " << v.shape.str() << " " << to_string(v.dtype);
       }
       os << " = " << to_string(n.op);
-      if (n.op == OpKind::Linear && n.attrs.relu) os << "[relu]";
+      if (n.attrs.relu) os << "[relu]";
+      switch (n.op) {
+        case OpKind::Conv2d:
+        case OpKind::Conv2dGradInput:
+        case OpKind::Conv2dGradWeight:
+          os << "[k=" << n.attrs.kernel << " s=" << n.attrs.stride << " p=" << n.attrs.pad;
+          if (n.attrs.dilation != 1) os << " d=" << n.attrs.dilation;
+          if (n.attrs.groups != 1) os << " g=" << n.attrs.groups;
+          os << "]";
+          break;
+        case OpKind::MaxPool:
+        case OpKind::AvgPool:
+        case OpKind::MaxPoolGrad:
+        case OpKind::AvgPoolGrad:
+          os << "[k=" << n.attrs.kernel << " s=" << n.attrs.stride << " p=" << n.attrs.pad << "]";
+          break;
+        default:
+          break;
+      }
       if (n.op == OpKind::Dropout || n.op == OpKind::DropoutGrad) os << "[p=" << n.attrs.p << "]";
       os << "(";
       for (size_t i = 0; i < n.in.size(); ++i) os << (i ? ", " : "") << value_ref(g, n.in[i]);

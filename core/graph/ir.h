@@ -21,15 +21,24 @@ enum class Role : uint8_t {
   OptState,    // optimizer moment of a Param: region opt_state
   Activation,  // transient: arena, reused by liveness
   Result,      // per-step loss / correct count and epoch accumulators: region results (never reused)
+  Buffer,      // persistent non-trainable state (batch-norm running statistics): region buffers
 };
 const char* to_string(Role r);
 
 enum class OpKind : uint8_t {
   // forward
-  Flatten,               // view: (N, ...) -> (N, prod)
+  Flatten,               // view: (N, ...) -> (N, prod); also the identity view of a gradient passed through
   Linear,                // X (N,K), W (M,K), b (M) -> Y (N,M); attrs.relu: Y = max(X W^T + b, 0)
   Relu,                  // elementwise
   Dropout,               // train only; attrs.p, attrs.op_id (RNG stream), step from the hyper-parameters
+  Conv2d,                // X (N,H,W,C), W (K,R,S,C/groups), b (K) -> Y (N,P,Q,K); geometry in attrs
+  BatchNorm,             // train: X (N,H,W,C), gamma (C), beta (C), running_mean (C), running_var (C) -> Y,
+                         //   save_mean (C), save_invstd (C); updates the running statistics in place;
+                         //   attrs.relu: Y = max(BN(X), 0)
+  BatchNormEval,         // X, gamma, beta, running_mean, running_var -> Y (running statistics); attrs.relu
+  MaxPool,               // X (N,H,W,C) -> Y (N,P,Q,C); attrs.kernel/stride/pad
+  AvgPool,               // X (N,H,W,C) -> Y (N,P,Q,C); count_include_pad (PyTorch's default)
+  GlobalAvgPool,         // X (N,H,W,C) -> Y (N,C)
   SoftmaxCrossEntropy,   // logits (N,C), labels (N,) -> loss () f32 mean over N; attrs.label_smoothing
   Accuracy,              // logits (N,C), labels (N,) -> correct () i32 (top-1)
   MetricAccumulate,      // loss (), correct () -> accumulators: loss_sum () f64, correct_sum () f64, count () f64
@@ -37,10 +46,16 @@ enum class OpKind : uint8_t {
   SoftmaxCrossEntropyGrad,  // logits, labels -> dlogits (N,C) (mean over N, times the loss scale)
   LinearGradInput,          // dY (N,M), W (M,K) -> dX (N,K)
   LinearGradWeight,         // dY (N,M), X (N,K) -> dW (M,K)
-  LinearGradBias,           // dY (N,M) -> db (M)
+  LinearGradBias,           // dY (..., M) -> db (M): sums over every dim but the last (Linear and Conv2d biases)
   ReluGrad,                 // dY, Y -> dX
   DropoutGrad,              // dY -> dX (regenerates the mask: attrs.p, attrs.op_id)
-  Add,                      // a, b -> a + b (gradient of a value used twice)
+  Add,                      // a, b -> a + b (residual sums; gradients of values used twice); attrs.relu
+  Conv2dGradInput,          // dY (N,P,Q,K), W -> dX (N,H,W,C)
+  Conv2dGradWeight,         // dY (N,P,Q,K), X -> dW (K,R,S,C/groups)
+  BatchNormGrad,            // dY, X, gamma, save_mean, save_invstd [, Y when attrs.relu] -> dX, dgamma, dbeta
+  MaxPoolGrad,              // dY, X -> dX (each window's gradient to its first maximum)
+  AvgPoolGrad,              // dY -> dX
+  GlobalAvgPoolGrad,        // dY (N,C) -> dX (N,H,W,C)
   // update
   OptimizerStep,            // all grads -> all params, in place (optimizer kind/hyper-parameters from the plan)
 };
@@ -67,10 +82,13 @@ struct Value {
 };
 
 struct Attrs {
-  bool relu = false;             // Linear: fused ReLU epilogue
+  bool relu = false;             // Linear, BatchNorm(Eval|Grad), Add: fused ReLU
   float p = 0;                   // Dropout
   uint32_t op_id = 0;            // Dropout RNG stream id (stable layer index)
   float label_smoothing = 0;     // SoftmaxCrossEntropy(Grad)
+  // Conv2d and pools (square windows): kernel (R = S), stride, zero padding; Conv2d: dilation, groups.
+  int32_t kernel = 1, stride = 1, pad = 0, dilation = 1, groups = 1;
+  float eps = 1e-5f, momentum = 0.1f;  // BatchNorm
 };
 
 struct Node {
@@ -89,6 +107,14 @@ struct ParamInfo {
   std::vector<ValueId> state;     // Role::OptState (adam: m, v; sgd with momentum: buf)
   bool decay = true;              // weight decay applies (false for biases and norm parameters)
   int64_t fan_in = 0;             // for initialisation
+  enum class Init : uint8_t { Kaiming, Zeros, Ones } init = Init::Kaiming;
+};
+
+// A persistent non-trainable tensor (batch-norm running mean / variance), saved in checkpoints.
+struct BufferInfo {
+  std::string name;               // "bn1.running_mean"
+  ValueId value = kNoValue;       // Role::Buffer
+  float init = 0;                 // every element starts at this value (running_var: 1)
 };
 
 enum class ProgramKind : uint8_t { Train, Eval };
@@ -106,6 +132,7 @@ struct Program {
 struct Graph {
   std::vector<Value> values;
   std::vector<ParamInfo> params;  // decayed parameters first, then the rest (contiguous update ranges)
+  std::vector<BufferInfo> buffers;
   std::vector<Program> programs;
   int64_t in_h = 0, in_w = 0, in_c = 0;  // sample shape (H, W, C)
   int num_classes = 0;

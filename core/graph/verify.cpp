@@ -27,6 +27,29 @@ struct Checker {
     return ok;
   }
 
+  // X (N,H,W,C), W (K,R,R,C/groups), Y (N,P,Q,K) under the node's geometry.
+  bool conv_shape_ok(const Shape& x, const Shape& w, const Shape& y) const {
+    const Attrs& a = n.attrs;
+    if (x.dims.size() != 4 || w.dims.size() != 4 || y.dims.size() != 4 || a.groups < 1) return false;
+    return w.dims[1] == a.kernel && w.dims[2] == a.kernel && x.dims[3] == w.dims[3] * a.groups &&
+           y.dims[0] == x.dims[0] && y.dims[3] == w.dims[0] && w.dims[0] % a.groups == 0 &&
+           y.dims[1] == window_out_size(x.dims[1], a.kernel, a.stride, a.pad, a.dilation) &&
+           y.dims[2] == window_out_size(x.dims[2], a.kernel, a.stride, a.pad, a.dilation);
+  }
+  bool pool_shape_ok(const Shape& x, const Shape& y) const {
+    const Attrs& a = n.attrs;
+    return x.dims.size() == 4 && y.dims.size() == 4 && y.dims[0] == x.dims[0] && y.dims[3] == x.dims[3] &&
+           y.dims[1] == window_out_size(x.dims[1], a.kernel, a.stride, a.pad, 1) &&
+           y.dims[2] == window_out_size(x.dims[2], a.kernel, a.stride, a.pad, 1);
+  }
+  // in(x) is (..., C) and the `count` inputs after it are (C).
+  bool bn_shapes_ok(size_t x, size_t count) const {
+    const Shape c{{in(x).dims.back()}};
+    for (size_t i = x + 1; i <= x + count && i < n.in.size(); ++i)
+      if (!(in(i) == c)) return false;
+    return true;
+  }
+
   void check() {
     switch (n.op) {
       case OpKind::Flatten:
@@ -68,8 +91,49 @@ struct Checker {
         if (arity(2, 1))
           expect(in(0).dims[0] == in(1).dims[0] && out(0) == Shape{{in(0).dims[1], in(1).dims[1]}}, "bad shapes");
         break;
-      case OpKind::LinearGradBias:  // dY (N,M) -> db (M)
-        if (arity(1, 1)) expect(out(0) == Shape{{in(0).dims[1]}}, "bad shapes");
+      case OpKind::LinearGradBias:  // dY (..., M) -> db (M)
+        if (arity(1, 1)) expect(out(0) == Shape{{in(0).dims.back()}}, "bad shapes");
+        break;
+      case OpKind::Conv2d:
+        if (n.in.size() < 2 || n.in.size() > 3 || !arity(n.in.size(), 1)) break;
+        expect(conv_shape_ok(in(0), in(1), out(0)), "X " + in(0).str() + ", W " + in(1).str() + " -> Y " +
+                                                         out(0).str() + " disagree with the geometry");
+        if (n.in.size() == 3) expect(in(2) == Shape{{in(1).dims[0]}}, "b must be (K)");
+        break;
+      case OpKind::Conv2dGradInput:  // dY, W -> dX
+        if (arity(2, 1)) expect(conv_shape_ok(out(0), in(1), in(0)), "bad shapes");
+        break;
+      case OpKind::Conv2dGradWeight:  // dY, X -> dW
+        if (arity(2, 1)) expect(conv_shape_ok(in(1), out(0), in(0)), "bad shapes");
+        break;
+      case OpKind::BatchNorm:
+        if (arity(5, 3)) expect(bn_shapes_ok(0, 4) && out(0) == in(0) && out(1) == in(1) && out(2) == in(1), "bad shapes");
+        break;
+      case OpKind::BatchNormEval:
+        if (arity(5, 1)) expect(bn_shapes_ok(0, 4) && out(0) == in(0), "bad shapes");
+        break;
+      case OpKind::BatchNormGrad:  // dY, X, gamma, save_mean, save_invstd [, Y] -> dX, dgamma, dbeta
+        if (arity(n.attrs.relu ? 6 : 5, 3))
+          expect(in(0) == in(1) && bn_shapes_ok(1, 3) && out(0) == in(1) && out(1) == in(2) && out(2) == in(2),
+                 "bad shapes");
+        break;
+      case OpKind::MaxPool:
+      case OpKind::AvgPool:
+        if (arity(1, 1)) expect(pool_shape_ok(in(0), out(0)), "bad shapes");
+        break;
+      case OpKind::MaxPoolGrad:  // dY, X -> dX
+        if (arity(2, 1)) expect(pool_shape_ok(in(1), in(0)) && out(0) == in(1), "bad shapes");
+        break;
+      case OpKind::AvgPoolGrad:  // dY -> dX
+        if (arity(1, 1)) expect(pool_shape_ok(out(0), in(0)), "bad shapes");
+        break;
+      case OpKind::GlobalAvgPool:
+        if (arity(1, 1))
+          expect(in(0).dims.size() == 4 && out(0) == Shape{{in(0).dims[0], in(0).dims[3]}}, "bad shapes");
+        break;
+      case OpKind::GlobalAvgPoolGrad:
+        if (arity(1, 1))
+          expect(out(0).dims.size() == 4 && in(0) == Shape{{out(0).dims[0], out(0).dims[3]}}, "bad shapes");
         break;
       case OpKind::OptimizerStep:
         expect(n.in.size() == n.out.size(), "one grad per param");

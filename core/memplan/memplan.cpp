@@ -18,6 +18,7 @@ const char* to_string(Region r) {
     case Region::Activations: return "activations";
     case Region::Results: return "results";
     case Region::Hyper: return "hyper";
+    case Region::Buffers: return "buffers";
   }
   return "?";
 }
@@ -69,6 +70,12 @@ void place_persistent(const Graph& g, MemoryPlan& m) {
                               g.values[p.state[s]].bytes()};
   }
   m.region_bytes[static_cast<int>(Region::OptState)] = static_cast<int64_t>(states) * off;
+  int64_t boff = 0;
+  for (const auto& b : g.buffers) {
+    m.values[b.value] = {Region::Buffers, boff, g.values[b.value].bytes()};
+    boff = align_up(boff + g.values[b.value].bytes());
+  }
+  m.region_bytes[static_cast<int>(Region::Buffers)] = boff;
 }
 
 void place_inputs_results(const Graph& g, MemoryPlan& m) {

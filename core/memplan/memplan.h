@@ -13,8 +13,9 @@
 
 namespace trctl {
 
-enum class Region : uint8_t { Weights, Grads, OptState, Inputs, Activations, Results, Hyper };
-constexpr int kRegionCount = 7;
+// Buffers: persistent non-trainable state (batch-norm running statistics), contiguous in graph.buffers order.
+enum class Region : uint8_t { Weights, Grads, OptState, Inputs, Activations, Results, Hyper, Buffers };
+constexpr int kRegionCount = 8;
 const char* to_string(Region r);
 
 constexpr int64_t kAlign = 256;

@@ -1,6 +1,7 @@
 // pass_autodiff: reverse-mode differentiation of one train program. Walks the forward nodes backwards, applies
 // each op's rule, and sums the contributions to values used more than once. Parameter gradients are written into
 // their Role::Grad values; only values that depend on a parameter get gradients.
+#include <array>
 #include <map>
 #include <set>
 
@@ -64,6 +65,30 @@ struct Autodiff {
     return acc;
   }
 
+  // A gradient passed through unchanged (residual add): a view of dy, no kernel.
+  void pass_through(ValueId of, ValueId dy, const std::string& name) {
+    if (!needs_grad.count(of)) return;
+    contribute(of, OpKind::Flatten, {dy}, name);
+    g.values[contrib[of].back()].alias_of = dy;
+  }
+
+  // Batch norm (train): one node computes dX, dgamma and dbeta (they share the two per-channel reductions).
+  void batch_norm_rule(const Node& n, ValueId dy) {
+    Node b;
+    b.op = OpKind::BatchNormGrad;
+    b.name = n.name + ".grad";
+    b.attrs = n.attrs;
+    b.in = {dy, n.in[0], n.in[1], n.out[1], n.out[2]};
+    if (n.attrs.relu) b.in.push_back(n.out[0]);
+    const std::array<ValueId, 3> of = {n.in[0], n.in[1], n.in[2]};
+    for (ValueId v : of) {
+      ValueId d = grad_value(v, ".grad" + std::to_string(contrib[v].size()));
+      b.out.push_back(d);
+      if (needs_grad.count(v)) contrib[v].push_back(d);
+    }
+    bwd.push_back(std::move(b));
+  }
+
   void mark_needs_grad() {
     for (const auto& prm : g.params) needs_grad.insert(prm.value);
     for (const auto& n : p.nodes) {
@@ -102,6 +127,33 @@ struct Autodiff {
       case OpKind::Dropout:
         contribute(n.in[0], OpKind::DropoutGrad, {dy}, nm + ".grad", n.attrs);
         return;
+      case OpKind::Conv2d:
+        contribute(n.in[1], OpKind::Conv2dGradWeight, {dy, n.in[0]}, nm + ".grad_weight", n.attrs);
+        if (n.in.size() == 3) contribute(n.in[2], OpKind::LinearGradBias, {dy}, nm + ".grad_bias");
+        contribute(n.in[0], OpKind::Conv2dGradInput, {dy, n.in[1]}, nm + ".grad_input", n.attrs);
+        return;
+      case OpKind::BatchNorm:
+        batch_norm_rule(n, dy);
+        return;
+      case OpKind::MaxPool:
+        contribute(n.in[0], OpKind::MaxPoolGrad, {dy, n.in[0]}, nm + ".grad", n.attrs);
+        return;
+      case OpKind::AvgPool:
+        contribute(n.in[0], OpKind::AvgPoolGrad, {dy}, nm + ".grad", n.attrs);
+        return;
+      case OpKind::GlobalAvgPool:
+        contribute(n.in[0], OpKind::GlobalAvgPoolGrad, {dy}, nm + ".grad");
+        return;
+      case OpKind::Add: {
+        ValueId dz = dy;
+        if (n.attrs.relu) {
+          dz = grad_value(n.out[0], ".pre_relu_grad");
+          emit(OpKind::ReluGrad, {dy, n.out[0]}, dz, nm + ".relu_grad");
+        }
+        pass_through(n.in[0], dz, nm + ".grad_a");
+        pass_through(n.in[1], dz, nm + ".grad_b");
+        return;
+      }
       case OpKind::Linear: {
         ValueId dz = dy;
         if (n.attrs.relu) {

@@ -1,12 +1,16 @@
-// pass_fuse_linear_relu: Linear followed by its only consumer ReLU becomes one Linear with a ReLU epilogue
-// (cuBLASLt RELU_BIAS on the CUDA backend). Runs before autodiff, whose rule for the fused op is ReluGrad + Linear.
+// ReLU fusion passes: a ReLU that is the only consumer of its producer's output becomes the producer's epilogue.
+// pass_fuse_linear_relu: into Linear (cuBLASLt RELU_BIAS on the CUDA backend). pass_fuse_norm_add_relu: into
+// BatchNorm / BatchNormEval (the normalisation kernel applies it) and into residual Adds. Both run before autodiff,
+// whose rules for the fused ops mask the incoming gradient with the fused output.
+#include <algorithm>
 #include <map>
 
 #include "core/passes/passes.h"
 
 namespace trctl {
+namespace {
 
-Status pass_fuse_linear_relu(Graph& g, Program& p) {
+Status fuse_relu_into(Program& p, const std::vector<OpKind>& producers) {
   std::map<ValueId, int> uses;
   for (const auto& n : p.nodes)
     for (ValueId v : n.in) ++uses[v];
@@ -21,7 +25,9 @@ Status pass_fuse_linear_relu(Graph& g, Program& p) {
     auto it = producer.find(relu.in[0]);
     if (it == producer.end()) continue;
     Node& lin = p.nodes[it->second];
-    if (lin.op != OpKind::Linear || lin.attrs.relu || uses[relu.in[0]] != 1) continue;
+    if (std::find(producers.begin(), producers.end(), lin.op) == producers.end() || lin.attrs.relu ||
+        uses[relu.in[0]] != 1)
+      continue;
     if (relu.in[0] == p.logits) continue;
     lin.attrs.relu = true;
     lin.name += "+" + relu.name;
@@ -33,8 +39,15 @@ Status pass_fuse_linear_relu(Graph& g, Program& p) {
   for (size_t i = 0; i < p.nodes.size(); ++i)
     if (!removed[i]) kept.push_back(std::move(p.nodes[i]));
   p.nodes = std::move(kept);
-  (void)g;
   return ok_status();
+}
+
+}  // namespace
+
+Status pass_fuse_linear_relu(Graph&, Program& p) { return fuse_relu_into(p, {OpKind::Linear}); }
+
+Status pass_fuse_norm_add_relu(Graph&, Program& p) {
+  return fuse_relu_into(p, {OpKind::BatchNorm, OpKind::BatchNormEval, OpKind::Add});
 }
 
 }  // namespace trctl

@@ -1,4 +1,5 @@
 // Graph passes, each a named function over one program: fuse_linear_relu (ReLU into the GEMM epilogue),
+// fuse_norm_add_relu (ReLU into batch norm and residual adds),
 // autodiff (backward nodes from per-op rules; gradients of values used twice are summed), optimizer_insert
 // (persistent optimizer state and the OptimizerStep node).
 #pragma once
@@ -9,6 +10,7 @@
 namespace trctl {
 
 Status pass_fuse_linear_relu(Graph& g, Program& p);
+Status pass_fuse_norm_add_relu(Graph& g, Program& p);
 Status pass_autodiff(Graph& g, Program& p);
 Status pass_optimizer_insert(Graph& g, Program& p, const OptimizerSpec& opt);
 

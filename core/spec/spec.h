@@ -11,7 +11,9 @@
 namespace trctl {
 
 // ---- data ----
-enum class DatasetKind { FashionMnist, Idx };  // Idx: any MNIST-format pair of files (names in data.*_images/labels)
+// Idx: any MNIST-format pair of files (names in data.*_images/labels). Synthetic: random uint8 images and labels
+// drawn from the seed (data.synthetic), for throughput measurements only: never report accuracy from it.
+enum class DatasetKind { FashionMnist, Idx, Synthetic };
 
 // One transform of data.train_transforms / data.val_transforms. YAML form: a one-key map, e.g.
 //   - pad: {padding: 2}            - random_crop: {size: 28}         - random_rotation: {degrees: 20}
@@ -29,8 +31,16 @@ struct TransformSpec {
   double value = 0;                     // random_erasing: fill value (in normalized units)
 };
 
+// data.synthetic: sizes of the generated dataset.
+struct SyntheticSpec {
+  int64_t train_size = 2560, val_size = 512;  // >= 1
+  int height = 224, width = 224, channels = 3;  // >= 1; channels <= 4
+  int classes = 1000;                           // >= 2
+};
+
 struct DataSpec {
   DatasetKind dataset = DatasetKind::FashionMnist;
+  SyntheticSpec synthetic;
   std::string root = "/usr/share/datasets/fashion-mnist";
   // For dataset idx (and to override fashion_mnist's defaults): file names inside root; ".gz" optional.
   std::string train_images = "train-images-idx3-ubyte.gz";
@@ -49,14 +59,23 @@ struct DataSpec {
 };
 
 // ---- model ----
-enum class LayerKind { Flatten, Linear, Relu, Dropout };
+// Images flow as (N, H, W, C) (NHWC); global_avg_pool and flatten make (N, features) for linear layers.
+enum class LayerKind { Flatten, Linear, Relu, Dropout, Conv2d, BatchNorm, MaxPool, AvgPool, GlobalAvgPool, Add };
 struct LayerSpec {
   LayerKind kind = LayerKind::Relu;
   std::string name;                 // unique; auto "<kind><index>" (e.g. "linear3") when absent
-  std::vector<std::string> inputs;  // names of earlier layers or "input"; empty = the previous layer
+  std::vector<std::string> inputs;  // names of earlier layers or "input"; empty = the previous layer; add: two
   int out_features = 0;             // linear, >= 1
-  bool bias = true;                 // linear
+  bool bias = true;                 // linear, conv2d
   double p = 0.5;                   // dropout, in [0, 1)
+  int out_channels = 0;             // conv2d, >= 1
+  int kernel_size = 1;              // conv2d, max_pool, avg_pool (square), >= 1
+  int stride = 0;                   // conv2d (0 = 1), pools (0 = kernel_size)
+  int padding = 0;                  // conv2d, pools (zero padding; pools: <= kernel_size / 2)
+  int dilation = 1;                 // conv2d
+  int groups = 1;                   // conv2d: in and out channels divisible by it
+  double eps = 1e-5;                // batch_norm, > 0
+  double momentum = 0.1;            // batch_norm running statistics, [0, 1]
   int line = 0, col = 0;            // where it stood in the YAML (1-based), for compiler errors
 };
 enum class InitKind { KaimingUniformFanIn };  // PyTorch's default for Linear: U(-1/sqrt(fan_in), 1/sqrt(fan_in))

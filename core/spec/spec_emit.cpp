@@ -48,6 +48,12 @@ const char* to_string(LayerKind l) {
     case LayerKind::Linear: return "linear";
     case LayerKind::Relu: return "relu";
     case LayerKind::Dropout: return "dropout";
+    case LayerKind::Conv2d: return "conv2d";
+    case LayerKind::BatchNorm: return "batch_norm";
+    case LayerKind::MaxPool: return "max_pool";
+    case LayerKind::AvgPool: return "avg_pool";
+    case LayerKind::GlobalAvgPool: return "global_avg_pool";
+    case LayerKind::Add: return "add";
   }
   return "?";
 }
@@ -66,6 +72,7 @@ const char* to_string(DatasetKind d) {
   switch (d) {
     case DatasetKind::FashionMnist: return "fashion_mnist";
     case DatasetKind::Idx: return "idx";
+    case DatasetKind::Synthetic: return "synthetic";
   }
   return "?";
 }
@@ -154,6 +161,10 @@ void emit_transforms(std::string& y, const char* key, const std::vector<Transfor
 void emit_data(std::string& y, const DataSpec& d) {
   y += "data:\n";
   y += std::string("  dataset: ") + to_string(d.dataset) + "\n";
+  const SyntheticSpec& sy = d.synthetic;
+  y += "  synthetic: {train_size: " + std::to_string(sy.train_size) + ", val_size: " + std::to_string(sy.val_size) +
+       ", height: " + std::to_string(sy.height) + ", width: " + std::to_string(sy.width) +
+       ", channels: " + std::to_string(sy.channels) + ", classes: " + std::to_string(sy.classes) + "}\n";
   y += "  root: " + quoted(d.root) + "\n";
   y += "  train_images: " + quoted(d.train_images) + "\n";
   y += "  train_labels: " + quoted(d.train_labels) + "\n";
@@ -177,6 +188,15 @@ std::string layer_item(const LayerSpec& l) {
   if (l.kind == LayerKind::Linear)
     s += ", out_features: " + std::to_string(l.out_features) + ", bias: " + boolean(l.bias);
   if (l.kind == LayerKind::Dropout) s += ", p: " + format_double(l.p);
+  if (l.kind == LayerKind::Conv2d)
+    s += ", out_channels: " + std::to_string(l.out_channels) + ", kernel_size: " + std::to_string(l.kernel_size) +
+         ", stride: " + std::to_string(l.stride) + ", padding: " + std::to_string(l.padding) +
+         ", dilation: " + std::to_string(l.dilation) + ", groups: " + std::to_string(l.groups) +
+         ", bias: " + boolean(l.bias);
+  if (l.kind == LayerKind::MaxPool || l.kind == LayerKind::AvgPool)
+    s += ", kernel_size: " + std::to_string(l.kernel_size) + ", stride: " + std::to_string(l.stride) +
+         ", padding: " + std::to_string(l.padding);
+  if (l.kind == LayerKind::BatchNorm) s += ", eps: " + format_double(l.eps) + ", momentum: " + format_double(l.momentum);
   return s + "}";
 }
 

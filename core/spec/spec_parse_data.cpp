@@ -127,15 +127,31 @@ void parse_normalization(Diagnostics& d, const YamlNode& data, DataSpec& out) {
                 std::to_string(out.mean.size()) + " and " + std::to_string(out.std.size()));
 }
 
+// data.synthetic: {train_size, val_size, height, width, channels, classes}, each optional.
+void parse_synthetic(Diagnostics& d, const YamlNode& data, SyntheticSpec& out) {
+  const YamlNode* syn = data.find("synthetic");
+  if (!syn) return;
+  const std::string path = "data.synthetic";
+  if (!node_is(d, *syn, YamlNode::Kind::Map, path)) return;
+  check_keys(d, *syn, path, {"train_size", "val_size", "height", "width", "channels", "classes"});
+  get_int64(d, *syn, path, "train_size", IntRange{1, int64_t{1} << 24}, out.train_size);
+  get_int64(d, *syn, path, "val_size", IntRange{1, int64_t{1} << 24}, out.val_size);
+  get_int(d, *syn, path, "height", IntRange{1, 4096}, out.height);
+  get_int(d, *syn, path, "width", IntRange{1, 4096}, out.width);
+  get_int(d, *syn, path, "channels", IntRange{1, 4}, out.channels);
+  get_int(d, *syn, path, "classes", IntRange{2, 1 << 20}, out.classes);
+}
+
 }  // namespace
 
 void parse_data_section(Diagnostics& d, const YamlNode& map, DataSpec& out) {
   const std::string s = "data";
   check_keys(d, map, s,
-             {"dataset", "root", "train_images", "train_labels", "val_images", "val_labels", "batch_size",
+             {"dataset", "synthetic", "root", "train_images", "train_labels", "val_images", "val_labels", "batch_size",
               "val_batch_size", "workers", "train_subset", "drop_last", "normalization", "train_transforms",
               "val_transforms"});
-  get_enum(d, map, s, "dataset", {DatasetKind::FashionMnist, DatasetKind::Idx}, out.dataset);
+  get_enum(d, map, s, "dataset", {DatasetKind::FashionMnist, DatasetKind::Idx, DatasetKind::Synthetic}, out.dataset);
+  parse_synthetic(d, map, out.synthetic);
   get_string(d, map, s, "root", out.root);
   get_string(d, map, s, "train_images", out.train_images);
   get_string(d, map, s, "train_labels", out.train_labels);

@@ -10,28 +10,83 @@ namespace trctl::spec_detail {
 namespace {
 
 std::vector<LayerKind> layer_kinds() {
-  return {LayerKind::Flatten, LayerKind::Linear, LayerKind::Relu, LayerKind::Dropout};
+  return {LayerKind::Flatten,   LayerKind::Linear,  LayerKind::Relu,    LayerKind::Dropout,
+          LayerKind::Conv2d,    LayerKind::BatchNorm, LayerKind::MaxPool, LayerKind::AvgPool,
+          LayerKind::GlobalAvgPool, LayerKind::Add};
 }
 
-// Type-specific keys: reads those of the layer's type, rejects the others.
+// Every type-specific key and the layer types that take it.
+const std::vector<std::pair<std::string, std::vector<LayerKind>>>& layer_keys() {
+  static const std::vector<std::pair<std::string, std::vector<LayerKind>>> keys = {
+      {"out_features", {LayerKind::Linear}},
+      {"bias", {LayerKind::Linear, LayerKind::Conv2d}},
+      {"p", {LayerKind::Dropout}},
+      {"out_channels", {LayerKind::Conv2d}},
+      {"kernel_size", {LayerKind::Conv2d, LayerKind::MaxPool, LayerKind::AvgPool}},
+      {"stride", {LayerKind::Conv2d, LayerKind::MaxPool, LayerKind::AvgPool}},
+      {"padding", {LayerKind::Conv2d, LayerKind::MaxPool, LayerKind::AvgPool}},
+      {"dilation", {LayerKind::Conv2d}},
+      {"groups", {LayerKind::Conv2d}},
+      {"eps", {LayerKind::BatchNorm}},
+      {"momentum", {LayerKind::BatchNorm}},
+  };
+  return keys;
+}
+
+void require(Diagnostics& d, const YamlNode& m, const std::string& path, const char* key, const char* type) {
+  if (!m.find(key))
+    d.error(ErrCode::Missing, m.loc, "missing '" + join_path(path, key) + "' (required for " + type + ")");
+}
+
+// Type-specific keys: reads those of the layer's type, rejects the others (naming a type that takes them).
 void parse_layer_params(Diagnostics& d, const YamlNode& m, const std::string& path, LayerSpec& l) {
   const std::string chosen = std::string("layer type '") + to_string(l.kind) + "'";
+  for (const auto& [key, kinds] : layer_keys())
+    if (std::find(kinds.begin(), kinds.end(), l.kind) == kinds.end())
+      reject_keys(d, m, path, {key}, chosen, to_string(kinds[0]));
   switch (l.kind) {
     case LayerKind::Linear:
-      if (!m.find("out_features"))
-        d.error(ErrCode::Missing, m.loc, "missing '" + join_path(path, "out_features") + "' (required for linear)");
+      require(d, m, path, "out_features", "linear");
       get_int(d, m, path, "out_features", int_at_least(1), l.out_features);
       get_bool(d, m, path, "bias", l.bias);
-      reject_keys(d, m, path, {"p"}, chosen, "dropout");
       break;
     case LayerKind::Dropout:
       get_double(d, m, path, "p", half_open(0, 1), l.p);
-      reject_keys(d, m, path, {"out_features", "bias"}, chosen, "linear");
+      break;
+    case LayerKind::Conv2d:
+      require(d, m, path, "out_channels", "conv2d");
+      require(d, m, path, "kernel_size", "conv2d");
+      get_int(d, m, path, "out_channels", int_at_least(1), l.out_channels);
+      get_int(d, m, path, "kernel_size", int_at_least(1), l.kernel_size);
+      get_int(d, m, path, "stride", int_at_least(1), l.stride);
+      get_int(d, m, path, "padding", int_at_least(0), l.padding);
+      get_int(d, m, path, "dilation", int_at_least(1), l.dilation);
+      get_int(d, m, path, "groups", int_at_least(1), l.groups);
+      get_bool(d, m, path, "bias", l.bias);
+      if (l.groups > 1 && l.out_channels % l.groups != 0)
+        d.error(ErrCode::Invalid, m.find("groups")->loc,
+                "'" + join_path(path, "out_channels") + "' (" + std::to_string(l.out_channels) +
+                    ") must be divisible by groups (" + std::to_string(l.groups) + ")");
+      break;
+    case LayerKind::MaxPool:
+    case LayerKind::AvgPool:
+      require(d, m, path, "kernel_size", to_string(l.kind));
+      get_int(d, m, path, "kernel_size", int_at_least(1), l.kernel_size);
+      get_int(d, m, path, "stride", int_at_least(1), l.stride);
+      get_int(d, m, path, "padding", int_at_least(0), l.padding);
+      if (m.find("padding") && m.find("kernel_size") && 2 * l.padding > l.kernel_size)
+        d.error(ErrCode::OutOfRange, m.find("padding")->loc,
+                "'" + join_path(path, "padding") + "' must be at most half of kernel_size (" +
+                    std::to_string(l.kernel_size) + "), as in PyTorch");
+      break;
+    case LayerKind::BatchNorm:
+      get_double(d, m, path, "eps", above(0), l.eps);
+      get_double(d, m, path, "momentum", closed(0, 1), l.momentum);
       break;
     case LayerKind::Flatten:
     case LayerKind::Relu:
-      reject_keys(d, m, path, {"out_features", "bias"}, chosen, "linear");
-      reject_keys(d, m, path, {"p"}, chosen, "dropout");
+    case LayerKind::GlobalAvgPool:
+    case LayerKind::Add:
       break;
   }
 }
@@ -41,7 +96,9 @@ bool parse_layer(Diagnostics& d, const YamlNode& m, const std::string& path, Lay
   if (!node_is(d, m, YamlNode::Kind::Map, path)) return false;
   l.line = m.loc.line;
   l.col = m.loc.col;
-  check_keys(d, m, path, {"type", "name", "inputs", "out_features", "bias", "p"});
+  std::vector<std::string> valid = {"type", "name", "inputs"};
+  for (const auto& kv : layer_keys()) valid.push_back(kv.first);
+  check_keys(d, m, path, valid);
   const std::vector<LayerKind> kinds = layer_kinds();
   const YamlNode* type = m.find("type");
   size_t index = 0;

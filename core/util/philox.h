@@ -70,6 +70,6 @@ struct PhiloxStream {
 };
 
 // Purposes: distinct streams for distinct uses of one seed.
-enum class RngPurpose : uint32_t { Shuffle = 1, Transform = 2, Dropout = 3, Init = 4 };
+enum class RngPurpose : uint32_t { Shuffle = 1, Transform = 2, Dropout = 3, Init = 4, Synthetic = 5 };
 
 }  // namespace trctl

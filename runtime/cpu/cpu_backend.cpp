@@ -3,10 +3,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "core/util/thread_pool.h"
 #include "runtime/backend.h"
 #include "runtime/ops/add/add.h"
+#include "runtime/ops/batchnorm/batchnorm.h"
 #include "runtime/ops/dropout/dropout.h"
 #include "runtime/ops/linear/linear.h"
 #include "runtime/ops/optim/optim.h"
@@ -159,18 +162,80 @@ class CpuBackend final : public Backend {
         return linear_grad_weight_cpu<T>(f(n.in[0]), f(n.in[1]), f(n.out[0]), shape(n.in[0]).dims[0],
                                              dws.dims[1], dws.dims[0], &pool_);
       }
-      case OpKind::LinearGradBias: {
-        const Shape& ds = shape(n.in[0]);
-        return linear_grad_bias_cpu<T>(f(n.in[0]), f(n.out[0]), ds.dims[0], ds.dims[1], &pool_);
+      case OpKind::LinearGradBias: {  // sums over every dim but the last
+        const int64_t cols = shape(n.out[0]).numel();
+        return linear_grad_bias_cpu<T>(f(n.in[0]), f(n.out[0]), shape(n.in[0]).numel() / cols, cols, &pool_);
+      }
+      case OpKind::Conv2d:
+        return conv2d_fwd_cpu<T>(conv_geom(n, n.in[0], n.in[1]), f(n.in[0]), f(n.in[1]),
+                                 n.in.size() == 3 ? f(n.in[2]) : nullptr, f(n.out[0]), &pool_);
+      case OpKind::Conv2dGradInput:
+        return conv2d_grad_input_cpu<T>(conv_geom(n, n.out[0], n.in[1]), f(n.in[0]), f(n.in[1]), f(n.out[0]), &pool_);
+      case OpKind::Conv2dGradWeight:
+        return conv2d_grad_weight_cpu<T>(conv_geom(n, n.in[1], n.out[0]), f(n.in[0]), f(n.in[1]), f(n.out[0]),
+                                         &pool_);
+      case OpKind::BatchNorm:
+      case OpKind::BatchNormEval:
+      case OpKind::BatchNormGrad:
+        return batch_norm<T>(n, slot);
+      case OpKind::MaxPool:
+        return maxpool2d_fwd_cpu<T>(pool_geom(n, n.in[0]), f(n.in[0]), f(n.out[0]));
+      case OpKind::MaxPoolGrad:
+        return maxpool2d_grad_cpu<T>(pool_geom(n, n.in[1]), f(n.in[0]), f(n.in[1]), f(n.out[0]));
+      case OpKind::AvgPool:
+        return avgpool2d_fwd_cpu<T>(pool_geom(n, n.in[0]), f(n.in[0]), f(n.out[0]));
+      case OpKind::AvgPoolGrad:
+        return avgpool2d_grad_cpu<T>(pool_geom(n, n.out[0]), f(n.in[0]), f(n.out[0]));
+      case OpKind::GlobalAvgPool: {
+        const Shape& xs = shape(n.in[0]);
+        return global_avgpool_fwd_cpu<T>(f(n.in[0]), f(n.out[0]), xs.dims[0], xs.dims[1] * xs.dims[2], xs.dims[3]);
+      }
+      case OpKind::GlobalAvgPoolGrad: {
+        const Shape& xs = shape(n.out[0]);
+        return global_avgpool_grad_cpu<T>(f(n.in[0]), f(n.out[0]), xs.dims[0], xs.dims[1] * xs.dims[2], xs.dims[3]);
       }
       case OpKind::ReluGrad:
         return relu_grad_cpu<T>(f(n.in[0]), f(n.in[1]), f(n.out[0]), shape(n.in[0]).numel());
       case OpKind::Add:
-        return add_cpu<T>(f(n.in[0]), f(n.in[1]), f(n.out[0]), shape(n.in[0]).numel());
+        add_cpu<T>(f(n.in[0]), f(n.in[1]), f(n.out[0]), shape(n.in[0]).numel());
+        if (n.attrs.relu) relu_fwd_cpu<T>(f(n.out[0]), f(n.out[0]), shape(n.out[0]).numel());
+        return;
       case OpKind::OptimizerStep:
         if (c_.graph.compute != DType::F32) throw std::logic_error("the optimizer runs on F32 plans only");
         return optimizer_step();
     }
+  }
+
+  Conv2dGeom conv_geom(const Node& n, ValueId x, ValueId w) const { return conv2d_geom_of(c_.graph, n, x, w); }
+  Pool2dGeom pool_geom(const Node& n, ValueId x) const { return pool2d_geom_of(c_.graph, n, x); }
+
+  // Batch norm over (rows, C) = the value flattened to its last dim; the fused ReLU applied after the forward and
+  // to the incoming gradient (masked by the fused output) before the backward.
+  template <class T>
+  void batch_norm(const Node& n, int slot) {
+    auto f = [&](ValueId v) { return ptr<T>(v, slot); };
+    const int64_t c = shape(n.in[n.op == OpKind::BatchNormGrad ? 2 : 1]).numel();
+    const int64_t rows = shape(n.in[0]).numel() / c;
+    const double eps = n.attrs.eps, momentum = n.attrs.momentum;
+    if (n.op == OpKind::BatchNorm) {
+      batchnorm_fwd_train_cpu<T>(f(n.in[0]), f(n.in[1]), f(n.in[2]), f(n.out[0]), f(n.out[1]), f(n.out[2]),
+                                 f(n.in[3]), f(n.in[4]), rows, c, eps, momentum, &pool_);
+    } else if (n.op == OpKind::BatchNormEval) {
+      batchnorm_fwd_eval_cpu<T>(f(n.in[0]), f(n.in[1]), f(n.in[2]), f(n.in[3]), f(n.in[4]), f(n.out[0]), rows, c,
+                                eps, &pool_);
+    } else {
+      const T* dy = f(n.in[0]);
+      std::vector<T> masked;
+      if (n.attrs.relu) {
+        masked.resize(static_cast<size_t>(rows * c));
+        relu_grad_cpu<T>(dy, f(n.in[5]), masked.data(), rows * c);
+        dy = masked.data();
+      }
+      batchnorm_grad_cpu<T>(dy, f(n.in[1]), f(n.in[2]), f(n.in[3]), f(n.in[4]), f(n.out[0]), f(n.out[1]),
+                            f(n.out[2]), rows, c, &pool_);
+      return;
+    }
+    if (n.attrs.relu) relu_fwd_cpu<T>(f(n.out[0]), f(n.out[0]), rows * c);
   }
 
   // Two contiguous ranges of the weight layout: [0, decay_bytes) with weight decay, the rest without.

@@ -3,6 +3,8 @@
 // into a CUDA graph on its first run and replayed afterwards.
 #include "runtime/cuda/cuda_backend.h"
 
+#include "runtime/cuda/cuda_backend_impl.h"
+
 #include <cuda_runtime.h>
 
 #include <array>
@@ -12,13 +14,17 @@
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/cudnn_conv.h"
 #include "runtime/cuda/lt_gemm.h"
+#include "runtime/ops/add/add_cuda.h"
 #include "runtime/ops/amp/amp_cuda.h"
 #include "runtime/ops/augment/augment_cuda.h"
 #include "runtime/ops/bias_grad/bias_grad_cuda.h"
 #include "runtime/ops/cast/cast_cuda.h"
 #include "runtime/ops/dropout/dropout_cuda.h"
+#include "runtime/ops/batchnorm/batchnorm_cuda.h"
 #include "runtime/ops/optim/optim_cuda.h"
+#include "runtime/ops/pool/pool_cuda.h"
 #include "runtime/ops/relu/relu_cuda.h"
 #include "runtime/ops/softmax_ce/softmax_ce_cuda.h"
 
@@ -37,113 +43,8 @@ void cuda_warm_up() {
   if (cudaFree(nullptr) != cudaSuccess) cudaGetLastError();
 }
 
-namespace {
+namespace cuda_detail {
 
-// Everything that changes per step, in the plan's Hyper region.
-struct DeviceState {
-  OptHyper opt;
-  GradScalerState scaler;
-  uint32_t step;        // training iterations; the current one during a step (dropout key)
-  uint32_t cursor[2];   // per DataSplit: position in the epoch order
-  uint32_t epoch[2];    // per DataSplit: the epoch key of the transforms
-  int32_t bad_labels;   // labels outside [0, C) seen by the loss
-};
-static_assert(sizeof(DeviceState) <= static_cast<size_t>(kHyperBytes), "DeviceState must fit the Hyper region");
-
-using Launch = std::function<Status()>;
-
-struct SplitData {
-  uint8_t* pixels = nullptr;
-  int32_t* labels = nullptr;
-  int32_t* order = nullptr;
-  int64_t n = 0;
-  GpuPipeline pipeline;
-  bool uploaded = false;
-  std::vector<int32_t> host_order;
-};
-
-class CudaBackend final : public Backend {
- public:
-  CudaBackend(const Compiled& c, uint64_t seed) : c_(c), seed_(seed) {}
-  ~CudaBackend() override;
-
-  Status init();
-  std::string name() const override { return "cuda"; }
-  Status write_region(Region r, const std::vector<std::byte>& bytes) override;
-  std::vector<std::byte> read_region(Region r) override;
-  Status load_batch(int, int, const float*, const int32_t*, int64_t) override {
-    return Error{ErrCode::NotSupported, "cuda backend",
-                 "host-fed batches are not supported yet on the CUDA backend (device-resident datasets only)"};
-  }
-  void set_lr(double lr) override;
-  int64_t step() const override { return step_; }
-  void set_step(int64_t s) override;
-  Status run(int, int) override { return load_batch(0, 0, nullptr, nullptr, 0); }
-  double last_loss(int program) override;
-  ProgramMetrics metrics(int program) override;
-  void reset_metrics() override;
-  Status synchronize() override;
-  bool resident_data() const override { return true; }
-  // The optimizer's own step count (Adam's bias corrections) and the loss scaler live in DeviceState and are not
-  // restored yet.
-  bool supports_resume() const override { return false; }
-  Status upload_split(DataSplit split, const ImageDataset& data, const TransformPipeline& tf) override;
-  Status begin_epoch(DataSplit split, uint32_t epoch, const std::vector<int64_t>& order) override;
-  Status run_resident(int program, DataSplit split) override;
-
- private:
-  char* at(ValueId v) const {
-    const Placement& p = c_.plan.values[v];
-    return region_[static_cast<int>(p.region)] + p.offset;
-  }
-  GpuDType act_type() const { return amp_ == Precision::Fp16 ? GpuDType::F16 : amp_ == Precision::Bf16 ? GpuDType::BF16 : GpuDType::F32; }
-  bool lowp() const { return amp_ == Precision::Fp16 || amp_ == Precision::Bf16; }
-  bool scaled() const { return amp_ == Precision::Fp16; }
-  const void* weight_ptr(ValueId w) const {
-    if (!lowp()) return at(w);
-    return static_cast<char*>(lowp_weights_) + c_.plan.values[w].offset / 2;
-  }
-  DeviceState* state() const { return reinterpret_cast<DeviceState*>(region_[static_cast<int>(Region::Hyper)]); }
-  Status refresh_lowp_weights();
-  Status copy_to_device(void* dst, const void* src, size_t bytes);
-  Status plan_gemms();
-  Result<std::vector<Launch>> lower(int program);
-  Status lower_node(int program, size_t i, std::vector<Launch>& out);
-  Status lower_gemm_node(int program, size_t i, std::vector<Launch>& out);
-  Status lower_optimizer(std::vector<Launch>& out);
-  Status capture(int program);
-
-  const Compiled& c_;
-  uint64_t seed_;
-  Precision amp_ = Precision::Fp32;
-  CudaContext ctx_;
-  char* arena_ = nullptr;
-  std::array<char*, kRegionCount> region_{};
-  void* lowp_weights_ = nullptr;
-  std::vector<void*> scratch_;                         // per program: the fused loss kernel's workspace
-  std::vector<size_t> ce_ws_bytes_;
-  std::map<std::pair<int, size_t>, LtGemmPlan> gemm_;  // (program, node) -> plan
-  std::map<std::pair<int, size_t>, size_t> bias_into_gemm_;  // (program, LinearGradBias node) -> its dW GEMM node
-  struct ReluFusion {
-    int program;
-    size_t forward, dgrad, relu_grad;  // node indices: Linear+ReLU, the next layer's LinearGradInput, the ReluGrad
-    void* mask;                        // (N, round_up(M, 128) bits) written by the forward, read by the dX GEMM
-  };
-  std::vector<ReluFusion> relu_fusions_;
-  void find_relu_fusions();
-  bool early_write_safe(int program, ValueId v, size_t at) const;
-  const ReluFusion* relu_fusion(int program, size_t node) const {
-    for (const ReluFusion& rf : relu_fusions_)
-      if (rf.program == program && (rf.forward == node || rf.dgrad == node || rf.relu_grad == node)) return &rf;
-    return nullptr;
-  }
-  std::vector<cudaGraphExec_t> exec_;
-  std::vector<int64_t> runs_;
-  SplitData split_[2];
-  int64_t step_ = 0;
-  double host_lr_ = 0;
-  uint32_t host_u32_[4] = {};
-};
 
 CudaBackend::~CudaBackend() {
   for (cudaGraphExec_t e : exec_)
@@ -156,6 +57,10 @@ CudaBackend::~CudaBackend() {
     TRCTL_CUDA_WARN(cudaFree(s.labels));
     TRCTL_CUDA_WARN(cudaFree(s.order));
   }
+  conv_.clear();
+  TRCTL_CUDA_WARN(cudaFree(conv_ws_));
+  TRCTL_CUDA_WARN(cudaFree(bn_ws_));
+  TRCTL_CUDA_WARN(cudaFree(lowp_dw_));
   TRCTL_CUDA_WARN(cudaFree(lowp_weights_));
   TRCTL_CUDA_WARN(cudaFree(arena_));
 }
@@ -203,7 +108,9 @@ Status CudaBackend::init() {
   }
   exec_.assign(c_.graph.programs.size(), nullptr);
   runs_.assign(c_.graph.programs.size(), 0);
-  return plan_gemms();
+  Status st = plan_gemms();
+  if (st.ok()) st = plan_cnn();
+  return st;
 }
 
 // One cuBLASLt plan per GEMM node, chosen now so nothing is planned while the step runs.
@@ -382,8 +289,8 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
       if (bias_into_gemm_.count({program, i})) return ok_status();  // computed by the dW GEMM's epilogue
       const void* dy = at(n.in[0]);
       float* db = reinterpret_cast<float*>(at(n.out[0]));
-      const auto dims = c_.graph.values[n.in[0]].shape.dims;
-      out.push_back([s, dy, act, dims, db] { return bias_grad_cuda(s, dy, act, dims[0], dims[1], 0, db, false); });
+      const int64_t cols = numel(n.out[0]), rows = numel(n.in[0]) / cols;  // conv biases: rows = N*P*Q
+      out.push_back([s, dy, act, rows, cols, db] { return bias_grad_cuda(s, dy, act, rows, cols, 0, db, false); });
       return ok_status();
     }
     case OpKind::Relu: {
@@ -439,8 +346,19 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
       return ok_status();
     }
     case OpKind::Add:
-      return Error{ErrCode::NotSupported, "cuda backend",
-                   "gradient sums (a value used twice) are not lowered to CUDA yet: " + n.name};
+    case OpKind::Conv2d:
+    case OpKind::Conv2dGradInput:
+    case OpKind::Conv2dGradWeight:
+    case OpKind::BatchNorm:
+    case OpKind::BatchNormEval:
+    case OpKind::BatchNormGrad:
+    case OpKind::MaxPool:
+    case OpKind::MaxPoolGrad:
+    case OpKind::AvgPool:
+    case OpKind::AvgPoolGrad:
+    case OpKind::GlobalAvgPool:
+    case OpKind::GlobalAvgPoolGrad:
+      return lower_cnn_node(program, i, out);
     case OpKind::OptimizerStep:
       return lower_optimizer(out);
   }
@@ -516,6 +434,14 @@ Result<std::vector<Launch>> CudaBackend::lower(int program) {
 Status CudaBackend::capture(int program) {
   Result<std::vector<Launch>> ops = lower(program);
   if (!ops.ok()) return ops.errors();
+  // cuDNN loads its kernels on first use, which must not happen inside a capture: run those calls once first
+  // (they write only activations and gradients, which every step overwrites).
+  for (const Launch& l : warm_) {
+    Status st = l();
+    if (!st.ok()) return st;
+  }
+  warm_.clear();
+  TRCTL_CUDA_TRY(cudaStreamSynchronize(ctx_.stream));
   cudaGraph_t graph = nullptr;
   TRCTL_CUDA_TRY(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
   Status st = ok_status();
@@ -660,10 +586,10 @@ Status CudaBackend::synchronize() {
   return ok_status();
 }
 
-}  // namespace
+}  // namespace cuda_detail
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const Compiled& c, uint64_t seed) {
-  auto be = std::make_unique<CudaBackend>(c, seed);
+  auto be = std::make_unique<cuda_detail::CudaBackend>(c, seed);
   Status st = be->init();
   if (!st.ok()) return st.errors();
   return std::unique_ptr<Backend>(std::move(be));

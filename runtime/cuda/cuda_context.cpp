@@ -1,6 +1,7 @@
 // CudaContext creation and release (see cuda_context.h).
 #include "runtime/cuda/cuda_context.h"
 
+#include <cstdio>
 #include <utility>
 
 #include "runtime/cuda/cuda_check.h"
@@ -9,15 +10,30 @@ namespace trctl {
 
 namespace {
 
+// cuDNN failures while creating the context (the conv wrapper has its own checker in runtime/cuda/cudnn_conv.cpp).
+#define TRCTL_CUDNN_CTX_TRY(call)                                                                       \
+  do {                                                                                                  \
+    const cudnnStatus_t trctl_st_ = (call);                                                             \
+    if (trctl_st_ != CUDNN_STATUS_SUCCESS)                                                              \
+      return Error{ErrCode::Internal, std::string(__FILE__) + ":" + std::to_string(__LINE__),           \
+                   std::string(#call) + ": " + cudnnGetErrorString(trctl_st_)};                         \
+  } while (0)
+
 void context_release(CudaContext& c) {
   if (c.device < 0) return;
   TRCTL_CUDA_WARN(cudaSetDevice(c.device));
   if (c.workspace) TRCTL_CUDA_WARN(cudaFree(c.workspace));
   if (c.lt) TRCTL_CUBLAS_WARN(cublasLtDestroy(c.lt));
+  if (c.cudnn) {
+    const cudnnStatus_t st = cudnnDestroy(c.cudnn);
+    if (st != CUDNN_STATUS_SUCCESS)
+      std::fprintf(stderr, "%s:%d: cudnnDestroy: %s\n", __FILE__, __LINE__, cudnnGetErrorString(st));
+  }
   if (c.side_stream) TRCTL_CUDA_WARN(cudaStreamDestroy(c.side_stream));
   if (c.stream) TRCTL_CUDA_WARN(cudaStreamDestroy(c.stream));
   c.workspace = nullptr;
   c.lt = nullptr;
+  c.cudnn = nullptr;
   c.stream = c.side_stream = nullptr;
   c.device = -1;
 }
@@ -34,6 +50,8 @@ Status context_init(CudaContext& c, int device, size_t workspace_bytes) {
   TRCTL_CUDA_TRY(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
   TRCTL_CUDA_TRY(cudaStreamCreateWithFlags(&c.side_stream, cudaStreamNonBlocking));
   TRCTL_CUBLAS_TRY(cublasLtCreate(&c.lt));
+  TRCTL_CUDNN_CTX_TRY(cudnnCreate(&c.cudnn));
+  TRCTL_CUDNN_CTX_TRY(cudnnSetStream(c.cudnn, c.stream));
   if (workspace_bytes > 0) TRCTL_CUDA_TRY(cudaMalloc(&c.workspace, workspace_bytes));
   c.workspace_bytes = workspace_bytes;
   return ok_status();
@@ -48,6 +66,7 @@ CudaContext& CudaContext::operator=(CudaContext&& o) noexcept {
     stream = std::exchange(o.stream, nullptr);
     side_stream = std::exchange(o.side_stream, nullptr);
     lt = std::exchange(o.lt, nullptr);
+    cudnn = std::exchange(o.cudnn, nullptr);
     workspace = std::exchange(o.workspace, nullptr);
     workspace_bytes = std::exchange(o.workspace_bytes, 0);
     sm_count = o.sm_count;
@@ -70,7 +89,8 @@ Result<CudaContext> cuda_context_create(int device, size_t workspace_bytes) {
 std::string cuda_context_describe(const CudaContext& c) {
   return c.device_name + ", sm_" + std::to_string(c.cc_major) + std::to_string(c.cc_minor) + ", " +
          std::to_string(c.sm_count) + " SMs, device " + std::to_string(c.device) + ", cuBLASLt workspace " +
-         std::to_string(c.workspace_bytes >> 20) + " MiB, cuBLASLt " + std::to_string(cublasLtGetVersion());
+         std::to_string(c.workspace_bytes >> 20) + " MiB, cuBLASLt " + std::to_string(cublasLtGetVersion()) +
+         ", cuDNN " + std::to_string(cudnnGetVersion());
 }
 
 }  // namespace trctl

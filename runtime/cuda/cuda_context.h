@@ -1,7 +1,8 @@
-// CudaContext: everything a CUDA launch needs (device, streams, cuBLASLt handle, preallocated cuBLASLt workspace),
-// created once and passed explicitly (no singletons). Move-only; the destructor releases what it owns.
+// CudaContext: everything a CUDA launch needs (device, streams, cuBLASLt and cuDNN handles, preallocated cuBLASLt
+// workspace), created once and passed explicitly (no singletons). Move-only; the destructor releases what it owns.
 #pragma once
 #include <cublasLt.h>
+#include <cudnn.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -19,6 +20,7 @@ struct CudaContext {
   cudaStream_t stream = nullptr;       // the step stream: every kernel of a training step is launched (and captured) here
   cudaStream_t side_stream = nullptr;  // for work forked off inside a captured step (events join it back)
   cublasLtHandle_t lt = nullptr;
+  cudnnHandle_t cudnn = nullptr;       // bound to `stream` at creation (cuDNN calls re-bind it to their stream)
   void* workspace = nullptr;           // cuBLASLt workspace for GEMMs on `stream` (one per stream if GEMMs overlap)
   size_t workspace_bytes = 0;
   int sm_count = 0;
@@ -33,7 +35,7 @@ struct CudaContext {
   ~CudaContext();
 };
 
-// Selects `device`, creates two non-blocking streams, the cuBLASLt handle and the workspace.
+// Selects `device`, creates two non-blocking streams, the cuBLASLt and cuDNN handles and the workspace.
 Result<CudaContext> cuda_context_create(int device, size_t workspace_bytes = kLtWorkspaceBytes);
 
 // One line: "NVIDIA H200, sm_90, 132 SMs, device 0, workspace 32 MiB".

@@ -178,6 +178,7 @@ Result<int> resume_from(Backend& be, const Compiled& c, const std::string& path,
   if (!ck.ok()) return ck.errors();
   Status st = be.write_region(Region::Weights, ck->weights);
   if (st.ok()) st = be.write_region(Region::OptState, ck->opt_state);
+  if (st.ok()) st = be.write_region(Region::Buffers, ck->buffers);
   if (!st.ok()) return st.errors();
   be.set_step(ck->state.step);
   log.info("resumed from {} after epoch {} (step {})", dir.value(), ck->state.epoch, ck->state.step);
@@ -194,7 +195,7 @@ Status checkpoint_write(Backend& be, const Compiled& c, const std::string& run_d
   ts.data_epoch = epoch + 1;
   ts.data_batch = 0;
   return ckpt_save(run_dir + "/checkpoints/" + name, c, be.read_region(Region::Weights),
-                   be.read_region(Region::OptState), ts);
+                   be.read_region(Region::OptState), ts, {}, be.read_region(Region::Buffers));
 }
 
 }  // namespace
@@ -222,6 +223,7 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
   if (!selected.ok()) return selected.errors();
   std::unique_ptr<Backend> be = std::move(selected.value());
   Status st = be->write_region(Region::Weights, params_init(c, spec.seed));
+  if (st.ok()) st = be->write_region(Region::Buffers, buffers_init(c));
   if (!st.ok()) return st.errors();
   int first_epoch = 1;
   if (!opt.resume.empty()) {

@@ -1,0 +1,340 @@
+#!/usr/bin/env python3
+"""PyTorch side of the CNN training-throughput benchmark (configs/{vgg16bn,resnet18,resnet50}.yaml's recipe).
+
+PyTorch at its strongest on one GPU: torchvision model (weights=None) in channels_last, a synthetic uint8 dataset
+resident on the GPU (a pool of 10 batches = 2,560 images, trctl's data.synthetic.train_size), normalized on the
+GPU every step, fp16 autocast with GradScaler (or bf16 without), cudnn.benchmark, TF32 allowed, fused SGD with
+Nesterov momentum and weight decay on conv/linear weights only (trctl's decay_bias_and_norm: false),
+cross-entropy with label smoothing 0.1. Mode `compiled` runs torch.compile over normalize + forward + loss (and its
+backward); the optimizer step and GradScaler stay eager (as in benchmarks/pytorch_mlp_fmnist.py).
+Timing: CUDA events around --steps steps after --warmup steps; compile time (the first step) is reported apart
+and excluded. Writes one JSON object to --json after every mode (so a later failure or timeout keeps the earlier
+results) and prints one human line per mode.
+"""
+import argparse
+import gc
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+import torch
+import torch.nn as nn
+import torchvision
+
+MODELS = {"vgg16bn": "vgg16_bn", "resnet18": "resnet18", "resnet50": "resnet50"}
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+POOL_BATCHES = 10
+# The recipe of configs/*.yaml: lr 0.36 at global batch 2048 scaled linearly to 256 (trctl's configs say so too).
+LR, MOMENTUM, WEIGHT_DECAY, LABEL_SMOOTHING, CLASSES, SIDE = 0.045, 0.9, 1e-4, 0.1, 1000, 224
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", choices=sorted(MODELS), default="resnet50")
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--steps", type=int, default=50, help="timed steps")
+    p.add_argument("--warmup", type=int, default=15, help="untimed steps before timing (after the compile step)")
+    p.add_argument("--mode", choices=["eager", "compiled", "both"], default="both")
+    p.add_argument("--json", default="", help="write the result object here (rewritten after every mode)")
+    p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--amp", choices=["fp16", "bf16", "none"], default="fp16")
+    p.add_argument("--compile-modes", default="max-autotune,default",
+                   help="torch.compile modes tried in order until one works (comma-separated; 'default' = mode=None)")
+    p.add_argument("--compile-timeout-s", type=int, default=300,
+                   help="give up on a compile mode whose first step takes longer (SIGALRM, best effort); 0 = never")
+    return p.parse_args()
+
+
+def setup_backends():
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.set_float32_matmul_precision("high")
+
+
+def make_pool(batch, dev):
+    """(P, B, H, W, C) uint8 images and (P, B) int64 labels, resident on the GPU (trctl stores samples NHWC)."""
+    g = torch.Generator(device=dev)
+    g.manual_seed(0)
+    images = torch.randint(0, 256, (POOL_BATCHES, batch, SIDE, SIDE, 3), dtype=torch.uint8, device=dev, generator=g)
+    labels = torch.randint(0, CLASSES, (POOL_BATCHES, batch), dtype=torch.int64, device=dev, generator=g)
+    return images, labels
+
+
+def make_model(name, memory_format, dev):
+    model = getattr(torchvision.models, MODELS[name])(weights=None)
+    if name == "vgg16bn":
+        model.avgpool = nn.Identity()  # AdaptiveAvgPool2d((7, 7)) on a 7x7 map: the identity (trctl omits it too)
+    return model.to(dev).to(memory_format=memory_format).train()
+
+
+def make_optimizer(model):
+    """SGD, Nesterov momentum; weight decay on conv/linear weights only (not biases, not batch-norm parameters)."""
+    decay = [p for p in model.parameters() if p.ndim > 1]
+    no_decay = [p for p in model.parameters() if p.ndim <= 1]
+    groups = [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}]
+    try:
+        return torch.optim.SGD(groups, lr=LR, momentum=MOMENTUM, nesterov=True, fused=True), "fused"
+    except (TypeError, RuntimeError, ValueError) as e:
+        log(f"fused SGD unavailable ({e}); using foreach")
+        return torch.optim.SGD(groups, lr=LR, momentum=MOMENTUM, nesterov=True, foreach=True), "foreach"
+
+
+class Training:
+    """Model, optimizer, scaler and the forward+loss function of one mode."""
+
+    def __init__(self, args, dev, compile_mode=None):
+        self.memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+        self.model = make_model(args.model, self.memory_format, dev)
+        self.opt, self.opt_impl = make_optimizer(self.model)
+        self.amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "none": None}[args.amp]
+        self.scaler = torch.amp.GradScaler("cuda", enabled=args.amp == "fp16")
+        self.crit = nn.CrossEntropyLoss(label_smoothing=LABEL_SMOOTHING)
+        # Normalization folded to one multiply-add on 0..255 values: (x / 255 - mean) / std.
+        self.scale = (1.0 / (255.0 * torch.tensor(STD, device=dev))).view(1, 3, 1, 1)
+        self.shift = (-torch.tensor(MEAN, device=dev) / torch.tensor(STD, device=dev)).view(1, 3, 1, 1)
+        self.cudagraphs = compile_mode in ("reduce-overhead", "max-autotune")
+        fn = self.forward_loss
+        if compile_mode is not None:
+            fn = torch.compile(fn, mode=None if compile_mode == "default" else compile_mode)
+        self.fn = fn
+
+    def forward_loss(self, x_u8, y):
+        x = x_u8.permute(0, 3, 1, 2)  # (B, C, H, W) view of (B, H, W, C) storage: channels_last strides
+        x = torch.addcmul(self.shift, x.float(), self.scale).contiguous(memory_format=self.memory_format)
+        with torch.autocast("cuda", dtype=self.amp_dtype or torch.float16, enabled=self.amp_dtype is not None):
+            return self.crit(self.model(x), y)
+
+    def step(self, x_u8, y):
+        if self.cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.fn(x_u8, y)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        return loss
+
+    def close(self):
+        del self.fn, self.model, self.opt, self.scaler
+
+
+class CompileTimeout(Exception):
+    pass
+
+
+def on_alarm(signum, frame):
+    raise CompileTimeout("compile step ran past --compile-timeout-s")
+
+
+def first_step(train, pool, timeout_s):
+    """Runs step 0 (compilation, cudnn autotuning) under an optional alarm; returns its seconds."""
+    images, labels = pool
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    old = signal.signal(signal.SIGALRM, on_alarm) if timeout_s > 0 else None
+    if timeout_s > 0:
+        signal.alarm(timeout_s)
+    try:
+        train.step(images[0], labels[0])
+        torch.cuda.synchronize()
+    finally:
+        if timeout_s > 0:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, old)
+    return time.perf_counter() - t0
+
+
+def measure(args, train, pool, first_s):
+    """Warm-up, then --steps timed steps between CUDA events; memory peaks over the timed region."""
+    images, labels = pool
+    n_pool = images.shape[0]
+    for i in range(1, args.warmup + 1):
+        train.step(images[i % n_pool], labels[i % n_pool])
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0 = time.perf_counter()
+    start.record()
+    loss = None
+    for i in range(args.steps):
+        k = (args.warmup + 1 + i) % n_pool
+        loss = train.step(images[k], labels[k])
+    end.record()
+    torch.cuda.synchronize()
+    wall_s = time.perf_counter() - t0
+    ms = start.elapsed_time(end)
+    last_loss = float(loss.detach().float().item())
+    return {
+        "img_per_s": args.batch * args.steps / (ms / 1e3),
+        "ms_per_step": ms / args.steps,
+        "wall_ms_per_step": 1e3 * wall_s / args.steps,
+        "timed_steps": args.steps,
+        "warmup_steps": args.warmup,
+        "first_step_s": first_s,
+        "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+        "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+        "last_loss": last_loss,
+        "loss_finite": math.isfinite(last_loss),
+        "loss_scale_end": float(train.scaler.get_scale()) if args.amp == "fp16" else None,
+        "optimizer_impl": train.opt_impl,
+    }
+
+
+def free_memory():
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+def run_eager(args, dev, pool):
+    train = Training(args, dev)
+    try:
+        first_s = first_step(train, pool, 0)
+        res = measure(args, train, pool, first_s)
+        res["compile_s"] = 0.0
+        return res
+    finally:
+        train.close()
+        free_memory()
+
+
+def run_compiled(args, dev, pool):
+    """Tries each --compile-modes entry in order; failures are recorded, not raised."""
+    attempts = []
+    for mode in [m.strip() for m in args.compile_modes.split(",") if m.strip()]:
+        train = None
+        try:
+            train = Training(args, dev, compile_mode=mode)
+            first_s = first_step(train, pool, args.compile_timeout_s)
+            res = measure(args, train, pool, first_s)
+            res.update({"compile_mode": mode, "compile_s": first_s, "failed_modes": attempts})
+            return res
+        except Exception as e:  # noqa: BLE001 -- any compiler failure is a result to report
+            tb = traceback.format_exc().strip().splitlines()
+            attempts.append({"mode": mode, "error": f"{type(e).__name__}: {e}"[:2000], "traceback_tail": tb[-15:]})
+            log(f"{args.model} compiled mode={mode} failed: {type(e).__name__}: {str(e)[:300]}")
+        finally:
+            if train is not None:
+                train.close()
+            del train
+            torch._dynamo.reset()
+            try:  # the CUDA-graph memory pools of max-autotune / reduce-overhead
+                from torch._inductor import cudagraph_trees
+                cudagraph_trees.reset_cudagraph_trees()
+            except (AttributeError, ImportError, RuntimeError):
+                pass
+            free_memory()
+    return {"error": "every compile mode failed", "failed_modes": attempts}
+
+
+def env_info():
+    info = {
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "gpu": torch.cuda.get_device_name(0),
+        "gpu_memory_bytes": torch.cuda.get_device_properties(0).total_memory,
+        "python": sys.version.split()[0],
+    }
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        info["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.SubprocessError):
+        info["driver"] = None
+    return info
+
+
+def recipe(args):
+    return {
+        "model": f"torchvision.models.{MODELS[args.model]}(weights=None)"
+                 + ("; avgpool (AdaptiveAvgPool2d 7x7 on a 7x7 map) replaced by Identity" if args.model == "vgg16bn"
+                    else ""),
+        "init": "torchvision's own (differs from trctl's kaiming_uniform_fan_in; no effect on throughput)",
+        "input": f"{SIDE}x{SIDE}x3 uint8, {POOL_BATCHES} random batches resident on the GPU, random labels in "
+                 f"[0, {CLASSES})",
+        "normalization": {"mean": MEAN, "std": STD, "where": "GPU, every step, x/255 then (x - mean) / std"},
+        "batch": args.batch,
+        "memory_format": "channels_last" if args.channels_last else "contiguous",
+        "loss": {"type": "cross_entropy", "label_smoothing": LABEL_SMOOTHING},
+        "optimizer": {"type": "sgd", "lr": LR, "momentum": MOMENTUM, "nesterov": True, "weight_decay": WEIGHT_DECAY,
+                      "decay": "conv/linear weights only (no biases, no batch-norm parameters)",
+                      "impl": "fused if supported else foreach"},
+        "lr_schedule": "constant at the peak lr during the measurement (the schedule is per epoch)",
+        "amp": args.amp,
+        "grad_scaler": args.amp == "fp16",
+        "cudnn_benchmark": True,
+        "tf32": True,
+        "compile_modes_tried": args.compile_modes,
+        "compiled_region": "normalize + forward + loss (+ its backward); optimizer step and GradScaler eager",
+        "timing": "CUDA events around the timed steps; the first step (compile, cudnn autotuning) excluded",
+    }
+
+
+def write_json(args, out):
+    if not args.json:
+        return
+    tmp = args.json + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(out, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, args.json)
+
+
+def human_line(model, mode, r):
+    if "error" in r:
+        return f"{model} {mode}: FAILED ({r['error']})"
+    extra = f", compile {r['compile_s']:.1f} s (mode {r['compile_mode']})" if mode == "compiled" else ""
+    return (f"{model} {mode}: {r['img_per_s']:.1f} img/s, {r['ms_per_step']:.2f} ms/step, "
+            f"peak allocated {r['peak_allocated_bytes'] / 2**30:.2f} GiB, reserved "
+            f"{r['peak_reserved_bytes'] / 2**30:.2f} GiB, first step {r['first_step_s']:.1f} s{extra}, "
+            f"last loss {r['last_loss']:.3f}")
+
+
+def main():
+    args = parse_args()
+    if not torch.cuda.is_available():
+        log("error: this benchmark needs a CUDA device")
+        return 2
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    setup_backends()
+    pool = make_pool(args.batch, dev)
+    out = {"model": args.model, "batch": args.batch, "results": {}, "recipe": recipe(args), "env": env_info(),
+           "pool_bytes": pool[0].numel() + pool[1].numel() * 8}
+    modes = ["eager", "compiled"] if args.mode == "both" else [args.mode]
+    for mode in modes:
+        log(f"{args.model} {mode}: batch {args.batch}, {args.warmup} warm-up + {args.steps} timed steps ...")
+        try:
+            res = run_eager(args, dev, pool) if mode == "eager" else run_compiled(args, dev, pool)
+        except Exception as e:  # noqa: BLE001 -- e.g. out of memory: report it, keep the other mode
+            res = {"error": f"{type(e).__name__}: {e}"[:2000],
+                   "traceback_tail": traceback.format_exc().strip().splitlines()[-15:]}
+            free_memory()
+        out["results"][mode] = res
+        log(human_line(args.model, mode, res))
+        write_json(args, out)
+    if "eager" in out["results"] and "compiled" in out["results"]:
+        e, c = out["results"]["eager"], out["results"]["compiled"]
+        if "img_per_s" in e and "img_per_s" in c:
+            out["compiled_over_eager"] = c["img_per_s"] / e["img_per_s"]
+            log(f"{args.model}: compiled / eager = {out['compiled_over_eager']:.3f}")
+    write_json(args, out)
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+// Internal to the CUDA backend: the CudaBackend class (declared here so that its lowering can live in more than
+// one file: cuda_backend.cpp for the MLP ops, data and capture; cuda_lower_cnn.cpp for the CNN ops), the
+// per-step device state and the resident split data. Not an API: include only from runtime/cuda/*.cpp.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <array>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/backend.h"
+#include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/cudnn_conv.h"
+#include "runtime/cuda/lt_gemm.h"
+#include "runtime/ops/amp/amp_cuda.h"
+#include "runtime/ops/augment/augment_cuda.h"
+#include "runtime/ops/optim/optim_cuda.h"
+
+namespace trctl::cuda_detail {
+
+// Everything that changes per step, in the plan's Hyper region.
+struct DeviceState {
+  OptHyper opt;
+  GradScalerState scaler;
+  uint32_t step;        // training iterations; the current one during a step (dropout key)
+  uint32_t cursor[2];   // per DataSplit: position in the epoch order
+  uint32_t epoch[2];    // per DataSplit: the epoch key of the transforms
+  int32_t bad_labels;   // labels outside [0, C) seen by the loss
+};
+static_assert(sizeof(DeviceState) <= static_cast<size_t>(kHyperBytes), "DeviceState must fit the Hyper region");
+
+using Launch = std::function<Status()>;
+
+struct SplitData {
+  uint8_t* pixels = nullptr;
+  int32_t* labels = nullptr;
+  int32_t* order = nullptr;
+  int64_t n = 0;
+  GpuPipeline pipeline;
+  bool uploaded = false;
+  std::vector<int32_t> host_order;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const Compiled& c, uint64_t seed) : c_(c), seed_(seed) {}
+  ~CudaBackend() override;
+
+  Status init();
+  std::string name() const override { return "cuda"; }
+  Status write_region(Region r, const std::vector<std::byte>& bytes) override;
+  std::vector<std::byte> read_region(Region r) override;
+  Status load_batch(int, int, const float*, const int32_t*, int64_t) override {
+    return Error{ErrCode::NotSupported, "cuda backend",
+                 "host-fed batches are not supported yet on the CUDA backend (device-resident datasets only)"};
+  }
+  void set_lr(double lr) override;
+  int64_t step() const override { return step_; }
+  void set_step(int64_t s) override;
+  Status run(int, int) override { return load_batch(0, 0, nullptr, nullptr, 0); }
+  double last_loss(int program) override;
+  ProgramMetrics metrics(int program) override;
+  void reset_metrics() override;
+  Status synchronize() override;
+  bool resident_data() const override { return true; }
+  // The optimizer's own step count (Adam's bias corrections) and the loss scaler live in DeviceState and are not
+  // restored yet.
+  bool supports_resume() const override { return false; }
+  Status upload_split(DataSplit split, const ImageDataset& data, const TransformPipeline& tf) override;
+  Status begin_epoch(DataSplit split, uint32_t epoch, const std::vector<int64_t>& order) override;
+  Status run_resident(int program, DataSplit split) override;
+
+ private:
+  char* at(ValueId v) const {
+    const Placement& p = c_.plan.values[v];
+    return region_[static_cast<int>(p.region)] + p.offset;
+  }
+  GpuDType act_type() const { return amp_ == Precision::Fp16 ? GpuDType::F16 : amp_ == Precision::Bf16 ? GpuDType::BF16 : GpuDType::F32; }
+  bool lowp() const { return amp_ == Precision::Fp16 || amp_ == Precision::Bf16; }
+  bool scaled() const { return amp_ == Precision::Fp16; }
+  const void* weight_ptr(ValueId w) const {
+    if (!lowp()) return at(w);
+    return static_cast<char*>(lowp_weights_) + c_.plan.values[w].offset / 2;
+  }
+  DeviceState* state() const { return reinterpret_cast<DeviceState*>(region_[static_cast<int>(Region::Hyper)]); }
+  Status refresh_lowp_weights();
+  Status copy_to_device(void* dst, const void* src, size_t bytes);
+  Status plan_gemms();
+  Result<std::vector<Launch>> lower(int program);
+  Status lower_node(int program, size_t i, std::vector<Launch>& out);
+  Status lower_gemm_node(int program, size_t i, std::vector<Launch>& out);
+  Status lower_optimizer(std::vector<Launch>& out);
+  // CNN nodes (runtime/cuda/cuda_lower_cnn.cpp): cuDNN plans and workspaces, then one launch list per node.
+  Status plan_cnn();
+  const CudnnConvPlan* conv_plan(const Node& n, ValueId x, ValueId w) const;
+  Status lower_cnn_node(int program, size_t i, std::vector<Launch>& out);
+  Status lower_conv_node(const Node& n, std::vector<Launch>& out);
+  Status lower_batch_norm_node(const Node& n, std::vector<Launch>& out);
+  Status capture(int program);
+
+  const Compiled& c_;
+  uint64_t seed_;
+  Precision amp_ = Precision::Fp32;
+  CudaContext ctx_;
+  char* arena_ = nullptr;
+  std::array<char*, kRegionCount> region_{};
+  void* lowp_weights_ = nullptr;
+  std::vector<void*> scratch_;                         // per program: the fused loss kernel's workspace
+  std::vector<size_t> ce_ws_bytes_;
+  std::map<std::pair<int, size_t>, LtGemmPlan> gemm_;  // (program, node) -> plan
+  std::map<std::pair<int, size_t>, size_t> bias_into_gemm_;  // (program, LinearGradBias node) -> its dW GEMM node
+  struct ReluFusion {
+    int program;
+    size_t forward, dgrad, relu_grad;  // node indices: Linear+ReLU, the next layer's LinearGradInput, the ReluGrad
+    void* mask;                        // (N, round_up(M, 128) bits) written by the forward, read by the dX GEMM
+  };
+  std::vector<ReluFusion> relu_fusions_;
+  void find_relu_fusions();
+  bool early_write_safe(int program, ValueId v, size_t at) const;
+  const ReluFusion* relu_fusion(int program, size_t node) const {
+    for (const ReluFusion& rf : relu_fusions_)
+      if (rf.program == program && (rf.forward == node || rf.dgrad == node || rf.relu_grad == node)) return &rf;
+    return nullptr;
+  }
+  std::map<std::string, CudnnConvPlan> conv_;  // by geometry key (cudnn_conv_describe's input part)
+  void* conv_ws_ = nullptr;                     // one cuDNN workspace: the step's launches run one after another
+  size_t conv_ws_bytes_ = 0;
+  void* bn_ws_ = nullptr;                       // batch norm's per-channel partial sums
+  size_t bn_ws_bytes_ = 0;
+  void* lowp_dw_ = nullptr;                     // AMP: a conv weight gradient in the activation dtype, before its cast
+  std::vector<Launch> warm_;                    // cuDNN calls run once before capture (module loading)
+  std::vector<cudaGraphExec_t> exec_;
+  std::vector<int64_t> runs_;
+  SplitData split_[2];
+  int64_t step_ = 0;
+  double host_lr_ = 0;
+  uint32_t host_u32_[4] = {};
+};
+
+}  // namespace trctl::cuda_detail

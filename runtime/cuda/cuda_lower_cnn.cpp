@@ -1,0 +1,221 @@
+// CudaBackend's CNN lowering: cuDNN convolution plans (one per distinct geometry) and the shared workspaces,
+// chosen once at construction; then each CNN node of a program as launches: conv fwd / dgrad / wgrad (cuDNN),
+// batch norm (train, eval, backward; deterministic two-pass reductions), pools, global average pool, and the
+// residual / gradient-sum add. Activations are in the AMP dtype; parameters, their gradients, the batch-norm
+// statistics and running statistics in fp32.
+#include <algorithm>
+
+#include "runtime/cuda/cuda_backend_impl.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/ops/add/add_cuda.h"
+#include "runtime/ops/batchnorm/batchnorm_cuda.h"
+#include "runtime/ops/cast/cast_cuda.h"
+#include "runtime/ops/pool/pool_cuda.h"
+
+namespace trctl::cuda_detail {
+namespace {
+
+// The conv's geometry as a map key: every shape and attribute that the plan depends on.
+std::string conv_key(const Conv2dGeom& g) {
+  const int64_t f[] = {g.n, g.h, g.w, g.c, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w,
+                       g.dil_h, g.dil_w, g.groups};
+  std::string k;
+  for (int64_t v : f) k += std::to_string(v) + ",";
+  return k;
+}
+
+bool is_conv(OpKind k) { return k == OpKind::Conv2d || k == OpKind::Conv2dGradInput || k == OpKind::Conv2dGradWeight; }
+
+// (x, w) of a conv node or its gradients: Conv2d (X, W), Conv2dGradInput (dY, W) -> dX, Conv2dGradWeight (dY, X) -> dW.
+std::pair<ValueId, ValueId> conv_operands(const Node& n) {
+  switch (n.op) {
+    case OpKind::Conv2dGradInput: return {n.out[0], n.in[1]};
+    case OpKind::Conv2dGradWeight: return {n.in[1], n.out[0]};
+    default: return {n.in[0], n.in[1]};
+  }
+}
+
+}  // namespace
+
+// Conv plans for every conv node of every program (train and train_last differ in N), the largest workspace any
+// of them needs, batch norm's workspace, and (AMP) the scratch for a weight gradient before its cast to fp32.
+Status CudaBackend::plan_cnn() {
+  ConvDesc d;
+  d.io = act_type();
+  d.tf32 = amp_ == Precision::Tf32;
+  d.deterministic = c_.spec.train.deterministic;
+  int64_t max_dw = 0;
+  for (const Program& p : c_.graph.programs)
+    for (const Node& n : p.nodes) {
+      if (is_conv(n.op)) {
+        const auto [x, w] = conv_operands(n);
+        d.g = conv2d_geom_of(c_.graph, n, x, w);
+        const std::string key = conv_key(d.g);
+        if (!conv_.count(key)) {
+          Result<CudnnConvPlan> plan = cudnn_conv_plan(ctx_.cudnn, d);
+          if (!plan.ok()) return plan.errors();
+          conv_ws_bytes_ = std::max(conv_ws_bytes_, cudnn_conv_workspace_bytes(plan.value()));
+          conv_.emplace(key, std::move(plan.value()));
+        }
+        if (n.op == OpKind::Conv2dGradWeight) max_dw = std::max(max_dw, c_.graph.values[w].shape.numel());
+      } else if (n.op == OpKind::BatchNorm || n.op == OpKind::BatchNormGrad) {
+        const int64_t c = c_.graph.values[n.in[n.op == OpKind::BatchNorm ? 1 : 2]].shape.numel();
+        bn_ws_bytes_ = std::max(bn_ws_bytes_, batchnorm_workspace_bytes(c_.graph.values[n.in[0]].shape.numel() / c, c));
+      }
+    }
+  if (conv_ws_bytes_ > 0) TRCTL_CUDA_TRY(cudaMalloc(&conv_ws_, conv_ws_bytes_));
+  if (bn_ws_bytes_ > 0) TRCTL_CUDA_TRY(cudaMalloc(&bn_ws_, bn_ws_bytes_));
+  if (lowp() && max_dw > 0) TRCTL_CUDA_TRY(cudaMalloc(&lowp_dw_, static_cast<size_t>(max_dw) * 2));
+  return ok_status();
+}
+
+const CudnnConvPlan* CudaBackend::conv_plan(const Node& n, ValueId x, ValueId w) const {
+  auto it = conv_.find(conv_key(conv2d_geom_of(c_.graph, n, x, w)));
+  return it == conv_.end() ? nullptr : &it->second;
+}
+
+Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
+  const auto [xv, wv] = conv_operands(n);
+  const CudnnConvPlan* plan = conv_plan(n, xv, wv);
+  if (!plan) return Error{ErrCode::Internal, "cuda backend", "no cuDNN plan for " + n.name};
+  const cudaStream_t s = ctx_.stream;
+  const cudnnHandle_t h = ctx_.cudnn;
+  void* ws = conv_ws_;
+  const size_t wsb = conv_ws_bytes_;
+  std::vector<Launch> launches;
+  if (n.op == OpKind::Conv2d) {
+    const void *x = at(n.in[0]), *w = weight_ptr(n.in[1]);
+    const void* b = n.in.size() == 3 ? weight_ptr(n.in[2]) : nullptr;  // the bias from the same copy as W
+    void* y = at(n.out[0]);
+    launches.push_back([=] { return cudnn_conv_fwd(h, s, *plan, x, w, b, y, ws, wsb); });
+  } else if (n.op == OpKind::Conv2dGradInput) {
+    const void *dy = at(n.in[0]), *w = weight_ptr(n.in[1]);
+    void* dx = at(n.out[0]);
+    launches.push_back([=] { return cudnn_conv_dgrad(h, s, *plan, dy, w, dx, ws, wsb); });
+  } else {
+    // dW in the io dtype (cuDNN's filter type); under AMP cast into the fp32 gradient region afterwards.
+    const Placement& pl = c_.plan.values[n.out[0]];
+    if (lowp() && pl.region != Region::Grads)
+      return Error{ErrCode::NotSupported, "cuda backend",
+                   "a convolution weight used more than once (" + n.name + ") is not supported under AMP yet"};
+    const void *dy = at(n.in[0]), *x = at(n.in[1]);
+    void* dw_f32 = at(n.out[0]);
+    void* dw = lowp() ? lowp_dw_ : dw_f32;
+    launches.push_back([=] { return cudnn_conv_wgrad(h, s, *plan, dy, x, dw, ws, wsb); });
+    if (lowp()) {
+      const GpuDType act = act_type();
+      const int64_t cnt = c_.graph.values[n.out[0]].shape.numel();
+      launches.push_back([=] { return cast_cuda(s, dw, act, dw_f32, GpuDType::F32, cnt); });
+    }
+  }
+  warm_.push_back(launches[0]);
+  out.insert(out.end(), launches.begin(), launches.end());
+  return ok_status();
+}
+
+Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& out) {
+  const cudaStream_t s = ctx_.stream;
+  const GpuDType act = act_type();
+  auto f32 = [&](ValueId v) { return reinterpret_cast<float*>(at(v)); };
+  const bool grad = n.op == OpKind::BatchNormGrad;
+  const int64_t c = c_.graph.values[n.in[grad ? 2 : 1]].shape.numel();
+  const int64_t rows = c_.graph.values[n.in[0]].shape.numel() / c;
+  const float eps = n.attrs.eps, momentum = n.attrs.momentum;
+  const bool relu = n.attrs.relu;
+  void* ws = bn_ws_;
+  const size_t wsb = bn_ws_bytes_;
+  const void* x = at(n.in[grad ? 1 : 0]);
+  if (n.op == OpKind::BatchNorm) {  // X, gamma, beta, running mean, running var -> Y, save_mean, save_invstd
+    const float *gamma = f32(n.in[1]), *beta = f32(n.in[2]);
+    float *rm = f32(n.in[3]), *rv = f32(n.in[4]), *sm = f32(n.out[1]), *si = f32(n.out[2]);
+    void* y = at(n.out[0]);
+    out.push_back([=] {
+      return batchnorm_fwd_train_cuda(s, x, act, gamma, beta, y, sm, si, rm, rv, rows, c, eps, momentum, relu, ws, wsb);
+    });
+  } else if (n.op == OpKind::BatchNormEval) {
+    const float *gamma = f32(n.in[1]), *beta = f32(n.in[2]), *rm = f32(n.in[3]), *rv = f32(n.in[4]);
+    void* y = at(n.out[0]);
+    out.push_back([=] { return batchnorm_fwd_eval_cuda(s, x, act, gamma, beta, rm, rv, y, rows, c, eps, relu); });
+  } else {  // dY, X, gamma, save_mean, save_invstd [, Y] -> dX, dgamma, dbeta
+    for (ValueId v : {n.out[1], n.out[2]})
+      if (c_.plan.values[v].region != Region::Grads)
+        return Error{ErrCode::NotSupported, "cuda backend",
+                     "a batch-norm parameter used more than once (" + n.name + ") is not supported on CUDA yet"};
+    const void* dy = at(n.in[0]);
+    const float *gamma = f32(n.in[2]), *sm = f32(n.in[3]), *si = f32(n.in[4]);
+    const void* y = relu ? at(n.in[5]) : nullptr;
+    void* dx = at(n.out[0]);
+    float *dg = f32(n.out[1]), *db = f32(n.out[2]);
+    out.push_back([=] {
+      return batchnorm_bwd_cuda(s, dy, x, y, act, gamma, sm, si, dx, dg, db, rows, c, ws, wsb);
+    });
+  }
+  return ok_status();
+}
+
+Status CudaBackend::lower_cnn_node(int program, size_t i, std::vector<Launch>& out) {
+  const Node& n = c_.graph.programs[program].nodes[i];
+  const cudaStream_t s = ctx_.stream;
+  const GpuDType act = act_type();
+  const Graph& g = c_.graph;
+  switch (n.op) {
+    case OpKind::Conv2d:
+    case OpKind::Conv2dGradInput:
+    case OpKind::Conv2dGradWeight:
+      return lower_conv_node(n, out);
+    case OpKind::BatchNorm:
+    case OpKind::BatchNormEval:
+    case OpKind::BatchNormGrad:
+      return lower_batch_norm_node(n, out);
+    case OpKind::MaxPool:
+    case OpKind::AvgPool: {
+      const Pool2dGeom pg = pool2d_geom_of(g, n, n.in[0]);
+      const void* x = at(n.in[0]);
+      void* y = at(n.out[0]);
+      const bool mx = n.op == OpKind::MaxPool;
+      out.push_back([=] { return mx ? maxpool2d_fwd_cuda(s, pg, x, y, act) : avgpool2d_fwd_cuda(s, pg, x, y, act); });
+      return ok_status();
+    }
+    case OpKind::MaxPoolGrad: {  // dY, X -> dX
+      const Pool2dGeom pg = pool2d_geom_of(g, n, n.in[1]);
+      const void *dy = at(n.in[0]), *x = at(n.in[1]);
+      void* dx = at(n.out[0]);
+      out.push_back([=] { return maxpool2d_bwd_cuda(s, pg, dy, x, dx, act); });
+      return ok_status();
+    }
+    case OpKind::AvgPoolGrad: {  // dY -> dX
+      const Pool2dGeom pg = pool2d_geom_of(g, n, n.out[0]);
+      const void* dy = at(n.in[0]);
+      void* dx = at(n.out[0]);
+      out.push_back([=] { return avgpool2d_bwd_cuda(s, pg, dy, dx, act); });
+      return ok_status();
+    }
+    case OpKind::GlobalAvgPool:
+    case OpKind::GlobalAvgPoolGrad: {
+      const bool fwd = n.op == OpKind::GlobalAvgPool;
+      const Shape& img = g.values[fwd ? n.in[0] : n.out[0]].shape;  // (N, H, W, C)
+      const int64_t nb = img.dims[0], hw = img.dims[1] * img.dims[2], c = img.dims[3];
+      const void* x = at(n.in[0]);
+      void* y = at(n.out[0]);
+      out.push_back([=] {
+        return fwd ? global_avgpool_fwd_cuda(s, x, y, nb, hw, c, act) : global_avgpool_bwd_cuda(s, x, y, nb, hw, c, act);
+      });
+      return ok_status();
+    }
+    case OpKind::Add: {  // residual sums and sums of gradient contributions
+      if (c_.plan.values[n.out[0]].region != Region::Activations)
+        return Error{ErrCode::NotSupported, "cuda backend",
+                     "a parameter used more than once (" + n.name + ") is not supported on CUDA yet"};
+      const void *a = at(n.in[0]), *b = at(n.in[1]);
+      void* y = at(n.out[0]);
+      const int64_t cnt = g.values[n.out[0]].shape.numel();
+      const bool relu = n.attrs.relu;
+      out.push_back([=] { return add_cuda(s, a, b, y, cnt, act, relu); });
+      return ok_status();
+    }
+    default:
+      return Error{ErrCode::Internal, "cuda backend", std::string("not a CNN node: ") + to_string(n.op)};
+  }
+}
+
+}  // namespace trctl::cuda_detail

@@ -1,0 +1,469 @@
+// Batch norm kernels. Three launches per direction, all on one (row-block x channel-tile) geometry:
+//   1. stats: block (tx, 16) covers tx*V channels and one block of rows; thread (tx, ty) reads rows r0+ty, r0+ty+16,
+//      ... with V-wide vector loads (a warp reads whole rows: coalesced), keeps per-channel Welford state (forward)
+//      or plain sums (backward), and the 16 row groups are merged in ty order into one partial per channel.
+//   2. finalize: per channel, the row-block partials are merged in fixed order (strided loop + tree).
+//   3. apply: elementwise over the same geometry, per-channel constants kept in registers.
+// The row split (rows per block, 16 row groups) depends only on (rows, c), never on V or the alignment, and all
+// roundings are explicit (fmaf), so the vector and scalar paths give bitwise the same results.
+#include <algorithm>
+#include <type_traits>
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_utils.cuh"
+#include "runtime/ops/batchnorm/batchnorm_cuda.h"
+
+namespace trctl {
+
+namespace {
+
+constexpr int kRowGroups = 16;             // threadIdx.y extent of the stats/apply blocks
+constexpr int kUnroll = 4;                 // rows loaded before use: more bytes in flight per thread
+constexpr int64_t kTargetPartials = 65536; // row blocks * c: enough blocks to fill the GPU for c = 64
+constexpr int64_t kMinRowsPerBlock = 32;
+constexpr int64_t kMaxRowBlocks = 4096;    // bounds the finalize work and gridDim.y
+constexpr int kFinCols = 8, kFinGroups = 64, kFinUnroll = 4;  // finalize: 8 channels (one 32-byte sector) x 64
+
+struct RowSplit {
+  int64_t rows_per_block = 1, blocks = 1;
+};
+
+// Row blocks from (rows, c) only: it fixes the summation order, and it sizes the workspace.
+RowSplit row_split(int64_t rows, int64_t c) {
+  int64_t want = std::max<int64_t>(1, kTargetPartials / std::max<int64_t>(c, 1));
+  want = std::min(want, kMaxRowBlocks);
+  want = std::min(want, (rows + kMinRowsPerBlock - 1) / kMinRowsPerBlock);
+  want = std::max<int64_t>(want, 1);
+  RowSplit s;
+  s.rows_per_block = std::max<int64_t>(1, (rows + want - 1) / want);
+  s.blocks = std::max<int64_t>(1, (rows + s.rows_per_block - 1) / s.rows_per_block);
+  return s;
+}
+
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+// Launch shape for vector width V: tx threads along channels (power of two <= 32), 16 row groups.
+struct Launch {
+  dim3 grid, block;
+  size_t smem = 0;  // stats kernels: two (16, tx*V) f32 arrays
+};
+Launch make_launch(int64_t c, int v, const RowSplit& rs) {
+  const int64_t packs = (c + v - 1) / v;
+  int tx = 1;
+  while (tx < packs && tx < 32) tx *= 2;
+  Launch l;
+  l.block = dim3(tx, kRowGroups);
+  l.grid = dim3(static_cast<unsigned>((packs + tx - 1) / tx), static_cast<unsigned>(rs.blocks));
+  l.smem = 2 * sizeof(float) * kRowGroups * tx * v;
+  return l;
+}
+
+// Chan et al. merge of moments (n, mean, m2) with (nb, mb, m2b); an empty side leaves the other exactly.
+__device__ __forceinline__ void chan_merge(float& n, float& mean, float& m2, float nb, float mb, float m2b) {
+  if (nb == 0.0f) return;
+  const float nn = n + nb;
+  const float wb = __fdiv_rn(nb, nn);
+  const float delta = mb - mean;
+  mean = fmaf(delta, wb, mean);
+  m2 = m2 + fmaf(delta * delta, n * wb, m2b);
+  n = nn;
+}
+
+// Rows of row group g (rows r0+g, r0+g+16, ...) in a block of len rows.
+__device__ __forceinline__ float group_rows(int64_t len, int g) {
+  return len > g ? static_cast<float>((len - 1 - g) / kRowGroups + 1) : 0.0f;
+}
+
+__device__ __forceinline__ float row_block_len(int64_t rb, int64_t rows, int64_t rpb) {
+  return static_cast<float>(min(rows, (rb + 1) * rpb) - rb * rpb);
+}
+
+// out[u] = the V-pack at (row r + 16u, column col) of p (rows,c), for the rows below r1.
+template <int U, int V, class T>
+__device__ __forceinline__ void load_rows(const T* p, int64_t r, int64_t r1, int64_t c, int64_t col,
+                                          Pack<T, V> (&out)[U]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    if (r + u * kRowGroups < r1) out[u] = pack_load<V>(p + (r + u * kRowGroups) * c + col);
+}
+
+// Backward loads: 3 packs per row, so wide packs use half the unroll to stay within 128 registers (no spills at
+// 512 threads). The unroll does not change the order of the per-thread sums.
+template <int V>
+constexpr int bwd_unroll() { return V >= 8 ? 2 : kUnroll; }
+
+// Pass 1 forward. x (rows,c) -> part_mean, part_m2 (row blocks, c): Welford moments of each row block.
+template <class T, int V>
+__global__ void __launch_bounds__(512)
+    bn_fwd_stats_kernel(const T* __restrict__ x, int64_t rows, int64_t c, int64_t rpb, float* __restrict__ part_mean,
+                        float* __restrict__ part_m2) {
+  extern __shared__ float smem[];  // (2, 16, tile)
+  const int tx = threadIdx.x, ty = threadIdx.y, tile = blockDim.x * V;
+  const int64_t col = (static_cast<int64_t>(blockIdx.x) * blockDim.x + tx) * V;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rpb, r1 = min(rows, r0 + rpb);
+  float n = 0.0f, mean[V], m2[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) mean[j] = m2[j] = 0.0f;
+  if (col < c) {
+    for (int64_t r = r0 + ty; r < r1; r += kRowGroups * kUnroll) {
+      Pack<T, V> p[kUnroll];
+      load_rows(x, r, r1, c, col, p);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (r + u * kRowGroups >= r1) break;
+        n += 1.0f;
+        const float inv = __frcp_rn(n);  // shared by the V channels of this row
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float v = to_f32(p[u].v[j]);
+          const float d = v - mean[j];
+          mean[j] = fmaf(d, inv, mean[j]);
+          m2[j] = fmaf(d, v - mean[j], m2[j]);
+        }
+      }
+    }
+  }
+  float* sm_mean = smem;
+  float* sm_m2 = smem + kRowGroups * tile;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    sm_mean[ty * tile + tx * V + j] = mean[j];
+    sm_m2[ty * tile + tx * V + j] = m2[j];
+  }
+  __syncthreads();
+  // Thread (tx, j < V) merges channel col + j over the row groups in order 0..15.
+  if (ty < V && col + ty < c) {
+    const int64_t len = r1 - r0;
+    float bn = 0.0f, bm = 0.0f, b2 = 0.0f;
+    for (int g = 0; g < kRowGroups; ++g)
+      chan_merge(bn, bm, b2, group_rows(len, g), sm_mean[g * tile + tx * V + ty], sm_m2[g * tile + tx * V + ty]);
+    part_mean[blockIdx.y * c + col + ty] = bm;
+    part_m2[blockIdx.y * c + col + ty] = b2;
+  }
+}
+
+// Finalize accumulators: Welford moments (forward) and the two plain sums (backward). Trivial types (they live in
+// __shared__ arrays); add_partial takes one row block's pair of partials, add merges another accumulator.
+struct Moments {
+  float n, mean, m2;
+  __device__ void add_partial(float pm, float p2, float count) { chan_merge(n, mean, m2, count, pm, p2); }
+  __device__ void add(const Moments& o) { chan_merge(n, mean, m2, o.n, o.mean, o.m2); }
+};
+struct Sums {
+  float g, gx;
+  __device__ void add_partial(float pg, float pgx, float) { g += pg, gx += pgx; }
+  __device__ void add(const Sums& o) { g += o.g, gx += o.gx; }
+};
+
+// Reduces the row-block partials pa, pb (row blocks, c) of channel ch = blockIdx.x * 8 + tx in fixed order: row
+// group ty takes blocks ty, ty + 64, ... in turn, then a fixed tree over the 64 groups. Valid in thread ty == 0.
+template <class Acc>
+__device__ Acc reduce_row_blocks(const float* __restrict__ pa, const float* __restrict__ pb, int64_t rows,
+                                 int64_t c, int64_t rpb, int64_t nrb) {
+  __shared__ Acc sh[kFinGroups][kFinCols];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t ch = static_cast<int64_t>(blockIdx.x) * kFinCols + tx;
+  Acc acc{};
+  if (ch < c) {
+    for (int64_t rb0 = ty; rb0 < nrb; rb0 += kFinGroups * kFinUnroll) {
+      float va[kFinUnroll], vb[kFinUnroll];  // loads first: kFinUnroll independent loads in flight
+#pragma unroll
+      for (int u = 0; u < kFinUnroll; ++u) {
+        const int64_t rb = rb0 + u * kFinGroups;
+        va[u] = rb < nrb ? pa[rb * c + ch] : 0.0f;
+        vb[u] = rb < nrb ? pb[rb * c + ch] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kFinUnroll; ++u) {
+        const int64_t rb = rb0 + u * kFinGroups;
+        if (rb < nrb) acc.add_partial(va[u], vb[u], row_block_len(rb, rows, rpb));
+      }
+    }
+  }
+  sh[ty][tx] = acc;
+  for (int half = kFinGroups / 2; half > 0; half /= 2) {  // group g absorbs g + half
+    __syncthreads();
+    if (ty < half) {
+      acc.add(sh[ty + half][tx]);
+      sh[ty][tx] = acc;
+    }
+  }
+  return acc;
+}
+
+// Pass 2 forward: mean, invstd and the running statistics from the row-block moments (row blocks, c).
+__global__ void __launch_bounds__(kFinCols * kFinGroups)
+    bn_fwd_finalize_kernel(const float* __restrict__ part_mean, const float* __restrict__ part_m2, int64_t rows,
+                           int64_t c, int64_t rpb, int64_t nrb, float eps, float momentum, float* save_mean,
+                           float* save_invstd, float* running_mean, float* running_var) {
+  const Moments m = reduce_row_blocks<Moments>(part_mean, part_m2, rows, c, rpb, nrb);
+  const int64_t ch = static_cast<int64_t>(blockIdx.x) * kFinCols + threadIdx.x;
+  if (threadIdx.y != 0 || ch >= c) return;
+  const float var = fmaxf(m.m2 / m.n, 0.0f);  // biased; m.n == rows
+  save_mean[ch] = m.mean;
+  save_invstd[ch] = 1.0f / sqrtf(var + eps);
+  if (running_mean) running_mean[ch] = fmaf(momentum, m.mean, (1.0f - momentum) * running_mean[ch]);
+  if (running_var) {
+    const float unbiased = var * (m.n / (m.n - 1.0f));
+    running_var[ch] = fmaf(momentum, unbiased, (1.0f - momentum) * running_var[ch]);
+  }
+}
+
+// Pass 3 forward (train and eval): y = relu?((x - mean) * (gamma * inv) + beta), inv = invstd, or
+// 1/sqrt(var + eps) when var_not_invstd (eval: running_var). x, y (rows,c) may alias.
+template <class T, int V>
+__global__ void __launch_bounds__(512)
+    bn_fwd_apply_kernel(const T* x, T* y, const float* __restrict__ gamma, const float* __restrict__ beta,
+                        const float* __restrict__ mean, const float* __restrict__ inv_or_var, bool var_not_invstd,
+                        float eps, bool relu, int64_t rows, int64_t c, int64_t rpb) {
+  const int64_t col = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  if (col >= c) return;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rpb, r1 = min(rows, r0 + rpb);
+  float m[V], scale[V], shift[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const float inv = var_not_invstd ? 1.0f / sqrtf(inv_or_var[col + j] + eps) : inv_or_var[col + j];
+    m[j] = mean[col + j];
+    scale[j] = gamma[col + j] * inv;
+    shift[j] = beta[col + j];
+  }
+  for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowGroups * kUnroll) {
+    Pack<T, V> p[kUnroll];
+    load_rows(x, r, r1, c, col, p);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (r + u * kRowGroups >= r1) break;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        float v = fmaf(to_f32(p[u].v[j]) - m[j], scale[j], shift[j]);
+        if (relu) v = (v > 0.0f || v != v) ? v : 0.0f;  // NaN propagates, as torch.relu
+        p[u].v[j] = from_f32<T>(v);
+      }
+      pack_store<V>(y + (r + u * kRowGroups) * c + col, p[u]);
+    }
+  }
+}
+
+// Pass 1 backward. dy, x, relu_y (rows,c), mean (c) -> part_g = sum(g), part_gx = sum(g * (x - mean)) per row block
+// (row blocks, c), g = dy masked by relu_y > 0 when relu_y is given.
+template <class T, int V>
+__global__ void __launch_bounds__(512)
+    bn_bwd_stats_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ relu_y,
+                        const float* __restrict__ mean, int64_t rows, int64_t c, int64_t rpb,
+                        float* __restrict__ part_g, float* __restrict__ part_gx) {
+  extern __shared__ float smem[];  // (2, 16, tile)
+  const int tx = threadIdx.x, ty = threadIdx.y, tile = blockDim.x * V;
+  const int64_t col = (static_cast<int64_t>(blockIdx.x) * blockDim.x + tx) * V;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rpb, r1 = min(rows, r0 + rpb);
+  float m[V], sg[V], sgx[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) m[j] = sg[j] = sgx[j] = 0.0f;
+  if (col < c) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) m[j] = mean[col + j];
+    constexpr int U = bwd_unroll<V>();
+    for (int64_t r = r0 + ty; r < r1; r += kRowGroups * U) {
+      Pack<T, V> pd[U], px[U], py[U];
+      load_rows(dy, r, r1, c, col, pd);
+      load_rows(x, r, r1, c, col, px);
+      if (relu_y) load_rows(relu_y, r, r1, c, col, py);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (r + u * kRowGroups >= r1) break;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float g = (relu_y && !(to_f32(py[u].v[j]) > 0.0f)) ? 0.0f : to_f32(pd[u].v[j]);
+          sg[j] += g;
+          sgx[j] = fmaf(g, to_f32(px[u].v[j]) - m[j], sgx[j]);
+        }
+      }
+    }
+  }
+  float* sm_g = smem;
+  float* sm_gx = smem + kRowGroups * tile;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    sm_g[ty * tile + tx * V + j] = sg[j];
+    sm_gx[ty * tile + tx * V + j] = sgx[j];
+  }
+  __syncthreads();
+  if (ty < V && col + ty < c) {  // thread (tx, j < V): channel col + j, row groups in order 0..15
+    float a = 0.0f, b = 0.0f;
+    for (int g = 0; g < kRowGroups; ++g) {
+      a += sm_g[g * tile + tx * V + ty];
+      b += sm_gx[g * tile + tx * V + ty];
+    }
+    part_g[blockIdx.y * c + col + ty] = a;
+    part_gx[blockIdx.y * c + col + ty] = b;
+  }
+}
+
+// Pass 2 backward: dbeta = sum(g), dgamma = invstd * sum(g (x - mean)) from the row-block sums (row blocks, c).
+__global__ void __launch_bounds__(kFinCols * kFinGroups)
+    bn_bwd_finalize_kernel(const float* __restrict__ part_g, const float* __restrict__ part_gx, int64_t rows,
+                           int64_t c, int64_t rpb, int64_t nrb, const float* __restrict__ save_invstd, float* dgamma,
+                           float* dbeta) {
+  const Sums sum = reduce_row_blocks<Sums>(part_g, part_gx, rows, c, rpb, nrb);
+  const int64_t ch = static_cast<int64_t>(blockIdx.x) * kFinCols + threadIdx.x;
+  if (threadIdx.y != 0 || ch >= c) return;
+  dbeta[ch] = sum.g;
+  dgamma[ch] = sum.gx * save_invstd[ch];
+}
+
+// Pass 3 backward: dx = gamma * invstd * (g - dbeta / n - (x - mean) * invstd * dgamma / n). dx may alias dy.
+template <class T, int V>
+__global__ void __launch_bounds__(512)
+    bn_bwd_apply_kernel(const T* dy, const T* x, const T* relu_y, const float* __restrict__ gamma,
+                        const float* __restrict__ mean, const float* __restrict__ invstd,
+                        const float* __restrict__ dgamma, const float* __restrict__ dbeta, T* dx, int64_t rows,
+                        int64_t c, int64_t rpb) {
+  const int64_t col = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  if (col >= c) return;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rpb, r1 = min(rows, r0 + rpb);
+  const float inv_n = 1.0f / static_cast<float>(rows);
+  float m[V], a[V], mg[V], k[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    m[j] = mean[col + j];
+    a[j] = gamma[col + j] * invstd[col + j];
+    mg[j] = dbeta[col + j] * inv_n;
+    k[j] = invstd[col + j] * (dgamma[col + j] * inv_n);
+  }
+  constexpr int U = bwd_unroll<V>();
+  for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowGroups * U) {
+    Pack<T, V> pd[U], px[U], py[U];
+    load_rows(dy, r, r1, c, col, pd);
+    load_rows(x, r, r1, c, col, px);
+    if (relu_y) load_rows(relu_y, r, r1, c, col, py);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (r + u * kRowGroups >= r1) break;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float g = (relu_y && !(to_f32(py[u].v[j]) > 0.0f)) ? 0.0f : to_f32(pd[u].v[j]);
+        pd[u].v[j] = from_f32<T>(a[j] * fmaf(-(to_f32(px[u].v[j]) - m[j]), k[j], g - mg[j]));
+      }
+      pack_store<V>(dx + (r + u * kRowGroups) * c + col, pd[u]);
+    }
+  }
+}
+
+// Calls f(std::integral_constant<int, V>) with the widest V for which every row of every pointer is V-aligned:
+// 16 bytes, else 2 elements, else scalar. The results do not depend on the choice (see the file comment).
+template <class T, class F>
+Status with_vector_width(int64_t c, const void* a, const void* b, const void* p, const void* q, F&& f) {
+  constexpr int kV16 = kVec16<T>;
+  if (c % kV16 == 0 && gpu_aligned(16, a, b, p, q)) return f(std::integral_constant<int, kV16>{});
+  if (c % 2 == 0 && gpu_aligned(2 * sizeof(T), a, b, p, q)) return f(std::integral_constant<int, 2>{});
+  return f(std::integral_constant<int, 1>{});
+}
+
+#define BN_LAUNCHED(name)                                      \
+  do {                                                         \
+    Status launch_st_ = TRCTL_CUDA_LAUNCH_STATUS(name);        \
+    if (!launch_st_) return launch_st_;                        \
+  } while (0)
+
+}  // namespace
+
+size_t batchnorm_workspace_bytes(int64_t rows, int64_t c) {
+  if (rows < 1 || c < 1) return 0;
+  const RowSplit rs = row_split(rows, c);
+  return 2 * align256(static_cast<size_t>(rs.blocks * c) * sizeof(float));
+}
+
+Status batchnorm_fwd_train_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma, const float* beta,
+                                void* y, float* save_mean, float* save_invstd, float* running_mean,
+                                float* running_var, int64_t rows, int64_t c, float eps, float momentum, bool relu,
+                                void* workspace, size_t workspace_bytes) {
+  TRCTL_CUDA_ARG_CHECK(rows >= 2, "batchnorm_fwd_train_cuda: rows < 2 (training needs more than one value per channel)");
+  TRCTL_CUDA_ARG_CHECK(c >= 1 && c < (int64_t{1} << 31), "batchnorm_fwd_train_cuda: c outside [1, 2^31)");
+  TRCTL_CUDA_ARG_CHECK(x && y && gamma && beta && save_mean && save_invstd,
+                       "batchnorm_fwd_train_cuda: null pointer");
+  TRCTL_CUDA_ARG_CHECK(workspace && workspace_bytes >= batchnorm_workspace_bytes(rows, c),
+                       "batchnorm_fwd_train_cuda: workspace missing or smaller than batchnorm_workspace_bytes");
+  const RowSplit rs = row_split(rows, c);
+  float* part_mean = static_cast<float*>(workspace);  // (row blocks, c)
+  float* part_m2 = part_mean + align256(static_cast<size_t>(rs.blocks * c) * sizeof(float)) / sizeof(float);
+  return dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return with_vector_width<T>(c, x, y, nullptr, nullptr, [&](auto vw) {
+      constexpr int V = decltype(vw)::value;
+      const Launch l = make_launch(c, V, rs);
+      bn_fwd_stats_kernel<T, V><<<l.grid, l.block, l.smem, s>>>(static_cast<const T*>(x), rows, c,
+                                                                  rs.rows_per_block, part_mean, part_m2);
+      BN_LAUNCHED("bn_fwd_stats_kernel");
+      const unsigned fin_grid = static_cast<unsigned>((c + kFinCols - 1) / kFinCols);
+      bn_fwd_finalize_kernel<<<fin_grid, dim3(kFinCols, kFinGroups), 0, s>>>(
+          part_mean, part_m2, rows, c, rs.rows_per_block, rs.blocks, eps, momentum, save_mean, save_invstd,
+          running_mean, running_var);
+      BN_LAUNCHED("bn_fwd_finalize_kernel");
+      bn_fwd_apply_kernel<T, V><<<l.grid, l.block, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), gamma,
+                                                            beta, save_mean, save_invstd, false, eps, relu, rows, c,
+                                                            rs.rows_per_block);
+      return TRCTL_CUDA_LAUNCH_STATUS("bn_fwd_apply_kernel");
+    });
+  });
+}
+
+Status batchnorm_fwd_eval_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma, const float* beta,
+                               const float* running_mean, const float* running_var, void* y, int64_t rows, int64_t c,
+                               float eps, bool relu) {
+  TRCTL_CUDA_ARG_CHECK(rows >= 0, "batchnorm_fwd_eval_cuda: rows < 0");
+  TRCTL_CUDA_ARG_CHECK(c >= 1 && c < (int64_t{1} << 31), "batchnorm_fwd_eval_cuda: c outside [1, 2^31)");
+  if (rows == 0) return ok_status();
+  TRCTL_CUDA_ARG_CHECK(x && y && gamma && beta && running_mean && running_var,
+                       "batchnorm_fwd_eval_cuda: null pointer");
+  const RowSplit rs = row_split(rows, c);
+  return dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return with_vector_width<T>(c, x, y, nullptr, nullptr, [&](auto vw) {
+      constexpr int V = decltype(vw)::value;
+      const Launch l = make_launch(c, V, rs);
+      bn_fwd_apply_kernel<T, V><<<l.grid, l.block, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), gamma,
+                                                            beta, running_mean, running_var, true, eps, relu, rows,
+                                                            c, rs.rows_per_block);
+      return TRCTL_CUDA_LAUNCH_STATUS("bn_fwd_apply_kernel");
+    });
+  });
+}
+
+Status batchnorm_bwd_cuda(cudaStream_t s, const void* dy, const void* x, const void* relu_y, GpuDType t,
+                          const float* gamma, const float* save_mean, const float* save_invstd, void* dx,
+                          float* dgamma, float* dbeta, int64_t rows, int64_t c, void* workspace,
+                          size_t workspace_bytes) {
+  TRCTL_CUDA_ARG_CHECK(rows >= 1, "batchnorm_bwd_cuda: rows < 1");
+  TRCTL_CUDA_ARG_CHECK(c >= 1 && c < (int64_t{1} << 31), "batchnorm_bwd_cuda: c outside [1, 2^31)");
+  TRCTL_CUDA_ARG_CHECK(dy && x && gamma && save_mean && save_invstd && dx && dgamma && dbeta,
+                       "batchnorm_bwd_cuda: null pointer");
+  TRCTL_CUDA_ARG_CHECK(dx != x, "batchnorm_bwd_cuda: dx aliases x");
+  TRCTL_CUDA_ARG_CHECK(workspace && workspace_bytes >= batchnorm_workspace_bytes(rows, c),
+                       "batchnorm_bwd_cuda: workspace missing or smaller than batchnorm_workspace_bytes");
+  const RowSplit rs = row_split(rows, c);
+  float* part_g = static_cast<float*>(workspace);  // (row blocks, c)
+  float* part_gx = part_g + align256(static_cast<size_t>(rs.blocks * c) * sizeof(float)) / sizeof(float);
+  return dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return with_vector_width<T>(c, dy, x, relu_y, dx, [&](auto vw) {
+      constexpr int V = decltype(vw)::value;
+      const Launch l = make_launch(c, V, rs);
+      const T* dys = static_cast<const T*>(dy);
+      const T* xs = static_cast<const T*>(x);
+      const T* ys = static_cast<const T*>(relu_y);
+      bn_bwd_stats_kernel<T, V><<<l.grid, l.block, l.smem, s>>>(dys, xs, ys, save_mean, rows, c,
+                                                                  rs.rows_per_block, part_g, part_gx);
+      BN_LAUNCHED("bn_bwd_stats_kernel");
+      const unsigned fin_grid = static_cast<unsigned>((c + kFinCols - 1) / kFinCols);
+      bn_bwd_finalize_kernel<<<fin_grid, dim3(kFinCols, kFinGroups), 0, s>>>(
+          part_g, part_gx, rows, c, rs.rows_per_block, rs.blocks, save_invstd, dgamma, dbeta);
+      BN_LAUNCHED("bn_bwd_finalize_kernel");
+      bn_bwd_apply_kernel<T, V><<<l.grid, l.block, 0, s>>>(dys, xs, ys, gamma, save_mean, save_invstd, dgamma, dbeta,
+                                                            static_cast<T*>(dx), rows, c, rs.rows_per_block);
+      return TRCTL_CUDA_LAUNCH_STATUS("bn_bwd_apply_kernel");
+    });
+  });
+}
+
+#undef BN_LAUNCHED
+
+}  // namespace trctl

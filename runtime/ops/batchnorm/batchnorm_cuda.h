@@ -1,0 +1,45 @@
+// Batch normalisation (nn.BatchNorm2d semantics) on NHWC activations on the GPU: x (N,H,W,C) is a row-major
+// (rows = N*H*W, c = C) matrix, statistics are per channel over the rows. Activations are f32/f16/bf16 (type-erased);
+// gamma, beta, statistics and parameter gradients are always fp32, and all math is fp32.
+// Every reduction runs in a fixed order (per-thread Welford over rows, then fixed-order merges of the per-block
+// partials; no atomics), so all outputs are bitwise reproducible run to run, and they do not depend on the vector
+// width the launcher picks from c and the pointer alignment. No allocation, no host synchronisation: capturable in a
+// CUDA graph on `s`.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/util/error.h"
+#include "runtime/cuda/gpu_dtype.h"
+
+namespace trctl {
+
+// Device workspace for the per-row-block partial statistics of the training forward and the backward.
+size_t batchnorm_workspace_bytes(int64_t rows, int64_t c);
+
+// Training forward, rows >= 2 (as PyTorch). x (rows,c) t -> y (rows,c) t = relu?((x - mean) * invstd * gamma + beta)
+// with the batch mean and biased variance. gamma, beta (c) f32. save_mean, save_invstd (c) f32 = mean and
+// 1/sqrt(var_biased + eps), for the backward. running_mean, running_var (c) f32 updated in place,
+// r = (1 - momentum) * r + momentum * batch value with the unbiased variance var_biased * rows / (rows - 1); each is
+// skipped when nullptr. y may alias x.
+Status batchnorm_fwd_train_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma, const float* beta,
+                                void* y, float* save_mean, float* save_invstd, float* running_mean,
+                                float* running_var, int64_t rows, int64_t c, float eps, float momentum, bool relu,
+                                void* workspace, size_t workspace_bytes);
+// Eval forward: y = relu?((x - running_mean) / sqrt(running_var + eps) * gamma + beta). x, y (rows,c) t; the rest (c)
+// f32. y may alias x.
+Status batchnorm_fwd_eval_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma, const float* beta,
+                               const float* running_mean, const float* running_var, void* y, int64_t rows, int64_t c,
+                               float eps, bool relu);
+// Training-mode backward. dy, x (rows,c) t; relu_y (rows,c) t: when the forward fused a ReLU, its output y (the
+// incoming gradient is then g = dy * (y > 0)), else nullptr. gamma, save_mean, save_invstd (c) f32 from the forward.
+// dx (rows,c) t = gamma * invstd * (g - mean(g) - xhat * mean(g * xhat)); dgamma (c) f32 = sum(g * xhat),
+// dbeta (c) f32 = sum(g), overwritten. dx may not alias x; it may alias dy.
+Status batchnorm_bwd_cuda(cudaStream_t s, const void* dy, const void* x, const void* relu_y, GpuDType t,
+                          const float* gamma, const float* save_mean, const float* save_invstd, void* dx,
+                          float* dgamma, float* dbeta, int64_t rows, int64_t c, void* workspace,
+                          size_t workspace_bytes);
+
+}  // namespace trctl

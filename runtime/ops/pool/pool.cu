@@ -1,0 +1,318 @@
+// Pooling kernels (NHWC). One thread owns V adjacent channels of one output (forward) or input (backward) pixel, so
+// a warp reads 32*V consecutive channels: coalesced for C >= 32*V, and V-wide vector loads when C % V == 0 and the
+// base pointers are aligned (V = 16 bytes of elements, else 2, else scalar). Backwards gather over the covering
+// windows in (p, q) order, so results are bitwise reproducible and no atomics or zero-fill are needed.
+#include <type_traits>
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_utils.cuh"
+#include "runtime/ops/pool/pool_cuda.h"
+
+namespace trctl {
+
+namespace {
+
+// Flat work item i over (N, A, B, C/V) -> batch n, spatial (a, b), first channel c0.
+struct PixelChunk {
+  int64_t n, a, b, c0;
+};
+template <int V>
+__device__ __forceinline__ PixelChunk decode_item(int64_t i, int64_t A, int64_t B, int64_t C) {
+  const int64_t cv = C / V;
+  PixelChunk r;
+  r.c0 = (i % cv) * V;
+  i /= cv;
+  r.b = i % B;
+  i /= B;
+  r.a = i % A;
+  r.n = i / A;
+  return r;
+}
+
+// PyTorch's max update: a strictly greater value or any NaN takes over (ties keep the first, NaN propagates).
+__device__ __forceinline__ bool max_takes_over(float v, float m) { return v > m || v != v; }
+
+// Argmax (flat ih * W + iw) per lane of window (p, q); xn points at channel c0 of batch n's (H, W, C) plane.
+template <class T, int V>
+__device__ __forceinline__ void window_argmax(const Pool2dGeom& g, const T* xn, int64_t p, int64_t q,
+                                              int64_t (&best)[V]) {
+  const PoolWindow win = pool2d_window(g, p, q);
+  float m[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    m[j] = -INFINITY;
+    best[j] = win.h0 * g.w + win.w0;  // an all -inf window gives its first element the gradient, as the CPU does
+  }
+  for (int64_t ih = win.h0; ih < win.h1; ++ih) {
+    for (int64_t iw = win.w0; iw < win.w1; ++iw) {
+      const Pack<T, V> v = pack_load<V>(xn + (ih * g.w + iw) * g.c);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float f = to_f32(v.v[j]);
+        if (max_takes_over(f, m[j])) {
+          m[j] = f;
+          best[j] = ih * g.w + iw;
+        }
+      }
+    }
+  }
+}
+
+// x (N, H, W, C) -> y (N, P, Q, C). The max is one of the inputs, so the result is exact in every dtype.
+template <class T, int V>
+__global__ void maxpool_fwd_kernel(const Pool2dGeom g, const T* __restrict__ x, T* __restrict__ y) {
+  const int64_t total = g.n * g.p * g.q * (g.c / V);
+  for (int64_t i = grid_thread_index(); i < total; i += grid_thread_count()) {
+    const PixelChunk o = decode_item<V>(i, g.p, g.q, g.c);
+    const PoolWindow win = pool2d_window(g, o.a, o.b);
+    const T* xn = x + o.n * g.h * g.w * g.c + o.c0;
+    float m[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) m[j] = -INFINITY;
+    for (int64_t ih = win.h0; ih < win.h1; ++ih) {
+      for (int64_t iw = win.w0; iw < win.w1; ++iw) {
+        const Pack<T, V> v = pack_load<V>(xn + (ih * g.w + iw) * g.c);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float f = to_f32(v.v[j]);
+          if (max_takes_over(f, m[j])) m[j] = f;
+        }
+      }
+    }
+    Pack<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = from_f32<T>(m[j]);
+    pack_store<V>(y + i * V, out);  // item i is exactly output chunk i
+  }
+}
+
+// dy (N, P, Q, C), x (N, H, W, C) -> dx (N, H, W, C): each input pixel adds dy of the covering windows whose
+// argmax it is. Recomputing the argmax costs kh*kw cached loads per covering window but needs no index buffer.
+template <class T, int V>
+__global__ void maxpool_bwd_kernel(const Pool2dGeom g, const T* __restrict__ dy, const T* __restrict__ x,
+                                   T* __restrict__ dx) {
+  const int64_t total = g.n * g.h * g.w * (g.c / V);
+  for (int64_t i = grid_thread_index(); i < total; i += grid_thread_count()) {
+    const PixelChunk e = decode_item<V>(i, g.h, g.w, g.c);
+    const PoolCover cov = pool2d_cover(g, e.a, e.b);
+    const int64_t self = e.a * g.w + e.b;
+    const T* xn = x + e.n * g.h * g.w * g.c + e.c0;
+    const T* dyn = dy + e.n * g.p * g.q * g.c + e.c0;
+    float acc[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[j] = 0.0f;
+    for (int64_t p = cov.p0; p < cov.p1; ++p) {
+      for (int64_t q = cov.q0; q < cov.q1; ++q) {
+        int64_t best[V];
+        window_argmax<T, V>(g, xn, p, q, best);
+        const Pack<T, V> d = pack_load<V>(dyn + (p * g.q + q) * g.c);
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+          if (best[j] == self) acc[j] += to_f32(d.v[j]);
+      }
+    }
+    Pack<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = from_f32<T>(acc[j]);
+    pack_store<V>(dx + i * V, out);
+  }
+}
+
+// x (N, H, W, C) -> y (N, P, Q, C): window sum in scan order, divided by kh*kw (padding counts as zeros).
+template <class T, int V>
+__global__ void avgpool_fwd_kernel(const Pool2dGeom g, const T* __restrict__ x, T* __restrict__ y) {
+  const int64_t total = g.n * g.p * g.q * (g.c / V);
+  const float div = static_cast<float>(g.kh * g.kw);
+  for (int64_t i = grid_thread_index(); i < total; i += grid_thread_count()) {
+    const PixelChunk o = decode_item<V>(i, g.p, g.q, g.c);
+    const PoolWindow win = pool2d_window(g, o.a, o.b);
+    const T* xn = x + o.n * g.h * g.w * g.c + o.c0;
+    float s[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) s[j] = 0.0f;
+    for (int64_t ih = win.h0; ih < win.h1; ++ih) {
+      for (int64_t iw = win.w0; iw < win.w1; ++iw) {
+        const Pack<T, V> v = pack_load<V>(xn + (ih * g.w + iw) * g.c);
+#pragma unroll
+        for (int j = 0; j < V; ++j) s[j] += to_f32(v.v[j]);
+      }
+    }
+    Pack<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = from_f32<T>(s[j] / div);
+    pack_store<V>(y + i * V, out);
+  }
+}
+
+// dy (N, P, Q, C) -> dx (N, H, W, C): sum of dy over the covering windows, divided by kh*kw.
+template <class T, int V>
+__global__ void avgpool_bwd_kernel(const Pool2dGeom g, const T* __restrict__ dy, T* __restrict__ dx) {
+  const int64_t total = g.n * g.h * g.w * (g.c / V);
+  const float div = static_cast<float>(g.kh * g.kw);
+  for (int64_t i = grid_thread_index(); i < total; i += grid_thread_count()) {
+    const PixelChunk e = decode_item<V>(i, g.h, g.w, g.c);
+    const PoolCover cov = pool2d_cover(g, e.a, e.b);
+    const T* dyn = dy + e.n * g.p * g.q * g.c + e.c0;
+    float s[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) s[j] = 0.0f;
+    for (int64_t p = cov.p0; p < cov.p1; ++p) {
+      for (int64_t q = cov.q0; q < cov.q1; ++q) {
+        const Pack<T, V> d = pack_load<V>(dyn + (p * g.q + q) * g.c);
+#pragma unroll
+        for (int j = 0; j < V; ++j) s[j] += to_f32(d.v[j]);
+      }
+    }
+    Pack<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = from_f32<T>(s[j] / div);
+    pack_store<V>(dx + i * V, out);
+  }
+}
+
+// x (N, HW, C) -> y (N, C): one thread per (n, channel chunk) sums HW rows in order.
+template <class T, int V>
+__global__ void global_avg_fwd_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, int64_t hw,
+                                      int64_t c) {
+  const int64_t cv = c / V, total = n * cv;
+  const float div = static_cast<float>(hw);
+  for (int64_t i = grid_thread_index(); i < total; i += grid_thread_count()) {
+    const int64_t b = i / cv, c0 = (i % cv) * V;
+    const T* xb = x + b * hw * c + c0;
+    float s[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) s[j] = 0.0f;
+    for (int64_t r = 0; r < hw; ++r) {
+      const Pack<T, V> v = pack_load<V>(xb + r * c);
+#pragma unroll
+      for (int j = 0; j < V; ++j) s[j] += to_f32(v.v[j]);
+    }
+    Pack<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = from_f32<T>(s[j] / div);
+    pack_store<V>(y + i * V, out);
+  }
+}
+
+// dy (N, C) -> dx (N, HW, C) = dy / HW.
+template <class T, int V>
+__global__ void global_avg_bwd_kernel(const T* __restrict__ dy, T* __restrict__ dx, int64_t n, int64_t hw,
+                                      int64_t c) {
+  const int64_t cv = c / V, total = n * hw * cv;
+  const float div = static_cast<float>(hw);
+  for (int64_t i = grid_thread_index(); i < total; i += grid_thread_count()) {
+    const int64_t b = i / (hw * cv), c0 = (i % cv) * V;
+    const Pack<T, V> d = pack_load<V>(dy + b * c + c0);
+    Pack<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = from_f32<T>(to_f32(d.v[j]) / div);
+    pack_store<V>(dx + i * V, out);
+  }
+}
+
+// Calls f(std::integral_constant<int, V>) with the widest channel vector that divides C and that all (non-null)
+// pointers are aligned for: 16 bytes, else 2 elements, else scalar.
+template <class T, class F>
+Status with_channel_vec(int64_t c, const void* a, const void* b, const void* d, F&& f) {
+  constexpr int V16 = kVec16<T>;
+  if (c % V16 == 0 && gpu_aligned(16, a, b, d)) return f(std::integral_constant<int, V16>{});
+  if (c % 2 == 0 && gpu_aligned(2 * sizeof(T), a, b, d)) return f(std::integral_constant<int, 2>{});
+  return f(std::integral_constant<int, 1>{});
+}
+
+// True when g is exactly what pool2d_geom_finish makes of its inputs (guards against stale or hand-made p, q).
+bool geom_is_finished(const Pool2dGeom& g) {
+  Pool2dGeom f = g;
+  return pool2d_geom_finish(f) && f.p == g.p && f.q == g.q;
+}
+
+}  // namespace
+
+Status maxpool2d_fwd_cuda(cudaStream_t s, const Pool2dGeom& g, const void* x, void* y, GpuDType t) {
+  TRCTL_CUDA_ARG_CHECK(geom_is_finished(g), "maxpool2d_fwd_cuda: invalid or unfinished Pool2dGeom");
+  TRCTL_CUDA_ARG_CHECK(x && y, "maxpool2d_fwd_cuda: null pointer");
+  return dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return with_channel_vec<T>(g.c, x, y, nullptr, [&](auto vec) {
+      constexpr int V = decltype(vec)::value;
+      maxpool_fwd_kernel<T, V><<<elementwise_grid(g.n * g.p * g.q * (g.c / V)), kElementwiseBlock, 0, s>>>(
+          g, static_cast<const T*>(x), static_cast<T*>(y));
+      return TRCTL_CUDA_LAUNCH_STATUS("maxpool_fwd_kernel");
+    });
+  });
+}
+
+Status maxpool2d_bwd_cuda(cudaStream_t s, const Pool2dGeom& g, const void* dy, const void* x, void* dx, GpuDType t) {
+  TRCTL_CUDA_ARG_CHECK(geom_is_finished(g), "maxpool2d_bwd_cuda: invalid or unfinished Pool2dGeom");
+  TRCTL_CUDA_ARG_CHECK(dy && x && dx, "maxpool2d_bwd_cuda: null pointer");
+  return dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return with_channel_vec<T>(g.c, dy, x, dx, [&](auto vec) {
+      constexpr int V = decltype(vec)::value;
+      maxpool_bwd_kernel<T, V><<<elementwise_grid(g.n * g.h * g.w * (g.c / V)), kElementwiseBlock, 0, s>>>(
+          g, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<T*>(dx));
+      return TRCTL_CUDA_LAUNCH_STATUS("maxpool_bwd_kernel");
+    });
+  });
+}
+
+Status avgpool2d_fwd_cuda(cudaStream_t s, const Pool2dGeom& g, const void* x, void* y, GpuDType t) {
+  TRCTL_CUDA_ARG_CHECK(geom_is_finished(g), "avgpool2d_fwd_cuda: invalid or unfinished Pool2dGeom");
+  TRCTL_CUDA_ARG_CHECK(x && y, "avgpool2d_fwd_cuda: null pointer");
+  return dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return with_channel_vec<T>(g.c, x, y, nullptr, [&](auto vec) {
+      constexpr int V = decltype(vec)::value;
+      avgpool_fwd_kernel<T, V><<<elementwise_grid(g.n * g.p * g.q * (g.c / V)), kElementwiseBlock, 0, s>>>(
+          g, static_cast<const T*>(x), static_cast<T*>(y));
+      return TRCTL_CUDA_LAUNCH_STATUS("avgpool_fwd_kernel");
+    });
+  });
+}
+
+Status avgpool2d_bwd_cuda(cudaStream_t s, const Pool2dGeom& g, const void* dy, void* dx, GpuDType t) {
+  TRCTL_CUDA_ARG_CHECK(geom_is_finished(g), "avgpool2d_bwd_cuda: invalid or unfinished Pool2dGeom");
+  TRCTL_CUDA_ARG_CHECK(dy && dx, "avgpool2d_bwd_cuda: null pointer");
+  return dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return with_channel_vec<T>(g.c, dy, dx, nullptr, [&](auto vec) {
+      constexpr int V = decltype(vec)::value;
+      avgpool_bwd_kernel<T, V><<<elementwise_grid(g.n * g.h * g.w * (g.c / V)), kElementwiseBlock, 0, s>>>(
+          g, static_cast<const T*>(dy), static_cast<T*>(dx));
+      return TRCTL_CUDA_LAUNCH_STATUS("avgpool_bwd_kernel");
+    });
+  });
+}
+
+Status global_avgpool_fwd_cuda(cudaStream_t s, const void* x, void* y, int64_t n, int64_t hw, int64_t c, GpuDType t) {
+  TRCTL_CUDA_ARG_CHECK(n >= 0 && hw >= 1 && c >= 1, "global_avgpool_fwd_cuda: n < 0, hw < 1 or c < 1");
+  if (n == 0) return ok_status();
+  TRCTL_CUDA_ARG_CHECK(x && y, "global_avgpool_fwd_cuda: null pointer");
+  return dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return with_channel_vec<T>(c, x, y, nullptr, [&](auto vec) {
+      constexpr int V = decltype(vec)::value;
+      global_avg_fwd_kernel<T, V><<<elementwise_grid(n * (c / V)), kElementwiseBlock, 0, s>>>(
+          static_cast<const T*>(x), static_cast<T*>(y), n, hw, c);
+      return TRCTL_CUDA_LAUNCH_STATUS("global_avg_fwd_kernel");
+    });
+  });
+}
+
+Status global_avgpool_bwd_cuda(cudaStream_t s, const void* dy, void* dx, int64_t n, int64_t hw, int64_t c,
+                               GpuDType t) {
+  TRCTL_CUDA_ARG_CHECK(n >= 0 && hw >= 1 && c >= 1, "global_avgpool_bwd_cuda: n < 0, hw < 1 or c < 1");
+  if (n == 0) return ok_status();
+  TRCTL_CUDA_ARG_CHECK(dy && dx, "global_avgpool_bwd_cuda: null pointer");
+  return dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return with_channel_vec<T>(c, dy, dx, nullptr, [&](auto vec) {
+      constexpr int V = decltype(vec)::value;
+      global_avg_bwd_kernel<T, V><<<elementwise_grid(n * hw * (c / V)), kElementwiseBlock, 0, s>>>(
+          static_cast<const T*>(dy), static_cast<T*>(dx), n, hw, c);
+      return TRCTL_CUDA_LAUNCH_STATUS("global_avg_bwd_kernel");
+    });
+  });
+}
+
+}  // namespace trctl
