@@ -57,6 +57,8 @@ class Backend {
   virtual bool supports_resume() const { return true; }
   // Waits until all queued work is done (for timing; a no-op on synchronous backends).
   virtual Status synchronize() { return ok_status(); }
+  // One line on the device memory the backend holds (empty where there is nothing to say), for the run log.
+  virtual std::string memory_report() { return ""; }
 
   // ---- Device-resident data (small datasets): the backend keeps the uint8 images and labels of a split and
   // runs the split's transform pipeline itself, as the first step of every program run, so that no batch crosses

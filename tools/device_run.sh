@@ -7,6 +7,10 @@
 #   oom       a plan that does not fit the device must fail clearly (exit 2, region sizes)
 #   kernels   trctl bench kernels (every CUDA kernel against the card's measured ceilings), JSON too
 #   torch     PyTorch side by side: recipe gpu (100 epochs, torch.compile) and recipe dataloader (DL_EPOCHS, default 3)
+#   cnn       CNN throughput, synthetic GPU-resident data, batch 256, fp16 AMP: trctl (CNN_EPOCHS epochs of
+#             CNN_TRAIN images; epochs 2.. are steady) then PyTorch eager + torch.compile (benchmarks/pytorch_cnn.py),
+#             for each of CNN_MODELS (default "resnet50 vgg16bn resnet18")
+#   cnnacc    configs/cnn_fmnist.yaml trained to the end (test accuracy; CNNACC_EPOCHS to change)
 # Everything lands in $OUT (at most 8 files come back): summary.txt last.
 set -u
 cd "$(dirname "$0")/.."
@@ -18,9 +22,15 @@ BIN=.device/bin
 DATA="$PWD/.device/data"
 mkdir -p "$OUT"
 export TRCTL_FMNIST_ROOT="$DATA"
+# cuDNN: the GPU machine's image has it inside PyTorch's nvidia-* wheels, not in the loader's default path.
+if ! ldconfig -p 2>/dev/null | grep -q 'libcudnn.so.9'; then
+  NV=$(python3 -c "import nvidia, os; print(list(nvidia.__path__)[0])" 2>/dev/null)
+  [ -n "$NV" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(ls -d "$NV"/*/lib | tr '\n' ':')"
+fi
 SUM="$OUT/summary.txt"
 echo "device run $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), stages: $STAGES" >"$SUM"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv >>"$SUM" 2>&1
+echo "cudnn: $(ldd "$BIN/trctl" | grep -o 'libcudnn.so[^ ]* => [^ ]*')" >>"$SUM"
 has() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 
 if has tests; then
@@ -70,5 +80,31 @@ if has torch; then
   timeout 240 python3 benchmarks/pytorch_mlp_fmnist.py --recipe dataloader --data "$DATA" --epochs "$DL_EPOCHS" \
     --out "$OUT/torch_dl.json" >>"$OUT/torch.log" 2>&1
   echo "torch dataloader recipe ($DL_EPOCHS epochs): rc $? :: $(tail -n 1 "$OUT/torch.log")" >>"$SUM"
+fi
+if has cnn; then
+  mkdir -p /tmp/cnn
+  export PYTHONUNBUFFERED=1
+  for m in ${CNN_MODELS:-resnet50 vgg16bn resnet18}; do
+    timeout "${CNN_TRCTL_TIMEOUT:-150}" "$BIN/trctl" train "configs/$m.yaml" train.epochs="${CNN_EPOCHS:-3}" \
+      data.synthetic.train_size="${CNN_TRAIN:-6400}" data.synthetic.val_size=512 run.out_dir=/tmp/cnn \
+      run.name="trctl_$m" run.progress=off >"/tmp/cnn/trctl_$m.log" 2>&1
+    echo "trctl $m: rc $? :: $(grep -E 'device memory' "/tmp/cnn/trctl_$m.log" | sed 's/.*device memory/device memory/')" >>"$SUM"
+    grep -E 'epoch [0-9]+/|^done|error' "/tmp/cnn/trctl_$m.log" | sed 's/^/    /' >>"$SUM"
+    timeout "${CNN_TORCH_TIMEOUT:-300}" python3 benchmarks/pytorch_cnn.py --model "$m" --mode "${CNN_TORCH_MODE:-both}" \
+      --compile-modes "${CNN_COMPILE_MODES:-default}" --json "/tmp/cnn/torch_$m.json" >"/tmp/cnn/torch_$m.log" 2>&1
+    echo "torch $m: rc $?" >>"$SUM"
+    grep -vE '^\s*$' "/tmp/cnn/torch_$m.log" | tail -n 6 | sed 's/^/    /' >>"$SUM"
+  done
+  tar czf "$OUT/cnn.tar.gz" -C /tmp cnn
+fi
+
+if has cnnacc; then
+  rm -rf /tmp/cnnacc && mkdir -p /tmp/cnnacc
+  timeout "${CNNACC_TIMEOUT:-300}" "$BIN/trctl" train configs/cnn_fmnist.yaml data.root="$DATA" \
+    train.epochs="${CNNACC_EPOCHS:-30}" run.out_dir=/tmp/cnnacc run.name=cnn_fmnist run.progress=off \
+    >/tmp/cnnacc/trctl_cnn_fmnist.log 2>&1
+  echo "trctl cnn_fmnist: rc $? :: $(grep -E '^done' /tmp/cnnacc/trctl_cnn_fmnist.log)" >>"$SUM"
+  tail -n 4 /tmp/cnnacc/trctl_cnn_fmnist.log | sed 's/^/    /' >>"$SUM"
+  tar czf "$OUT/cnnacc.tar.gz" -C /tmp cnnacc
 fi
 cat "$SUM"

@@ -478,6 +478,7 @@ Status CudaBackend::upload_split(DataSplit split, const ImageDataset& data, cons
   if (!pipe.ok()) return pipe.errors();
   sd.pipeline = pipe.value();
   sd.n = data.n;
+  sd.bytes = data.pixels.size();
   TRCTL_CUDA_TRY(cudaMalloc(&sd.pixels, data.pixels.size()));
   TRCTL_CUDA_TRY(cudaMalloc(&sd.labels, data.labels.size() * 4));
   TRCTL_CUDA_TRY(cudaMalloc(&sd.order, data.labels.size() * 4));
@@ -579,6 +580,24 @@ void CudaBackend::reset_metrics() {
     TRCTL_CUDA_WARN(cudaMemsetAsync(at(p.correct), 0, 4, ctx_.stream));
     runs_[i] = 0;
   }
+}
+
+// What trctl allocated (the arena at the plan's size, the AMP weight copy, cuDNN / batch-norm / loss workspaces,
+// the resident datasets), and the device's used memory including the CUDA context and library handles.
+std::string CudaBackend::memory_report() {
+  auto mib = [](double b) { return std::to_string(static_cast<int64_t>(b / 1048576.0 + 0.5)) + " MiB"; };
+  size_t data = 0;
+  for (const SplitData& sd : split_) data += static_cast<size_t>(sd.n) * 4 * 2 + (sd.uploaded ? sd.bytes : 0);
+  size_t ws = conv_ws_bytes_ + bn_ws_bytes_ + ctx_.workspace_bytes;
+  for (size_t b : ce_ws_bytes_) ws += b;
+  const size_t copy = lowp() ? static_cast<size_t>(c_.plan.weights_bytes / 2) : 0;
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) cudaGetLastError();
+  return "device memory: plan " + mib(static_cast<double>(c_.plan.total_bytes())) + " (activations " +
+         mib(static_cast<double>(c_.plan.region_bytes[static_cast<int>(Region::Activations)])) + "), AMP weight copy " +
+         mib(static_cast<double>(copy)) + ", workspaces " + mib(static_cast<double>(ws)) + ", resident data " +
+         mib(static_cast<double>(data)) + "; device used in all (CUDA context included) " +
+         mib(static_cast<double>(total_b - free_b));
 }
 
 Status CudaBackend::synchronize() {

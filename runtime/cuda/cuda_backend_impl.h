@@ -38,6 +38,7 @@ struct SplitData {
   int32_t* labels = nullptr;
   int32_t* order = nullptr;
   int64_t n = 0;
+  size_t bytes = 0;  // of pixels
   GpuPipeline pipeline;
   bool uploaded = false;
   std::vector<int32_t> host_order;
@@ -68,6 +69,7 @@ class CudaBackend final : public Backend {
   // The optimizer's own step count (Adam's bias corrections) and the loss scaler live in DeviceState and are not
   // restored yet.
   bool supports_resume() const override { return false; }
+  std::string memory_report() override;
   Status upload_split(DataSplit split, const ImageDataset& data, const TransformPipeline& tf) override;
   Status begin_epoch(DataSplit split, uint32_t epoch, const std::vector<int64_t>& order) override;
   Status run_resident(int program, DataSplit split) override;

@@ -21,6 +21,9 @@
 //   - deterministic = true excludes BWD_DATA_ALGO_0 and BWD_FILTER_ALGO_0/ALGO_3 (atomic adds), so the filter
 //     gradient often runs slower than the fastest non-deterministic candidate.
 //   - every dimension and every tensor's element count must fit in an int (legacy descriptors use int strides).
+// Seen on the H200 (tests/gpu/conv2d_test.cpp, deterministic plans, cuDNN 9 of the image's PyTorch): every tested
+// layer, the C = 3 stem and depthwise included, planned in every dtype as fwd IMPLICIT_PRECOMP_GEMM, dgrad ALGO_1,
+// wgrad ALGO_1; depthwise f16/bf16 ran with default math (no tensor cores), the rest with tensor ops.
 #pragma once
 #include <cuda_runtime_api.h>
 #include <cudnn.h>

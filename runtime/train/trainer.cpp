@@ -258,6 +258,7 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     if (st.ok()) st = be->upload_split(DataSplit::Val, d.val, d.val_tf);
     if (!st.ok()) return st.errors();
   }
+  if (std::string mem = be->memory_report(); !mem.empty()) log.info("{}", mem);
   // Host loaders only when the backend is fed from the host (their threads start on construction).
   std::unique_ptr<Loader> train_loader, val_loader;
   if (!resident) {

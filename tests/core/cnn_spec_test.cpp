@@ -17,11 +17,12 @@ std::string model_with(const std::string& item) {
   return "model:\n  layers:\n    - " + item + "\n    - {type: flatten}\n    - {type: linear, out_features: 10}\n";
 }
 
-const LayerSpec& first_layer(const Result<Spec>& r) {
+// By value: callers pass a temporary Result.
+LayerSpec first_layer(Result<Spec> r) {
   INFO((r.ok() ? std::string() : r.error_text()));
   REQUIRE(r.ok());
-  REQUIRE_FALSE(r->model.layers.empty());
-  return r->model.layers[0];
+  REQUIRE_FALSE(r.value().model.layers.empty());
+  return r.value().model.layers[0];
 }
 
 ErrCode only_code(const Result<Spec>& r) {
@@ -99,12 +100,16 @@ Spec cnn_spec_all_fields() {
   return s;
 }
 
-Result<Spec> reparse(const Spec& s) {
-  const std::string y = spec_to_yaml(s);
+// spec_parse(spec_to_yaml(s)), with the emitted text and the errors for the failure message.
+struct Reparsed {
+  std::string yaml;
+  Result<Spec> back;
+  std::string errors() const { return back.ok() ? std::string() : back.error_text(); }
+};
+Reparsed reparse(const Spec& s) {
+  std::string y = spec_to_yaml(s);
   Result<Spec> back = spec_parse(y, "emitted.yaml");
-  INFO(y);
-  INFO((back.ok() ? std::string() : back.error_text()));
-  return back;
+  return {std::move(y), std::move(back)};
 }
 
 }  // namespace
@@ -114,7 +119,7 @@ Result<Spec> reparse(const Spec& s) {
 TEST_CASE("conv2d parses all its keys", "[spec][cnn]") {
   Result<Spec> r = parse(model_with("{type: conv2d, out_channels: 8, kernel_size: 3, stride: 2, padding: 1, "
                                     "dilation: 2, groups: 2, bias: false}"));
-  const LayerSpec& l = first_layer(r);
+  const LayerSpec l = first_layer(r);
   CHECK(l.kind == LayerKind::Conv2d);
   CHECK(l.name == "conv2d0");
   CHECK(l.out_channels == 8);
@@ -129,7 +134,7 @@ TEST_CASE("conv2d parses all its keys", "[spec][cnn]") {
 }
 
 TEST_CASE("conv2d defaults: stride 0 (= 1), padding 0, dilation 1, groups 1, bias true", "[spec][cnn]") {
-  const LayerSpec& l = first_layer(parse(model_with("{type: conv2d, out_channels: 8, kernel_size: 3}")));
+  const LayerSpec l = first_layer(parse(model_with("{type: conv2d, out_channels: 8, kernel_size: 3}")));
   CHECK(l.stride == 0);
   CHECK(l.padding == 0);
   CHECK(l.dilation == 1);
@@ -138,23 +143,23 @@ TEST_CASE("conv2d defaults: stride 0 (= 1), padding 0, dilation 1, groups 1, bia
 }
 
 TEST_CASE("batch_norm parses eps and momentum and defaults to PyTorch's 1e-5 and 0.1", "[spec][cnn]") {
-  const LayerSpec& l = first_layer(parse(model_with("{type: batch_norm, eps: 0.001, momentum: 0.03}")));
+  const LayerSpec l = first_layer(parse(model_with("{type: batch_norm, eps: 0.001, momentum: 0.03}")));
   CHECK(l.kind == LayerKind::BatchNorm);
   CHECK(l.eps == 0.001);
   CHECK(l.momentum == 0.03);
-  const LayerSpec& d = first_layer(parse(model_with("{type: batch_norm}")));
+  const LayerSpec d = first_layer(parse(model_with("{type: batch_norm}")));
   CHECK(d.eps == 1e-5);
   CHECK(d.momentum == 0.1);
 }
 
 TEST_CASE("max_pool and avg_pool parse kernel_size, stride and padding; stride defaults to 0 (= kernel)",
           "[spec][cnn]") {
-  const LayerSpec& m = first_layer(parse(model_with("{type: max_pool, kernel_size: 3, stride: 2, padding: 1}")));
+  const LayerSpec m = first_layer(parse(model_with("{type: max_pool, kernel_size: 3, stride: 2, padding: 1}")));
   CHECK(m.kind == LayerKind::MaxPool);
   CHECK(m.kernel_size == 3);
   CHECK(m.stride == 2);
   CHECK(m.padding == 1);
-  const LayerSpec& a = first_layer(parse(model_with("{type: avg_pool, kernel_size: 2}")));
+  const LayerSpec a = first_layer(parse(model_with("{type: avg_pool, kernel_size: 2}")));
   CHECK(a.kind == LayerKind::AvgPool);
   CHECK(a.kernel_size == 2);
   CHECK(a.stride == 0);
@@ -360,10 +365,11 @@ TEST_CASE("data.synthetic values are range-checked", "[spec][cnn][synthetic]") {
 
 TEST_CASE("spec_to_yaml round-trips every CNN layer key and the synthetic section", "[spec][cnn][emit]") {
   const Spec s = cnn_spec_all_fields();
-  Result<Spec> back = reparse(s);
-  REQUIRE(back.ok());
-  CHECK(cnn_difference(back.value(), s) == "");
-  CHECK(spec_to_yaml(back.value()) == spec_to_yaml(s));
+  Reparsed r = reparse(s);
+  INFO(r.yaml << r.errors());
+  REQUIRE(r.back.ok());
+  CHECK(cnn_difference(r.back.value(), s) == "");
+  CHECK(spec_to_yaml(r.back.value()) == r.yaml);
 }
 
 TEST_CASE("spec_to_yaml round-trips CNN layers left at their defaults (stride 0)", "[spec][cnn][emit]") {
@@ -374,7 +380,8 @@ TEST_CASE("spec_to_yaml round-trips CNN layers left at their defaults (stride 0)
                          "    - {type: linear, out_features: 10}\n");
   INFO((r.ok() ? std::string() : r.error_text()));
   REQUIRE(r.ok());
-  Result<Spec> back = reparse(r.value());
-  REQUIRE(back.ok());
-  CHECK(cnn_difference(back.value(), r.value()) == "");
+  Reparsed re = reparse(r.value());
+  INFO(re.yaml << re.errors());
+  REQUIRE(re.back.ok());
+  CHECK(cnn_difference(re.back.value(), r.value()) == "");
 }

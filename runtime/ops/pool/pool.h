@@ -24,7 +24,9 @@ void maxpool2d_fwd_cpu(const Pool2dGeom& g, const T* x, T* y);
 
 // dx (N, H, W, C) is overwritten; dy (N, P, Q, C), x (N, H, W, C) the forward input. Each window's gradient goes
 // to its FIRST maximal element in window scan order (row-major over (kh, kw)); overlapping windows add up.
-// With NaNs in a window the gradient goes to the last NaN, as PyTorch's update rule `v > max || isnan(v)` does.
+// With NaNs in a window the gradient goes to the last NaN, as PyTorch's update rule `v > max || isnan(v)` does; an
+// all -inf window gives it to its first real element. (Checked against torch 2.11, CPU and CUDA, NCHW and
+// channels_last; only torch's CUDA channels_last kernel differs, sending an all -inf window's gradient to (0, 0).)
 template <class T>
 void maxpool2d_grad_cpu(const Pool2dGeom& g, const T* dy, const T* x, T* dx);
 
