@@ -58,7 +58,7 @@ void parse_layer_params(Diagnostics& d, const YamlNode& m, const std::string& pa
       require(d, m, path, "kernel_size", "conv2d");
       get_int(d, m, path, "out_channels", int_at_least(1), l.out_channels);
       get_int(d, m, path, "kernel_size", int_at_least(1), l.kernel_size);
-      get_int(d, m, path, "stride", int_at_least(1), l.stride);
+      get_int(d, m, path, "stride", int_at_least(0), l.stride);
       get_int(d, m, path, "padding", int_at_least(0), l.padding);
       get_int(d, m, path, "dilation", int_at_least(1), l.dilation);
       get_int(d, m, path, "groups", int_at_least(1), l.groups);
@@ -72,7 +72,7 @@ void parse_layer_params(Diagnostics& d, const YamlNode& m, const std::string& pa
     case LayerKind::AvgPool:
       require(d, m, path, "kernel_size", to_string(l.kind));
       get_int(d, m, path, "kernel_size", int_at_least(1), l.kernel_size);
-      get_int(d, m, path, "stride", int_at_least(1), l.stride);
+      get_int(d, m, path, "stride", int_at_least(0), l.stride);
       get_int(d, m, path, "padding", int_at_least(0), l.padding);
       if (m.find("padding") && m.find("kernel_size") && 2 * l.padding > l.kernel_size)
         d.error(ErrCode::OutOfRange, m.find("padding")->loc,

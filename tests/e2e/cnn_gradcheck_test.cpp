@@ -7,6 +7,7 @@
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -30,7 +31,10 @@ int count_ops(const Program& p, OpKind op) {
 // Compiles `spec` in float64 without optimizer for batch-3 8x8x2 inputs, then compares the train program's
 // Grads region with central differences of its loss over every parameter element. Biases and batch-norm
 // parameters (zero / one at init) get non-trivial values first so that every gradient path is exercised.
-void gradcheck_train_program(const Spec& spec, int expect_grad_inputs) {
+// `zero_grad`: parameters whose exact gradient is 0 (a conv bias right before a batch norm: the normalisation
+// removes any per-channel shift); for them both gradients must be ~0 instead of close in relative terms.
+void gradcheck_train_program(const Spec& spec, int expect_grad_inputs,
+                             const std::vector<std::string>& zero_grad = {}) {
   CompileOptions opt;
   opt.compute = DType::F64;
   opt.optimizer = false;
@@ -94,8 +98,13 @@ void gradcheck_train_program(const Spec& spec, int expect_grad_inputs) {
     double norm = 0;
     for (double v : num) norm += v * v;
     INFO(prm.name << ": " << d.str() << ", |numeric| " << std::sqrt(norm));
-    CHECK(d.rel < 1e-6);
-    CHECK(norm > 0);  // the path is exercised
+    if (std::find(zero_grad.begin(), zero_grad.end(), prm.name) != zero_grad.end()) {
+      CHECK(std::sqrt(norm) < 1e-8);
+      CHECK(d.max_abs < 1e-8);
+    } else {
+      CHECK(d.rel < 1e-6);
+      CHECK(std::sqrt(norm) > 1e-6);  // the path is exercised
+    }
     for (int64_t i = 0; i < n; ++i) covered[off + i] = true;
   }
   // Nothing else is written into the Grads region (alignment padding stays zero).
@@ -109,7 +118,7 @@ void gradcheck_train_program(const Spec& spec, int expect_grad_inputs) {
 
 TEST_CASE("train-program gradients of a small CNN equal float64 finite differences", "[e2e][gradcheck][cnn]") {
   // conv(bias) 3x3 p1 -> bn -> relu -> max_pool 2 -> conv 3x3 s2 p1 -> avg_pool 2 -> global_avg_pool -> linear
-  gradcheck_train_program(small_cnn_spec(3), 1);  // conv2's input gradient only
+  gradcheck_train_program(small_cnn_spec(3), 1, {"conv1.bias"});  // conv2's input gradient only
 }
 
 TEST_CASE("train-program gradients of a residual block with a downsample shortcut equal finite differences",
@@ -243,4 +252,47 @@ TEST_CASE("a different seed gives a different CNN run", "[e2e][determinism][cnn]
   TrainResult a = train_cnn(tiny_cnn_train_spec(1));
   TrainResult b = train_cnn(tiny_cnn_train_spec(2));
   CHECK(a.final_weights != b.final_weights);
+}
+
+TEST_CASE("a train step updates the batch-norm running statistics as PyTorch does (unbiased variance)",
+          "[e2e][cnn][batchnorm]") {
+  // batch_norm straight on the image, so its input is the batch itself.
+  Spec s = cnn_base_spec(3);
+  LayerSpec bn = cnn_layer(LayerKind::BatchNorm, "bn");
+  bn.momentum = 0.25;
+  cnn_push(s, bn);
+  cnn_push(s, cnn_layer(LayerKind::GlobalAvgPool, "gap"));
+  cnn_push(s, linear_layer("fc", 3));
+  CompileOptions opt;
+  opt.compute = DType::F64;
+  opt.optimizer = false;
+  Result<Compiled> cr = compile_spec(s, image_data(3, 3), opt);
+  REQUIRE(cr.ok());
+  const Compiled& c = cr.value();
+  REQUIRE(c.graph.buffers.size() == 2);
+  auto be = make_cpu_backend(c, 1, 1);
+  REQUIRE(be->write_region(Region::Buffers, buffers_init(c)).ok());
+  REQUIRE(be->write_region(Region::Weights, params_init(c, 2)).ok());
+  const std::vector<double> xd = random_vec(3 * 8 * 8 * 2, 4, -2, 3);
+  const std::vector<float> x(xd.begin(), xd.end());
+  const std::vector<int32_t> y = {0, 1, 2};
+  REQUIRE(be->load_batch(0, 0, x.data(), y.data(), 3).ok());
+  REQUIRE(be->run(0, 0).ok());
+  std::vector<std::byte> bb = be->read_region(Region::Buffers);
+  auto at = [&](ValueId v, int ch) {
+    double d;
+    std::memcpy(&d, bb.data() + c.plan.values[v].offset + 8 * ch, 8);
+    return d;
+  };
+  const int64_t rows = 3 * 8 * 8;
+  for (int ch = 0; ch < 2; ++ch) {
+    double mean = 0, sq = 0;
+    for (int64_t r = 0; r < rows; ++r) mean += static_cast<double>(x[r * 2 + ch]);
+    mean /= rows;
+    for (int64_t r = 0; r < rows; ++r) sq += (x[r * 2 + ch] - mean) * (x[r * 2 + ch] - mean);
+    const double unbiased = sq / (rows - 1);
+    INFO("channel " << ch);
+    CHECK(at(c.graph.buffers[0].value, ch) == Approx(0.75 * 0 + 0.25 * mean).epsilon(1e-12));
+    CHECK(at(c.graph.buffers[1].value, ch) == Approx(0.75 * 1 + 0.25 * unbiased).epsilon(1e-12));
+  }
 }

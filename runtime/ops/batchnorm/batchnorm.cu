@@ -92,13 +92,53 @@ __device__ __forceinline__ void load_rows(const T* p, int64_t r, int64_t r1, int
 template <int V>
 constexpr int bwd_unroll() { return V >= 8 ? 2 : kUnroll; }
 
+// Per-channel accumulators: Welford moments (forward) and the two plain sums (backward). Trivial types, since they
+// live in __shared__ arrays. add_partial takes one partial pair (with its row count), add merges an accumulator.
+struct Moments {
+  float n, mean, m2;
+  __device__ void add_partial(float pm, float p2, float count) { chan_merge(n, mean, m2, count, pm, p2); }
+  __device__ void add(const Moments& o) { chan_merge(n, mean, m2, o.n, o.mean, o.m2); }
+  __device__ float first() const { return mean; }
+  __device__ float second() const { return m2; }
+};
+struct Sums {
+  float g, gx;
+  __device__ void add_partial(float pg, float pgx, float) { g += pg, gx += pgx; }
+  __device__ void add(const Sums& o) { g += o.g, gx += o.gx; }
+  __device__ float first() const { return g; }
+  __device__ float second() const { return gx; }
+};
+
+// End of a stats kernel: the 16 row groups' per-thread pairs (a, b) go through shared memory (2, 16, tx*V) and
+// thread (tx, j < V) merges channel col + j in group order 0..15 into the row-block partials pa, pb (row blocks, c).
+template <class Acc, int V>
+__device__ __forceinline__ void store_block_partials(const float (&a)[V], const float (&b)[V], int64_t col,
+                                                     int64_t c, int64_t len, float* __restrict__ pa,
+                                                     float* __restrict__ pb) {
+  extern __shared__ float smem[];
+  const int tx = threadIdx.x, ty = threadIdx.y, tile = blockDim.x * V;
+  float* sa = smem;
+  float* sb = smem + kRowGroups * tile;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    sa[ty * tile + tx * V + j] = a[j];
+    sb[ty * tile + tx * V + j] = b[j];
+  }
+  __syncthreads();
+  if (ty >= V || col + ty >= c) return;
+  Acc acc{};
+  for (int g = 0; g < kRowGroups; ++g)
+    acc.add_partial(sa[g * tile + tx * V + ty], sb[g * tile + tx * V + ty], group_rows(len, g));
+  pa[blockIdx.y * c + col + ty] = acc.first();
+  pb[blockIdx.y * c + col + ty] = acc.second();
+}
+
 // Pass 1 forward. x (rows,c) -> part_mean, part_m2 (row blocks, c): Welford moments of each row block.
 template <class T, int V>
 __global__ void __launch_bounds__(512)
     bn_fwd_stats_kernel(const T* __restrict__ x, int64_t rows, int64_t c, int64_t rpb, float* __restrict__ part_mean,
                         float* __restrict__ part_m2) {
-  extern __shared__ float smem[];  // (2, 16, tile)
-  const int tx = threadIdx.x, ty = threadIdx.y, tile = blockDim.x * V;
+  const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * blockDim.x + tx) * V;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rpb, r1 = min(rows, r0 + rpb);
   float n = 0.0f, mean[V], m2[V];
@@ -123,37 +163,8 @@ __global__ void __launch_bounds__(512)
       }
     }
   }
-  float* sm_mean = smem;
-  float* sm_m2 = smem + kRowGroups * tile;
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    sm_mean[ty * tile + tx * V + j] = mean[j];
-    sm_m2[ty * tile + tx * V + j] = m2[j];
-  }
-  __syncthreads();
-  // Thread (tx, j < V) merges channel col + j over the row groups in order 0..15.
-  if (ty < V && col + ty < c) {
-    const int64_t len = r1 - r0;
-    float bn = 0.0f, bm = 0.0f, b2 = 0.0f;
-    for (int g = 0; g < kRowGroups; ++g)
-      chan_merge(bn, bm, b2, group_rows(len, g), sm_mean[g * tile + tx * V + ty], sm_m2[g * tile + tx * V + ty]);
-    part_mean[blockIdx.y * c + col + ty] = bm;
-    part_m2[blockIdx.y * c + col + ty] = b2;
-  }
+  store_block_partials<Moments>(mean, m2, col, c, r1 - r0, part_mean, part_m2);
 }
-
-// Finalize accumulators: Welford moments (forward) and the two plain sums (backward). Trivial types (they live in
-// __shared__ arrays); add_partial takes one row block's pair of partials, add merges another accumulator.
-struct Moments {
-  float n, mean, m2;
-  __device__ void add_partial(float pm, float p2, float count) { chan_merge(n, mean, m2, count, pm, p2); }
-  __device__ void add(const Moments& o) { chan_merge(n, mean, m2, o.n, o.mean, o.m2); }
-};
-struct Sums {
-  float g, gx;
-  __device__ void add_partial(float pg, float pgx, float) { g += pg, gx += pgx; }
-  __device__ void add(const Sums& o) { g += o.g, gx += o.gx; }
-};
 
 // Reduces the row-block partials pa, pb (row blocks, c) of channel ch = blockIdx.x * 8 + tx in fixed order: row
 // group ty takes blocks ty, ty + 64, ... in turn, then a fixed tree over the 64 groups. Valid in thread ty == 0.
@@ -251,8 +262,7 @@ __global__ void __launch_bounds__(512)
     bn_bwd_stats_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ relu_y,
                         const float* __restrict__ mean, int64_t rows, int64_t c, int64_t rpb,
                         float* __restrict__ part_g, float* __restrict__ part_gx) {
-  extern __shared__ float smem[];  // (2, 16, tile)
-  const int tx = threadIdx.x, ty = threadIdx.y, tile = blockDim.x * V;
+  const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * blockDim.x + tx) * V;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rpb, r1 = min(rows, r0 + rpb);
   float m[V], sg[V], sgx[V];
@@ -279,23 +289,7 @@ __global__ void __launch_bounds__(512)
       }
     }
   }
-  float* sm_g = smem;
-  float* sm_gx = smem + kRowGroups * tile;
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    sm_g[ty * tile + tx * V + j] = sg[j];
-    sm_gx[ty * tile + tx * V + j] = sgx[j];
-  }
-  __syncthreads();
-  if (ty < V && col + ty < c) {  // thread (tx, j < V): channel col + j, row groups in order 0..15
-    float a = 0.0f, b = 0.0f;
-    for (int g = 0; g < kRowGroups; ++g) {
-      a += sm_g[g * tile + tx * V + ty];
-      b += sm_gx[g * tile + tx * V + ty];
-    }
-    part_g[blockIdx.y * c + col + ty] = a;
-    part_gx[blockIdx.y * c + col + ty] = b;
-  }
+  store_block_partials<Sums>(sg, sgx, col, c, r1 - r0, part_g, part_gx);
 }
 
 // Pass 2 backward: dbeta = sum(g), dgamma = invstd * sum(g (x - mean)) from the row-block sums (row blocks, c).
@@ -376,7 +370,8 @@ Status batchnorm_fwd_train_cuda(cudaStream_t s, const void* x, GpuDType t, const
                                 void* y, float* save_mean, float* save_invstd, float* running_mean,
                                 float* running_var, int64_t rows, int64_t c, float eps, float momentum, bool relu,
                                 void* workspace, size_t workspace_bytes) {
-  TRCTL_CUDA_ARG_CHECK(rows >= 2, "batchnorm_fwd_train_cuda: rows < 2 (training needs more than one value per channel)");
+  TRCTL_CUDA_ARG_CHECK(rows >= 2,
+                       "batchnorm_fwd_train_cuda: rows < 2 (training needs more than one value per channel)");
   TRCTL_CUDA_ARG_CHECK(c >= 1 && c < (int64_t{1} << 31), "batchnorm_fwd_train_cuda: c outside [1, 2^31)");
   TRCTL_CUDA_ARG_CHECK(x && y && gamma && beta && save_mean && save_invstd,
                        "batchnorm_fwd_train_cuda: null pointer");
