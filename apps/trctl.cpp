@@ -9,9 +9,11 @@
 #include <spdlog/spdlog.h>
 
 #include "core/compiler.h"
+#include "runtime/train/profile_report.h"
 #include "runtime/train/trainer.h"
 #if defined(TRCTL_HAVE_CUDA)
 #include "runtime/cuda/bench_kernels.h"
+#include "runtime/cuda/conv_autotune.h"
 #include "runtime/cuda/cuda_backend.h"
 #endif
 
@@ -102,13 +104,60 @@ int cmd_train(const SpecArgs& a, bool print_config, const std::string& resume) {
   return 0;
 }
 
-// trctl bench kernels [--json FILE]: every CUDA kernel against the card's measured ceilings.
-int cmd_bench(const std::string& suite, const std::string& json_path) {
-  if (suite != "kernels") {
-    std::fprintf(stderr, "error: trctl bench %s: unknown or not yet supported suite (supported: kernels)\n",
-                 suite.c_str());
+Status write_text(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return Error{ErrCode::Io, path, "cannot write"};
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) return Error{ErrCode::Io, path, "write failed"};
+  return ok_status();
+}
+
+// trctl bench CFG --layers | --autotune: per-node timing of the train step, or the cuDNN algorithm search whose
+// results later runs read from the cache file.
+int cmd_bench_config(const SpecArgs& a, bool layers, bool autotune, int reps, const std::string& json_path) {
+  if (layers == autotune) {
+    std::fprintf(stderr, "error: trctl bench %s: give exactly one of --layers, --autotune\n", a.config.c_str());
     return kExitBadInput;
   }
+  Result<Spec> spec = spec_load(a.config, a.overrides);
+  if (!spec.ok()) return report_errors(spec.errors());
+#if defined(TRCTL_HAVE_CUDA)
+  auto log = spdlog::stderr_color_mt("trctl");
+  log->set_pattern("[%H:%M:%S] %v");
+  if (autotune) {
+    Result<DataShape> shape = data_shape(spec.value());
+    if (!shape.ok()) return report_errors(shape.errors());
+    CompileOptions copt;
+    copt.storage = amp_storage(spec.value());
+    Result<Compiled> c = compile_spec(spec.value(), shape.value(), copt);
+    if (!c.ok()) return report_errors(c.errors());
+    std::string report;
+    Status st = conv_autotune_spec(c.value(), autotune_cache_path(), &report);
+    if (!st.ok()) return report_errors(st.errors());
+    std::cout << report << "written: " << autotune_cache_path() << "\n";
+    return 0;
+  }
+  TrainOptions opt;
+  opt.gpu.device_count = cuda_device_count;
+  opt.gpu.make = make_cuda_backend;
+  Result<StepProfile> prof = train_profile(spec.value(), opt, reps, *log);
+  if (!prof.ok()) return report_errors(prof.errors());
+  std::cout << profile_table(prof.value(), spec->data.batch_size, 40);
+  if (!json_path.empty()) {
+    Status st = write_text(json_path, profile_json(prof.value(), spec->data.batch_size, a.config));
+    if (!st.ok()) return report_errors(st.errors());
+  }
+  return 0;
+#else
+  (void)reps;
+  (void)json_path;
+  std::fprintf(stderr, "error: trctl bench %s needs a CUDA build of trctl\n", layers ? "--layers" : "--autotune");
+  return kExitBadInput;
+#endif
+}
+
+// trctl bench kernels [--json FILE]: every CUDA kernel against the card's measured ceilings.
+int cmd_bench(const std::string& suite, const std::string& json_path) {
 #if defined(TRCTL_HAVE_CUDA)
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "error: trctl bench kernels needs a CUDA device; none is present\n");
@@ -118,14 +167,8 @@ int cmd_bench(const std::string& suite, const std::string& json_path) {
   if (!rows.ok()) return report_errors(rows.errors());
   std::cout << kernel_bench_table(rows.value());
   if (!json_path.empty()) {
-    std::FILE* f = std::fopen(json_path.c_str(), "w");
-    if (!f) {
-      std::fprintf(stderr, "error: %s: cannot write\n", json_path.c_str());
-      return kExitBadInput;
-    }
-    const std::string j = kernel_bench_json(rows.value(), "cuda:0");
-    std::fwrite(j.data(), 1, j.size(), f);
-    std::fclose(f);
+    Status st = write_text(json_path, kernel_bench_json(rows.value(), "cuda:0"));
+    if (!st.ok()) return report_errors(st.errors());
   }
   return 0;
 #else
@@ -159,10 +202,20 @@ int main(int argc, char** argv) {
   add_spec_args(validate, validate_a);
   auto* compile = app.add_subcommand("compile", "compile a spec and print the IR/plan after a stage");
   add_spec_args(compile, compile_a);
-  compile->add_option("--dump", dump, "after:STAGE (graph_build, fuse_linear_relu, autodiff, optimizer_insert, memplan)");
-  std::string bench_suite, bench_json;
-  auto* bench = app.add_subcommand("bench", "benchmarks: kernels (each CUDA kernel vs the card's ceilings)");
-  bench->add_option("suite", bench_suite, "suite: kernels")->required();
+  compile->add_option("--dump", dump,
+                      "after:STAGE (graph_build, fuse_linear_relu, fuse_norm_add_relu, autodiff, optimizer_insert, "
+                      "memplan)");
+  std::string bench_json;
+  SpecArgs bench_a;
+  bool bench_layers = false, bench_autotune = false;
+  int bench_reps = 20;
+  auto* bench = app.add_subcommand(
+      "bench", "benchmarks: `bench kernels` (each CUDA kernel vs the card's ceilings), `bench CFG --layers` "
+               "(per-node time of the train step), `bench CFG --autotune` (cuDNN algorithm search, cached)");
+  add_spec_args(bench, bench_a);
+  bench->add_flag("--layers", bench_layers, "time every node of the CFG's train step and its captured replay");
+  bench->add_flag("--autotune", bench_autotune, "search the CFG's convolution algorithms and write the cache");
+  bench->add_option("--reps", bench_reps, "--layers: runs per node (default 20)")->check(CLI::Range(1, 100000));
   bench->add_option("--json", bench_json, "also write the results as JSON to this file");
   struct Later {
     const char* name;
@@ -185,7 +238,9 @@ int main(int argc, char** argv) {
     if (*train) return cmd_train(train_a, print_config, resume);
     if (*validate) return cmd_validate(validate_a);
     if (*compile) return cmd_compile(compile_a, dump);
-    if (*bench) return cmd_bench(bench_suite, bench_json);
+    if (*bench && bench_a.config == "kernels" && bench_a.overrides.empty() && !bench_layers && !bench_autotune)
+      return cmd_bench("kernels", bench_json);
+    if (*bench) return cmd_bench_config(bench_a, bench_layers, bench_autotune, bench_reps, bench_json);
     for (const auto& l : later)
       if (*app.get_subcommand(l.name)) return not_supported(l.name, l.issue);
   } catch (const std::exception& e) {

@@ -9,6 +9,14 @@ const std::vector<std::string>& compiler_stages() {
   return stages;
 }
 
+DType amp_storage(const Spec& spec) {
+  switch (spec.train.precision) {
+    case Precision::Fp16: return DType::F16;
+    case Precision::Bf16: return DType::BF16;
+    default: return DType::F32;
+  }
+}
+
 namespace {
 
 using ProgramPass = std::function<Status(Graph&, Program&)>;
@@ -35,6 +43,7 @@ Result<Compiled> compile_spec(const Spec& spec, const DataShape& data, const Com
   Result<Graph> g = graph_build(spec, data, opt.compute);
   if (!g.ok()) return g.errors();
   c.graph = std::move(g.value());
+  c.graph.storage = opt.compute == DType::F32 ? opt.storage : opt.compute;
   Status st = graph_verify(c.graph);
   if (!st.ok()) return st.errors();
   done("graph_build");

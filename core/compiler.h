@@ -19,7 +19,11 @@ namespace trctl {
 struct CompileOptions {
   DType compute = DType::F32;  // F32 or F64: dtype of inputs, activations, parameters, gradients and the loss
   bool optimizer = true;
+  DType storage = DType::F32;  // Graph::storage: F16/BF16 for a backend that runs the spec's AMP precision
 };
+
+// The storage dtype a backend that runs AMP (the CUDA backend) wants for the spec's precision.
+DType amp_storage(const Spec& spec);
 
 struct Compiled {
   Spec spec;

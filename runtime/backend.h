@@ -23,6 +23,21 @@ struct ProgramMetrics {
   double loss_sum = 0, correct = 0, count = 0;
 };
 
+// Per-node device time of one program (trctl bench CFG --layers): each node's launches run on their own,
+// `reps` times between events, next to the replay time of the whole captured step.
+struct NodeTime {
+  std::string name, op;      // node name ("conv1.grad_weight"; "augment" for the batch fetch) and op kind
+  std::string shape;         // its first output's shape
+  double ms = 0;             // device time per run
+  double flops = 0;          // arithmetic of GEMM/convolution nodes (0 for the others)
+  double bytes = 0;          // bytes its inputs and outputs take as stored (read once, written once)
+};
+struct StepProfile {
+  std::vector<NodeTime> nodes;
+  double graph_ms = 0;       // one replay of the captured step
+  int reps = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -57,6 +72,8 @@ class Backend {
   virtual bool supports_resume() const { return true; }
   // Waits until all queued work is done (for timing; a no-op on synchronous backends).
   virtual Status synchronize() { return ok_status(); }
+  // Times every node of `program` (device-resident data already uploaded and an epoch begun).
+  virtual Result<StepProfile> profile(int program, int reps);
   // One line on the device memory the backend holds (empty where there is nothing to say), for the run log.
   virtual std::string memory_report() { return ""; }
 

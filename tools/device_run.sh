@@ -11,6 +11,9 @@
 #             CNN_TRAIN images; epochs 2.. are steady) then PyTorch eager + torch.compile (benchmarks/pytorch_cnn.py),
 #             for each of CNN_MODELS (default "resnet50 vgg16bn resnet18")
 #   cnnacc    configs/cnn_fmnist.yaml trained to the end (test accuracy; CNNACC_EPOCHS to change)
+#   autotune  trctl bench CFG --autotune for each of CNN_MODELS (the cache in $TRCTL_AUTOTUNE_CACHE, used by the
+#             stages after it; without this stage runs use cuDNN's heuristics)
+#   layers    trctl bench CFG --layers for each of CNN_MODELS: per-node times of the train step
 # Everything lands in $OUT (at most 8 files come back): summary.txt last.
 set -u
 cd "$(dirname "$0")/.."
@@ -81,6 +84,27 @@ if has torch; then
     --out "$OUT/torch_dl.json" >>"$OUT/torch.log" 2>&1
   echo "torch dataloader recipe ($DL_EPOCHS epochs): rc $? :: $(tail -n 1 "$OUT/torch.log")" >>"$SUM"
 fi
+export TRCTL_AUTOTUNE_CACHE=/tmp/trctl_autotune.txt
+rm -f "$TRCTL_AUTOTUNE_CACHE"
+mkdir -p /tmp/prof
+if has autotune; then
+  for m in ${CNN_MODELS:-resnet50 vgg16bn resnet18}; do
+    timeout 240 "$BIN/trctl" bench "configs/$m.yaml" --autotune data.synthetic.train_size=512 \
+      data.synthetic.val_size=256 >"/tmp/prof/autotune_$m.txt" 2>&1
+    echo "trctl autotune $m: rc $? :: $(tail -n 1 "/tmp/prof/autotune_$m.txt")" >>"$SUM"
+  done
+fi
+
+if has layers; then
+  for m in ${CNN_MODELS:-resnet50 vgg16bn resnet18}; do
+    timeout 240 "$BIN/trctl" bench "configs/$m.yaml" --layers --reps 10 data.synthetic.train_size=1024 \
+      data.synthetic.val_size=256 --json "/tmp/prof/layers_$m.json" >"/tmp/prof/layers_$m.txt" 2>&1
+    echo "trctl layers $m: rc $?" >>"$SUM"
+    grep -E 'step \(captured|^  ' "/tmp/prof/layers_$m.txt" | head -n 16 | sed 's/^/    /' >>"$SUM"
+  done
+fi
+if has autotune || has layers; then tar czf "$OUT/prof.tar.gz" -C /tmp prof; fi
+
 if has cnn; then
   mkdir -p /tmp/cnn
   export PYTHONUNBUFFERED=1

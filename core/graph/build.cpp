@@ -193,6 +193,7 @@ struct ForwardBuilder {
     } else {
       n.op = OpKind::BatchNorm;
       n.out = {y, activation(p, l.name + ".save_mean", cs), activation(p, l.name + ".save_invstd", cs)};
+      g.values[n.out[1]].full_precision = g.values[n.out[2]].full_precision = true;  // fp32 statistics under AMP
     }
     p.nodes.push_back(n);
     return y;

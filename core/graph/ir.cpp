@@ -88,6 +88,13 @@ std::string Shape::str() const {
   return s + ")";
 }
 
+int64_t stored_bytes(const Graph& g, ValueId id) {
+  const Value& v = g.values[id];
+  const bool narrowed = (v.role == Role::Activation || v.role == Role::Input) && v.dtype == g.compute &&
+                        !v.full_precision && g.storage != g.compute;
+  return narrowed ? v.shape.numel() * dtype_size(g.storage) : v.bytes();
+}
+
 ValueId Graph::add_value(Value v) {
   values.push_back(std::move(v));
   return static_cast<ValueId>(values.size() - 1);
@@ -106,7 +113,8 @@ static std::string value_ref(const Graph& g, ValueId id) {
 std::string graph_dump(const Graph& g) {
   std::ostringstream os;
   os << "graph: sample (H, W, C) = (" << g.in_h << ", " << g.in_w << ", " << g.in_c << "), classes "
-     << g.num_classes << "\n";
+     << g.num_classes << "; compute " << to_string(g.compute) << ", activations stored as " << to_string(g.storage)
+     << "\n";
   os << "params:\n";
   for (const auto& p : g.params) {
     os << "  " << p.name << " " << g.values[p.value].shape.str() << (p.decay ? " decay" : " no_decay")

@@ -78,6 +78,7 @@ struct Value {
   Role role = Role::Activation;
   ValueId alias_of = kNoValue;  // a view (Flatten) shares the storage of this value
   int32_t param = -1;           // Param / Grad / OptState: index into Graph::params
+  bool full_precision = false;  // stored in dtype even when Graph::storage is narrower (batch-norm statistics)
   int64_t bytes() const { return shape.numel() * dtype_size(dtype); }
 };
 
@@ -137,10 +138,16 @@ struct Graph {
   int64_t in_h = 0, in_w = 0, in_c = 0;  // sample shape (H, W, C)
   int num_classes = 0;
   DType compute = DType::F32;  // dtype of the floating-point values (F32; F64 for gradient checks)
+  // What inputs and activations of the compute dtype are stored as: the compute dtype, or F16/BF16 when a backend
+  // runs them in AMP (the CUDA backend); parameters, gradients and optimizer state stay in the compute dtype.
+  DType storage = DType::F32;
 
   ValueId add_value(Value v);
   const Program* find_program(const std::string& name) const;
 };
+
+// Bytes of v as stored: an input or activation of the compute dtype takes Graph::storage's size.
+int64_t stored_bytes(const Graph& g, ValueId v);
 
 // Prints the graph (values, params, every program's nodes) in a stable, diffable text form.
 std::string graph_dump(const Graph& g);

@@ -81,12 +81,12 @@ void place_persistent(const Graph& g, MemoryPlan& m) {
 void place_inputs_results(const Graph& g, MemoryPlan& m) {
   int64_t max_in = 0, max_lab = 0;
   for (const auto& p : g.programs) {
-    max_in = std::max(max_in, g.values[p.input].bytes());
+    max_in = std::max(max_in, stored_bytes(g, p.input));
     max_lab = std::max(max_lab, g.values[p.label].bytes());
   }
   int64_t results = 0;
   for (const auto& p : g.programs) {
-    m.values[p.input] = {Region::Inputs, 0, g.values[p.input].bytes()};
+    m.values[p.input] = {Region::Inputs, 0, stored_bytes(g, p.input)};
     m.values[p.label] = {Region::Inputs, align_up(max_in), g.values[p.label].bytes()};
     for (ValueId r : {p.loss, p.correct, p.loss_sum, p.correct_sum, p.count}) {
       m.values[r] = {Region::Results, results, g.values[r].bytes()};
@@ -123,13 +123,13 @@ void place_activations(const Graph& g, MemoryPlan& m) {
     if (g.values[v].role == Role::Activation && g.values[v].alias_of == kNoValue && m.values[v].first >= 0)
       acts.push_back(v);
   std::stable_sort(acts.begin(), acts.end(),
-                   [&](ValueId a, ValueId b) { return g.values[a].bytes() > g.values[b].bytes(); });
+                   [&](ValueId a, ValueId b) { return stored_bytes(g, a) > stored_bytes(g, b); });
   std::vector<ValueId> placed;
   int64_t top = 0;
   for (ValueId v : acts) {
     Placement& pl = m.values[v];
     pl.region = Region::Activations;
-    pl.bytes = g.values[v].bytes();
+    pl.bytes = stored_bytes(g, v);
     m.activation_naive_bytes += align_up(pl.bytes);
     std::vector<std::pair<int64_t, int64_t>> busy;  // [begin, end) of live-overlapping placed values
     for (ValueId o : placed) {
@@ -162,7 +162,7 @@ Result<MemoryPlan> memplan_build(const Graph& g) {
     if (g.values[v].alias_of == kNoValue) continue;
     ValueId r = root_of(g, v);
     Placement pl = m.values[r];
-    pl.bytes = g.values[v].bytes();
+    pl.bytes = stored_bytes(g, v);
     m.values[v] = pl;
   }
   Status st = memplan_verify(g, m);

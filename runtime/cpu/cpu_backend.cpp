@@ -35,6 +35,8 @@ struct AlignedBuffer {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const Compiled& c, uint64_t seed, int threads) : c_(c), seed_(seed), pool_(threads) {
+    if (c.graph.storage != c.graph.compute)  // the CPU backend computes and stores in the compute dtype
+      throw std::logic_error("cpu backend: a plan with activations stored narrower than the compute dtype");
     for (int r = 0; r < kRegionCount; ++r) regions_.emplace_back(std::make_unique<AlignedBuffer>(c.plan.region_bytes[r]));
     last_loss_.assign(c.graph.programs.size(), 0.0);
   }

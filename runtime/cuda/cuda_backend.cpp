@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <functional>
@@ -61,6 +62,7 @@ CudaBackend::~CudaBackend() {
   TRCTL_CUDA_WARN(cudaFree(conv_ws_));
   TRCTL_CUDA_WARN(cudaFree(bn_ws_));
   TRCTL_CUDA_WARN(cudaFree(lowp_dw_));
+  TRCTL_CUDA_WARN(cudaFree(bias_ws_));
   TRCTL_CUDA_WARN(cudaFree(lowp_weights_));
   TRCTL_CUDA_WARN(cudaFree(arena_));
 }
@@ -110,6 +112,14 @@ Status CudaBackend::init() {
   runs_.assign(c_.graph.programs.size(), 0);
   Status st = plan_gemms();
   if (st.ok()) st = plan_cnn();
+  for (const Program& p : c_.graph.programs)
+    for (const Node& n : p.nodes)
+      if (n.op == OpKind::LinearGradBias) {
+        const int64_t cols = c_.graph.values[n.out[0]].shape.numel();
+        bias_ws_bytes_ = std::max(bias_ws_bytes_,
+                                  bias_grad_workspace_bytes(c_.graph.values[n.in[0]].shape.numel() / cols, cols));
+      }
+  if (st.ok() && bias_ws_bytes_ > 0) TRCTL_CUDA_TRY(cudaMalloc(&bias_ws_, bias_ws_bytes_));
   return st;
 }
 
@@ -290,7 +300,9 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
       const void* dy = at(n.in[0]);
       float* db = reinterpret_cast<float*>(at(n.out[0]));
       const int64_t cols = numel(n.out[0]), rows = numel(n.in[0]) / cols;  // conv biases: rows = N*P*Q
-      out.push_back([s, dy, act, rows, cols, db] { return bias_grad_cuda(s, dy, act, rows, cols, 0, db, false); });
+      void* ws = bias_ws_;
+      const size_t wsb = bias_ws_bytes_;
+      out.push_back([=] { return bias_grad_large_cuda(s, dy, act, rows, cols, db, ws, wsb); });
       return ok_status();
     }
     case OpKind::Relu: {
@@ -402,12 +414,12 @@ Status CudaBackend::lower_optimizer(std::vector<Launch>& out) {
   return ok_status();
 }
 
-Result<std::vector<Launch>> CudaBackend::lower(int program) {
+// The step's first launch: gather the program's batch from the resident split and transform it.
+Result<Launch> CudaBackend::batch_fetch(int program) {
   const Program& p = c_.graph.programs[program];
   const DataSplit split = p.kind == ProgramKind::Train ? DataSplit::Train : DataSplit::Val;
   const SplitData& sd = split_[static_cast<int>(split)];
   if (!sd.uploaded) return Error{ErrCode::Internal, "cuda backend", "program " + p.name + " run before its data"};
-  std::vector<Launch> out;
   const cudaStream_t s = ctx_.stream;
   DeviceState* st = state();
   ResidentSplit rs{sd.pixels, sd.labels, sd.order, sd.n, &st->cursor[static_cast<int>(split)],
@@ -421,9 +433,16 @@ Result<std::vector<Launch>> CudaBackend::lower(int program) {
   StepBookkeeping book;  // a train step also counts itself (dropout's key) and clears AMP's found_inf
   if (p.kind == ProgramKind::Train) book.step = &st->step;
   if (p.kind == ProgramKind::Train && scaled()) book.clear = &st->scaler.found_inf;
-  out.push_back([s, pipe, rs, seed, batch, x, act, y, book] {
+  return Launch([s, pipe, rs, seed, batch, x, act, y, book] {
     return augment_batch_cuda(s, pipe, rs, seed, batch, x, act, y, book);
   });
+}
+
+Result<std::vector<Launch>> CudaBackend::lower(int program) {
+  const Program& p = c_.graph.programs[program];
+  Result<Launch> fetch = batch_fetch(program);
+  if (!fetch.ok()) return fetch.errors();
+  std::vector<Launch> out = {fetch.value()};
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     Status ok = lower_node(program, i, out);
     if (!ok.ok()) return ok.errors();
@@ -588,7 +607,7 @@ std::string CudaBackend::memory_report() {
   auto mib = [](double b) { return std::to_string(static_cast<int64_t>(b / 1048576.0 + 0.5)) + " MiB"; };
   size_t data = 0;
   for (const SplitData& sd : split_) data += static_cast<size_t>(sd.n) * 4 * 2 + (sd.uploaded ? sd.bytes : 0);
-  size_t ws = conv_ws_bytes_ + bn_ws_bytes_ + ctx_.workspace_bytes;
+  size_t ws = conv_ws_bytes_ + bn_ws_bytes_ + bias_ws_bytes_ + ctx_.workspace_bytes;
   for (size_t b : ce_ws_bytes_) ws += b;
   const size_t copy = lowp() ? static_cast<size_t>(c_.plan.weights_bytes / 2) : 0;
   size_t free_b = 0, total_b = 0;

@@ -70,6 +70,7 @@ class CudaBackend final : public Backend {
   // restored yet.
   bool supports_resume() const override { return false; }
   std::string memory_report() override;
+  Result<StepProfile> profile(int program, int reps) override;
   Status upload_split(DataSplit split, const ImageDataset& data, const TransformPipeline& tf) override;
   Status begin_epoch(DataSplit split, uint32_t epoch, const std::vector<int64_t>& order) override;
   Status run_resident(int program, DataSplit split) override;
@@ -90,6 +91,7 @@ class CudaBackend final : public Backend {
   Status refresh_lowp_weights();
   Status copy_to_device(void* dst, const void* src, size_t bytes);
   Status plan_gemms();
+  Result<Launch> batch_fetch(int program);
   Result<std::vector<Launch>> lower(int program);
   Status lower_node(int program, size_t i, std::vector<Launch>& out);
   Status lower_gemm_node(int program, size_t i, std::vector<Launch>& out);
@@ -131,6 +133,8 @@ class CudaBackend final : public Backend {
   size_t conv_ws_bytes_ = 0;
   void* bn_ws_ = nullptr;                       // batch norm's per-channel partial sums
   size_t bn_ws_bytes_ = 0;
+  void* bias_ws_ = nullptr;                     // two-pass bias gradients of convolutions (many rows)
+  size_t bias_ws_bytes_ = 0;
   void* lowp_dw_ = nullptr;                     // AMP: a conv weight gradient in the activation dtype, before its cast
   std::vector<Launch> warm_;                    // cuDNN calls run once before capture (module loading)
   std::vector<cudaGraphExec_t> exec_;

@@ -139,16 +139,21 @@ Result<int64_t> run_epoch_resident(Backend& be, const Compiled& c, DataSplit spl
   return images;
 }
 
-Result<std::unique_ptr<Backend>> backend_select(const Spec& spec, const Compiled& c, const GpuBackendFactory& gpu,
-                                                spdlog::logger& log) {
+// Which backend the spec gets on this machine: CUDA when asked, or when auto and a device is present.
+Result<bool> use_cuda(const Spec& spec, const GpuBackendFactory& gpu) {
   const DeviceKind d = spec.train.device;
   const bool have_gpu = gpu.device_count && gpu.device_count() > 0;
   if (d == DeviceKind::Cuda && !gpu.make)
     return Error{ErrCode::NotSupported, spec.source, "train.device: cuda, but this trctl was built without CUDA"};
   if (d == DeviceKind::Cuda && !have_gpu)
     return Error{ErrCode::NotSupported, spec.source, "train.device: cuda, but no CUDA device is present"};
-  if (d == DeviceKind::Cuda || (d == DeviceKind::Auto && have_gpu)) return gpu.make(c, spec.seed);
-  if (d == DeviceKind::Auto) log.info("no CUDA device: training on the cpu backend");
+  return d == DeviceKind::Cuda || (d == DeviceKind::Auto && have_gpu);
+}
+
+Result<std::unique_ptr<Backend>> backend_make(const Spec& spec, const Compiled& c, bool cuda,
+                                              const GpuBackendFactory& gpu, spdlog::logger& log) {
+  if (cuda) return gpu.make(c, spec.seed);
+  if (spec.train.device == DeviceKind::Auto) log.info("no CUDA device: training on the cpu backend");
   std::unique_ptr<Backend> be = make_cpu_backend(c, spec.seed, spec.train.threads);
   if (spec.train.precision != Precision::Fp32)
     log.warn("precision {} requested: the cpu backend computes in fp32", to_string(spec.train.precision));
@@ -206,6 +211,33 @@ Result<DataShape> data_shape(const Spec& spec) {
   return shape_of(data.value());
 }
 
+Result<StepProfile> train_profile(const Spec& spec, const TrainOptions& opt, int reps, spdlog::logger& log) {
+  Result<bool> cuda = use_cuda(spec, opt.gpu);
+  if (!cuda.ok()) return cuda.errors();
+  if (!cuda.value()) return Error{ErrCode::NotSupported, spec.source, "per-layer timing needs a CUDA device"};
+  Result<Data> data = data_prepare(spec);
+  if (!data.ok()) return data.errors();
+  CompileOptions copt;
+  copt.storage = amp_storage(spec);
+  Result<Compiled> compiled = compile_spec(spec, shape_of(data.value()), copt);
+  if (!compiled.ok()) return compiled.errors();
+  const Compiled& c = compiled.value();
+  Result<std::unique_ptr<Backend>> be = backend_make(spec, c, true, opt.gpu, log);
+  if (!be.ok()) return be.errors();
+  Backend& b = *be.value();
+  Status st = b.write_region(Region::Weights, params_init(c, spec.seed));
+  if (st.ok()) st = b.write_region(Region::Buffers, buffers_init(c));
+  if (st.ok()) st = b.upload_split(DataSplit::Train, data->train, data->train_tf);
+  if (st.ok()) st = b.upload_split(DataSplit::Val, data->val, data->val_tf);
+  if (st.ok()) st = b.begin_epoch(DataSplit::Train, 1, loader_epoch_order(data->train.n, true, spec.seed, 1));
+  if (!st.ok()) return st.errors();
+  b.set_lr(scheduler_lr(spec.scheduler, spec.optimizer.lr, 1, spec.train.epochs));
+  if (std::string mem = b.memory_report(); !mem.empty()) log.info("{}", mem);
+  const int prog = program_index(c, "train");
+  if (prog < 0) return Error{ErrCode::Invalid, spec.source, "no full training batch to profile"};
+  return b.profile(prog, reps);
+}
+
 Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog::logger& log) {
   const Clock::time_point t_run = Clock::now();
   // The GPU driver's start-up (hundreds of ms) overlaps the dataset's decompression.
@@ -215,11 +247,15 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
   if (warm.joinable()) warm.join();
   if (!data.ok()) return data.errors();
   Data& d = data.value();
-  Result<Compiled> compiled = compile_spec(spec, shape_of(d));
+  Result<bool> cuda = use_cuda(spec, opt.gpu);
+  if (!cuda.ok()) return cuda.errors();
+  CompileOptions copt;
+  if (cuda.value()) copt.storage = amp_storage(spec);  // the CPU backend computes and stores in fp32
+  Result<Compiled> compiled = compile_spec(spec, shape_of(d), copt);
   if (!compiled.ok()) return compiled.errors();
   const Compiled& c = compiled.value();
 
-  Result<std::unique_ptr<Backend>> selected = backend_select(spec, c, opt.gpu, log);
+  Result<std::unique_ptr<Backend>> selected = backend_make(spec, c, cuda.value(), opt.gpu, log);
   if (!selected.ok()) return selected.errors();
   std::unique_ptr<Backend> be = std::move(selected.value());
   Status st = be->write_region(Region::Weights, params_init(c, spec.seed));

@@ -56,6 +56,11 @@ struct TrainResult {
 
 Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog::logger& log);
 
+// `trctl bench CFG --layers`: sets the run up as train_run does (on the CUDA backend only), begins epoch 1 and
+// times the train program's nodes and its captured step (Backend::profile).
+struct StepProfile;
+Result<StepProfile> train_profile(const Spec& spec, const TrainOptions& opt, int reps, spdlog::logger& log);
+
 // Loads the spec's data and transforms and returns the shapes the compiler needs (for `trctl compile`).
 Result<DataShape> data_shape(const Spec& spec);
 

@@ -61,3 +61,45 @@ TEST_CASE("bias_grad column sums match the double reference for MLP and odd shap
     }
   }
 }
+
+// Convolution bias gradients: rows = N*P*Q up to millions. Two passes (row blocks, then their partials), each
+// thread summing at most ceil(rpb/16) values: the same error bound as above with rows replaced by the larger of
+// the two passes' lengths, well under 1e-5 * sum|dy|.
+TEST_CASE("bias_grad_large column sums match the double reference for convolution shapes", "[kernel][bias_grad]") {
+  CudaContext ctx = make_context();
+  Rng rng(52);
+  struct Shape {
+    int64_t rows, cols;
+  };
+  const Shape shapes[] = {{8 * 224 * 224, 64}, {300000, 3}, {256 * 7 * 7, 512}, {1000, 64}, {1025, 96}};
+  for (GpuDType t : {GpuDType::F32, GpuDType::F16}) {
+    for (const Shape& s : shapes) {
+      const std::string tag = std::string(gpu_dtype_name(t)) + " rows=" + std::to_string(s.rows) +
+                              " cols=" + std::to_string(s.cols);
+      INFO(tag);
+      std::vector<float> dy = rng.normal_vec(s.rows * s.cols, 0.0f, 1.0f);
+      for (auto& v : dy) v = round_to(t, v);
+      DevBuf ddy = to_device_as(t, dy);
+      DevBuf ddb(s.cols * 4);
+      const size_t wsb = bias_grad_workspace_bytes(s.rows, s.cols);
+      DevBuf ws(wsb + 16);
+      poison(ddb);
+      poison(ws);
+      REQUIRE_OK(bias_grad_large_cuda(ctx.stream, ddy.get(), t, s.rows, s.cols, ddb.as<float>(), ws.get(), wsb));
+      sync_ok(ctx);
+      std::vector<double> ref(s.cols, 0.0), bound(s.cols, 0.0);
+      for (int64_t i = 0; i < s.rows; ++i)
+        for (int64_t j = 0; j < s.cols; ++j) {
+          ref[j] += dy[i * s.cols + j];
+          bound[j] += 1e-5 * std::fabs(dy[i * s.cols + j]);
+        }
+      const auto got = from_device<float>(ddb.get(), s.cols);
+      CHECK_RESULT(compare_close("bias_grad_large " + tag, to_double(got), ref, bound));
+      poison(ddb);
+      REQUIRE_OK(bias_grad_large_cuda(ctx.stream, ddy.get(), t, s.rows, s.cols, ddb.as<float>(), ws.get(), wsb));
+      sync_ok(ctx);
+      const auto again = from_device<float>(ddb.get(), s.cols);
+      CHECK_RESULT(compare_bitwise("bias_grad_large rerun " + tag, got.data(), again.data(), s.cols * 4, 4));
+    }
+  }
+}

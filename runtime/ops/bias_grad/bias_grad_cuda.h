@@ -15,4 +15,12 @@ namespace trctl {
 Status bias_grad_cuda(cudaStream_t stream, const void* dy, GpuDType dy_type, int64_t rows, int64_t cols, int64_t ld,
                       float* db, bool accumulate);
 
+// The same sums for many rows (a convolution's bias: rows = N*P*Q, up to millions): one block per (32 columns,
+// row block) writes partial sums into `workspace`, then the kernel above sums the partials, both in fixed order
+// (deterministic). dy (rows, cols) dense; db (cols) f32 overwritten. Falls back to bias_grad_cuda when rows are few
+// (workspace bytes 0).
+size_t bias_grad_workspace_bytes(int64_t rows, int64_t cols);
+Status bias_grad_large_cuda(cudaStream_t stream, const void* dy, GpuDType dy_type, int64_t rows, int64_t cols,
+                            float* db, void* workspace, size_t workspace_bytes);
+
 }  // namespace trctl

@@ -1,0 +1,116 @@
+// CudaBackend::profile: where a step's time goes (trctl bench CFG --layers). The captured step is replayed
+// `reps` times between two events; then each node's launches (as lowered for the graph, batch fetch first) run on
+// their own, `reps` times between two events. Nodes are timed outside the graph, so their sum includes one launch
+// latency each; the difference to the replay time is what the graph saves. Running a node repeatedly is
+// harmless for timing: every node overwrites its outputs (the optimizer and the running statistics drift).
+#include "runtime/cuda/cuda_backend_impl.h"
+#include "runtime/cuda/cuda_check.h"
+
+namespace trctl::cuda_detail {
+namespace {
+
+Status checked(cudaError_t e, const char* call, int line) {
+  if (e == cudaSuccess) return ok_status();
+  return cuda_error(e, call, __FILE__, line);
+}
+
+// Arithmetic of the matrix nodes: 2 multiply-adds per output element and reduction step.
+double node_flops(const Graph& g, const Node& n) {
+  auto numel = [&](ValueId v) { return static_cast<double>(g.values[v].shape.numel()); };
+  switch (n.op) {
+    case OpKind::Linear:  // Y (N,M) = X (N,K) W^T
+      return 2 * numel(n.out[0]) * static_cast<double>(g.values[n.in[0]].shape.dims[1]);
+    case OpKind::LinearGradInput:
+    case OpKind::LinearGradWeight:  // the same product, transposed
+      return 2 * numel(n.in[0]) * static_cast<double>(g.values[n.in[1]].shape.dims[1]);
+    case OpKind::Conv2d:  // Y (N,P,Q,K), each a sum over R*S*C/g
+    case OpKind::Conv2dGradInput:
+    case OpKind::Conv2dGradWeight: {
+      const ValueId w = n.op == OpKind::Conv2dGradWeight ? n.out[0] : n.in[1];
+      const ValueId y = n.op == OpKind::Conv2d ? n.out[0] : n.in[0];
+      const auto& wd = g.values[w].shape.dims;
+      return 2 * numel(y) * static_cast<double>(wd[1] * wd[2] * wd[3]);
+    }
+    default:
+      return 0;
+  }
+}
+
+double node_bytes(const Graph& g, const Node& n) {
+  double b = 0;
+  for (ValueId v : n.in) b += static_cast<double>(stored_bytes(g, v));
+  for (ValueId v : n.out) b += static_cast<double>(stored_bytes(g, v));
+  return b;
+}
+
+}  // namespace
+
+Result<StepProfile> CudaBackend::profile(int program, int reps) {
+  if (reps < 1) return Error{ErrCode::Invalid, "profile", "reps must be >= 1"};
+  const Program& p = c_.graph.programs[program];
+  if (!exec_[program]) {
+    Status st = capture(program);
+    if (!st.ok()) return st.errors();
+  }
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  TRCTL_CUDA_TRY(cudaEventCreate(&e0));
+  TRCTL_CUDA_TRY(cudaEventCreate(&e1));
+  auto elapsed = [&](float* ms) -> Status {
+    TRCTL_CUDA_TRY(cudaEventSynchronize(e1));
+    TRCTL_CUDA_TRY(cudaEventElapsedTime(ms, e0, e1));
+    return ok_status();
+  };
+  StepProfile prof;
+  prof.reps = reps;
+  Status st = ok_status();
+  float ms = 0;
+  // The whole step as the trainer runs it (warm-up replays first).
+  for (int r = 0; r < 3 && st.ok(); ++r) st = checked(cudaGraphLaunch(exec_[program], ctx_.stream), "cudaGraphLaunch", __LINE__);
+  if (st.ok()) st = checked(cudaEventRecord(e0, ctx_.stream), "cudaEventRecord", __LINE__);
+  for (int r = 0; r < reps && st.ok(); ++r)
+    st = checked(cudaGraphLaunch(exec_[program], ctx_.stream), "cudaGraphLaunch", __LINE__);
+  if (st.ok()) st = checked(cudaEventRecord(e1, ctx_.stream), "cudaEventRecord", __LINE__);
+  if (st.ok()) st = elapsed(&ms);
+  prof.graph_ms = ms / reps;
+  // Each node on its own.
+  std::vector<std::vector<Launch>> groups;
+  std::vector<NodeTime> rows;
+  if (st.ok()) {
+    Result<Launch> fetch = batch_fetch(program);
+    if (!fetch.ok()) st = fetch.errors();
+    else groups.push_back({fetch.value()});
+    rows.push_back({"augment", "batch_fetch", c_.graph.values[p.input].shape.str(), 0, 0,
+                    static_cast<double>(stored_bytes(c_.graph, p.input))});
+  }
+  for (size_t i = 0; i < p.nodes.size() && st.ok(); ++i) {
+    std::vector<Launch> g;
+    st = lower_node(program, i, g);
+    const Node& n = p.nodes[i];
+    groups.push_back(std::move(g));
+    rows.push_back({n.name, to_string(n.op), c_.graph.values[n.out[0]].shape.str(), 0, node_flops(c_.graph, n),
+                    node_bytes(c_.graph, n)});
+  }
+  warm_.clear();
+  for (size_t k = 0; k < groups.size() && st.ok(); ++k) {
+    if (groups[k].empty()) {  // folded into another node's kernel (fusions) or a view
+      rows[k].ms = 0;
+      continue;
+    }
+    for (const Launch& l : groups[k])
+      if (st.ok()) st = l();  // warm (module loading, caches)
+    if (st.ok()) st = checked(cudaEventRecord(e0, ctx_.stream), "cudaEventRecord", __LINE__);
+    for (int r = 0; r < reps && st.ok(); ++r)
+      for (const Launch& l : groups[k])
+        if (st.ok()) st = l();
+    if (st.ok()) st = checked(cudaEventRecord(e1, ctx_.stream), "cudaEventRecord", __LINE__);
+    if (st.ok()) st = elapsed(&ms);
+    rows[k].ms = ms / reps;
+  }
+  TRCTL_CUDA_WARN(cudaEventDestroy(e0));
+  TRCTL_CUDA_WARN(cudaEventDestroy(e1));
+  if (!st.ok()) return st.errors();
+  prof.nodes = std::move(rows);
+  return prof;
+}
+
+}  // namespace trctl::cuda_detail

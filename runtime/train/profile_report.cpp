@@ -1,0 +1,100 @@
+// profile_table / profile_json: see profile_report.h.
+#include "runtime/train/profile_report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+namespace trctl {
+namespace {
+
+struct OpTotal {
+  int count = 0;
+  double ms = 0, flops = 0, bytes = 0;
+};
+
+double sum_ms(const StepProfile& p) {
+  double s = 0;
+  for (const NodeTime& n : p.nodes) s += n.ms;
+  return s;
+}
+
+// "412.3 TFLOP/s (52%)" for matrix work, else "1830 GB/s (43%)" (bytes read + written once).
+std::string rate(double ms, double flops, double bytes) {
+  char buf[64];
+  if (ms <= 0) return "-";
+  if (flops > 0) {
+    const double t = flops / (ms * 1e-3) / 1e12;
+    std::snprintf(buf, sizeof buf, "%7.1f TFLOP/s (%3.0f%%)", t, 100 * t / kH200MatrixTflops);
+  } else {
+    const double g = bytes / (ms * 1e-3) / 1e9;
+    std::snprintf(buf, sizeof buf, "%7.0f GB/s    (%3.0f%%)", g, 100 * g / kH200CopyGBs);
+  }
+  return buf;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o;
+}
+
+}  // namespace
+
+std::string profile_table(const StepProfile& p, int64_t batch, int top) {
+  std::string out;
+  char buf[512];
+  const double total = sum_ms(p);
+  std::snprintf(buf, sizeof buf,
+                "step (captured graph replay): %.3f ms = %.0f img/s at batch %lld; nodes run one by one: %.3f ms "
+                "(%zu nodes, %d reps each)\n",
+                p.graph_ms, p.graph_ms > 0 ? batch / (p.graph_ms * 1e-3) : 0.0, static_cast<long long>(batch),
+                total, p.nodes.size(), p.reps);
+  out += buf;
+  std::map<std::string, OpTotal> by_op;
+  for (const NodeTime& n : p.nodes) {
+    OpTotal& t = by_op[n.op];
+    ++t.count;
+    t.ms += n.ms;
+    t.flops += n.flops;
+    t.bytes += n.bytes;
+  }
+  std::vector<std::pair<std::string, OpTotal>> ops(by_op.begin(), by_op.end());
+  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+  out += "\nby op kind                      count     ms   share  achieved (of the card's ceiling)\n";
+  for (const auto& [op, t] : ops) {
+    std::snprintf(buf, sizeof buf, "  %-28s %5d %8.3f %5.1f%%  %s\n", op.c_str(), t.count, t.ms,
+                  total > 0 ? 100 * t.ms / total : 0.0, rate(t.ms, t.flops, t.bytes).c_str());
+    out += buf;
+  }
+  std::vector<const NodeTime*> nodes;
+  for (const NodeTime& n : p.nodes) nodes.push_back(&n);
+  std::sort(nodes.begin(), nodes.end(), [](const NodeTime* a, const NodeTime* b) { return a->ms > b->ms; });
+  std::snprintf(buf, sizeof buf, "\nslowest %d nodes\n", top);
+  out += buf;
+  for (int i = 0; i < top && i < static_cast<int>(nodes.size()); ++i) {
+    const NodeTime& n = *nodes[i];
+    std::snprintf(buf, sizeof buf, "  %-34s %-20s %-22s %8.3f ms %5.1f%%  %s\n", n.name.c_str(), n.op.c_str(),
+                  n.shape.c_str(), n.ms, total > 0 ? 100 * n.ms / total : 0.0, rate(n.ms, n.flops, n.bytes).c_str());
+    out += buf;
+  }
+  return out;
+}
+
+std::string profile_json(const StepProfile& p, int64_t batch, const std::string& config) {
+  std::string o = "{\"config\": \"" + json_escape(config) + "\", \"batch\": " + std::to_string(batch) +
+                  ", \"graph_ms\": " + std::to_string(p.graph_ms) + ", \"reps\": " + std::to_string(p.reps) +
+                  ", \"nodes\": [";
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    const NodeTime& n = p.nodes[i];
+    o += std::string(i ? ", " : "") + "{\"name\": \"" + json_escape(n.name) + "\", \"op\": \"" + n.op +
+         "\", \"shape\": \"" + n.shape + "\", \"ms\": " + std::to_string(n.ms) + ", \"flops\": " +
+         std::to_string(n.flops) + ", \"bytes\": " + std::to_string(n.bytes) + "}";
+  }
+  return o + "]}\n";
+}
+
+}  // namespace trctl
