@@ -157,7 +157,7 @@ int cmd_bench_config(const SpecArgs& a, bool layers, bool autotune, int reps, co
 }
 
 // trctl bench kernels [--json FILE]: every CUDA kernel against the card's measured ceilings.
-int cmd_bench(const std::string& suite, const std::string& json_path) {
+int cmd_bench_kernels(const std::string& json_path) {
 #if defined(TRCTL_HAVE_CUDA)
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "error: trctl bench kernels needs a CUDA device; none is present\n");
@@ -239,7 +239,7 @@ int main(int argc, char** argv) {
     if (*validate) return cmd_validate(validate_a);
     if (*compile) return cmd_compile(compile_a, dump);
     if (*bench && bench_a.config == "kernels" && bench_a.overrides.empty() && !bench_layers && !bench_autotune)
-      return cmd_bench("kernels", bench_json);
+      return cmd_bench_kernels(bench_json);
     if (*bench) return cmd_bench_config(bench_a, bench_layers, bench_autotune, bench_reps, bench_json);
     for (const auto& l : later)
       if (*app.get_subcommand(l.name)) return not_supported(l.name, l.issue);

@@ -5,6 +5,7 @@
 // statistics and running statistics in fp32.
 #include <algorithm>
 
+#include "runtime/cuda/conv_autotune.h"
 #include "runtime/cuda/cuda_backend_impl.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/ops/add/add_cuda.h"
@@ -39,12 +40,17 @@ std::pair<ValueId, ValueId> conv_operands(const Node& n) {
 
 // Conv plans for every conv node of every program (train and train_last differ in N), the largest workspace any
 // of them needs, batch norm's workspace, and (AMP) the scratch for a weight gradient before its cast to fp32.
+// Each direction runs the algorithm measured by `trctl bench CFG --autotune` when the autotune cache
+// (autotune_cache_path(), read once, before the first conv) has it, else the heuristics' choice.
 Status CudaBackend::plan_cnn() {
   ConvDesc d;
   d.io = act_type();
   d.tf32 = amp_ == Precision::Tf32;
   d.deterministic = c_.spec.train.deterministic;
   int64_t max_dw = 0;
+  std::string cache_path;
+  Result<AutotuneCache> cache = AutotuneCache{};
+  bool cache_loaded = false;
   for (const Program& p : c_.graph.programs)
     for (const Node& n : p.nodes) {
       if (is_conv(n.op)) {
@@ -52,8 +58,19 @@ Status CudaBackend::plan_cnn() {
         d.g = conv2d_geom_of(c_.graph, n, x, w);
         const std::string key = conv_key(d.g);
         if (!conv_.count(key)) {
-          Result<CudnnConvPlan> plan = cudnn_conv_plan(ctx_.cudnn, d);
-          if (!plan.ok()) return plan.errors();
+          if (!cache_loaded) {
+            cache_path = autotune_cache_path();
+            cache = autotune_cache_load(cache_path);
+            if (!cache.ok()) return cache.errors();
+            cache_loaded = true;
+          }
+          Result<CudnnConvPlan> plan = cudnn_conv_plan_cached(ctx_.cudnn, d, cache.value());
+          if (!plan.ok()) {
+            std::vector<Error> errs = plan.errors();
+            if (!cache.value().entries.empty())
+              for (Error& e : errs) e.message += " (autotune cache " + cache_path + ")";
+            return errs;
+          }
           conv_ws_bytes_ = std::max(conv_ws_bytes_, cudnn_conv_workspace_bytes(plan.value()));
           conv_.emplace(key, std::move(plan.value()));
         }

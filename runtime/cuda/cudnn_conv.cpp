@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <functional>
 #include <utility>
 #include <vector>
 
@@ -79,52 +78,120 @@ bool exec_math(const ConvDesc& d, cudnnMathType_t cand, cudnnMathType_t* out) {
 
 bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
-// Which algorithm a direction runs: the first heuristic candidate that passes every filter (see cudnn_conv_plan).
+// Which algorithm a direction runs (see cudnn_conv_choose).
 struct Pick {
   int algo = -1;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
   size_t ws = 0;
 };
 
-// Walks the candidates (best first). ws_of(algo, &bytes) asks cuDNN for the workspace with the conv descriptor's
-// math type set to the candidate's: a refusal there means the algorithm cannot run this configuration.
-template <class Perf, class Algo>
-Pick pick_candidate(const ConvDesc& d, size_t max_ws, cudnnConvolutionDescriptor_t conv, const Perf* cands, int n,
-                    const std::function<cudnnStatus_t(Algo, size_t*)>& ws_of, const char* (*name)(Algo),
-                    std::string* rejected) {
+cudnnConvolutionDescriptor_t dir_conv(const CudnnConvPlan& p, ConvDir dir) {
+  return dir == ConvDir::Fwd ? p.conv_fwd : dir == ConvDir::Dgrad ? p.conv_dgrad : p.conv_wgrad;
+}
+
+// cuDNN's workspace for `algo` in one direction, with the descriptor's current math type: a refusal here means the
+// algorithm cannot run this configuration.
+cudnnStatus_t ws_query(cudnnHandle_t h, const CudnnConvPlan& p, ConvDir dir, int algo, size_t* bytes) {
+  switch (dir) {
+    case ConvDir::Fwd:
+      return cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv_fwd, p.y,
+                                                     static_cast<cudnnConvolutionFwdAlgo_t>(algo), bytes);
+    case ConvDir::Dgrad:
+      return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.y, p.conv_dgrad, p.x,
+                                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), bytes);
+    case ConvDir::Wgrad: break;
+  }
+  return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.conv_wgrad, p.w,
+                                                        static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), bytes);
+}
+
+void set_dir(CudnnConvPlan& p, ConvDir dir, const Pick& k) {
+  switch (dir) {
+    case ConvDir::Fwd:
+      p.fwd_algo = static_cast<cudnnConvolutionFwdAlgo_t>(k.algo), p.fwd_math = k.math, p.fwd_ws = k.ws;
+      return;
+    case ConvDir::Dgrad:
+      p.dgrad_algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(k.algo), p.dgrad_math = k.math, p.dgrad_ws = k.ws;
+      return;
+    case ConvDir::Wgrad: break;
+  }
+  p.wgrad_algo = static_cast<cudnnConvolutionBwdFilterAlgo_t>(k.algo), p.wgrad_math = k.math, p.wgrad_ws = k.ws;
+}
+
+const char* dir_long_name(ConvDir dir) {
+  return dir == ConvDir::Fwd ? "forward" : dir == ConvDir::Dgrad ? "data-gradient" : "filter-gradient";
+}
+
+Error no_algo_error(ConvDir dir, const ConvDesc& d, int candidates, const char* source, const std::string& rejected) {
+  return conv_error(ErrCode::NotSupported,
+                    std::string("cudnn_conv_plan: no usable ") + dir_long_name(dir) + " algorithm for " +
+                        gpu_dtype_name(d.io) + (d.tf32 ? " (tf32)" : "") + (d.deterministic ? " deterministic" : "") +
+                        " conv2d " + conv2d_geom_str(d.g) + " (" + std::to_string(candidates) + " " + source +
+                        " candidates)" + rejected,
+                    __FILE__, __LINE__);
+}
+
+// Walks the candidates (best first) and takes the first that passes every filter (see cudnn_conv_choose).
+template <class Perf>
+Result<int> choose_from(cudnnHandle_t h, CudnnConvPlan& p, ConvDir dir, const Perf* cands, int n, size_t max_ws,
+                        const char* source) {
+  const ConvDesc& d = p.desc;
+  const cudnnConvolutionDescriptor_t conv = dir_conv(p, dir);
+  std::string rejected;
   for (int i = 0; i < n; ++i) {
     const Perf& c = cands[i];
-    const std::string tag = std::string(name(c.algo)) + " (" + math_name(c.mathType) + "): ";
+    const int algo = static_cast<int>(c.algo);
+    const std::string tag = std::string(cudnn_conv_algo_name(dir, algo)) + " (" + cudnn_math_name(c.mathType) + "): ";
     cudnnMathType_t math = CUDNN_DEFAULT_MATH;
     size_t bytes = 0;
     if (c.status != CUDNN_STATUS_SUCCESS) {
-      *rejected += "\n  " + tag + cudnnGetErrorString(c.status);
+      rejected += "\n  " + tag + cudnnGetErrorString(c.status);
     } else if (!exec_math(d, c.mathType, &math)) {
-      *rejected += "\n  " + tag + "math type not allowed for " + gpu_dtype_name(d.io) + (d.tf32 ? " tf32" : "");
+      rejected += "\n  " + tag + "math type not allowed for " + gpu_dtype_name(d.io) + (d.tf32 ? " tf32" : "");
     } else if (d.deterministic && c.determinism != CUDNN_DETERMINISTIC) {
-      *rejected += "\n  " + tag + "not deterministic";
+      rejected += "\n  " + tag + "not deterministic";
     } else if (c.memory > max_ws) {
-      *rejected += "\n  " + tag + "workspace " + std::to_string(c.memory) + " B > " + std::to_string(max_ws) + " B";
+      rejected += "\n  " + tag + "workspace " + std::to_string(c.memory) + " B > " + std::to_string(max_ws) + " B";
     } else if (cudnnSetConvolutionMathType(conv, math) != CUDNN_STATUS_SUCCESS) {
-      *rejected += "\n  " + tag + "math type refused by the descriptor";
-    } else if (const cudnnStatus_t st = ws_of(c.algo, &bytes); st != CUDNN_STATUS_SUCCESS) {
-      *rejected += "\n  " + tag + "workspace query: " + cudnnGetErrorString(st);
+      rejected += "\n  " + tag + "math type refused by the descriptor";
+    } else if (const cudnnStatus_t st = ws_query(h, p, dir, algo, &bytes); st != CUDNN_STATUS_SUCCESS) {
+      rejected += "\n  " + tag + "workspace query: " + cudnnGetErrorString(st);
     } else if (bytes > max_ws) {
-      *rejected += "\n  " + tag + "workspace " + std::to_string(bytes) + " B > " + std::to_string(max_ws) + " B";
+      rejected += "\n  " + tag + "workspace " + std::to_string(bytes) + " B > " + std::to_string(max_ws) + " B";
     } else {
-      return Pick{static_cast<int>(c.algo), math, bytes};
+      set_dir(p, dir, Pick{algo, math, bytes});
+      return i;
     }
   }
-  return Pick{};
+  return no_algo_error(dir, d, n, source, rejected);
 }
 
-Error no_algo_error(const char* direction, const ConvDesc& d, int candidates, const std::string& rejected) {
-  return conv_error(ErrCode::NotSupported,
-                    std::string("cudnn_conv_plan: no usable ") + direction + " algorithm for " + gpu_dtype_name(d.io) +
-                        (d.tf32 ? " (tf32)" : "") + (d.deterministic ? " deterministic" : "") + " conv2d " +
-                        conv2d_geom_str(d.g) + " (" + std::to_string(candidates) + " heuristic candidates)" +
-                        rejected,
-                    __FILE__, __LINE__);
+// A direction's algorithm given in advance (cudnn_conv_plan_fixed): the same rules as the filters, checked alone.
+Status choose_fixed(cudnnHandle_t h, CudnnConvPlan& p, ConvDir dir, const ConvAlgoFixed& f, size_t max_ws) {
+  const ConvDesc& d = p.desc;
+  const std::string what = std::string("cudnn_conv_plan: ") + conv_dir_name(dir) + " algorithm " +
+                           std::to_string(f.algo) + " " + cudnn_conv_algo_name(dir, f.algo) + " (" +
+                           cudnn_math_name(f.math) + ")" + (f.origin.empty() ? "" : " from " + f.origin) + " for " +
+                           gpu_dtype_name(d.io) + (d.tf32 ? " (tf32)" : "") +
+                           (d.deterministic ? " deterministic" : "") + " conv2d " + conv2d_geom_str(d.g) + ": ";
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  size_t bytes = 0;
+  if (f.algo >= cudnn_conv_algo_count(dir))
+    return conv_error(ErrCode::Invalid, what + "unknown algorithm id", __FILE__, __LINE__);
+  if (!exec_math(d, f.math, &math) || math != f.math)
+    return conv_error(ErrCode::Invalid, what + "math type not allowed", __FILE__, __LINE__);
+  if (d.deterministic && !cudnn_conv_algo_deterministic(dir, f.algo))
+    return conv_error(ErrCode::Invalid, what + "not deterministic", __FILE__, __LINE__);
+  if (const cudnnStatus_t st = cudnnSetConvolutionMathType(dir_conv(p, dir), math); st != CUDNN_STATUS_SUCCESS)
+    return cudnn_check(st, (what + "cudnnSetConvolutionMathType").c_str(), __FILE__, __LINE__);
+  if (const cudnnStatus_t st = ws_query(h, p, dir, f.algo, &bytes); st != CUDNN_STATUS_SUCCESS)
+    return cudnn_check(st, (what + "refused by the workspace query").c_str(), __FILE__, __LINE__);
+  if (bytes > max_ws)
+    return conv_error(ErrCode::NotSupported,
+                      what + "workspace " + std::to_string(bytes) + " B > " + std::to_string(max_ws) + " B", __FILE__,
+                      __LINE__);
+  set_dir(p, dir, Pick{f.algo, math, bytes});
+  return ok_status();
 }
 
 Status make_descriptors(CudnnConvPlan& p) {
@@ -162,16 +229,8 @@ Status choose_fwd(cudnnHandle_t h, CudnnConvPlan& p, size_t max_ws) {
   TRCTL_CUDNN_TRY(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max_count));
   std::vector<cudnnConvolutionFwdAlgoPerf_t> c(static_cast<size_t>(max_count));
   TRCTL_CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.conv_fwd, p.y, max_count, &n, c.data()));
-  std::function<cudnnStatus_t(cudnnConvolutionFwdAlgo_t, size_t*)> ws_of = [&](auto algo, size_t* bytes) {
-    return cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv_fwd, p.y, algo, bytes);
-  };
-  std::string rejected;
-  const Pick k = pick_candidate(p.desc, max_ws, p.conv_fwd, c.data(), n, ws_of, fwd_algo_name, &rejected);
-  if (k.algo < 0) return no_algo_error("forward", p.desc, n, rejected);
-  p.fwd_algo = static_cast<cudnnConvolutionFwdAlgo_t>(k.algo);
-  p.fwd_math = k.math;
-  p.fwd_ws = k.ws;
-  return ok_status();
+  Result<int> k = choose_from(h, p, ConvDir::Fwd, c.data(), n, max_ws, "heuristic");
+  return k.ok() ? ok_status() : Status(k.errors());
 }
 
 Status choose_dgrad(cudnnHandle_t h, CudnnConvPlan& p, size_t max_ws) {
@@ -180,16 +239,8 @@ Status choose_dgrad(cudnnHandle_t h, CudnnConvPlan& p, size_t max_ws) {
   std::vector<cudnnConvolutionBwdDataAlgoPerf_t> c(static_cast<size_t>(max_count));
   TRCTL_CUDNN_TRY(
       cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, p.y, p.conv_dgrad, p.x, max_count, &n, c.data()));
-  std::function<cudnnStatus_t(cudnnConvolutionBwdDataAlgo_t, size_t*)> ws_of = [&](auto algo, size_t* bytes) {
-    return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.y, p.conv_dgrad, p.x, algo, bytes);
-  };
-  std::string rejected;
-  const Pick k = pick_candidate(p.desc, max_ws, p.conv_dgrad, c.data(), n, ws_of, dgrad_algo_name, &rejected);
-  if (k.algo < 0) return no_algo_error("data-gradient", p.desc, n, rejected);
-  p.dgrad_algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(k.algo);
-  p.dgrad_math = k.math;
-  p.dgrad_ws = k.ws;
-  return ok_status();
+  Result<int> k = choose_from(h, p, ConvDir::Dgrad, c.data(), n, max_ws, "heuristic");
+  return k.ok() ? ok_status() : Status(k.errors());
 }
 
 Status choose_wgrad(cudnnHandle_t h, CudnnConvPlan& p, size_t max_ws) {
@@ -198,16 +249,25 @@ Status choose_wgrad(cudnnHandle_t h, CudnnConvPlan& p, size_t max_ws) {
   std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> c(static_cast<size_t>(max_count));
   TRCTL_CUDNN_TRY(
       cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x, p.y, p.conv_wgrad, p.w, max_count, &n, c.data()));
-  std::function<cudnnStatus_t(cudnnConvolutionBwdFilterAlgo_t, size_t*)> ws_of = [&](auto algo, size_t* bytes) {
-    return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.conv_wgrad, p.w, algo, bytes);
-  };
-  std::string rejected;
-  const Pick k = pick_candidate(p.desc, max_ws, p.conv_wgrad, c.data(), n, ws_of, wgrad_algo_name, &rejected);
-  if (k.algo < 0) return no_algo_error("filter-gradient", p.desc, n, rejected);
-  p.wgrad_algo = static_cast<cudnnConvolutionBwdFilterAlgo_t>(k.algo);
-  p.wgrad_math = k.math;
-  p.wgrad_ws = k.ws;
-  return ok_status();
+  Result<int> k = choose_from(h, p, ConvDir::Wgrad, c.data(), n, max_ws, "heuristic");
+  return k.ok() ? ok_status() : Status(k.errors());
+}
+
+// The shared start of every plan: a finished, int-sized geometry and the descriptors.
+Status plan_start(cudnnHandle_t h, const ConvDesc& d, CudnnConvPlan& p) {
+  if (!h) return conv_error(ErrCode::Invalid, "cudnn_conv_plan: null cuDNN handle", __FILE__, __LINE__);
+  p.desc = d;
+  std::string why;
+  if (!conv2d_geom_finish(p.desc.g, &why)) return conv_error(ErrCode::Invalid, why, __FILE__, __LINE__);
+  const Conv2dGeom& g = p.desc.g;
+  for (int64_t v : {g.n * g.h * g.w * g.c, g.n * g.p * g.q * g.k, g.k * g.r * g.s * (g.c / g.groups), g.pad_h,
+                    g.pad_w, g.stride_h, g.stride_w, g.dil_h, g.dil_w}) {
+    if (!fits_int(v))
+      return conv_error(ErrCode::NotSupported,
+                        "cudnn_conv_plan: conv2d " + conv2d_geom_str(g) + " has a size or tensor beyond int range",
+                        __FILE__, __LINE__);
+  }
+  return make_descriptors(p);
 }
 
 void plan_release(CudnnConvPlan& p) {
@@ -273,25 +333,76 @@ CudnnConvPlan& CudnnConvPlan::operator=(CudnnConvPlan&& o) noexcept {
 CudnnConvPlan::~CudnnConvPlan() { plan_release(*this); }
 
 Result<CudnnConvPlan> cudnn_conv_plan(cudnnHandle_t h, const ConvDesc& d, size_t max_workspace) {
-  if (!h) return conv_error(ErrCode::Invalid, "cudnn_conv_plan: null cuDNN handle", __FILE__, __LINE__);
-  CudnnConvPlan p;
-  p.desc = d;
-  std::string why;
-  if (!conv2d_geom_finish(p.desc.g, &why)) return conv_error(ErrCode::Invalid, why, __FILE__, __LINE__);
-  const Conv2dGeom& g = p.desc.g;
-  for (int64_t v : {g.n * g.h * g.w * g.c, g.n * g.p * g.q * g.k, g.k * g.r * g.s * (g.c / g.groups), g.pad_h,
-                    g.pad_w, g.stride_h, g.stride_w, g.dil_h, g.dil_w}) {
-    if (!fits_int(v))
-      return conv_error(ErrCode::NotSupported,
-                        "cudnn_conv_plan: conv2d " + conv2d_geom_str(g) + " has a size or tensor beyond int range",
-                        __FILE__, __LINE__);
+  return cudnn_conv_plan_fixed(h, d, {}, max_workspace);
+}
+
+Result<CudnnConvPlan> cudnn_conv_plan_fixed(cudnnHandle_t h, const ConvDesc& d,
+                                            const std::array<ConvAlgoFixed, 3>& fixed, size_t max_workspace) {
+  CudnnConvPlan p;  // on any failure `p` releases whatever was created
+  if (Status st = plan_start(h, d, p); !st) return st.errors();
+  Status (*const heuristic[3])(cudnnHandle_t, CudnnConvPlan&, size_t) = {choose_fwd, choose_dgrad, choose_wgrad};
+  for (ConvDir dir : kConvDirs) {
+    const ConvAlgoFixed& f = fixed[static_cast<int>(dir)];
+    Status st = f.algo >= 0 ? choose_fixed(h, p, dir, f, max_workspace)
+                            : heuristic[static_cast<int>(dir)](h, p, max_workspace);
+    if (!st) return st.errors();
   }
-  // On any failure `p` releases whatever was created.
-  if (Status st = make_descriptors(p); !st) return st.errors();
-  if (Status st = choose_fwd(h, p, max_workspace); !st) return st.errors();
-  if (Status st = choose_dgrad(h, p, max_workspace); !st) return st.errors();
-  if (Status st = choose_wgrad(h, p, max_workspace); !st) return st.errors();
   return Result<CudnnConvPlan>(std::move(p));
+}
+
+Result<int> cudnn_conv_choose(cudnnHandle_t h, CudnnConvPlan& p, const cudnnConvolutionFwdAlgoPerf_t* cands, int n,
+                              size_t max_workspace, const char* source) {
+  return choose_from(h, p, ConvDir::Fwd, cands, n, max_workspace, source);
+}
+Result<int> cudnn_conv_choose(cudnnHandle_t h, CudnnConvPlan& p, const cudnnConvolutionBwdDataAlgoPerf_t* cands,
+                              int n, size_t max_workspace, const char* source) {
+  return choose_from(h, p, ConvDir::Dgrad, cands, n, max_workspace, source);
+}
+Result<int> cudnn_conv_choose(cudnnHandle_t h, CudnnConvPlan& p, const cudnnConvolutionBwdFilterAlgoPerf_t* cands,
+                              int n, size_t max_workspace, const char* source) {
+  return choose_from(h, p, ConvDir::Wgrad, cands, n, max_workspace, source);
+}
+
+const char* conv_dir_name(ConvDir dir) {
+  return dir == ConvDir::Fwd ? "fwd" : dir == ConvDir::Dgrad ? "dgrad" : "wgrad";
+}
+
+int cudnn_conv_algo_count(ConvDir dir) {
+  switch (dir) {
+    case ConvDir::Fwd: return CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+    case ConvDir::Dgrad: return CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+    case ConvDir::Wgrad: break;
+  }
+  return CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+}
+
+const char* cudnn_conv_algo_name(ConvDir dir, int algo) {
+  switch (dir) {
+    case ConvDir::Fwd: return fwd_algo_name(static_cast<cudnnConvolutionFwdAlgo_t>(algo));
+    case ConvDir::Dgrad: return dgrad_algo_name(static_cast<cudnnConvolutionBwdDataAlgo_t>(algo));
+    case ConvDir::Wgrad: break;
+  }
+  return wgrad_algo_name(static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo));
+}
+
+const char* cudnn_math_name(cudnnMathType_t m) { return math_name(m); }
+
+bool cudnn_conv_algo_deterministic(ConvDir dir, int algo) {
+  if (dir == ConvDir::Dgrad) return algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+  if (dir == ConvDir::Wgrad)
+    return algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 && algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
+  return true;
+}
+
+cudnnMathType_t cudnn_conv_requested_math(const ConvDesc& d) { return requested_math(d); }
+
+ConvDirPlan cudnn_conv_plan_dir(const CudnnConvPlan& p, ConvDir dir) {
+  switch (dir) {
+    case ConvDir::Fwd: return {static_cast<int>(p.fwd_algo), p.fwd_math, p.fwd_ws};
+    case ConvDir::Dgrad: return {static_cast<int>(p.dgrad_algo), p.dgrad_math, p.dgrad_ws};
+    case ConvDir::Wgrad: break;
+  }
+  return {static_cast<int>(p.wgrad_algo), p.wgrad_math, p.wgrad_ws};
 }
 
 size_t cudnn_conv_workspace_bytes(const CudnnConvPlan& p) {

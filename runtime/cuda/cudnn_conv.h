@@ -24,10 +24,15 @@
 // Seen on the H200 (tests/gpu/conv2d_test.cpp, deterministic plans, cuDNN 9 of the image's PyTorch): every tested
 // layer, the C = 3 stem and depthwise included, planned in every dtype as fwd IMPLICIT_PRECOMP_GEMM, dgrad ALGO_1,
 // wgrad ALGO_1; depthwise f16/bf16 ran with default math (no tensor cores), the rest with tensor ops.
+//
+// Measured choice (runtime/cuda/conv_autotune.h): cudnn_conv_choose() applies the heuristic path's filters to
+// candidates from elsewhere (cudnnFind*Ex, sorted by time); cudnn_conv_plan_fixed() plans with per-direction
+// algorithms given in advance (the autotune cache) and the heuristics for the rest.
 #pragma once
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <array>
 #include <cstddef>
 #include <string>
 
@@ -77,6 +82,54 @@ struct CudnnConvPlan {
 // Errors: Invalid for a bad geometry, NotSupported when a direction has no usable algorithm (the message names the
 // geometry and every rejected candidate), Internal for other cuDNN failures.
 Result<CudnnConvPlan> cudnn_conv_plan(cudnnHandle_t h, const ConvDesc& d, size_t max_workspace = size_t{256} << 20);
+
+// The three directions of a convolution; index of CudnnConvPlan's per-direction members.
+enum class ConvDir { Fwd = 0, Dgrad = 1, Wgrad = 2 };
+constexpr ConvDir kConvDirs[3] = {ConvDir::Fwd, ConvDir::Dgrad, ConvDir::Wgrad};
+const char* conv_dir_name(ConvDir dir);                   // "fwd", "dgrad", "wgrad"
+int cudnn_conv_algo_count(ConvDir dir);                   // valid algorithm ids are [0, count)
+const char* cudnn_conv_algo_name(ConvDir dir, int algo);  // e.g. "IMPLICIT_PRECOMP_GEMM", "ALGO_1"; "?" if unknown
+const char* cudnn_math_name(cudnnMathType_t m);           // "default math", "tensor op", ..., "fma"
+// False for the algorithms cuDNN documents as non-deterministic (atomic adds): dgrad ALGO_0, wgrad ALGO_0 / ALGO_3.
+bool cudnn_conv_algo_deterministic(ConvDir dir, int algo);
+// The math type set on a direction's descriptor before asking cuDNN for candidates (see the header on math).
+cudnnMathType_t cudnn_conv_requested_math(const ConvDesc& d);
+
+// What a plan runs in one direction.
+struct ConvDirPlan {
+  int algo = -1;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  size_t ws = 0;
+};
+ConvDirPlan cudnn_conv_plan_dir(const CudnnConvPlan& p, ConvDir dir);
+
+// Chooses p's algorithm for one direction among caller-given candidates (e.g. cudnnFind*Ex's results, fastest
+// first) with exactly the heuristic path's filters: the first whose status is success, whose math type fits
+// p.desc, deterministic when asked, whose workspace fits max_workspace and is confirmed by cuDNN's workspace query.
+// Sets the direction's algorithm, math type (also on its descriptor) and workspace; returns the chosen index.
+// NotSupported when none is usable; the message names `source` (e.g. "measured") and every rejected candidate.
+Result<int> cudnn_conv_choose(cudnnHandle_t h, CudnnConvPlan& p, const cudnnConvolutionFwdAlgoPerf_t* cands, int n,
+                              size_t max_workspace, const char* source);
+Result<int> cudnn_conv_choose(cudnnHandle_t h, CudnnConvPlan& p, const cudnnConvolutionBwdDataAlgoPerf_t* cands,
+                              int n, size_t max_workspace, const char* source);
+Result<int> cudnn_conv_choose(cudnnHandle_t h, CudnnConvPlan& p, const cudnnConvolutionBwdFilterAlgoPerf_t* cands,
+                              int n, size_t max_workspace, const char* source);
+
+// An algorithm fixed in advance for one direction (algo < 0: not fixed, use the heuristics). `math` is the math
+// type it runs with (what the plan records, e.g. CUDNN_FMA_MATH for strict f32); `origin` names where it came from
+// in error messages (e.g. the autotune cache key).
+struct ConvAlgoFixed {
+  int algo = -1;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  std::string origin;
+};
+// cudnn_conv_plan, except that each direction with fixed[dir].algo >= 0 runs that algorithm and math type. A fixed
+// choice must be a known algorithm, deterministic when d.deterministic, of a math type d allows (exactly the one
+// the filters would run it with), accepted by cuDNN's workspace query, and within max_workspace; otherwise the plan
+// fails (Invalid, or NotSupported when cuDNN refuses) with a message naming the direction, algorithm and origin.
+Result<CudnnConvPlan> cudnn_conv_plan_fixed(cudnnHandle_t h, const ConvDesc& d,
+                                            const std::array<ConvAlgoFixed, 3>& fixed,
+                                            size_t max_workspace = size_t{256} << 20);
 
 size_t cudnn_conv_workspace_bytes(const CudnnConvPlan& p);  // max over the three directions
 // e.g. "conv2d f16 N=8 56x56 C=64 -> K=64 3x3 ...: fwd IMPLICIT_PRECOMP_GEMM (tensor op, ws 0 B), dgrad ..."

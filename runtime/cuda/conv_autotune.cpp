@@ -1,0 +1,487 @@
+// Measured cuDNN convolution algorithms and their cache file (see conv_autotune.h).
+#include "runtime/cuda/conv_autotune.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "core/ckpt/atomic_file.h"
+#include "runtime/backend.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/cuda_context.h"
+
+// Checked cuDNN call inside a function returning Status/Result: returns the error with this file:line.
+#define TRCTL_AUTOTUNE_CUDNN_TRY(call)                                                             \
+  do {                                                                                             \
+    const cudnnStatus_t trctl_cudnn_st_ = (call);                                                  \
+    if (trctl_cudnn_st_ != CUDNN_STATUS_SUCCESS)                                                   \
+      return ::trctl::cudnn_check(trctl_cudnn_st_, #call, __FILE__, __LINE__).errors();             \
+  } while (0)
+
+namespace trctl {
+namespace {
+
+constexpr const char* kHeader = "# trctl conv autotune v1";
+constexpr const char* kHeaderPrefix = "# trctl conv autotune ";
+
+std::string sanitize_gpu_name(const std::string& name) {
+  std::string s = name.empty() ? "unknown" : name;
+  for (char& ch : s) {
+    const bool keep = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+                      ch == '.' || ch == '-';
+    if (!keep) ch = '_';
+  }
+  return s;
+}
+
+// ---- parsing one cache line -------------------------------------------------------------------------------------
+
+std::vector<std::string> split_spaces(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char ch : s) {
+    if (ch == ' ') {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+// "name=value" with exactly this name.
+bool field(const std::string& tok, const char* name, std::string* value) {
+  const std::string prefix = std::string(name) + "=";
+  if (tok.compare(0, prefix.size(), prefix) != 0) return false;
+  *value = tok.substr(prefix.size());
+  return true;
+}
+
+// Unsigned decimal, at most 18 digits (no sign, no spaces).
+bool parse_u64(const std::string& s, int64_t* out) {
+  if (s.empty() || s.size() > 18) return false;
+  int64_t v = 0;
+  for (char ch : s) {
+    if (ch < '0' || ch > '9') return false;
+    v = v * 10 + (ch - '0');
+  }
+  *out = v;
+  return true;
+}
+
+bool parse_pair(const std::string& s, int64_t* a, int64_t* b) {
+  const size_t x = s.find('x');
+  return x != std::string::npos && parse_u64(s.substr(0, x), a) && parse_u64(s.substr(x + 1), b);
+}
+
+bool parse_int(const std::string& s, int* out) {
+  int64_t v = 0;
+  if (!parse_u64(s, &v) || v > 1000000000) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+bool parse_dir(const std::string& s, ConvDir* dir) {
+  for (ConvDir d : kConvDirs)
+    if (s == conv_dir_name(d)) return *dir = d, true;
+  return false;
+}
+
+bool parse_dtype(const std::string& s, GpuDType* t) {
+  for (GpuDType d : {GpuDType::F32, GpuDType::F16, GpuDType::BF16})
+    if (s == gpu_dtype_name(d)) return *t = d, true;
+  return false;
+}
+
+bool parse_flag(const std::string& s, bool* b) {
+  if (s != "0" && s != "1") return false;
+  *b = s == "1";
+  return true;
+}
+
+// The key's fields, in the order autotune_key writes them. Sets *why and returns false on the first bad field.
+bool parse_key(const std::string& key, AutotuneDevice* dev, ConvDir* dir, ConvDesc* d, std::string* why) {
+  static const char* const names[] = {"gpu", "cudnn", "cc", "dir", "io", "tf32", "det", "n", "h",
+                                      "w", "c", "k", "r", "s", "stride", "pad", "dil", "groups"};
+  const std::vector<std::string> tok = split_spaces(key);
+  constexpr size_t kFields = sizeof(names) / sizeof(names[0]);
+  if (tok.size() != kFields) {
+    *why = "key has " + std::to_string(tok.size()) + " fields, expected " + std::to_string(kFields);
+    return false;
+  }
+  Conv2dGeom& g = d->g;
+  int64_t* const dims[] = {&g.n, &g.h, &g.w, &g.c, &g.k, &g.r, &g.s};
+  for (size_t i = 0; i < kFields; ++i) {
+    std::string v;
+    bool ok = field(tok[i], names[i], &v);
+    if (ok) {
+      switch (i) {
+        case 0: ok = !v.empty() && sanitize_gpu_name(v) == v, dev->gpu = v; break;
+        case 1: ok = parse_int(v, &dev->cudnn_version); break;
+        case 2: {
+          const size_t dot = v.find('.');
+          ok = dot != std::string::npos && parse_int(v.substr(0, dot), &dev->cc_major) &&
+               parse_int(v.substr(dot + 1), &dev->cc_minor);
+          break;
+        }
+        case 3: ok = parse_dir(v, dir); break;
+        case 4: ok = parse_dtype(v, &d->io); break;
+        case 5: ok = parse_flag(v, &d->tf32); break;
+        case 6: ok = parse_flag(v, &d->deterministic); break;
+        case 14: ok = parse_pair(v, &g.stride_h, &g.stride_w); break;
+        case 15: ok = parse_pair(v, &g.pad_h, &g.pad_w); break;
+        case 16: ok = parse_pair(v, &g.dil_h, &g.dil_w); break;
+        case 17: ok = parse_u64(v, &g.groups); break;
+        default: ok = parse_u64(v, dims[i - 7]); break;
+      }
+    }
+    if (!ok) {
+      *why = "field " + std::to_string(i + 1) + " '" + tok[i] + "' is not a valid " + names[i] + "=...";
+      return false;
+    }
+  }
+  Conv2dGeom finished = g;
+  std::string geom_why;
+  if (!conv2d_geom_finish(finished, &geom_why)) {
+    *why = "invalid geometry: " + geom_why;
+    return false;
+  }
+  return true;
+}
+
+bool parse_value(const std::string& value, ConvDir dir, ConvAlgoChoice* c, std::string* why) {
+  const std::vector<std::string> tok = split_spaces(value);
+  std::string v[4];
+  if (tok.size() != 4 || !field(tok[0], "algo", &v[0]) || !field(tok[1], "math", &v[1]) ||
+      !field(tok[2], "ws", &v[2]) || !field(tok[3], "ms", &v[3])) {
+    *why = "value is not 'algo=A math=M ws=BYTES ms=T'";
+    return false;
+  }
+  int64_t ws = 0;
+  if (!parse_int(v[0], &c->algo) || c->algo >= cudnn_conv_algo_count(dir)) {
+    *why = "algo=" + v[0] + " is not a " + conv_dir_name(dir) + " algorithm id (0.." +
+           std::to_string(cudnn_conv_algo_count(dir) - 1) + ")";
+    return false;
+  }
+  if (!parse_int(v[1], &c->math) || c->math > static_cast<int>(CUDNN_FMA_MATH)) {
+    *why = "math=" + v[1] + " is not a cudnnMathType_t (0..3)";
+    return false;
+  }
+  if (!parse_u64(v[2], &ws)) {
+    *why = "ws=" + v[2] + " is not a byte count";
+    return false;
+  }
+  c->workspace = static_cast<size_t>(ws);
+  char* end = nullptr;
+  errno = 0;
+  const double ms = std::strtod(v[3].c_str(), &end);
+  if (v[3].empty() || *end != '\0' || errno != 0 || !std::isfinite(ms) || ms < 0) {
+    *why = "ms=" + v[3] + " is not a non-negative time";
+    return false;
+  }
+  c->ms = static_cast<float>(ms);
+  return true;
+}
+
+// ---- measuring ----------------------------------------------------------------------------------------------------
+
+// Device allocations freed on scope exit (also on early error returns).
+struct Scratch {
+  std::vector<void*> ptrs;
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() {
+    for (void* p : ptrs) TRCTL_CUDA_WARN(cudaFree(p));
+  }
+  Status alloc(size_t bytes, void** out) {
+    TRCTL_CUDA_TRY(cudaMalloc(out, bytes));
+    ptrs.push_back(*out);
+    return ok_status();
+  }
+};
+
+// The fastest measured variant of `algo` (any math type), or a negative time when none succeeded.
+template <class Perf>
+float measured_ms(const std::vector<Perf>& r, int n, int algo) {
+  for (int i = 0; i < n; ++i)
+    if (static_cast<int>(r[i].algo) == algo && r[i].status == CUDNN_STATUS_SUCCESS) return r[i].time;
+  return -1.0f;
+}
+
+std::string ms_str(float ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f ms", static_cast<double>(ms));
+  return ms < 0 ? std::string("not measured") : std::string(buf);
+}
+
+// One direction: cuDNN's measurements (find(results, &n), fastest first) filtered by cudnn_conv_choose, recorded.
+template <class Perf, class Find>
+Status measure_dir(cudnnHandle_t h, CudnnConvPlan& p, ConvDir dir, int max_count, const Find& find, size_t ws_bytes,
+                   const AutotuneDevice& dev, const ConvDirPlan& heuristic, AutotuneCache& cache, std::string* report) {
+  std::vector<Perf> r(static_cast<size_t>(max_count));
+  int n = 0;
+  const cudnnConvolutionDescriptor_t conv = dir == ConvDir::Fwd ? p.conv_fwd : dir == ConvDir::Dgrad ? p.conv_dgrad
+                                                                                                    : p.conv_wgrad;
+  // The heuristic plan set the chosen math type; measure with the one the heuristics are asked with.
+  TRCTL_AUTOTUNE_CUDNN_TRY(cudnnSetConvolutionMathType(conv, cudnn_conv_requested_math(p.desc)));
+  TRCTL_AUTOTUNE_CUDNN_TRY(find(r.data(), &n));
+  TRCTL_CUDA_TRY(cudaDeviceSynchronize());
+  Result<int> k = cudnn_conv_choose(h, p, r.data(), n, ws_bytes, "measured");
+  if (!k.ok()) return k.errors();
+  const ConvDirPlan chosen = cudnn_conv_plan_dir(p, dir);
+  const float ms = r[static_cast<size_t>(k.value())].time;
+  cache.entries[autotune_key(dev, dir, p.desc)] =
+      ConvAlgoChoice{chosen.algo, static_cast<int>(chosen.math), chosen.ws, ms};
+  if (report) {
+    *report += std::string(conv_dir_name(dir)) + " " + gpu_dtype_name(p.desc.io) + (p.desc.tf32 ? " tf32" : "") +
+               (p.desc.deterministic ? " deterministic " : " ") + conv2d_geom_str(p.desc.g) + ": " +
+               cudnn_conv_algo_name(dir, chosen.algo) + " (" + cudnn_math_name(chosen.math) + ", ws " +
+               std::to_string(chosen.ws) + " B) " + ms_str(ms) + "; heuristic " +
+               cudnn_conv_algo_name(dir, heuristic.algo) + " " + ms_str(measured_ms(r, n, heuristic.algo)) + "\n";
+  }
+  return ok_status();
+}
+
+Status autotune_one(cudnnHandle_t h, const ConvDesc& d, AutotuneCache& cache, size_t max_ws, std::string* report) {
+  Result<AutotuneDevice> dev = autotune_device_current();
+  if (!dev.ok()) return dev.errors();
+  // The heuristic plan: descriptors to measure with, and the heuristic's choices for the report.
+  Result<CudnnConvPlan> plan = cudnn_conv_plan(h, d, max_ws);
+  if (!plan.ok()) return plan.errors();
+  CudnnConvPlan& p = plan.value();
+  ConvDirPlan heuristic[3];
+  for (ConvDir dir : kConvDirs) heuristic[static_cast<int>(dir)] = cudnn_conv_plan_dir(p, dir);
+  const Conv2dGeom& g = p.desc.g;
+  const size_t e = gpu_dtype_size(d.io);
+  const size_t nx = static_cast<size_t>(g.n * g.h * g.w * g.c) * e;
+  const size_t nw = static_cast<size_t>(g.k * g.r * g.s * (g.c / g.groups)) * e;
+  const size_t ny = static_cast<size_t>(g.n * g.p * g.q * g.k) * e;
+  Scratch s;
+  void *x = nullptr, *w = nullptr, *y = nullptr, *dx = nullptr, *dw = nullptr, *ws = nullptr;
+  for (auto [bytes, ptr] : {std::pair{nx, &x}, {nw, &w}, {ny, &y}, {nx, &dx}, {nw, &dw}})
+    if (Status st = s.alloc(bytes, ptr); !st) return st;
+  size_t ws_bytes = max_ws;  // halved while the device cannot hold it; candidates needing more are rejected
+  while (ws_bytes > 0 && cudaMalloc(&ws, ws_bytes) != cudaSuccess) {
+    cudaGetLastError();  // clear the (non-sticky) allocation error
+    ws = nullptr;
+    ws_bytes /= 2;
+  }
+  if (ws) s.ptrs.push_back(ws);
+  // Every byte 0x2C: f16 0.065; 0x3C: f32 0.0115, bf16 0.0115. Finite, and small enough that f16 sums over a
+  // large batch stay finite. cudaMemset runs on the legacy stream: synchronize before cuDNN's stream uses them.
+  const int pattern = d.io == GpuDType::F16 ? 0x2C : 0x3C;
+  auto fill_inputs = [&]() -> Status {
+    for (auto [ptr, bytes] : {std::pair{x, nx}, {w, nw}, {y, ny}}) TRCTL_CUDA_TRY(cudaMemset(ptr, pattern, bytes));
+    TRCTL_CUDA_TRY(cudaDeviceSynchronize());
+    return ok_status();
+  };
+  int count[3] = {0, 0, 0};
+  TRCTL_AUTOTUNE_CUDNN_TRY(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &count[0]));
+  TRCTL_AUTOTUNE_CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &count[1]));
+  TRCTL_AUTOTUNE_CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &count[2]));
+  if (Status st = fill_inputs(); !st) return st;
+  Status st = measure_dir<cudnnConvolutionFwdAlgoPerf_t>(
+      h, p, ConvDir::Fwd, count[0],
+      [&](cudnnConvolutionFwdAlgoPerf_t* r, int* n) {
+        return cudnnFindConvolutionForwardAlgorithmEx(h, p.x, x, p.w, w, p.conv_fwd, p.y, y, count[0], n, r, ws,
+                                                      ws_bytes);
+      },
+      ws_bytes, dev.value(), heuristic[0], cache, report);
+  if (!st) return st;
+  if (st = fill_inputs(); !st) return st;  // y (dy below) was overwritten by the forward search
+  st = measure_dir<cudnnConvolutionBwdDataAlgoPerf_t>(
+      h, p, ConvDir::Dgrad, count[1],
+      [&](cudnnConvolutionBwdDataAlgoPerf_t* r, int* n) {
+        return cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w, w, p.y, y, p.conv_dgrad, p.x, dx, count[1], n, r,
+                                                           ws, ws_bytes);
+      },
+      ws_bytes, dev.value(), heuristic[1], cache, report);
+  if (!st) return st;
+  return measure_dir<cudnnConvolutionBwdFilterAlgoPerf_t>(
+      h, p, ConvDir::Wgrad, count[2],
+      [&](cudnnConvolutionBwdFilterAlgoPerf_t* r, int* n) {
+        return cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p.x, x, p.y, y, p.conv_wgrad, p.w, dw, count[2], n,
+                                                             r, ws, ws_bytes);
+      },
+      ws_bytes, dev.value(), heuristic[2], cache, report);
+}
+
+// (x, w) of a conv node or its gradients, as CudaBackend::plan_cnn takes them (runtime/cuda/cuda_lower_cnn.cpp):
+// Conv2d (X, W), Conv2dGradInput (dY, W) -> dX, Conv2dGradWeight (dY, X) -> dW.
+bool conv_node_operands(const Node& n, ValueId* x, ValueId* w) {
+  switch (n.op) {
+    case OpKind::Conv2d: *x = n.in[0], *w = n.in[1]; return true;
+    case OpKind::Conv2dGradInput: *x = n.out[0], *w = n.in[1]; return true;
+    case OpKind::Conv2dGradWeight: *x = n.in[1], *w = n.out[0]; return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+Result<AutotuneDevice> autotune_device_current() {
+  int device = 0;
+  TRCTL_CUDA_TRY(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  TRCTL_CUDA_TRY(cudaGetDeviceProperties(&prop, device));
+  AutotuneDevice dev;
+  dev.gpu = sanitize_gpu_name(prop.name);
+  dev.cudnn_version = static_cast<int>(cudnnGetVersion());
+  dev.cc_major = prop.major;
+  dev.cc_minor = prop.minor;
+  return dev;
+}
+
+std::string autotune_key(const AutotuneDevice& dev, ConvDir dir, const ConvDesc& d) {
+  const Conv2dGeom& g = d.g;
+  auto pair = [](int64_t a, int64_t b) { return std::to_string(a) + "x" + std::to_string(b); };
+  std::ostringstream k;
+  k << "gpu=" << dev.gpu << " cudnn=" << dev.cudnn_version << " cc=" << dev.cc_major << "." << dev.cc_minor
+    << " dir=" << conv_dir_name(dir) << " io=" << gpu_dtype_name(d.io) << " tf32=" << (d.tf32 ? 1 : 0)
+    << " det=" << (d.deterministic ? 1 : 0) << " n=" << g.n << " h=" << g.h << " w=" << g.w << " c=" << g.c
+    << " k=" << g.k << " r=" << g.r << " s=" << g.s << " stride=" << pair(g.stride_h, g.stride_w)
+    << " pad=" << pair(g.pad_h, g.pad_w) << " dil=" << pair(g.dil_h, g.dil_w) << " groups=" << g.groups;
+  return k.str();
+}
+
+std::string autotune_cache_path() {
+  if (const char* env = std::getenv("TRCTL_AUTOTUNE_CACHE"); env && *env) return env;
+  if (const char* home = std::getenv("HOME"); home && *home)
+    return std::string(home) + "/.cache/trctl/conv_autotune.txt";
+  return "";
+}
+
+Result<AutotuneCache> autotune_cache_parse(const std::string& text, const std::string& path) {
+  AutotuneCache c;
+  std::map<std::string, int> line_of;  // key -> line that defined it (duplicates are errors)
+  std::istringstream in(text);
+  std::string line;
+  int no = 0;
+  auto error = [&](const std::string& message) {
+    return Error{ErrCode::Format, path + ":" + std::to_string(no), message};
+  };
+  while (std::getline(in, line)) {
+    ++no;
+    if (no == 1) {
+      if (line == kHeader) continue;
+      if (line.compare(0, std::string(kHeaderPrefix).size(), kHeaderPrefix) == 0)
+        return error("unsupported autotune cache version '" + line + "' (this build reads '" + kHeader +
+                     "'); delete the file or re-run trctl bench --autotune");
+      return error(std::string("not a trctl autotune cache: the first line must be '") + kHeader + "'");
+    }
+    if (line.empty() || line[0] == '#') continue;
+    const size_t arrow = line.find(" -> ");
+    if (arrow == std::string::npos) return error("garbled line (no ' -> '): '" + line + "'");
+    const std::string key = line.substr(0, arrow);
+    AutotuneDevice dev;
+    ConvDir dir = ConvDir::Fwd;
+    ConvDesc d;
+    std::string why;
+    if (!parse_key(key, &dev, &dir, &d, &why)) return error("garbled key: " + why + ": '" + line + "'");
+    if (autotune_key(dev, dir, d) != key)
+      return error("key not in canonical form: '" + key + "' (expected '" + autotune_key(dev, dir, d) + "')");
+    ConvAlgoChoice choice;
+    if (!parse_value(line.substr(arrow + 4), dir, &choice, &why)) return error("garbled value: " + why);
+    if (auto [it, fresh] = line_of.emplace(key, no); !fresh)
+      return error("duplicate entry (first at line " + std::to_string(it->second) + "): '" + key + "'");
+    c.entries.emplace(key, choice);
+  }
+  if (no == 0) return error(std::string("empty file: the first line must be '") + kHeader + "'");
+  return c;
+}
+
+Result<AutotuneCache> autotune_cache_load(const std::string& path) {
+  if (path.empty()) return AutotuneCache{};
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) && !ec) return AutotuneCache{};
+  Result<std::vector<std::byte>> bytes = file_read_bytes(path);
+  if (!bytes.ok()) return bytes.errors();
+  const std::vector<std::byte>& b = bytes.value();
+  return autotune_cache_parse(std::string(reinterpret_cast<const char*>(b.data()), b.size()), path);
+}
+
+std::string autotune_cache_format(const AutotuneCache& c) {
+  std::string s = std::string(kHeader) + "\n";
+  for (const auto& [key, v] : c.entries) {
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.6g", static_cast<double>(v.ms));
+    s += key + " -> algo=" + std::to_string(v.algo) + " math=" + std::to_string(v.math) +
+         " ws=" + std::to_string(v.workspace) + " ms=" + ms + "\n";
+  }
+  return s;
+}
+
+Status autotune_cache_save(const std::string& path, const AutotuneCache& c) {
+  if (path.empty())
+    return Error{ErrCode::Invalid, "autotune cache", "no cache path: set TRCTL_AUTOTUNE_CACHE or HOME"};
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  if (ec) return Error{ErrCode::Io, dir.string(), "cannot create the autotune cache directory: " + ec.message()};
+  const std::string text = autotune_cache_format(c);
+  std::vector<std::byte> bytes(text.size());
+  for (size_t i = 0; i < text.size(); ++i) bytes[i] = static_cast<std::byte>(text[i]);
+  return atomic_write_file(path, bytes);
+}
+
+Status cudnn_conv_autotune(cudnnHandle_t h, const ConvDesc& d, AutotuneCache& cache, size_t max_workspace) {
+  return autotune_one(h, d, cache, max_workspace, nullptr);
+}
+
+Result<CudnnConvPlan> cudnn_conv_plan_cached(cudnnHandle_t h, const ConvDesc& d, const AutotuneCache& cache,
+                                             size_t max_workspace) {
+  std::array<ConvAlgoFixed, 3> fixed;
+  if (!cache.entries.empty()) {  // an empty cache needs no device query: plain heuristics
+    Result<AutotuneDevice> dev = autotune_device_current();
+    if (!dev.ok()) return dev.errors();
+    for (ConvDir dir : kConvDirs) {
+      const std::string key = autotune_key(dev.value(), dir, d);
+      auto it = cache.entries.find(key);
+      if (it == cache.entries.end()) continue;
+      ConvAlgoFixed& f = fixed[static_cast<int>(dir)];
+      f.algo = it->second.algo;
+      f.math = static_cast<cudnnMathType_t>(it->second.math);
+      f.origin = "autotune cache entry '" + key + "'";
+    }
+  }
+  return cudnn_conv_plan_fixed(h, d, fixed, max_workspace);
+}
+
+Status conv_autotune_spec(const Compiled& c, const std::string& path, std::string* report) {
+  Result<AutotuneCache> cache = autotune_cache_load(path);
+  if (!cache.ok()) return cache.errors();
+  Result<CudaContext> ctx = cuda_context_create(0);
+  if (!ctx.ok()) return ctx.errors();
+  const Precision prec = c.spec.train.precision;
+  ConvDesc d;
+  d.io = prec == Precision::Fp16 ? GpuDType::F16 : prec == Precision::Bf16 ? GpuDType::BF16 : GpuDType::F32;
+  d.tf32 = prec == Precision::Tf32;
+  d.deterministic = c.spec.train.deterministic;
+  const AutotuneDevice none;
+  std::set<std::string> seen;  // geometries already measured
+  for (const Program& p : c.graph.programs)
+    for (const Node& n : p.nodes) {
+      ValueId x = 0, w = 0;
+      if (!conv_node_operands(n, &x, &w)) continue;
+      d.g = conv2d_geom_of(c.graph, n, x, w);
+      if (!seen.insert(autotune_key(none, ConvDir::Fwd, d)).second) continue;
+      if (Status st = autotune_one(ctx.value().cudnn, d, cache.value(), size_t{256} << 20, report); !st) return st;
+    }
+  if (report)
+    *report += std::to_string(seen.size()) + " conv geometries measured on " + cuda_context_describe(ctx.value()) +
+               "; cache " + path + " (" + std::to_string(cache.value().entries.size()) + " entries)\n";
+  return autotune_cache_save(path, cache.value());
+}
+
+}  // namespace trctl
