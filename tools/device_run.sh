@@ -114,6 +114,7 @@ if has cnn; then
       run.name="trctl_$m" run.progress=off >"/tmp/cnn/trctl_$m.log" 2>&1
     echo "trctl $m: rc $? :: $(grep -E 'device memory' "/tmp/cnn/trctl_$m.log" | sed 's/.*device memory/device memory/')" >>"$SUM"
     grep -E 'epoch [0-9]+/|^done|error' "/tmp/cnn/trctl_$m.log" | sed 's/^/    /' >>"$SUM"
+    [ "${CNN_TORCH:-1}" = 1 ] || continue
     timeout "${CNN_TORCH_TIMEOUT:-300}" python3 benchmarks/pytorch_cnn.py --model "$m" --mode "${CNN_TORCH_MODE:-both}" \
       --compile-modes "${CNN_COMPILE_MODES:-default}" --json "/tmp/cnn/torch_$m.json" >"/tmp/cnn/torch_$m.log" 2>&1
     echo "torch $m: rc $?" >>"$SUM"
