@@ -46,6 +46,22 @@ void cuda_warm_up() {
 
 namespace cuda_detail {
 
+// A 1x1 convolution with stride 1, no padding and one group in NHWC is a matrix product over the N*H*W rows:
+// Y (NHW, K) = X (NHW, C) W (K, C)^T. Such nodes run through cuBLASLt like Linear ones (dW straight into the fp32
+// gradient, the bias gradient in the GEMM's epilogue), the other convolutions through cuDNN.
+bool pointwise_conv(const Node& n) {
+  const bool conv = n.op == OpKind::Conv2d || n.op == OpKind::Conv2dGradInput || n.op == OpKind::Conv2dGradWeight;
+  return conv && n.attrs.kernel == 1 && n.attrs.stride == 1 && n.attrs.pad == 0 && n.attrs.groups == 1;
+}
+
+// The Linear-family op whose GEMM a node runs (Linear, LinearGradInput, LinearGradWeight), or the node's own op.
+OpKind gemm_role(const Graph&, const Node& n) {
+  if (!pointwise_conv(n)) return n.op;
+  return n.op == OpKind::Conv2d ? OpKind::Linear
+         : n.op == OpKind::Conv2dGradInput ? OpKind::LinearGradInput
+                                           : OpKind::LinearGradWeight;
+}
+
 
 CudaBackend::~CudaBackend() {
   for (cudaGraphExec_t e : exec_)
@@ -169,28 +185,31 @@ Status CudaBackend::plan_gemms() {
     const Program& p = c_.graph.programs[pi];
     for (size_t i = 0; i < p.nodes.size(); ++i) {
       const Node& n = p.nodes[i];
-      auto dims = [&](ValueId v) { return c_.graph.values[v].shape.dims; };
+      // Shapes as matrices: rows = every dim but the last (a pointwise convolution's N*H*W), cols = the last.
+      auto cols = [&](ValueId v) { return c_.graph.values[v].shape.dims.back(); };
+      auto rows = [&](ValueId v) { return c_.graph.values[v].shape.numel() / cols(v); };
       GemmDesc d;
       d.ab_type = act;
       d.d_type = act;
       d.math = math;
       d.min_alignment = 16;
-      if (n.op == OpKind::Linear) {
-        d.m = dims(n.in[0])[0];
-        d.k = dims(n.in[0])[1];
-        d.n = dims(n.in[1])[0];
+      const OpKind role = gemm_role(c_.graph, n);
+      if (role == OpKind::Linear) {  // Y (R,M) = X (R,K) W (M,K)^T [+ b] [ReLU]
+        d.m = rows(n.in[0]);
+        d.k = cols(n.in[0]);
+        d.n = c_.graph.values[n.in[1]].shape.dims[0];
         d.trans_b = true;
         const bool bias = n.in.size() == 3;
         // The bias is read from the same copy as the weight (fp16/bf16 under AMP, as autocast casts it).
         d.epilogue = bias ? (n.attrs.relu ? GemmEpilogue::ReluBias : GemmEpilogue::Bias) : GemmEpilogue::None;
-      } else if (n.op == OpKind::LinearGradInput) {  // dX (N,K) = dY (N,M) W (M,K)
-        d.m = dims(n.in[0])[0];
-        d.k = dims(n.in[0])[1];
-        d.n = dims(n.in[1])[1];
-      } else if (n.op == OpKind::LinearGradWeight) {  // dW (M,K) = dY^T (M,N) X (N,K)
-        d.m = dims(n.in[0])[1];
-        d.k = dims(n.in[0])[0];
-        d.n = dims(n.in[1])[1];
+      } else if (role == OpKind::LinearGradInput) {  // dX (R,K) = dY (R,M) W (M,K)
+        d.m = rows(n.in[0]);
+        d.k = cols(n.in[0]);
+        d.n = cols(n.in[1]);
+      } else if (role == OpKind::LinearGradWeight) {  // dW (M,K) = dY^T (M,R) X (R,K)
+        d.m = cols(n.in[0]);
+        d.k = rows(n.in[0]);
+        d.n = cols(n.in[1]);
         d.trans_a = true;
         d.d_type = GpuDType::F32;
         // db (M) = row sums of dY^T, fused into this GEMM (BGRADB) when the program asks for it.
@@ -236,7 +255,7 @@ Status CudaBackend::lower_gemm_node(int program, size_t i, std::vector<Launch>& 
     LtGemmPlan* plan = &gemm_.at({program, i});
     out.push_back([this, plan, args] { return lt_gemm_run(ctx_, *plan, args); });
   };
-  switch (n.op) {
+  switch (gemm_role(c_.graph, n)) {
     case OpKind::Linear: {
       GemmArgs a;
       a.a = at(n.in[0]);
@@ -295,6 +314,11 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
     case OpKind::LinearGradInput:
     case OpKind::LinearGradWeight:
       return lower_gemm_node(program, i, out);
+    case OpKind::Conv2d:
+    case OpKind::Conv2dGradInput:
+    case OpKind::Conv2dGradWeight:  // pointwise convolutions are GEMMs (plan_gemms planned them)
+      if (gemm_.count({program, i})) return lower_gemm_node(program, i, out);
+      return lower_cnn_node(program, i, out);
     case OpKind::LinearGradBias: {
       if (bias_into_gemm_.count({program, i})) return ok_status();  // computed by the dW GEMM's epilogue
       const void* dy = at(n.in[0]);
@@ -358,9 +382,6 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
       return ok_status();
     }
     case OpKind::Add:
-    case OpKind::Conv2d:
-    case OpKind::Conv2dGradInput:
-    case OpKind::Conv2dGradWeight:
     case OpKind::BatchNorm:
     case OpKind::BatchNormEval:
     case OpKind::BatchNormGrad:

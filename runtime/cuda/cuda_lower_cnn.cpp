@@ -53,7 +53,7 @@ Status CudaBackend::plan_cnn() {
   bool cache_loaded = false;
   for (const Program& p : c_.graph.programs)
     for (const Node& n : p.nodes) {
-      if (is_conv(n.op)) {
+      if (is_conv(n.op) && !pointwise_conv(n)) {  // pointwise ones are cuBLASLt GEMMs (plan_gemms)
         const auto [x, w] = conv_operands(n);
         d.g = conv2d_geom_of(c_.graph, n, x, w);
         const std::string key = conv_key(d.g);

@@ -16,7 +16,8 @@ using namespace trctl;
 
 namespace {
 
-// A small ResNet on synthetic 16x16x3 images: stem, one identity block, one downsampling block.
+// A small ResNet on synthetic 16x16x3 images: stem, one identity block (its first conv pointwise with a bias: the
+// cuBLASLt path with the fused bias gradient), one downsampling block.
 const char* kResidualYaml = R"(
 seed: 3
 data:
@@ -31,7 +32,7 @@ model:
     - {type: batch_norm, name: stem_bn}
     - {type: relu, name: stem_relu}
     - {type: max_pool, name: pool, kernel_size: 3, stride: 2, padding: 1}
-    - {type: conv2d, name: b1_conv1, out_channels: 16, kernel_size: 3, padding: 1, bias: false}
+    - {type: conv2d, name: b1_conv1, out_channels: 16, kernel_size: 1, bias: true}
     - {type: batch_norm, name: b1_bn1}
     - {type: relu, name: b1_relu1}
     - {type: conv2d, name: b1_conv2, out_channels: 16, kernel_size: 3, padding: 1, bias: false}
