@@ -168,6 +168,11 @@ struct ForwardBuilder {
     ValueId y = activation(p, l.name, Shape{{xs.dims[0], ph, pw, xs.dims[3]}});
     n.op = l.kind == LayerKind::MaxPool ? OpKind::MaxPool : OpKind::AvgPool;
     n.out = {y};
+    if (n.op == OpKind::MaxPool && p.kind == ProgramKind::Train && a.kernel * a.kernel <= 256) {
+      ValueId idx = activation(p, l.name + ".argmax", g.values[y].shape);  // for the backward's gather
+      g.values[idx].dtype = DType::U8;
+      n.out.push_back(idx);
+    }
     p.nodes.push_back(n);
     return y;
   }

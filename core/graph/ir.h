@@ -36,7 +36,8 @@ enum class OpKind : uint8_t {
                          //   save_mean (C), save_invstd (C); updates the running statistics in place;
                          //   attrs.relu: Y = max(BN(X), 0)
   BatchNormEval,         // X, gamma, beta, running_mean, running_var -> Y (running statistics); attrs.relu
-  MaxPool,               // X (N,H,W,C) -> Y (N,P,Q,C); attrs.kernel/stride/pad
+  MaxPool,               // X (N,H,W,C) -> Y (N,P,Q,C) [, argmax (N,P,Q,C) u8: offset in the window, train
+                         //   programs]; attrs.kernel/stride/pad
   AvgPool,               // X (N,H,W,C) -> Y (N,P,Q,C); count_include_pad (PyTorch's default)
   GlobalAvgPool,         // X (N,H,W,C) -> Y (N,C)
   SoftmaxCrossEntropy,   // logits (N,C), labels (N,) -> loss () f32 mean over N; attrs.label_smoothing
@@ -53,7 +54,7 @@ enum class OpKind : uint8_t {
   Conv2dGradInput,          // dY (N,P,Q,K), W -> dX (N,H,W,C)
   Conv2dGradWeight,         // dY (N,P,Q,K), X -> dW (K,R,S,C/groups)
   BatchNormGrad,            // dY, X, gamma, save_mean, save_invstd [, Y when attrs.relu] -> dX, dgamma, dbeta
-  MaxPoolGrad,              // dY, X -> dX (each window's gradient to its first maximum)
+  MaxPoolGrad,              // dY, X [, argmax] -> dX (each window's gradient to its first maximum)
   AvgPoolGrad,              // dY -> dX
   GlobalAvgPoolGrad,        // dY (N,C) -> dX (N,H,W,C)
   // update

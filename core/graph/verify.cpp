@@ -118,11 +118,14 @@ struct Checker {
                  "bad shapes");
         break;
       case OpKind::MaxPool:
-      case OpKind::AvgPool:
-        if (arity(1, 1)) expect(pool_shape_ok(in(0), out(0)), "bad shapes");
+      case OpKind::AvgPool: {
+        const size_t outs = n.op == OpKind::MaxPool && n.out.size() == 2 ? 2 : 1;
+        if (arity(1, outs)) expect(pool_shape_ok(in(0), out(0)) && (outs == 1 || out(1) == out(0)), "bad shapes");
         break;
-      case OpKind::MaxPoolGrad:  // dY, X -> dX
-        if (arity(2, 1)) expect(pool_shape_ok(in(1), in(0)) && out(0) == in(1), "bad shapes");
+      }
+      case OpKind::MaxPoolGrad:  // dY, X [, argmax] -> dX
+        if (arity(n.in.size() == 3 ? 3 : 2, 1))
+          expect(pool_shape_ok(in(1), in(0)) && out(0) == in(1) && (n.in.size() == 2 || in(2) == in(0)), "bad shapes");
         break;
       case OpKind::AvgPoolGrad:  // dY -> dX
         if (arity(1, 1)) expect(pool_shape_ok(out(0), in(0)), "bad shapes");

@@ -135,9 +135,12 @@ struct Autodiff {
       case OpKind::BatchNorm:
         batch_norm_rule(n, dy);
         return;
-      case OpKind::MaxPool:
-        contribute(n.in[0], OpKind::MaxPoolGrad, {dy, n.in[0]}, nm + ".grad", n.attrs);
+      case OpKind::MaxPool: {
+        std::vector<ValueId> in = {dy, n.in[0]};
+        if (n.out.size() == 2) in.push_back(n.out[1]);  // the recorded argmax
+        contribute(n.in[0], OpKind::MaxPoolGrad, in, nm + ".grad", n.attrs);
         return;
+      }
       case OpKind::AvgPool:
         contribute(n.in[0], OpKind::AvgPoolGrad, {dy}, nm + ".grad", n.attrs);
         return;

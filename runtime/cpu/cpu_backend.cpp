@@ -181,7 +181,9 @@ class CpuBackend final : public Backend {
       case OpKind::BatchNormGrad:
         return batch_norm<T>(n, slot);
       case OpKind::MaxPool:
-        return maxpool2d_fwd_cpu<T>(pool_geom(n, n.in[0]), f(n.in[0]), f(n.out[0]));
+        maxpool2d_fwd_cpu<T>(pool_geom(n, n.in[0]), f(n.in[0]), f(n.out[0]));
+        if (n.out.size() == 2) maxpool2d_argmax_cpu<T>(pool_geom(n, n.in[0]), f(n.in[0]), ptr<uint8_t>(n.out[1], slot));
+        return;
       case OpKind::MaxPoolGrad:
         return maxpool2d_grad_cpu<T>(pool_geom(n, n.in[1]), f(n.in[0]), f(n.in[1]), f(n.out[0]));
       case OpKind::AvgPool:

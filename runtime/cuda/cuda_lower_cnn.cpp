@@ -189,14 +189,24 @@ Status CudaBackend::lower_cnn_node(int program, size_t i, std::vector<Launch>& o
       const Pool2dGeom pg = pool2d_geom_of(g, n, n.in[0]);
       const void* x = at(n.in[0]);
       void* y = at(n.out[0]);
+      if (n.op == OpKind::MaxPool && n.out.size() == 2) {  // train: record the argmax for the backward
+        uint8_t* idx = reinterpret_cast<uint8_t*>(at(n.out[1]));
+        out.push_back([=] { return maxpool2d_fwd_idx_cuda(s, pg, x, y, idx, act); });
+        return ok_status();
+      }
       const bool mx = n.op == OpKind::MaxPool;
       out.push_back([=] { return mx ? maxpool2d_fwd_cuda(s, pg, x, y, act) : avgpool2d_fwd_cuda(s, pg, x, y, act); });
       return ok_status();
     }
-    case OpKind::MaxPoolGrad: {  // dY, X -> dX
+    case OpKind::MaxPoolGrad: {  // dY, X [, argmax] -> dX
       const Pool2dGeom pg = pool2d_geom_of(g, n, n.in[1]);
       const void *dy = at(n.in[0]), *x = at(n.in[1]);
       void* dx = at(n.out[0]);
+      if (n.in.size() == 3) {
+        const uint8_t* idx = reinterpret_cast<const uint8_t*>(at(n.in[2]));
+        out.push_back([=] { return maxpool2d_bwd_idx_cuda(s, pg, dy, idx, dx, act); });
+        return ok_status();
+      }
       out.push_back([=] { return maxpool2d_bwd_cuda(s, pg, dy, x, dx, act); });
       return ok_status();
     }

@@ -310,3 +310,41 @@ TEST_CASE("pooling launchers reject unfinished geometry and null pointers withou
   CHECK_FALSE(global_avgpool_bwd_cuda(ctx.stream, nullptr, b.get(), 1, 49, 8, GpuDType::F16).ok());
   sync_ok(ctx);
 }
+
+TEST_CASE("max pooling with recorded argmax gives the same outputs and gradients bitwise, and the CPU's offsets",
+          "[kernel][pool]") {
+  CudaContext ctx = make_context();
+  Rng rng(23);
+  for (const PoolShape& s : kShapes) {
+    for (GpuDType t : kTypes) {
+      const std::string tag = tag_of(s, t);
+      INFO(tag);
+      const Pool2dGeom g = geom_of(s);
+      const size_t nin = g.n * g.h * g.w * g.c, nout = g.n * g.p * g.q * g.c;
+      const std::vector<float> x = draw(rng, t, nin, s.ties), dy = draw(rng, t, nout, false);
+      const int64_t off = s.offset;
+      DevBuf dx_in = upload_at(t, x, off), ddy = upload_at(t, dy, off);
+      DevBuf y_a = poisoned(t, nout, off), y_b = poisoned(t, nout, off);
+      DevBuf dx_a = poisoned(t, nin, off), dx_b = poisoned(t, nin, off);
+      DevBuf idx(nout + 16);
+      poison(idx);
+      // (N,H,W,C) x -> (N,P,Q,C) y and u8 argmax offsets; then both backwards into their own dx.
+      REQUIRE_OK(maxpool2d_fwd_cuda(ctx.stream, g, elem_ptr(dx_in, t, off), elem_ptr(y_a, t, off), t));
+      REQUIRE_OK(maxpool2d_fwd_idx_cuda(ctx.stream, g, elem_ptr(dx_in, t, off), elem_ptr(y_b, t, off),
+                                        idx.as<uint8_t>(), t));
+      REQUIRE_OK(maxpool2d_bwd_cuda(ctx.stream, g, elem_ptr(ddy, t, off), elem_ptr(dx_in, t, off),
+                                    elem_ptr(dx_a, t, off), t));
+      REQUIRE_OK(maxpool2d_bwd_idx_cuda(ctx.stream, g, elem_ptr(ddy, t, off), idx.as<uint8_t>(),
+                                        elem_ptr(dx_b, t, off), t));
+      sync_ok(ctx);
+      CHECK_RESULT(compare_bitwise("maxpool fwd_idx y " + tag, raw(y_a, t, off, nout).data(),
+                                   raw(y_b, t, off, nout).data(), nout * gpu_dtype_size(t), gpu_dtype_size(t)));
+      CHECK_RESULT(compare_bitwise("maxpool bwd_idx dx " + tag, raw(dx_a, t, off, nin).data(),
+                                   raw(dx_b, t, off, nin).data(), nin * gpu_dtype_size(t), gpu_dtype_size(t)));
+      std::vector<uint8_t> ref_idx(nout);
+      maxpool2d_argmax_cpu(g, x.data(), ref_idx.data());  // x holds the dtype's exact values
+      const std::vector<uint8_t> got_idx = from_device<uint8_t>(idx.get(), nout);
+      CHECK_RESULT(compare_bitwise("maxpool argmax offsets " + tag, got_idx.data(), ref_idx.data(), nout, 1));
+    }
+  }
+}

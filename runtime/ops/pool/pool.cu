@@ -118,6 +118,59 @@ __global__ void maxpool_bwd_kernel(const Pool2dGeom g, const T* __restrict__ dy,
   }
 }
 
+// The forward that also records each window's argmax as its offset in the nominal window (one byte per output
+// element), so that the backward gathers without searching the windows again.
+template <class T, int V>
+__global__ void maxpool_fwd_idx_kernel(const Pool2dGeom g, const T* __restrict__ x, T* __restrict__ y,
+                                       uint8_t* __restrict__ idx) {
+  const int64_t total = g.n * g.p * g.q * (g.c / V);
+  for (int64_t i = grid_thread_index(); i < total; i += grid_thread_count()) {
+    const PixelChunk o = decode_item<V>(i, g.p, g.q, g.c);
+    const T* xn = x + o.n * g.h * g.w * g.c + o.c0;
+    int64_t best[V];
+    window_argmax<T, V>(g, xn, o.a, o.b, best);
+    const int64_t hs = o.a * g.sh - g.ph, ws = o.b * g.sw - g.pw;
+    Pack<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int64_t ih = best[j] / g.w, iw = best[j] % g.w;
+      out.v[j] = xn[best[j] * g.c + j];
+      idx[i * V + j] = static_cast<uint8_t>((ih - hs) * g.kw + (iw - ws));
+    }
+    pack_store<V>(y + i * V, out);
+  }
+}
+
+// dy (N, P, Q, C), idx (N, P, Q, C) -> dx (N, H, W, C): each input pixel adds, in (p, q) order, dy of the covering
+// windows whose recorded argmax it is (the order of maxpool2d_grad_cpu, so f32 results are bitwise equal to it).
+template <class T, int V>
+__global__ void maxpool_bwd_idx_kernel(const Pool2dGeom g, const T* __restrict__ dy, const uint8_t* __restrict__ idx,
+                                       T* __restrict__ dx) {
+  const int64_t total = g.n * g.h * g.w * (g.c / V);
+  for (int64_t i = grid_thread_index(); i < total; i += grid_thread_count()) {
+    const PixelChunk e = decode_item<V>(i, g.h, g.w, g.c);
+    const PoolCover cov = pool2d_cover(g, e.a, e.b);
+    const int64_t base = e.n * g.p * g.q * g.c + e.c0;
+    float acc[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[j] = 0.0f;
+    for (int64_t p = cov.p0; p < cov.p1; ++p) {
+      for (int64_t q = cov.q0; q < cov.q1; ++q) {
+        const int64_t self = (e.a - (p * g.sh - g.ph)) * g.kw + (e.b - (q * g.sw - g.pw));
+        const int64_t o = base + (p * g.q + q) * g.c;
+        const Pack<T, V> d = pack_load<V>(dy + o);
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+          if (idx[o + j] == self) acc[j] += to_f32(d.v[j]);
+      }
+    }
+    Pack<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = from_f32<T>(acc[j]);
+    pack_store<V>(dx + i * V, out);
+  }
+}
+
 // x (N, H, W, C) -> y (N, P, Q, C): window sum in scan order, divided by kh*kw (padding counts as zeros).
 template <class T, int V>
 __global__ void avgpool_fwd_kernel(const Pool2dGeom g, const T* __restrict__ x, T* __restrict__ y) {
@@ -252,6 +305,38 @@ Status maxpool2d_bwd_cuda(cudaStream_t s, const Pool2dGeom& g, const void* dy, c
       maxpool_bwd_kernel<T, V><<<elementwise_grid(g.n * g.h * g.w * (g.c / V)), kElementwiseBlock, 0, s>>>(
           g, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<T*>(dx));
       return TRCTL_CUDA_LAUNCH_STATUS("maxpool_bwd_kernel");
+    });
+  });
+}
+
+Status maxpool2d_fwd_idx_cuda(cudaStream_t s, const Pool2dGeom& g, const void* x, void* y, uint8_t* idx,
+                              GpuDType t) {
+  TRCTL_CUDA_ARG_CHECK(geom_is_finished(g), "maxpool2d_fwd_idx_cuda: invalid or unfinished Pool2dGeom");
+  TRCTL_CUDA_ARG_CHECK(g.kh * g.kw <= 256, "maxpool2d_fwd_idx_cuda: window larger than 256 elements");
+  TRCTL_CUDA_ARG_CHECK(x && y && idx, "maxpool2d_fwd_idx_cuda: null pointer");
+  return dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return with_channel_vec<T>(g.c, x, y, nullptr, [&](auto vec) {
+      constexpr int V = decltype(vec)::value;
+      maxpool_fwd_idx_kernel<T, V><<<elementwise_grid(g.n * g.p * g.q * (g.c / V)), kElementwiseBlock, 0, s>>>(
+          g, static_cast<const T*>(x), static_cast<T*>(y), idx);
+      return TRCTL_CUDA_LAUNCH_STATUS("maxpool_fwd_idx_kernel");
+    });
+  });
+}
+
+Status maxpool2d_bwd_idx_cuda(cudaStream_t s, const Pool2dGeom& g, const void* dy, const uint8_t* idx, void* dx,
+                              GpuDType t) {
+  TRCTL_CUDA_ARG_CHECK(geom_is_finished(g), "maxpool2d_bwd_idx_cuda: invalid or unfinished Pool2dGeom");
+  TRCTL_CUDA_ARG_CHECK(g.kh * g.kw <= 256, "maxpool2d_bwd_idx_cuda: window larger than 256 elements");
+  TRCTL_CUDA_ARG_CHECK(dy && idx && dx, "maxpool2d_bwd_idx_cuda: null pointer");
+  return dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return with_channel_vec<T>(g.c, dy, dx, nullptr, [&](auto vec) {
+      constexpr int V = decltype(vec)::value;
+      maxpool_bwd_idx_kernel<T, V><<<elementwise_grid(g.n * g.h * g.w * (g.c / V)), kElementwiseBlock, 0, s>>>(
+          g, static_cast<const T*>(dy), idx, static_cast<T*>(dx));
+      return TRCTL_CUDA_LAUNCH_STATUS("maxpool_bwd_idx_kernel");
     });
   });
 }

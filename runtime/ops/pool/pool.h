@@ -30,6 +30,12 @@ void maxpool2d_fwd_cpu(const Pool2dGeom& g, const T* x, T* y);
 template <class T>
 void maxpool2d_grad_cpu(const Pool2dGeom& g, const T* dy, const T* x, T* dx);
 
+// The argmax of every window as its offset inside the nominal (padded) window, (ih - (p sh - ph)) * kw +
+// (iw - (q sw - pw)), with maxpool2d_grad_cpu's rule; idx (N, P, Q, C) u8 (kh * kw <= 256). The CUDA backend's
+// max-pool backward reads these instead of searching every covering window again.
+template <class T>
+void maxpool2d_argmax_cpu(const Pool2dGeom& g, const T* x, uint8_t* idx);
+
 // Average with count_include_pad=True: every window divides by kh*kw. x (N, H, W, C), y (N, P, Q, C).
 template <class T>
 void avgpool2d_fwd_cpu(const Pool2dGeom& g, const T* x, T* y);

@@ -78,6 +78,21 @@ void maxpool2d_grad_cpu(const Pool2dGeom& g, const T* dy, const T* x, T* dx) {
 }
 
 template <class T>
+void maxpool2d_argmax_cpu(const Pool2dGeom& g, const T* x, uint8_t* idx) {
+  const int64_t plane = g.h * g.w * g.c;
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t p = 0; p < g.p; ++p)
+      for (int64_t q = 0; q < g.q; ++q) {
+        uint8_t* out = idx + ((n * g.p + p) * g.q + q) * g.c;
+        for (int64_t c = 0; c < g.c; ++c) {
+          const int64_t flat = window_argmax(g, x + n * plane + c, p, q);  // ih * W + iw
+          const int64_t ih = flat / g.w, iw = flat % g.w;
+          out[c] = static_cast<uint8_t>((ih - (p * g.sh - g.ph)) * g.kw + (iw - (q * g.sw - g.pw)));
+        }
+      }
+}
+
+template <class T>
 void avgpool2d_fwd_cpu(const Pool2dGeom& g, const T* x, T* y) {
   const T div = static_cast<T>(g.kh * g.kw);  // count_include_pad=True
   for (int64_t n = 0; n < g.n; ++n) {
@@ -137,6 +152,7 @@ void global_avgpool_grad_cpu(const T* dy, T* dx, int64_t n, int64_t hw, int64_t 
 #define TRCTL_POOL_INSTANTIATE(T)                                                              \
   template void maxpool2d_fwd_cpu<T>(const Pool2dGeom&, const T*, T*);                         \
   template void maxpool2d_grad_cpu<T>(const Pool2dGeom&, const T*, const T*, T*);              \
+  template void maxpool2d_argmax_cpu<T>(const Pool2dGeom&, const T*, uint8_t*);                \
   template void avgpool2d_fwd_cpu<T>(const Pool2dGeom&, const T*, T*);                         \
   template void avgpool2d_grad_cpu<T>(const Pool2dGeom&, const T*, T*);                        \
   template void global_avgpool_fwd_cpu<T>(const T*, T*, int64_t, int64_t, int64_t);            \

@@ -19,6 +19,13 @@ Status maxpool2d_fwd_cuda(cudaStream_t s, const Pool2dGeom& g, const void* x, vo
 // recomputed from x with the CPU rule (first maximum; with NaNs the last NaN, as in PyTorch).
 Status maxpool2d_bwd_cuda(cudaStream_t s, const Pool2dGeom& g, const void* dy, const void* x, void* dx, GpuDType t);
 // count_include_pad=True: divides by kh*kw. x (N, H, W, C) -> y (N, P, Q, C).
+// The same forward, also writing each window's argmax offset (maxpool2d_argmax_cpu's encoding) into idx (N, P, Q,
+// C) u8; and the backward that gathers dy through those offsets instead of searching the windows again (the
+// same sums in the same order as maxpool2d_bwd_cuda). kh * kw <= 256.
+Status maxpool2d_fwd_idx_cuda(cudaStream_t s, const Pool2dGeom& g, const void* x, void* y, uint8_t* idx,
+                              GpuDType t);
+Status maxpool2d_bwd_idx_cuda(cudaStream_t s, const Pool2dGeom& g, const void* dy, const uint8_t* idx, void* dx,
+                              GpuDType t);
 Status avgpool2d_fwd_cuda(cudaStream_t s, const Pool2dGeom& g, const void* x, void* y, GpuDType t);
 // dy (N, P, Q, C) -> dx (N, H, W, C) overwritten.
 Status avgpool2d_bwd_cuda(cudaStream_t s, const Pool2dGeom& g, const void* dy, void* dx, GpuDType t);

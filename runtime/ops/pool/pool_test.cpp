@@ -254,3 +254,30 @@ TEST_CASE("pool geometry computes VGG and ResNet output sizes and rejects invali
   REQUIRE(pool2d_geom_finish(b));
   CHECK(b.p == 3);
 }
+
+TEST_CASE("max-pool argmax offsets route each window's gradient exactly as maxpool2d_grad_cpu does", "[ops][pool]") {
+  Pool2dGeom g;
+  g.n = 2, g.h = 9, g.w = 8, g.c = 3, g.kh = 3, g.kw = 3, g.sh = 2, g.sw = 2, g.ph = 1, g.pw = 1;
+  REQUIRE(pool2d_geom_finish(g));
+  const int64_t nin = g.n * g.h * g.w * g.c, nout = g.n * g.p * g.q * g.c;
+  std::vector<double> x = random_vec(static_cast<size_t>(nin), 31), dy = random_vec(static_cast<size_t>(nout), 32);
+  for (int64_t i = 0; i < nin; i += 5) x[static_cast<size_t>(i)] = 0.0;  // ties (ReLU zeros) in overlapping windows
+  std::vector<uint8_t> idx(static_cast<size_t>(nout));
+  maxpool2d_argmax_cpu(g, x.data(), idx.data());
+  // Scatter dy through the offsets in (p, q) order: the reference's result, bit for bit.
+  std::vector<double> via_idx(static_cast<size_t>(nin), 0.0), ref(static_cast<size_t>(nin));
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t p = 0; p < g.p; ++p)
+      for (int64_t q = 0; q < g.q; ++q)
+        for (int64_t c = 0; c < g.c; ++c) {
+          const int64_t o = ((n * g.p + p) * g.q + q) * g.c + c, k = idx[static_cast<size_t>(o)];
+          const int64_t ih = p * g.sh - g.ph + k / g.kw, iw = q * g.sw - g.pw + k % g.kw;
+          REQUIRE(ih >= 0);
+          REQUIRE(iw >= 0);
+          REQUIRE(ih < g.h);
+          REQUIRE(iw < g.w);
+          via_idx[static_cast<size_t>(((n * g.h + ih) * g.w + iw) * g.c + c)] += dy[static_cast<size_t>(o)];
+        }
+  maxpool2d_grad_cpu(g, dy.data(), x.data(), ref.data());
+  CHECK(via_idx == ref);
+}
