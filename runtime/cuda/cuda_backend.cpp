@@ -79,6 +79,7 @@ CudaBackend::~CudaBackend() {
   TRCTL_CUDA_WARN(cudaFree(bn_ws_));
   TRCTL_CUDA_WARN(cudaFree(lowp_dw_));
   TRCTL_CUDA_WARN(cudaFree(bias_ws_));
+  for (void* b : {pad_x_, pad_dx_, pad_w_}) TRCTL_CUDA_WARN(cudaFree(b));
   TRCTL_CUDA_WARN(cudaFree(lowp_weights_));
   TRCTL_CUDA_WARN(cudaFree(arena_));
 }
@@ -173,8 +174,45 @@ void CudaBackend::find_relu_fusions() {
   }
 }
 
+// A gradient sum y = Add(a, b) where b is the only use of a dX GEMM's output and a exists before that GEMM
+// runs: the GEMM writes y itself as D = dY W + 1 * C with C = a (cuBLASLt's beta), and the Add disappears (one
+// pass over y instead of three; ResNet blocks have one per block). Only where the plan lets the GEMM write y
+// early (memplan_early_write_safe) and the Add has no fused ReLU.
+void CudaBackend::find_accumulate_fusions() {
+  for (size_t pi = 0; pi < c_.graph.programs.size(); ++pi) {
+    const Program& p = c_.graph.programs[pi];
+    std::map<ValueId, size_t> producer;
+    std::map<ValueId, int> uses;
+    for (size_t i = 0; i < p.nodes.size(); ++i) {
+      for (ValueId v : p.nodes[i].out) producer[v] = i;
+      for (ValueId v : p.nodes[i].in) ++uses[v];
+    }
+    for (size_t j = 0; j < p.nodes.size(); ++j) {
+      const Node& add = p.nodes[j];
+      if (add.op != OpKind::Add || add.attrs.relu) continue;
+      for (int k = 0; k < 2; ++k) {
+        const ValueId b = add.in[k], a = add.in[1 - k];
+        if (!producer.count(b) || !producer.count(a) || uses[b] != 1 || a == b) continue;
+        const size_t gi = producer[b];
+        const Node& gemm = p.nodes[gi];
+        if (gemm_role(c_.graph, gemm) != OpKind::LinearGradInput || relu_fusion(static_cast<int>(pi), gi)) continue;
+        if (producer[a] >= gi || !early_write_safe(static_cast<int>(pi), add.out[0], gi)) continue;
+        accumulate_.push_back({static_cast<int>(pi), gi, j, a});
+        break;
+      }
+    }
+  }
+}
+
+const CudaBackend::AccumulateFusion* CudaBackend::accumulate_fusion(int program, size_t node) const {
+  for (const AccumulateFusion& f : accumulate_)
+    if (f.program == program && (f.gemm == node || f.add == node)) return &f;
+  return nullptr;
+}
+
 Status CudaBackend::plan_gemms() {
   find_relu_fusions();
+  find_accumulate_fusions();
   for (ReluFusion& rf : relu_fusions_) {
     const Shape& y = c_.graph.values[c_.graph.programs[rf.program].nodes[rf.forward].out[0]].shape;
     TRCTL_CUDA_TRY(cudaMalloc(&rf.mask, lt_gemm_relu_mask_bytes(y.dims[0], y.dims[1])));
@@ -202,10 +240,11 @@ Status CudaBackend::plan_gemms() {
         const bool bias = n.in.size() == 3;
         // The bias is read from the same copy as the weight (fp16/bf16 under AMP, as autocast casts it).
         d.epilogue = bias ? (n.attrs.relu ? GemmEpilogue::ReluBias : GemmEpilogue::Bias) : GemmEpilogue::None;
-      } else if (role == OpKind::LinearGradInput) {  // dX (R,K) = dY (R,M) W (M,K)
+      } else if (role == OpKind::LinearGradInput) {  // dX (R,K) = dY (R,M) W (M,K) [+ C, a gradient sum]
         d.m = rows(n.in[0]);
         d.k = cols(n.in[0]);
         d.n = cols(n.in[1]);
+        if (accumulate_fusion(static_cast<int>(pi), i)) d.beta = 1.0f;
       } else if (role == OpKind::LinearGradWeight) {  // dW (M,K) = dY^T (M,R) X (R,K)
         d.m = cols(n.in[0]);
         d.k = rows(n.in[0]);
@@ -279,6 +318,10 @@ Status CudaBackend::lower_gemm_node(int program, size_t i, std::vector<Launch>& 
       if (const ReluFusion* rf = relu_fusion(program, i)) {  // DRELU: write the ReluGrad's output directly
         a.aux = rf->mask;
         a.d = at(p.nodes[rf->relu_grad].out[0]);
+      }
+      if (const AccumulateFusion* af = accumulate_fusion(program, i)) {  // write the gradient sum directly
+        a.c = at(af->other);
+        a.d = at(p.nodes[af->add].out[0]);
       }
       gemm(a);
       return ok_status();
@@ -382,6 +425,8 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
       return ok_status();
     }
     case OpKind::Add:
+      if (accumulate_fusion(program, i)) return ok_status();  // done by the dX GEMM (beta = 1)
+      return lower_cnn_node(program, i, out);
     case OpKind::BatchNorm:
     case OpKind::BatchNormEval:
     case OpKind::BatchNormGrad:
@@ -628,7 +673,8 @@ std::string CudaBackend::memory_report() {
   auto mib = [](double b) { return std::to_string(static_cast<int64_t>(b / 1048576.0 + 0.5)) + " MiB"; };
   size_t data = 0;
   for (const SplitData& sd : split_) data += static_cast<size_t>(sd.n) * 4 * 2 + (sd.uploaded ? sd.bytes : 0);
-  size_t ws = conv_ws_bytes_ + bn_ws_bytes_ + bias_ws_bytes_ + ctx_.workspace_bytes;
+  size_t ws = conv_ws_bytes_ + bn_ws_bytes_ + bias_ws_bytes_ + ctx_.workspace_bytes +
+              static_cast<size_t>(2 * pad_x_elems_ + pad_w_elems_) * 2;
   for (size_t b : ce_ws_bytes_) ws += b;
   const size_t copy = lowp() ? static_cast<size_t>(c_.plan.weights_bytes / 2) : 0;
   size_t free_b = 0, total_b = 0;

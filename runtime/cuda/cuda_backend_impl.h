@@ -101,7 +101,9 @@ class CudaBackend final : public Backend {
   Status lower_optimizer(std::vector<Launch>& out);
   // CNN nodes (runtime/cuda/cuda_lower_cnn.cpp): cuDNN plans and workspaces, then one launch list per node.
   Status plan_cnn();
-  const CudnnConvPlan* conv_plan(const Node& n, ValueId x, ValueId w) const;
+  const CudnnConvPlan* conv_plan(const Node& n) const;
+  int64_t padded_channels(const Conv2dGeom& g) const;
+  Conv2dGeom planned_geom(const Node& n) const;
   Status lower_cnn_node(int program, size_t i, std::vector<Launch>& out);
   Status lower_conv_node(const Node& n, std::vector<Launch>& out);
   Status lower_batch_norm_node(const Node& n, std::vector<Launch>& out);
@@ -124,6 +126,14 @@ class CudaBackend final : public Backend {
     void* mask;                        // (N, round_up(M, 128) bits) written by the forward, read by the dX GEMM
   };
   std::vector<ReluFusion> relu_fusions_;
+  struct AccumulateFusion {
+    int program;
+    size_t gemm, add;  // node indices: the dX GEMM, the gradient-sum Add it absorbs
+    ValueId other;     // the Add's other operand, read as the GEMM's C
+  };
+  std::vector<AccumulateFusion> accumulate_;
+  void find_accumulate_fusions();
+  const AccumulateFusion* accumulate_fusion(int program, size_t node) const;
   void find_relu_fusions();
   bool early_write_safe(int program, ValueId v, size_t at) const;
   const ReluFusion* relu_fusion(int program, size_t node) const {
@@ -138,7 +148,9 @@ class CudaBackend final : public Backend {
   size_t bn_ws_bytes_ = 0;
   void* bias_ws_ = nullptr;                     // two-pass bias gradients of convolutions (many rows)
   size_t bias_ws_bytes_ = 0;
-  void* lowp_dw_ = nullptr;                     // AMP: a conv weight gradient in the activation dtype, before its cast
+  void* lowp_dw_ = nullptr;
+  void *pad_x_ = nullptr, *pad_dx_ = nullptr, *pad_w_ = nullptr;  // channel-padded conv scratch (AMP, C % 8 != 0)
+  int64_t pad_x_elems_ = 0, pad_w_elems_ = 0;                     // AMP: a conv weight gradient in the activation dtype, before its cast
   std::vector<Launch> warm_;                    // cuDNN calls run once before capture (module loading)
   std::vector<cudaGraphExec_t> exec_;
   std::vector<int64_t> runs_;

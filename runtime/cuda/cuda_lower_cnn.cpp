@@ -11,6 +11,7 @@
 #include "runtime/ops/add/add_cuda.h"
 #include "runtime/ops/batchnorm/batchnorm_cuda.h"
 #include "runtime/ops/cast/cast_cuda.h"
+#include "runtime/ops/channel_copy/channel_copy_cuda.h"
 #include "runtime/ops/pool/pool_cuda.h"
 
 namespace trctl::cuda_detail {
@@ -38,6 +39,21 @@ std::pair<ValueId, ValueId> conv_operands(const Node& n) {
 
 }  // namespace
 
+// cuDNN runs a convolution over 3 input channels (an RGB stem) with FMA kernels, an order of magnitude slower than
+// over 8 with tensor cores: under AMP such inputs and filters are padded with zero channels to a multiple of 8
+// (the result is the same: zero channels add nothing), and the weight gradient is sliced back.
+int64_t CudaBackend::padded_channels(const Conv2dGeom& g) const {
+  if (!lowp() || g.groups != 1 || g.c % 8 == 0) return g.c;
+  return (g.c + 7) / 8 * 8;
+}
+
+Conv2dGeom CudaBackend::planned_geom(const Node& n) const {
+  const auto [x, w] = conv_operands(n);
+  Conv2dGeom g = conv2d_geom_of(c_.graph, n, x, w);
+  g.c = padded_channels(g);
+  return g;
+}
+
 // Conv plans for every conv node of every program (train and train_last differ in N), the largest workspace any
 // of them needs, batch norm's workspace, and (AMP) the scratch for a weight gradient before its cast to fp32.
 // Each direction runs the algorithm measured by `trctl bench CFG --autotune` when the autotune cache
@@ -55,7 +71,12 @@ Status CudaBackend::plan_cnn() {
     for (const Node& n : p.nodes) {
       if (is_conv(n.op) && !pointwise_conv(n)) {  // pointwise ones are cuBLASLt GEMMs (plan_gemms)
         const auto [x, w] = conv_operands(n);
-        d.g = conv2d_geom_of(c_.graph, n, x, w);
+        const Conv2dGeom real = conv2d_geom_of(c_.graph, n, x, w);
+        d.g = planned_geom(n);
+        if (d.g.c != real.c) {  // scratch for the padded input, filter, filter gradient and input gradient
+          pad_x_elems_ = std::max(pad_x_elems_, real.n * real.h * real.w * d.g.c);
+          pad_w_elems_ = std::max(pad_w_elems_, real.k * real.r * real.s * d.g.c);
+        }
         const std::string key = conv_key(d.g);
         if (!conv_.count(key)) {
           if (!cache_loaded) {
@@ -74,7 +95,7 @@ Status CudaBackend::plan_cnn() {
           conv_ws_bytes_ = std::max(conv_ws_bytes_, cudnn_conv_workspace_bytes(plan.value()));
           conv_.emplace(key, std::move(plan.value()));
         }
-        if (n.op == OpKind::Conv2dGradWeight) max_dw = std::max(max_dw, c_.graph.values[w].shape.numel());
+        if (n.op == OpKind::Conv2dGradWeight) max_dw = std::max(max_dw, d.g.k * d.g.r * d.g.s * d.g.c);
       } else if (n.op == OpKind::BatchNorm || n.op == OpKind::BatchNormGrad) {
         const int64_t c = c_.graph.values[n.in[n.op == OpKind::BatchNorm ? 1 : 2]].shape.numel();
         bn_ws_bytes_ = std::max(bn_ws_bytes_, batchnorm_workspace_bytes(c_.graph.values[n.in[0]].shape.numel() / c, c));
@@ -83,50 +104,76 @@ Status CudaBackend::plan_cnn() {
   if (conv_ws_bytes_ > 0) TRCTL_CUDA_TRY(cudaMalloc(&conv_ws_, conv_ws_bytes_));
   if (bn_ws_bytes_ > 0) TRCTL_CUDA_TRY(cudaMalloc(&bn_ws_, bn_ws_bytes_));
   if (lowp() && max_dw > 0) TRCTL_CUDA_TRY(cudaMalloc(&lowp_dw_, static_cast<size_t>(max_dw) * 2));
+  if (pad_x_elems_ > 0) {  // 2 bytes: padding happens under AMP only
+    TRCTL_CUDA_TRY(cudaMalloc(&pad_x_, static_cast<size_t>(pad_x_elems_) * 2));
+    TRCTL_CUDA_TRY(cudaMalloc(&pad_dx_, static_cast<size_t>(pad_x_elems_) * 2));
+    TRCTL_CUDA_TRY(cudaMalloc(&pad_w_, static_cast<size_t>(pad_w_elems_) * 2));
+  }
   return ok_status();
 }
 
-const CudnnConvPlan* CudaBackend::conv_plan(const Node& n, ValueId x, ValueId w) const {
-  auto it = conv_.find(conv_key(conv2d_geom_of(c_.graph, n, x, w)));
+const CudnnConvPlan* CudaBackend::conv_plan(const Node& n) const {
+  auto it = conv_.find(conv_key(planned_geom(n)));
   return it == conv_.end() ? nullptr : &it->second;
 }
 
 Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
-  const auto [xv, wv] = conv_operands(n);
-  const CudnnConvPlan* plan = conv_plan(n, xv, wv);
+  const CudnnConvPlan* plan = conv_plan(n);
   if (!plan) return Error{ErrCode::Internal, "cuda backend", "no cuDNN plan for " + n.name};
   const cudaStream_t s = ctx_.stream;
   const cudnnHandle_t h = ctx_.cudnn;
   void* ws = conv_ws_;
   const size_t wsb = conv_ws_bytes_;
-  std::vector<Launch> launches;
+  const GpuDType act = act_type();
+  const auto [xv, wv] = conv_operands(n);
+  const Conv2dGeom real = conv2d_geom_of(c_.graph, n, xv, wv);
+  const int64_t c = real.c, cp = plan->desc.g.c;  // real and planned (padded) input channels
+  const int64_t xrows = real.n * real.h * real.w, wrows = real.k * real.r * real.s;
+  const bool padded = cp != c;
+  // (N,H,W,C) image / (K,R,S,C) filter -> the padded scratch copy, under AMP in the activation dtype.
+  auto pad_x = [&](const void* x) -> const void* {
+    if (!padded) return x;
+    void* xp = pad_x_;
+    out.push_back([=] { return channel_copy_cuda(s, x, act, c, xp, act, cp, xrows); });
+    return xp;
+  };
+  auto pad_w = [&](const void* w) -> const void* {
+    if (!padded) return w;
+    void* wp = pad_w_;
+    out.push_back([=] { return channel_copy_cuda(s, w, act, c, wp, act, cp, wrows); });
+    return wp;
+  };
+  Launch conv;
   if (n.op == OpKind::Conv2d) {
-    const void *x = at(n.in[0]), *w = weight_ptr(n.in[1]);
+    const void* x = pad_x(at(n.in[0]));
+    const void* w = pad_w(weight_ptr(n.in[1]));
     const void* b = n.in.size() == 3 ? weight_ptr(n.in[2]) : nullptr;  // the bias from the same copy as W
     void* y = at(n.out[0]);
-    launches.push_back([=] { return cudnn_conv_fwd(h, s, *plan, x, w, b, y, ws, wsb); });
+    conv = [=] { return cudnn_conv_fwd(h, s, *plan, x, w, b, y, ws, wsb); };
+    out.push_back(conv);
   } else if (n.op == OpKind::Conv2dGradInput) {
-    const void *dy = at(n.in[0]), *w = weight_ptr(n.in[1]);
+    const void* dy = at(n.in[0]);
+    const void* w = pad_w(weight_ptr(n.in[1]));
     void* dx = at(n.out[0]);
-    launches.push_back([=] { return cudnn_conv_dgrad(h, s, *plan, dy, w, dx, ws, wsb); });
+    void* dxp = padded ? pad_dx_ : dx;
+    conv = [=] { return cudnn_conv_dgrad(h, s, *plan, dy, w, dxp, ws, wsb); };
+    out.push_back(conv);
+    if (padded) out.push_back([=] { return channel_copy_cuda(s, dxp, act, cp, dx, act, c, xrows); });
   } else {
-    // dW in the io dtype (cuDNN's filter type); under AMP cast into the fp32 gradient region afterwards.
+    // dW in the io dtype (cuDNN's filter type); under AMP cast (and sliced, when padded) into the fp32 gradient.
     const Placement& pl = c_.plan.values[n.out[0]];
     if (lowp() && pl.region != Region::Grads)
       return Error{ErrCode::NotSupported, "cuda backend",
                    "a convolution weight used more than once (" + n.name + ") is not supported under AMP yet"};
-    const void *dy = at(n.in[0]), *x = at(n.in[1]);
+    const void* dy = at(n.in[0]);
+    const void* x = pad_x(at(n.in[1]));
     void* dw_f32 = at(n.out[0]);
     void* dw = lowp() ? lowp_dw_ : dw_f32;
-    launches.push_back([=] { return cudnn_conv_wgrad(h, s, *plan, dy, x, dw, ws, wsb); });
-    if (lowp()) {
-      const GpuDType act = act_type();
-      const int64_t cnt = c_.graph.values[n.out[0]].shape.numel();
-      launches.push_back([=] { return cast_cuda(s, dw, act, dw_f32, GpuDType::F32, cnt); });
-    }
+    conv = [=] { return cudnn_conv_wgrad(h, s, *plan, dy, x, dw, ws, wsb); };
+    out.push_back(conv);
+    if (lowp()) out.push_back([=] { return channel_copy_cuda(s, dw, act, cp, dw_f32, GpuDType::F32, c, wrows); });
   }
-  warm_.push_back(launches[0]);
-  out.insert(out.end(), launches.begin(), launches.end());
+  warm_.push_back(conv);
   return ok_status();
 }
 

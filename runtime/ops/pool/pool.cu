@@ -126,18 +126,47 @@ __global__ void maxpool_fwd_idx_kernel(const Pool2dGeom g, const T* __restrict__
   const int64_t total = g.n * g.p * g.q * (g.c / V);
   for (int64_t i = grid_thread_index(); i < total; i += grid_thread_count()) {
     const PixelChunk o = decode_item<V>(i, g.p, g.q, g.c);
+    const PoolWindow win = pool2d_window(g, o.a, o.b);
     const T* xn = x + o.n * g.h * g.w * g.c + o.c0;
-    int64_t best[V];
-    window_argmax<T, V>(g, xn, o.a, o.b, best);
-    const int64_t hs = o.a * g.sh - g.ph, ws = o.b * g.sw - g.pw;
-    Pack<T, V> out;
+    const int hs = static_cast<int>(o.a * g.sh - g.ph), ws = static_cast<int>(o.b * g.sw - g.pw);
+    const int kw = static_cast<int>(g.kw);
+    float m[V];
+    int best[V];  // offset in the nominal window: (ih - hs) * kw + (iw - ws)
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      const int64_t ih = best[j] / g.w, iw = best[j] % g.w;
-      out.v[j] = xn[best[j] * g.c + j];
-      idx[i * V + j] = static_cast<uint8_t>((ih - hs) * g.kw + (iw - ws));
+      m[j] = -INFINITY;
+      best[j] = (static_cast<int>(win.h0) - hs) * kw + (static_cast<int>(win.w0) - ws);  // all -inf: first element
+    }
+    for (int ih = static_cast<int>(win.h0); ih < static_cast<int>(win.h1); ++ih) {
+      for (int iw = static_cast<int>(win.w0); iw < static_cast<int>(win.w1); ++iw) {
+        const Pack<T, V> v = pack_load<V>(xn + (static_cast<int64_t>(ih) * g.w + iw) * g.c);
+        const int k = (ih - hs) * kw + (iw - ws);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float f = to_f32(v.v[j]);
+          if (max_takes_over(f, m[j])) {
+            m[j] = f;
+            best[j] = k;
+          }
+        }
+      }
+    }
+    Pack<T, V> out;
+    uint8_t b[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      out.v[j] = from_f32<T>(m[j]);
+      b[j] = static_cast<uint8_t>(best[j]);
     }
     pack_store<V>(y + i * V, out);
+    if constexpr (V == 8) {
+      uint2 u;
+      memcpy(&u, b, 8);
+      *reinterpret_cast<uint2*>(idx + i * V) = u;  // the plan aligns idx to 256 bytes: i * 8 keeps 8-byte alignment
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) idx[i * V + j] = b[j];
+    }
   }
 }
 
@@ -314,6 +343,7 @@ Status maxpool2d_fwd_idx_cuda(cudaStream_t s, const Pool2dGeom& g, const void* x
   TRCTL_CUDA_ARG_CHECK(geom_is_finished(g), "maxpool2d_fwd_idx_cuda: invalid or unfinished Pool2dGeom");
   TRCTL_CUDA_ARG_CHECK(g.kh * g.kw <= 256, "maxpool2d_fwd_idx_cuda: window larger than 256 elements");
   TRCTL_CUDA_ARG_CHECK(x && y && idx, "maxpool2d_fwd_idx_cuda: null pointer");
+  TRCTL_CUDA_ARG_CHECK(gpu_aligned(8, idx), "maxpool2d_fwd_idx_cuda: idx not 8-byte aligned");
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     return with_channel_vec<T>(g.c, x, y, nullptr, [&](auto vec) {
