@@ -4,6 +4,7 @@
 // residual / gradient-sum add. Activations are in the AMP dtype; parameters, their gradients, the batch-norm
 // statistics and running statistics in fp32.
 #include <algorithm>
+#include <set>
 
 #include "runtime/cuda/conv_autotune.h"
 #include "runtime/cuda/cuda_backend_impl.h"
@@ -67,6 +68,10 @@ Status CudaBackend::plan_cnn() {
   std::string cache_path;
   Result<AutotuneCache> cache = AutotuneCache{};
   bool cache_loaded = false;
+  std::set<std::string> dgrad_keys;  // geometries whose input gradient some program computes
+  for (const Program& p : c_.graph.programs)
+    for (const Node& n : p.nodes)
+      if (n.op == OpKind::Conv2dGradInput) dgrad_keys.insert(conv_key(planned_geom(n)));
   for (const Program& p : c_.graph.programs)
     for (const Node& n : p.nodes) {
       if (is_conv(n.op) && !pointwise_conv(n)) {  // pointwise ones are cuBLASLt GEMMs (plan_gemms)
@@ -78,6 +83,7 @@ Status CudaBackend::plan_cnn() {
           pad_w_elems_ = std::max(pad_w_elems_, real.k * real.r * real.s * d.g.c);
         }
         const std::string key = conv_key(d.g);
+        d.need_dgrad = dgrad_keys.count(key) > 0;
         if (!conv_.count(key)) {
           if (!cache_loaded) {
             cache_path = autotune_cache_path();

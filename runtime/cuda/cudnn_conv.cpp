@@ -1,5 +1,6 @@
 // cuDNN legacy-API convolution: plan building (descriptors, algorithm choice) and execution (see cudnn_conv.h).
 #include "runtime/cuda/cudnn_conv.h"
+#include "runtime/ops/bias_add/bias_add_cuda.h"
 
 #include <algorithm>
 #include <climits>
@@ -342,6 +343,7 @@ Result<CudnnConvPlan> cudnn_conv_plan_fixed(cudnnHandle_t h, const ConvDesc& d,
   if (Status st = plan_start(h, d, p); !st) return st.errors();
   Status (*const heuristic[3])(cudnnHandle_t, CudnnConvPlan&, size_t) = {choose_fwd, choose_dgrad, choose_wgrad};
   for (ConvDir dir : kConvDirs) {
+    if (dir == ConvDir::Dgrad && !d.need_dgrad) continue;  // e.g. the first layer: its input needs no gradient
     const ConvAlgoFixed& f = fixed[static_cast<int>(dir)];
     Status st = f.algo >= 0 ? choose_fixed(h, p, dir, f, max_workspace)
                             : heuristic[static_cast<int>(dir)](h, p, max_workspace);
@@ -429,9 +431,10 @@ Status cudnn_conv_fwd(cudnnHandle_t h, cudaStream_t s, const CudnnConvPlan& p, c
   TRCTL_CUDNN_TRY(cudnnSetStream(h, s));
   TRCTL_CUDNN_TRY(cudnnConvolutionForward(h, &one, p.x, x, p.w, w, p.conv_fwd, p.fwd_algo, ws, ws_bytes, &zero, p.y,
                                           y));
-  // y += bias, broadcast over N, P, Q. A separate pass (one more read/write of y) rather than
-  // cudnnConvolutionBiasActivationForward, which supports an identity activation only with IMPLICIT_PRECOMP_GEMM.
-  if (bias) TRCTL_CUDNN_TRY(cudnnAddTensor(h, &one, p.bias, bias, &one, p.y, y));
+  // y += bias, broadcast over N, P, Q: one more read/write of y, by trctl's kernel (cudnnAddTensor was several
+  // times slower on NHWC fp16), rather than cudnnConvolutionBiasActivationForward, which supports an identity
+  // activation only with IMPLICIT_PRECOMP_GEMM.
+  if (bias) return bias_add_cuda(s, y, bias, p.desc.g.n * p.desc.g.p * p.desc.g.q, p.desc.g.k, p.desc.io);
   return ok_status();
 }
 
@@ -439,6 +442,8 @@ Status cudnn_conv_dgrad(cudnnHandle_t h, cudaStream_t s, const CudnnConvPlan& p,
                         void* dx, void* ws, size_t ws_bytes) {
   Status args = exec_args_ok(p, dy, w, dx, ws, ws_bytes, p.dgrad_ws, __FILE__, __LINE__);
   if (!args) return args;
+  if (!p.desc.need_dgrad)
+    return Error{ErrCode::Internal, "cudnn_conv_dgrad", "the plan was made without a data-gradient algorithm"};
   const float one = 1.0f, zero = 0.0f;
   TRCTL_CUDNN_TRY(cudnnSetStream(h, s));
   TRCTL_CUDNN_TRY(cudnnConvolutionBackwardData(h, &one, p.w, w, p.y, dy, p.conv_dgrad, p.dgrad_algo, ws, ws_bytes,

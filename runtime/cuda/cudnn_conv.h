@@ -51,6 +51,7 @@ struct ConvDesc {
   GpuDType io = GpuDType::F32;  // x, w, y, bias and all gradients
   bool tf32 = false;            // f32 only: allow TF32 tensor cores
   bool deterministic = true;    // only algorithms cuDNN reports as CUDNN_DETERMINISTIC
+  bool need_dgrad = true;       // false: no data-gradient algorithm is chosen (cudnn_conv_dgrad then refuses)
 };
 
 // Descriptors, chosen algorithms, their math types and workspace sizes for the three directions. Each direction
