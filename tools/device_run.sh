@@ -96,7 +96,7 @@ if has autotune; then
 fi
 
 if has layers; then
-  for m in ${CNN_MODELS:-resnet50 vgg16bn resnet18}; do
+  for m in ${LAYER_MODELS:-${CNN_MODELS:-resnet50 vgg16bn resnet18}}; do
     timeout 240 "$BIN/trctl" bench "configs/$m.yaml" --layers --reps ${LAYER_REPS:-10} data.synthetic.train_size=1024 \
       data.synthetic.val_size=256 --json "/tmp/prof/layers_$m.json" >"/tmp/prof/layers_$m.txt" 2>&1
     echo "trctl layers $m: rc $?" >>"$SUM"
