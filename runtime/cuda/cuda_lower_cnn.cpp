@@ -48,10 +48,12 @@ int64_t CudaBackend::padded_channels(const Conv2dGeom& g) const {
   return (g.c + 7) / 8 * 8;
 }
 
+// The weight gradient keeps the real channels: measured on the H200 (run 14), cuDNN's wgrad of the 7x7 C=3 stem
+// took 0.55 ms, the padded one plus its copies 1.19 ms; the forward went from 3.06 to 1.49 ms padded.
 Conv2dGeom CudaBackend::planned_geom(const Node& n) const {
   const auto [x, w] = conv_operands(n);
   Conv2dGeom g = conv2d_geom_of(c_.graph, n, x, w);
-  g.c = padded_channels(g);
+  if (n.op != OpKind::Conv2dGradWeight) g.c = padded_channels(g);
   return g;
 }
 
