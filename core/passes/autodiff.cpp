@@ -203,6 +203,7 @@ int optimizer_state_count(const OptimizerSpec& opt) {
     case OptimizerKind::AdamW:
       return 2;
     case OptimizerKind::Sgd:
+    case OptimizerKind::Lars:
       return opt.momentum != 0.0 ? 1 : 0;
   }
   return 0;

@@ -92,15 +92,20 @@ struct LossSpec {
 };
 
 // ---- optimizer ----
-enum class OptimizerKind { Sgd, Adam, AdamW };
+// Lars: SGD with a per-tensor trust ratio (timm's Lars, after NVIDIA apex's LARC) on the parameters that get
+// weight decay; biases and norm parameters take plain SGD steps (decay_bias_and_norm false).
+enum class OptimizerKind { Sgd, Adam, AdamW, Lars };
 struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::AdamW;
   double lr = 1e-3;             // > 0
-  double momentum = 0.0;        // sgd, [0, 1)
-  double dampening = 0.0;       // sgd, [0, 1]
-  bool nesterov = false;        // sgd; needs momentum > 0 and dampening 0 (PyTorch's rule)
+  double momentum = 0.0;        // sgd/lars, [0, 1)
+  double dampening = 0.0;       // sgd/lars, [0, 1]
+  bool nesterov = false;        // sgd/lars; needs momentum > 0 and dampening 0 (PyTorch's rule)
   double beta1 = 0.9, beta2 = 0.999;  // adam/adamw, YAML `betas: [b1, b2]`, each in [0, 1)
-  double eps = 1e-8;            // > 0
+  double eps = 1e-8;            // adam/adamw/lars, > 0
+  double trust_coefficient = 0.001;  // lars: trust ratio = coef * |w| / (|g| + wd |w| + eps), > 0
+  bool trust_clip = false;      // lars: ratio = min(ratio / lr, 1) (LARC clipping)
+  double clip_grad_norm = 0.0;  // >= 0; > 0: gradients scaled to this global 2-norm at most (clip_grad_norm_)
   double weight_decay = 0.0;    // >= 0; sgd/adam: L2 added to the gradient; adamw: decoupled
   bool decay_bias_and_norm = false;  // false: biases and norm parameters get no weight decay
 };

@@ -30,6 +30,7 @@ const char* to_string(OptimizerKind o) {
     case OptimizerKind::Sgd: return "sgd";
     case OptimizerKind::Adam: return "adam";
     case OptimizerKind::AdamW: return "adamw";
+    case OptimizerKind::Lars: return "lars";
   }
   return "?";
 }
@@ -219,18 +220,22 @@ void emit_typed_keys(std::string& y, const char* type_name, const std::vector<st
 }
 
 void emit_optimizer(std::string& y, const OptimizerSpec& o) {
-  const bool sgd = o.kind == OptimizerKind::Sgd;
+  const bool lars = o.kind == OptimizerKind::Lars;
+  const bool sgd = o.kind == OptimizerKind::Sgd || lars;
   y += "optimizer:\n";
   y += std::string("  type: ") + to_string(o.kind) + "\n";
   y += "  lr: " + format_double(o.lr) + "\n";
   y += "  weight_decay: " + format_double(o.weight_decay) + "\n";
   y += std::string("  decay_bias_and_norm: ") + boolean(o.decay_bias_and_norm) + "\n";
+  y += "  clip_grad_norm: " + format_double(o.clip_grad_norm) + "\n";
   emit_typed_keys(y, to_string(o.kind),
                   {{"momentum: " + format_double(o.momentum), sgd},
                    {"dampening: " + format_double(o.dampening), sgd},
                    {std::string("nesterov: ") + boolean(o.nesterov), sgd},
                    {"betas: " + pair_of(o.beta1, o.beta2), !sgd},
-                   {"eps: " + format_double(o.eps), !sgd}});
+                   {"eps: " + format_double(o.eps), !sgd || lars},
+                   {"trust_coefficient: " + format_double(o.trust_coefficient), lars},
+                   {std::string("trust_clip: ") + boolean(o.trust_clip), lars}});
 }
 
 void emit_scheduler(std::string& y, const SchedulerSpec& s) {

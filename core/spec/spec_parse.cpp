@@ -21,27 +21,35 @@ void parse_loss_section(Diagnostics& d, const YamlNode& map, LossSpec& out) {
   get_double(d, map, "loss", "label_smoothing", half_open(0, 1), out.label_smoothing);
 }
 
-// optimizer: shared keys, then the type's own (sgd: momentum, dampening, nesterov; adam/adamw: betas, eps); the
-// other type's keys are errors, as is nesterov without momentum or with dampening (PyTorch's rule).
+// optimizer: shared keys, then the type's own (sgd: momentum, dampening, nesterov; adam/adamw: betas, eps; lars:
+// sgd's and eps, trust_coefficient, trust_clip); the other types' keys are errors, as is nesterov without momentum
+// or with dampening (PyTorch's rule).
 void parse_optimizer_section(Diagnostics& d, const YamlNode& map, OptimizerSpec& out) {
   const std::string s = "optimizer";
   check_keys(d, map, s,
              {"type", "lr", "momentum", "dampening", "nesterov", "betas", "eps", "weight_decay",
-              "decay_bias_and_norm"});
-  bool typed = get_enum(d, map, s, "type", {OptimizerKind::Sgd, OptimizerKind::Adam, OptimizerKind::AdamW},
+              "decay_bias_and_norm", "trust_coefficient", "trust_clip", "clip_grad_norm"});
+  bool typed = get_enum(d, map, s, "type",
+                        {OptimizerKind::Sgd, OptimizerKind::Adam, OptimizerKind::AdamW, OptimizerKind::Lars},
                         out.kind);
   get_double(d, map, s, "lr", above(0), out.lr);
   get_double(d, map, s, "weight_decay", at_least(0), out.weight_decay);
   get_bool(d, map, s, "decay_bias_and_norm", out.decay_bias_and_norm);
+  get_double(d, map, s, "clip_grad_norm", at_least(0), out.clip_grad_norm);
   bool sgd_ok = get_double(d, map, s, "momentum", half_open(0, 1), out.momentum);
   sgd_ok &= get_double(d, map, s, "dampening", closed(0, 1), out.dampening);
   sgd_ok &= get_bool(d, map, s, "nesterov", out.nesterov);
   get_double_pair(d, map, s, "betas", half_open(0, 1), false, out.beta1, out.beta2);
   get_double(d, map, s, "eps", above(0), out.eps);
+  get_double(d, map, s, "trust_coefficient", above(0), out.trust_coefficient);
+  get_bool(d, map, s, "trust_clip", out.trust_clip);
   if (!typed) return;  // which keys belong is unknown
   const std::string chosen = std::string("optimizer.type '") + to_string(out.kind) + "'";
-  if (out.kind == OptimizerKind::Sgd) {
-    reject_keys(d, map, s, {"betas", "eps"}, chosen, "adam and adamw");
+  const bool sgd_like = out.kind == OptimizerKind::Sgd || out.kind == OptimizerKind::Lars;
+  if (out.kind != OptimizerKind::Lars) reject_keys(d, map, s, {"trust_coefficient", "trust_clip"}, chosen, "lars");
+  if (sgd_like) {
+    reject_keys(d, map, s, {"betas"}, chosen, "adam and adamw");
+    if (out.kind == OptimizerKind::Sgd) reject_keys(d, map, s, {"eps"}, chosen, "adam and adamw");
     if (sgd_ok && out.nesterov && (out.momentum <= 0 || out.dampening != 0)) {
       d.error(ErrCode::Invalid, map.find("nesterov")->loc,
               "'optimizer.nesterov' needs momentum > 0 and dampening 0 (got momentum " +

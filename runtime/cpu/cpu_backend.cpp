@@ -242,7 +242,8 @@ class CpuBackend final : public Backend {
     if (n.attrs.relu) relu_fwd_cpu<T>(f(n.out[0]), f(n.out[0]), rows * c);
   }
 
-  // Two contiguous ranges of the weight layout: [0, decay_bytes) with weight decay, the rest without.
+  // Gradient clipping (over the whole Grads region: its padding is zero), then the update: two contiguous ranges
+  // of the weight layout ([0, decay_bytes) with weight decay, the rest without), or LARS tensor by tensor.
   void optimizer_step() {
     const MemoryPlan& m = c_.plan;
     const OptimScalars s = optim_scalars(c_.spec.optimizer, lr_, step_);
@@ -251,6 +252,17 @@ class CpuBackend final : public Backend {
     float* g = reinterpret_cast<float*>(region(Region::Grads));
     float* st = reinterpret_cast<float*>(region(Region::OptState));
     const int64_t total = m.weights_bytes / 4, split = m.weights_decay_bytes / 4;
+    if (c_.spec.optimizer.clip_grad_norm > 0) {
+      const float f = grad_clip_factor(grad_global_norm_cpu(g, total), c_.spec.optimizer.clip_grad_norm);
+      for (int64_t i = 0; i < total; ++i) g[i] *= f;  // as clip_grad_norm_, which always multiplies
+    }
+    if (s.kind == OptimizerKind::Lars) {
+      for (const ParamInfo& prm : c_.graph.params) {
+        const int64_t off = m.values[prm.value].offset / 4, n = c_.graph.values[prm.value].shape.numel();
+        lars_step_cpu(s, prm.decay, w + off, g + off, states > 0 ? st + off : nullptr, n);
+      }
+      return;
+    }
     float* s0 = states > 0 ? st : nullptr;
     float* s1 = states > 1 ? st + total : nullptr;
     optim_step_cpu(s, true, w, g, s0, s1, split, &pool_);

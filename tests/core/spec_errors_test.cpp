@@ -133,7 +133,7 @@ TEST_CASE("an unknown enum value is an error that suggests the closest name and 
   Result<Spec> r = parse("optimizer:\n  type: adamx\n" + kModel);
   CHECK(only_code(r) == ErrCode::UnknownEnum);
   CHECK(has_error(r, "test.yaml:2:9: unknown value 'adamx' for 'optimizer.type' (did you mean 'adamw'?); "
-                     "expected one of: sgd, adam, adamw"));
+                     "expected one of: sgd, adam, adamw, lars"));
 }
 
 TEST_CASE("an unknown transform kind suggests the closest kind") {

@@ -1,4 +1,5 @@
 // SGD / Adam / AdamW updates on the CPU (formulas in optim.h), elementwise so any split is deterministic.
+#include <algorithm>
 #include <cmath>
 
 #include "runtime/ops/optim/optim.h"
@@ -16,6 +17,8 @@ OptimScalars optim_scalars(const OptimizerSpec& spec, double lr, int64_t step) {
   s.momentum = spec.momentum;
   s.dampening = spec.dampening;
   s.nesterov = spec.nesterov;
+  s.trust_coefficient = spec.trust_coefficient;
+  s.trust_clip = spec.trust_clip;
   s.step = step;
   return s;
 }
@@ -65,6 +68,46 @@ void sgd_range(const OptimScalars& s, bool decay, float* p, const float* g, floa
 }
 
 }  // namespace
+
+void lars_step_cpu(const OptimScalars& s, bool adapt, float* p, const float* g, float* buf, int64_t n) {
+  const float wd = static_cast<float>(s.weight_decay);
+  float ratio = 1.0f;
+  const bool scaled = adapt && s.weight_decay != 0.0;
+  if (scaled) {
+    double pn = 0, gn = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      pn += static_cast<double>(p[i]) * p[i];
+      gn += static_cast<double>(g[i]) * g[i];
+    }
+    const float w_norm = static_cast<float>(std::sqrt(pn)), g_norm = static_cast<float>(std::sqrt(gn));
+    if (w_norm > 0.0f && g_norm > 0.0f)
+      ratio = static_cast<float>(s.trust_coefficient) * w_norm /
+              (g_norm + w_norm * wd + static_cast<float>(s.eps));
+    if (s.trust_clip) ratio = std::min(ratio / static_cast<float>(s.lr), 1.0f);
+  }
+  const float mom = static_cast<float>(s.momentum), damp = static_cast<float>(1.0 - s.dampening);
+  const float lr = static_cast<float>(s.lr);
+  for (int64_t i = 0; i < n; ++i) {
+    float d = g[i];
+    if (scaled) d = (d + wd * p[i]) * ratio;
+    if (buf) {
+      buf[i] = s.step == 1 ? d : buf[i] * mom + damp * d;
+      d = s.nesterov ? d + mom * buf[i] : buf[i];
+    }
+    p[i] -= lr * d;
+  }
+}
+
+double grad_global_norm_cpu(const float* g, int64_t n) {
+  double sq = 0;
+  for (int64_t i = 0; i < n; ++i) sq += static_cast<double>(g[i]) * g[i];
+  return std::sqrt(sq);
+}
+
+float grad_clip_factor(double total_norm, double max_norm) {
+  const float coef = static_cast<float>(max_norm) / (static_cast<float>(total_norm) + 1e-6f);
+  return std::min(coef, 1.0f);
+}
 
 void optim_step_cpu(const OptimScalars& s, bool decay, float* p, const float* g, float* state0, float* state1,
                     int64_t n, ThreadPool* pool) {
