@@ -52,7 +52,8 @@ Result<Compiled> compile_spec(const Spec& spec, const DataShape& data, const Com
       {"fuse_linear_relu", pass_fuse_linear_relu},
       {"fuse_norm_add_relu", pass_fuse_norm_add_relu},
       {"autodiff", pass_autodiff},
-      {"optimizer_insert", [&](Graph& gr, Program& p) { return pass_optimizer_insert(gr, p, spec.optimizer); }},
+      {"optimizer_insert",
+       [&](Graph& gr, Program& p) { return pass_optimizer_insert(gr, p, spec.optimizer, spec.train.ema_decay > 0); }},
   };
   for (const auto& [name, pass] : passes) {
     if (name == "optimizer_insert" && !opt.optimizer) continue;

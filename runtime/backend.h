@@ -72,6 +72,11 @@ class Backend {
   virtual bool supports_resume() const { return true; }
   // Waits until all queued work is done (for timing; a no-op on synchronous backends).
   virtual Status synchronize() { return ok_status(); }
+  // Exchanges the parameters with their exponential moving average (train.ema_decay > 0): validation with the
+  // averaged weights runs between two calls.
+  virtual Status swap_ema() {
+    return Error{ErrCode::NotSupported, name() + " backend", "train.ema_decay is not supported on this backend yet"};
+  }
   // Times every node of `program` (device-resident data already uploaded and an epoch begun).
   virtual Result<StepProfile> profile(int program, int reps);
   // One line on the device memory the backend holds (empty where there is nothing to say), for the run log.

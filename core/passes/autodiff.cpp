@@ -209,9 +209,10 @@ int optimizer_state_count(const OptimizerSpec& opt) {
   return 0;
 }
 
-Status pass_optimizer_insert(Graph& g, Program& p, const OptimizerSpec& opt) {
+Status pass_optimizer_insert(Graph& g, Program& p, const OptimizerSpec& opt, bool ema) {
   if (p.kind != ProgramKind::Train) return ok_status();
-  const int k = optimizer_state_count(opt);
+  const int k = optimizer_state_count(opt) + (ema ? 1 : 0);
+  const int moments = optimizer_state_count(opt);
   Node step;
   step.op = OpKind::OptimizerStep;
   step.name = std::string("optimizer.") + to_string(opt.kind);
@@ -220,7 +221,9 @@ Status pass_optimizer_insert(Graph& g, Program& p, const OptimizerSpec& opt) {
       prm.state.clear();
       for (int s = 0; s < k; ++s) {
         Value v;
-        v.name = prm.name + (k == 2 ? (s == 0 ? ".exp_avg" : ".exp_avg_sq") : ".momentum_buffer");
+        v.name = prm.name + (s == moments ? ".ema"
+                             : moments == 2 ? (s == 0 ? ".exp_avg" : ".exp_avg_sq")
+                                            : ".momentum_buffer");
         v.shape = g.values[prm.value].shape;
         v.dtype = g.values[prm.value].dtype;
         v.role = Role::OptState;

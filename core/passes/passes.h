@@ -12,7 +12,8 @@ namespace trctl {
 Status pass_fuse_linear_relu(Graph& g, Program& p);
 Status pass_fuse_norm_add_relu(Graph& g, Program& p);
 Status pass_autodiff(Graph& g, Program& p);
-Status pass_optimizer_insert(Graph& g, Program& p, const OptimizerSpec& opt);
+// ema: one more state copy per parameter (the exponential moving average, after the optimizer's own states).
+Status pass_optimizer_insert(Graph& g, Program& p, const OptimizerSpec& opt, bool ema = false);
 
 // Number of optimizer state tensors per parameter (adam/adamw: 2; sgd: 1 with momentum, else 0).
 int optimizer_state_count(const OptimizerSpec& opt);

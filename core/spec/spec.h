@@ -131,6 +131,11 @@ struct TrainSpec {
   int threads = 0;              // CPU backend compute threads; 0 = hardware concurrency
   bool deterministic = true;
   int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
+  // Exponential moving average of the parameters (torch.optim.swa_utils.AveragedModel with
+  // get_ema_multi_avg_fn(decay), use_buffers=False): after the first step the average is the parameters, after
+  // each later one ema = decay * ema + (1 - decay) * param. 0 = off; else in (0, 1).
+  double ema_decay = 0.0;
+  bool eval_ema = true;         // with ema_decay > 0: validation runs with the averaged parameters
 };
 enum class ProgressKind { Auto, On, Off };
 struct RunSpec {

@@ -261,15 +261,39 @@ class CpuBackend final : public Backend {
         const int64_t off = m.values[prm.value].offset / 4, n = c_.graph.values[prm.value].shape.numel();
         lars_step_cpu(s, prm.decay, w + off, g + off, states > 0 ? st + off : nullptr, n);
       }
-      return;
+    } else {
+      float* s0 = states > 0 ? st : nullptr;
+      float* s1 = states > 1 ? st + total : nullptr;
+      optim_step_cpu(s, true, w, g, s0, s1, split, &pool_);
+      optim_step_cpu(s, false, w + split, g + split, s0 ? s0 + split : nullptr, s1 ? s1 + split : nullptr,
+                     total - split, &pool_);
     }
-    float* s0 = states > 0 ? st : nullptr;
-    float* s1 = states > 1 ? st + total : nullptr;
-    optim_step_cpu(s, true, w, g, s0, s1, split, &pool_);
-    optim_step_cpu(s, false, w + split, g + split, s0 ? s0 + split : nullptr, s1 ? s1 + split : nullptr,
-                   total - split, &pool_);
+    if (c_.spec.train.ema_decay > 0) ema_update(w, st + states * total, total);
   }
 
+  // AveragedModel with get_ema_multi_avg_fn: the first update copies the parameters, later ones
+  // ema.lerp_(param, 1 - decay). The EMA is the optimizer-state copy after the moments.
+  void ema_update(const float* w, float* ema, int64_t n) {
+    if (step_ == 1) {
+      std::copy(w, w + n, ema);
+      return;
+    }
+    const float a = static_cast<float>(1.0 - c_.spec.train.ema_decay);
+    for (int64_t i = 0; i < n; ++i) ema[i] += a * (w[i] - ema[i]);
+  }
+
+ public:
+  // Exchanges the parameters with their moving average (validation with the EMA weights; called again after).
+  Status swap_ema() override {
+    if (!(c_.spec.train.ema_decay > 0)) return Error{ErrCode::Internal, "cpu backend", "no EMA in this plan"};
+    const int64_t total = c_.plan.weights_bytes / 4;
+    float* w = reinterpret_cast<float*>(region(Region::Weights));
+    float* ema = reinterpret_cast<float*>(region(Region::OptState)) + optimizer_state_count(c_.spec.optimizer) * total;
+    std::swap_ranges(w, w + total, ema);
+    return ok_status();
+  }
+
+ private:
   const Compiled& c_;
   uint64_t seed_;
   ThreadPool pool_;

@@ -87,10 +87,14 @@ CudaBackend::~CudaBackend() {
 Status CudaBackend::init() {
   amp_ = c_.spec.train.precision;
   const OptimizerSpec& os = c_.spec.optimizer;
-  if (os.kind == OptimizerKind::Lars || os.clip_grad_norm > 0)
+  const char* unsupported = os.kind == OptimizerKind::Lars ? "optimizer.type lars"
+                            : os.clip_grad_norm > 0        ? "optimizer.clip_grad_norm"
+                            : c_.spec.train.ema_decay > 0  ? "train.ema_decay"
+                                                           : nullptr;
+  if (unsupported)
     return Error{ErrCode::NotSupported, c_.spec.source,
-                 std::string(os.kind == OptimizerKind::Lars ? "optimizer.type lars" : "optimizer.clip_grad_norm") +
-                     " is not supported on the cuda backend yet (the cpu backend runs it; train.device=cpu)"};
+                 std::string(unsupported) +
+                     " is not supported on the cuda backend yet (the cpu backend runs it: train.device=cpu)"};
   Result<CudaContext> ctx = cuda_context_create(0);
   if (!ctx.ok()) return ctx.errors();
   ctx_ = std::move(ctx.value());

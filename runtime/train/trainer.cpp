@@ -325,6 +325,8 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     if (!st.ok()) return st.errors();
     const double train_seconds = since(t_epoch);
     Result<int64_t> vimgs = int64_t{0};
+    const bool ema_eval = spec.train.ema_decay > 0 && spec.train.eval_ema;
+    if (ema_eval && !(st = be->swap_ema()).ok()) return st.errors();  // validate with the averaged weights
     if (resident) {
       vimgs = run_epoch_resident(*be, c, DataSplit::Val, d.val.n, false, e, lr, out, {}, t_run);
     } else {
@@ -332,6 +334,7 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
       vimgs = run_epoch(*be, c, *val_loader, false, e, lr, out, {}, t_run);
     }
     if (!vimgs.ok()) return vimgs.errors();
+    if (ema_eval && !(st = be->swap_ema()).ok()) return st.errors();
     if (opt.progress_tty) std::fprintf(stderr, "\r\033[K");
 
     EpochRecord r;
