@@ -178,6 +178,24 @@ int cmd_bench_kernels(const std::string& json_path) {
 #endif
 }
 
+// trctl eval CFG --weights PATH: loss and top-1 of the validation set with a checkpoint's parameters.
+int cmd_eval(const SpecArgs& a, const std::string& weights) {
+  Result<Spec> spec = spec_load(a.config, a.overrides);
+  if (!spec.ok()) return report_errors(spec.errors());
+  auto log = spdlog::stderr_color_mt("trctl");
+  log->set_pattern("[%H:%M:%S] %v");
+  TrainOptions opt;
+#if defined(TRCTL_HAVE_CUDA)
+  opt.gpu.device_count = cuda_device_count;
+  opt.gpu.make = make_cuda_backend;
+#endif
+  Result<EvalResult> r = eval_run(spec.value(), opt, weights, *log);
+  if (!r.ok()) return report_errors(r.errors());
+  std::printf("eval: %lld images on %s, loss %.6f, top-1 %.2f%% (weights: %s)\n", static_cast<long long>(r->images),
+              r->backend.c_str(), r->loss, 100 * r->top1, r->checkpoint.c_str());
+  return 0;
+}
+
 int not_supported(const std::string& what, const std::string& issue) {
   std::fprintf(stderr, "error: trctl %s is not supported in this version yet (%s)\n", what.c_str(), issue.c_str());
   return kExitBadInput;
@@ -222,8 +240,13 @@ int main(int argc, char** argv) {
     const char* help;
     const char* issue;
   };
-  const Later later[] = {{"eval", "evaluate weights on the validation set", "checkpoints: issue 6"},
-                         {"pack-dts", "pack a dataset into a DTS file", "issue 5"},
+  SpecArgs eval_a;
+  std::string eval_weights;
+  auto* eval = app.add_subcommand("eval", "loss and top-1 of the validation set with a checkpoint's weights");
+  add_spec_args(eval, eval_a);
+  eval->add_option("--weights", eval_weights, "a checkpoint directory, or a run directory (its latest checkpoint)")
+      ->required();
+  const Later later[] = {{"pack-dts", "pack a dataset into a DTS file", "issue 5"},
                          {"dts", "inspect a DTS file", "issue 5"},
                          {"report", "fairness report", "issue 8"},
                          {"export", "export weights", "issue 6"}};
@@ -238,6 +261,7 @@ int main(int argc, char** argv) {
     if (*train) return cmd_train(train_a, print_config, resume);
     if (*validate) return cmd_validate(validate_a);
     if (*compile) return cmd_compile(compile_a, dump);
+    if (*eval) return cmd_eval(eval_a, eval_weights);
     if (*bench && bench_a.config == "kernels" && bench_a.overrides.empty() && !bench_layers && !bench_autotune)
       return cmd_bench_kernels(bench_json);
     if (*bench) return cmd_bench_config(bench_a, bench_layers, bench_autotune, bench_reps, bench_json);

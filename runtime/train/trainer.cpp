@@ -150,6 +150,22 @@ Result<bool> use_cuda(const Spec& spec, const GpuBackendFactory& gpu) {
   return d == DeviceKind::Cuda || (d == DeviceKind::Auto && have_gpu);
 }
 
+// Mean loss and top-1 of a split's epoch, over its full and partial-batch programs.
+ProgramMetrics split_metrics(Backend& be, const Compiled& c, bool train, double* loss, double* top1) {
+  ProgramMetrics m;
+  for (const char* nm : {train ? "train" : "eval", train ? "train_last" : "eval_last"}) {
+    const int pi = program_index(c, nm);
+    if (pi < 0) continue;
+    const ProgramMetrics x = be.metrics(pi);
+    m.loss_sum += x.loss_sum;
+    m.correct += x.correct;
+    m.count += x.count;
+  }
+  *loss = m.count > 0 ? m.loss_sum / m.count : 0;
+  *top1 = m.count > 0 ? m.correct / m.count : 0;
+  return m;
+}
+
 Result<std::unique_ptr<Backend>> backend_make(const Spec& spec, const Compiled& c, bool cuda,
                                               const GpuBackendFactory& gpu, spdlog::logger& log) {
   if (cuda) return gpu.make(c, spec.seed);
@@ -209,6 +225,53 @@ Result<DataShape> data_shape(const Spec& spec) {
   Result<Data> data = data_prepare(spec);
   if (!data.ok()) return data.errors();
   return shape_of(data.value());
+}
+
+Result<EvalResult> eval_run(const Spec& spec, const TrainOptions& opt, const std::string& weights,
+                            spdlog::logger& log) {
+  Result<Data> data = data_prepare(spec);
+  if (!data.ok()) return data.errors();
+  Data& d = data.value();
+  Result<bool> cuda = use_cuda(spec, opt.gpu);
+  if (!cuda.ok()) return cuda.errors();
+  CompileOptions copt;
+  if (cuda.value()) copt.storage = amp_storage(spec);
+  Result<Compiled> compiled = compile_spec(spec, shape_of(d), copt);
+  if (!compiled.ok()) return compiled.errors();
+  const Compiled& c = compiled.value();
+  Result<std::string> dir = checkpoint_dir_resolve(weights);
+  if (!dir.ok()) return dir.errors();
+  CkptLoadOptions lo;
+  lo.weights_only = true;  // the spec may differ in everything that leaves the parameters' names and shapes
+  Result<Checkpoint> ck = ckpt_load(dir.value(), c, lo);
+  if (!ck.ok()) return ck.errors();
+  Result<std::unique_ptr<Backend>> made = backend_make(spec, c, cuda.value(), opt.gpu, log);
+  if (!made.ok()) return made.errors();
+  Backend& be = *made.value();
+  Status st = be.write_region(Region::Weights, ck->weights);
+  if (st.ok()) st = be.write_region(Region::Buffers, ck->buffers);
+  if (!st.ok()) return st.errors();
+  be.reset_metrics();
+  RunOutputs none;  // validation writes no step records
+  Result<int64_t> images = int64_t{0};
+  if (be.resident_data()) {
+    st = be.upload_split(DataSplit::Train, d.train, d.train_tf);  // every program's data, as in training
+    if (st.ok()) st = be.upload_split(DataSplit::Val, d.val, d.val_tf);
+    if (!st.ok()) return st.errors();
+    images = run_epoch_resident(be, c, DataSplit::Val, d.val.n, false, 1, 0, none, {}, Clock::now());
+  } else {
+    const int vb = spec.data.val_batch_size > 0 ? spec.data.val_batch_size : spec.data.batch_size;
+    Loader loader(d.val, d.val_tf, LoaderOptions{vb, false, false, spec.seed, spec.data.workers});
+    loader.start_epoch(1);
+    images = run_epoch(be, c, loader, false, 1, 0, none, {}, Clock::now());
+  }
+  if (!images.ok()) return images.errors();
+  EvalResult r;
+  r.backend = be.name();
+  r.checkpoint = dir.value();
+  r.images = images.value();
+  split_metrics(be, c, false, &r.loss, &r.top1);
+  return r;
 }
 
 Result<StepProfile> train_profile(const Spec& spec, const TrainOptions& opt, int reps, spdlog::logger& log) {
@@ -341,21 +404,8 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     r.epoch = e;
     r.step = be->step();
     r.lr = lr;
-    auto acc = [&](const char* a, const char* b, double* loss, double* top1) {
-      ProgramMetrics m;
-      for (const char* nm : {a, b}) {
-        int pi = program_index(c, nm);
-        if (pi < 0) continue;
-        ProgramMetrics x = be->metrics(pi);
-        m.loss_sum += x.loss_sum;
-        m.correct += x.correct;
-        m.count += x.count;
-      }
-      *loss = m.count > 0 ? m.loss_sum / m.count : 0;
-      *top1 = m.count > 0 ? m.correct / m.count : 0;
-    };
-    acc("train", "train_last", &r.train_loss, &r.train_top1);
-    acc("eval", "eval_last", &r.val_loss, &r.val_top1);
+    split_metrics(*be, c, true, &r.train_loss, &r.train_top1);
+    split_metrics(*be, c, false, &r.val_loss, &r.val_top1);
     r.images_per_s = imgs.value() / train_seconds;
     r.epoch_seconds = since(t_epoch);
     r.seconds = since(t_run);

@@ -56,6 +56,16 @@ struct TrainResult {
 
 Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog::logger& log);
 
+// `trctl eval CFG --weights PATH`: the spec's validation set through its eval programs with the parameters (and
+// batch-norm running statistics) of a checkpoint directory, or of a run directory's latest checkpoint.
+struct EvalResult {
+  std::string backend, checkpoint;  // the checkpoint directory read
+  double loss = 0, top1 = 0;
+  int64_t images = 0;
+};
+Result<EvalResult> eval_run(const Spec& spec, const TrainOptions& opt, const std::string& weights,
+                            spdlog::logger& log);
+
 // `trctl bench CFG --layers`: sets the run up as train_run does (on the CUDA backend only), begins epoch 1 and
 // times the train program's nodes and its captured step (Backend::profile).
 struct StepProfile;
