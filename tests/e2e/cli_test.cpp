@@ -85,9 +85,18 @@ TEST_CASE("compile --dump prints the graph after a stage; an unknown stage exits
 }
 
 TEST_CASE("commands of later milestones say they are not supported and exit 2", "[cli]") {
-  Run r = trctl("eval " + kConfig);
+  Run r = trctl("pack-dts " + kConfig);
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("not supported"));
+}
+
+TEST_CASE("eval without --weights, or with a directory holding no checkpoint, exits 2 with a message", "[cli]") {
+  Run r = trctl("eval " + kConfig);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--weights"));
+  Run n = trctl("eval " + kConfig + " train.device=cpu --weights " + temp_dir("nockpt").string());
+  CHECK(n.code == 2);
+  CHECK_THAT(n.err, Catch::Contains("no checkpoint here"));
 }
 
 TEST_CASE("train writes the run directory and its resolved config is accepted back", "[cli][train]") {
