@@ -347,7 +347,9 @@ Status load_weights(const std::string& path, const Compiled& c, Checkpoint& out,
 uint64_t ckpt_spec_hash(const Spec& spec) {
   Spec s = spec;
   s.run = RunSpec{};
-  s.train.checkpoint_every = 0;  // how often checkpoints are written does not change the computation
+  s.train.checkpoint_every = 0;  // how often checkpoints are written (and which are kept) does not change the
+  s.train.keep_last = 0;         // computation
+  s.train.keep_best = false;
   std::string text = spec_to_yaml(s);
   uint64_t h = 1469598103934665603ull;
   for (unsigned char ch : text) {

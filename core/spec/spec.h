@@ -131,6 +131,8 @@ struct TrainSpec {
   int threads = 0;              // CPU backend compute threads; 0 = hardware concurrency
   bool deterministic = true;
   int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
+  int keep_last = 0;            // only the newest N epoch checkpoints are kept; 0 = all
+  bool keep_best = false;       // also checkpoints/best: the epoch with the best validation top-1 so far
   // Exponential moving average of the parameters (torch.optim.swa_utils.AveragedModel with
   // get_ema_multi_avg_fn(decay), use_buffers=False): after the first step the average is the parameters, after
   // each later one ema = decay * ema + (1 - decay) * param. 0 = off; else in (0, 1).

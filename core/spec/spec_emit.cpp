@@ -272,6 +272,8 @@ std::string spec_to_yaml(const Spec& spec) {
   y += "  threads: " + std::to_string(spec.train.threads) + "\n";
   y += std::string("  deterministic: ") + boolean(spec.train.deterministic) + "\n";
   y += "  checkpoint_every: " + std::to_string(spec.train.checkpoint_every) + "\n";
+  y += "  keep_last: " + std::to_string(spec.train.keep_last) + "\n";
+  y += std::string("  keep_best: ") + boolean(spec.train.keep_best) + "\n";
   y += "  ema_decay: " + format_double(spec.train.ema_decay) + "\n";
   y += std::string("  eval_ema: ") + boolean(spec.train.eval_ema) + "\n";
   y += "run:\n";

@@ -114,7 +114,8 @@ void parse_scheduler_section(Diagnostics& d, const YamlNode& map, SchedulerSpec&
 void parse_train_section(Diagnostics& d, const YamlNode& map, TrainSpec& out) {
   const std::string s = "train";
   check_keys(d, map, s,
-             {"epochs", "precision", "device", "threads", "deterministic", "checkpoint_every", "ema_decay", "eval_ema"});
+             {"epochs", "precision", "device", "threads", "deterministic", "checkpoint_every", "keep_last", "keep_best",
+              "ema_decay", "eval_ema"});
   get_int(d, map, s, "epochs", int_at_least(1), out.epochs);
   get_enum(d, map, s, "precision", {Precision::Fp32, Precision::Tf32, Precision::Fp16, Precision::Bf16},
            out.precision);
@@ -122,6 +123,8 @@ void parse_train_section(Diagnostics& d, const YamlNode& map, TrainSpec& out) {
   get_int(d, map, s, "threads", int_at_least(0), out.threads);
   get_bool(d, map, s, "deterministic", out.deterministic);
   get_int(d, map, s, "checkpoint_every", int_at_least(0), out.checkpoint_every);
+  get_int(d, map, s, "keep_last", int_at_least(0), out.keep_last);
+  get_bool(d, map, s, "keep_best", out.keep_best);
   get_double(d, map, s, "ema_decay", half_open(0, 1), out.ema_decay);
   get_bool(d, map, s, "eval_ema", out.eval_ema);
 }

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -183,7 +184,9 @@ Result<std::string> checkpoint_dir_resolve(const std::string& path) {
   std::string latest;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(fs::path(path) / "checkpoints", ec))
-    if (fs::exists(e.path() / kCkptStateFile) && e.path().string() > latest) latest = e.path().string();
+    if (e.path().filename().string().rfind("epoch-", 0) == 0 && fs::exists(e.path() / kCkptStateFile) &&
+        e.path().string() > latest)
+      latest = e.path().string();
   if (latest.empty())
     return Error{ErrCode::Io, path, "no checkpoint here (neither state.bin nor checkpoints/epoch-*/state.bin)"};
   return latest;
@@ -206,17 +209,52 @@ Result<int> resume_from(Backend& be, const Compiled& c, const std::string& path,
   return static_cast<int>(ck->state.epoch);
 }
 
-Status checkpoint_write(Backend& be, const Compiled& c, const std::string& run_dir, int epoch) {
+// Writes run_dir/checkpoints/NAME (NAME empty: epoch-NNNN).
+Status checkpoint_write(Backend& be, const Compiled& c, const std::string& run_dir, int epoch,
+                        const std::string& as = "") {
   char name[32];
   std::snprintf(name, sizeof name, "epoch-%04d", epoch);
+  const std::string dir = run_dir + "/checkpoints/" + (as.empty() ? std::string(name) : as);
   TrainState ts;
   ts.step = be.step();
   ts.epoch = epoch;
   ts.seed = c.spec.seed;
   ts.data_epoch = epoch + 1;
   ts.data_batch = 0;
-  return ckpt_save(run_dir + "/checkpoints/" + name, c, be.read_region(Region::Weights),
-                   be.read_region(Region::OptState), ts, {}, be.read_region(Region::Buffers));
+  return ckpt_save(dir, c, be.read_region(Region::Weights), be.read_region(Region::OptState), ts, {},
+                   be.read_region(Region::Buffers));
+}
+
+// Removes all but the newest keep_last epoch checkpoints (names sort by epoch).
+Status checkpoints_prune(const std::string& run_dir, int keep_last) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> epochs;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec))
+    if (e.path().filename().string().rfind("epoch-", 0) == 0) epochs.push_back(e.path());
+  std::sort(epochs.begin(), epochs.end());
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < epochs.size(); ++i) {
+    fs::remove_all(epochs[i], ec);
+    if (ec) return Error{ErrCode::Io, epochs[i].string(), "cannot remove an old checkpoint: " + ec.message()};
+  }
+  return ok_status();
+}
+
+// checkpoints/best replaced by the current state: written beside it as best.new, then swapped by renames, so a
+// crash leaves a complete best, best.old or best.new behind.
+Status checkpoint_best(Backend& be, const Compiled& c, const std::string& run_dir, int epoch) {
+  namespace fs = std::filesystem;
+  const fs::path base = fs::path(run_dir) / "checkpoints";
+  std::error_code ec;
+  fs::remove_all(base / "best.new", ec);
+  Status st = checkpoint_write(be, c, run_dir, epoch, "best.new");
+  if (!st.ok()) return st;
+  fs::remove_all(base / "best.old", ec);
+  if (fs::exists(base / "best")) fs::rename(base / "best", base / "best.old", ec);
+  if (!ec) fs::rename(base / "best.new", base / "best", ec);
+  if (ec) return Error{ErrCode::Io, (base / "best").string(), "cannot replace the best checkpoint: " + ec.message()};
+  fs::remove_all(base / "best.old", ec);
+  return ok_status();
 }
 
 }  // namespace
@@ -365,6 +403,7 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     val_loader = std::make_unique<Loader>(d.val, d.val_tf, lv);
   }
 
+  double best_top1 = -1;  // keep_best: the best of the epochs this run directory saw (a resumed run has its own)
   for (int e = first_epoch; e <= spec.train.epochs; ++e) {
     const Clock::time_point t_epoch = Clock::now();
     const double lr = scheduler_lr(spec.scheduler, spec.optimizer.lr, e, spec.train.epochs);
@@ -413,6 +452,12 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     res.epochs.push_back(r);
     if (spec.train.checkpoint_every > 0 && e % spec.train.checkpoint_every == 0 && !res.run_dir.empty()) {
       st = checkpoint_write(*be, c, res.run_dir, e);
+      if (st.ok() && spec.train.keep_last > 0) st = checkpoints_prune(res.run_dir, spec.train.keep_last);
+      if (!st.ok()) return st.errors();
+    }
+    if (spec.train.keep_best && !res.run_dir.empty() && r.val_top1 > best_top1) {
+      best_top1 = r.val_top1;
+      st = checkpoint_best(*be, c, res.run_dir, e);
       if (!st.ok()) return st.errors();
     }
     log.info("epoch {}/{}  lr {:.3g}  train loss {:.4f} top1 {:.2f}%  val loss {:.4f} top1 {:.2f}%  {:.0f} img/s  "

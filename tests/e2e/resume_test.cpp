@@ -75,3 +75,29 @@ TEST_CASE("resuming with another model or from a missing checkpoint is a clear e
   REQUIRE_FALSE(missing.ok());
   CHECK_THAT(missing.error_text(), Catch::Contains("no checkpoint"));
 }
+
+TEST_CASE("keep_last prunes old epoch checkpoints and keep_best keeps the best validation epoch", "[e2e][ckpt]") {
+  Scratch s;
+  Result<TrainResult> r = run({"train.epochs=3", "train.checkpoint_every=1", "train.keep_last=1", "train.keep_best=true",
+                               "run.out_dir=" + s.path.string(), "run.name=k"},
+                              "", true);
+  INFO((r.ok() ? std::string() : r.error_text()));
+  REQUIRE(r.ok());
+  const fs::path ck = fs::path(r->run_dir) / "checkpoints";
+  CHECK_FALSE(fs::exists(ck / "epoch-0001"));
+  CHECK_FALSE(fs::exists(ck / "epoch-0002"));
+  CHECK(fs::exists(ck / "epoch-0003" / "state.bin"));
+  REQUIRE(fs::exists(ck / "best" / "state.bin"));
+  CHECK_FALSE(fs::exists(ck / "best.new"));
+  CHECK_FALSE(fs::exists(ck / "best.old"));
+  // The best epoch (first of the highest top-1) is the one saved as best; --resume RUN_DIR still takes the latest.
+  int best = 1;
+  for (size_t i = 0; i < r->epochs.size(); ++i)
+    if (r->epochs[i].val_top1 > r->epochs[best - 1].val_top1) best = static_cast<int>(i) + 1;
+  Result<TrainResult> from_best = run({"train.epochs=3"}, (ck / "best").string(), false);
+  REQUIRE(from_best.ok());
+  CHECK(static_cast<int>(from_best->epochs.size()) == 3 - best);
+  Result<TrainResult> from_dir = run({"train.epochs=3"}, r->run_dir, false);
+  REQUIRE(from_dir.ok());
+  CHECK(from_dir->epochs.empty());  // the latest checkpoint is after the last epoch
+}
