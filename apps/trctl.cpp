@@ -1,6 +1,9 @@
 // The trctl command line (CLI11): train | validate | compile, and the commands of later milestones, which say
 // clearly that they are not supported yet. Exit codes: 0 ok, 2 bad input (config, data) or unsupported, 1 other.
+#include <signal.h>
 #include <unistd.h>
+
+#include <atomic>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -68,6 +71,24 @@ int cmd_compile(const SpecArgs& a, const std::string& dump) {
   return 0;
 }
 
+// SIGINT / SIGTERM during `trctl train`: the first asks the trainer to stop after the current step and write a
+// checkpoint; a second SIGINT ends the process at once. The flag is the one piece of process-wide state: a signal
+// handler can reach nothing else.
+std::atomic<int> g_stop_signal{0};
+
+extern "C" void on_stop_signal(int sig) {
+  if (sig == SIGINT && g_stop_signal.load() != 0) _exit(130);
+  g_stop_signal.store(sig);
+}
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
 int cmd_train(const SpecArgs& a, bool print_config, const std::string& resume) {
   Result<Spec> spec = spec_load(a.config, a.overrides);
   if (!spec.ok()) return report_errors(spec.errors());
@@ -76,6 +97,8 @@ int cmd_train(const SpecArgs& a, bool print_config, const std::string& resume) {
   log->set_pattern("[%H:%M:%S] %v");
   TrainOptions opt;
   opt.resume = resume;
+  install_stop_handlers();
+  opt.stop_signal = &g_stop_signal;
   const ProgressKind pk = spec->run.progress;
   opt.progress_tty = pk == ProgressKind::On || (pk == ProgressKind::Auto && isatty(fileno(stderr)));
 #if defined(TRCTL_HAVE_CUDA)
@@ -86,6 +109,11 @@ int cmd_train(const SpecArgs& a, bool print_config, const std::string& resume) {
   Result<TrainResult> r = train_run(spec.value(), opt, *log);
   if (!r.ok()) return report_errors(r.errors());
   const TrainResult& res = r.value();
+  if (res.stopped_by != 0) {
+    std::fprintf(stderr, "stopped by %s: checkpoint written under %s/checkpoints (continue with --resume %s)\n",
+                 res.stopped_by == SIGINT ? "SIGINT" : "SIGTERM", res.run_dir.c_str(), res.run_dir.c_str());
+    return 128 + res.stopped_by;  // 130 for SIGINT, 143 for SIGTERM, as a shell reports them
+  }
   if (!res.epochs.empty()) {
     const EpochRecord& last = res.epochs.back();
     double best = 0, steady = 0;

@@ -88,16 +88,21 @@ struct StepLog {
   }
 };
 
-// Runs every batch of one epoch through the program matching its size; returns images processed.
+// Called after each step with (batches done in the epoch, batches in it); false stops the epoch there.
+using StepControl = std::function<bool(int64_t, int64_t)>;
+
+// Runs every batch of one epoch through the program matching its size, after skipping the first `skip` (a run
+// resumed mid-epoch); returns images processed.
 Result<int64_t> run_epoch(Backend& be, const Compiled& c, Loader& loader, bool train, int epoch, double lr,
-                          RunOutputs& out, const std::function<void(int64_t, int64_t)>& on_step,
-                          Clock::time_point t_run) {
+                          RunOutputs& out, const StepControl& on_step, Clock::time_point t_run, int64_t skip = 0) {
   const int full = program_index(c, train ? "train" : "eval");
   const int last = program_index(c, train ? "train_last" : "eval_last");
   BatchView b;
   int64_t images = 0, i = 0;
   const int64_t total = loader.batches_per_epoch();
   StepLog log{be, c, out, train, epoch, lr, t_run};
+  for (; i < skip && loader.next(&b); ++i) {
+  }
   while (loader.next(&b)) {
     int prog = (full >= 0 && b.size == c.graph.programs[full].batch) ? full : last;
     if (prog < 0) return Error{ErrCode::Internal, "trainer", "no program for a batch of " + std::to_string(b.size)};
@@ -108,15 +113,15 @@ Result<int64_t> run_epoch(Backend& be, const Compiled& c, Loader& loader, bool t
     images += b.size;
     ++i;
     log.after_step(prog, b.size);
-    if (on_step) on_step(i, total);
+    if (on_step && !on_step(i, total)) break;
   }
   return images;
 }
 
 // The same epoch with the data resident on the device: the backend gathers and transforms each batch itself.
 Result<int64_t> run_epoch_resident(Backend& be, const Compiled& c, DataSplit split, int64_t n, bool shuffle,
-                                   int epoch, double lr, RunOutputs& out,
-                                   const std::function<void(int64_t, int64_t)>& on_step, Clock::time_point t_run) {
+                                   int epoch, double lr, RunOutputs& out, const StepControl& on_step,
+                                   Clock::time_point t_run) {
   const bool train = split == DataSplit::Train;
   const int full = program_index(c, train ? "train" : "eval");
   const int last = program_index(c, train ? "train_last" : "eval_last");
@@ -135,10 +140,12 @@ Result<int64_t> run_epoch_resident(Backend& be, const Compiled& c, DataSplit spl
     const int64_t b = c.graph.programs[prog].batch;
     images += b;
     log.after_step(prog, b);
-    if (on_step) on_step(i + 1, total);
+    if (on_step && !on_step(i + 1, total)) break;
   }
   return images;
 }
+
+bool stop_requested(const TrainOptions& opt) { return opt.stop_signal && opt.stop_signal->load() != 0; }
 
 // Which backend the spec gets on this machine: CUDA when asked, or when auto and a device is present.
 Result<bool> use_cuda(const Spec& spec, const GpuBackendFactory& gpu) {
@@ -193,7 +200,7 @@ Result<std::string> checkpoint_dir_resolve(const std::string& path) {
 }
 
 // Restores weights, optimizer state and step from a checkpoint; returns the number of epochs it had completed.
-Result<int> resume_from(Backend& be, const Compiled& c, const std::string& path, spdlog::logger& log) {
+Result<TrainState> resume_from(Backend& be, const Compiled& c, const std::string& path, spdlog::logger& log) {
   if (!be.supports_resume())
     return Error{ErrCode::NotSupported, path, "resuming on the " + be.name() + " backend is not supported yet"};
   Result<std::string> dir = checkpoint_dir_resolve(path);
@@ -206,21 +213,25 @@ Result<int> resume_from(Backend& be, const Compiled& c, const std::string& path,
   if (!st.ok()) return st.errors();
   be.set_step(ck->state.step);
   log.info("resumed from {} after epoch {} (step {})", dir.value(), ck->state.epoch, ck->state.step);
-  return static_cast<int>(ck->state.epoch);
+  return ck->state;
 }
 
-// Writes run_dir/checkpoints/NAME (NAME empty: epoch-NNNN).
+// Writes run_dir/checkpoints/NAME (NAME empty: epoch-NNNN, or epoch-NNNN-step-SSSSSSSS when `batch` > 0: stopped
+// after `batch` batches of epoch + 1, which a resumed run skips).
 Status checkpoint_write(Backend& be, const Compiled& c, const std::string& run_dir, int epoch,
-                        const std::string& as = "") {
-  char name[32];
-  std::snprintf(name, sizeof name, "epoch-%04d", epoch);
+                        const std::string& as = "", int64_t batch = 0) {
+  char name[64];
+  if (batch > 0)
+    std::snprintf(name, sizeof name, "epoch-%04d-step-%08lld", epoch, static_cast<long long>(be.step()));
+  else
+    std::snprintf(name, sizeof name, "epoch-%04d", epoch);
   const std::string dir = run_dir + "/checkpoints/" + (as.empty() ? std::string(name) : as);
   TrainState ts;
   ts.step = be.step();
   ts.epoch = epoch;
   ts.seed = c.spec.seed;
   ts.data_epoch = epoch + 1;
-  ts.data_batch = 0;
+  ts.data_batch = batch;
   return ckpt_save(dir, c, be.read_region(Region::Weights), be.read_region(Region::OptState), ts, {},
                    be.read_region(Region::Buffers));
 }
@@ -363,10 +374,12 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
   if (st.ok()) st = be->write_region(Region::Buffers, buffers_init(c));
   if (!st.ok()) return st.errors();
   int first_epoch = 1;
+  int64_t skip = 0;  // batches of first_epoch already trained (a checkpoint written mid-epoch on a stop signal)
   if (!opt.resume.empty()) {
-    Result<int> done = resume_from(*be, c, opt.resume, log);
+    Result<TrainState> done = resume_from(*be, c, opt.resume, log);
     if (!done.ok()) return done.errors();
-    first_epoch = done.value() + 1;
+    first_epoch = static_cast<int>(done->epoch) + 1;
+    if (done->data_epoch == first_epoch) skip = done->data_batch;
   }
 
   TrainResult res;
@@ -409,20 +422,36 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     const double lr = scheduler_lr(spec.scheduler, spec.optimizer.lr, e, spec.train.epochs);
     be->set_lr(lr);
     be->reset_metrics();
+    int64_t done = 0, in_epoch = 0;
     auto progress = [&](int64_t i, int64_t n) {
-      if (!opt.progress_tty || (i % 10 != 0 && i != n)) return;
-      std::fprintf(stderr, "\repoch %d/%d  %lld/%lld batches", e, spec.train.epochs, static_cast<long long>(i),
-                   static_cast<long long>(n));
-      std::fflush(stderr);
+      done = i;
+      in_epoch = n;
+      if (opt.on_step) opt.on_step(be->step());
+      if (opt.progress_tty && (i % 10 == 0 || i == n)) {
+        std::fprintf(stderr, "\repoch %d/%d  %lld/%lld batches", e, spec.train.epochs, static_cast<long long>(i),
+                     static_cast<long long>(n));
+        std::fflush(stderr);
+      }
+      return !stop_requested(opt);  // a signal: finish this step, then stop
     };
     Result<int64_t> imgs = int64_t{0};
+    const int64_t skip_now = e == first_epoch ? skip : 0;
     if (resident) {
+      if (skip_now > 0) return Error{ErrCode::NotSupported, opt.resume, "mid-epoch resume on a resident backend"};
       imgs = run_epoch_resident(*be, c, DataSplit::Train, d.train.n, true, e, lr, out, progress, t_run);
     } else {
       train_loader->start_epoch(static_cast<uint32_t>(e));
-      imgs = run_epoch(*be, c, *train_loader, true, e, lr, out, progress, t_run);
+      imgs = run_epoch(*be, c, *train_loader, true, e, lr, out, progress, t_run, skip_now);
     }
     if (!imgs.ok()) return imgs.errors();
+    if (stop_requested(opt) && done < in_epoch) {  // stopped inside the epoch: save the position and leave
+      res.stopped_by = opt.stop_signal->load();
+      if (!res.run_dir.empty()) {
+        st = checkpoint_write(*be, c, res.run_dir, e - 1, "", done);
+        if (!st.ok()) return st.errors();
+      }
+      break;
+    }
     st = be->synchronize();
     if (!st.ok()) return st.errors();
     const double train_seconds = since(t_epoch);
@@ -464,6 +493,13 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
              "{:.1f} ms/epoch",
              e, spec.train.epochs, lr, r.train_loss, 100 * r.train_top1, r.val_loss, 100 * r.val_top1,
              r.images_per_s, 1000 * r.epoch_seconds);
+    if (stop_requested(opt)) {  // a signal during the epoch's last step or its validation: stop at its end
+      res.stopped_by = opt.stop_signal->load();
+      const bool saved = spec.train.checkpoint_every > 0 && e % spec.train.checkpoint_every == 0;
+      if (!saved && !res.run_dir.empty() && !(st = checkpoint_write(*be, c, res.run_dir, e)).ok())
+        return st.errors();
+      break;
+    }
   }
   res.final_weights = be->read_weights();
   res.seconds = since(t_run);

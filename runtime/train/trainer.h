@@ -2,6 +2,7 @@
 // initialise, run epochs (train steps + validation), and write the run directory (config.resolved.yaml,
 // plan.txt, metrics.jsonl, summary.csv).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -44,6 +45,10 @@ struct TrainOptions {
   // Continue from a checkpoint: a checkpoint directory (weights.safetensors + state.bin) or a run directory (its
   // latest checkpoints/epoch-NNNN). Empty: start fresh.
   std::string resume;
+  // Nonzero (a signal number): stop after the current training step, write a checkpoint (mid-epoch ones record
+  // the data position, so --resume continues exactly) and return with TrainResult::stopped_by set.
+  const std::atomic<int>* stop_signal = nullptr;
+  std::function<void(int64_t step)> on_step;  // after every training step (tests)
 };
 
 struct TrainResult {
@@ -52,6 +57,7 @@ struct TrainResult {
   std::vector<EpochRecord> epochs;
   std::vector<float> final_weights;  // Weights region in plan layout
   double seconds = 0;
+  int stopped_by = 0;                 // the signal that stopped the run early (0: it ran to the end)
 };
 
 Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog::logger& log);

@@ -123,3 +123,24 @@ TEST_CASE("train writes the run directory and its resolved config is accepted ba
   CHECK(fs::exists(d / "t-2" / "metrics.jsonl"));
   fs::remove_all(d);
 }
+
+// A real SIGTERM to a training process: it finishes its step, writes a checkpoint and exits 143 (exact resumption
+// from such a checkpoint: resume_test.cpp).
+TEST_CASE("SIGTERM stops training with a checkpoint and exit code 143", "[cli][signal]") {
+  fs::path d = temp_dir("sig");
+  const std::string train = std::string(TRCTL_BINARY) + " train " + kConfig +
+                            " train.device=cpu train.epochs=50 data.train_subset=2000 run.out_dir=" + d.string() +
+                            " run.name=s run.progress=off";
+  // The shell reports the child's own exit status through `wait`.
+  const std::string cmd = "sh -c '" + train + " >" + (d / "out").string() + " 2>" + (d / "err").string() +
+                          " & pid=$!; sleep 2; kill -TERM $pid; wait $pid; exit $?'";
+  const int st = std::system(cmd.c_str());
+  const int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  INFO(slurp((d / "err").string()));
+  CHECK(code == 143);
+  CHECK_THAT(slurp((d / "err").string()), Catch::Contains("stopped by SIGTERM"));
+  bool ckpt = false;
+  for (const auto& e : fs::directory_iterator(d / "s" / "checkpoints")) ckpt |= fs::exists(e.path() / "state.bin");
+  CHECK(ckpt);
+  fs::remove_all(d);
+}

@@ -2,7 +2,10 @@
 // bitwise equal to the uninterrupted run; a checkpoint of another model is refused naming the parameter.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <atomic>
 
 #include <filesystem>
 #include <spdlog/sinks/null_sink.h>
@@ -100,4 +103,35 @@ TEST_CASE("keep_last prunes old epoch checkpoints and keep_best keeps the best v
   Result<TrainResult> from_dir = run({"train.epochs=3"}, r->run_dir, false);
   REQUIRE(from_dir.ok());
   CHECK(from_dir->epochs.empty());  // the latest checkpoint is after the last epoch
+}
+
+TEST_CASE("a stop signal mid-epoch writes the data position and the resumed run ends bitwise equal",
+          "[e2e][ckpt][signal]") {
+  Scratch s;
+  Result<TrainResult> whole = run({}, "", false);
+  REQUIRE(whole.ok());
+  for (int64_t stop_at : {int64_t{2}, int64_t{4}}) {  // inside epoch 1 (3 steps of 200), inside epoch 2
+    INFO("stop after step " << stop_at);
+    std::atomic<int> stop{0};
+    Result<Spec> spec = spec_load(std::string(TRCTL_SOURCE_DIR) + "/configs/mlp_fmnist.yaml",
+                                  {"train.device=cpu", "data.train_subset=600", "train.epochs=2",
+                                   "data.val_batch_size=2000", "run.out_dir=" + s.path.string(),
+                                   "run.name=sig" + std::to_string(stop_at)});
+    REQUIRE(spec.ok());
+    spdlog::logger log("test", std::make_shared<spdlog::sinks::null_sink_mt>());
+    TrainOptions opt;
+    opt.stop_signal = &stop;
+    opt.on_step = [&](int64_t step) {
+      if (step == stop_at) stop.store(SIGTERM);
+    };
+    Result<TrainResult> part = train_run(spec.value(), opt, log);
+    REQUIRE(part.ok());
+    CHECK(part->stopped_by == SIGTERM);
+    CHECK(part->epochs.size() == static_cast<size_t>(stop_at / 3));  // epochs completed before the stop
+    Result<TrainResult> rest = run({}, part->run_dir, false);
+    INFO((rest.ok() ? std::string() : rest.error_text()));
+    REQUIRE(rest.ok());
+    CHECK(rest->final_weights == whole->final_weights);
+    CHECK(rest->epochs.back().val_loss == whole->epochs.back().val_loss);
+  }
 }
