@@ -117,7 +117,12 @@ int cmd_train(const SpecArgs& a, bool print_config, const std::string& resume) {
   if (!res.epochs.empty()) {
     const EpochRecord& last = res.epochs.back();
     double best = 0, steady = 0;
-    for (const auto& e : res.epochs) best = std::max(best, e.val_top1);
+    const EpochRecord* final_val = nullptr;  // the last epoch that was validated (train.validate_every)
+    for (const auto& e : res.epochs)
+      if (e.validated) {
+        best = std::max(best, e.val_top1);
+        final_val = &e;
+      }
     for (size_t i = 1; i < res.epochs.size(); ++i) steady += res.epochs[i].epoch_seconds;
     const double n = static_cast<double>(res.epochs.size());
     const int first = res.epochs.front().epoch;
@@ -126,7 +131,8 @@ int cmd_train(const SpecArgs& a, bool print_config, const std::string& resume) {
     if (res.epochs.size() > 1)  // the first epoch holds graph capture and warm-up, as compile time on PyTorch's side
       std::printf("; %.2f epochs/s steady, epochs %d..%d, %.1f ms/epoch", (n - 1) / steady, first + 1, last.epoch,
                   1000 * steady / (n - 1));
-    std::printf("); final val top1 %.2f%%, best %.2f%%\n", 100 * last.val_top1, 100 * best);
+    std::printf("); final val top1 %.2f%%, best %.2f%%%s\n", final_val ? 100 * final_val->val_top1 : 0.0, 100 * best,
+                res.early_stopped ? " (early stopping)" : "");
     if (!res.run_dir.empty()) std::printf("run dir: %s\n", res.run_dir.c_str());
   }
   return 0;

@@ -131,6 +131,12 @@ struct TrainSpec {
   int threads = 0;              // CPU backend compute threads; 0 = hardware concurrency
   bool deterministic = true;
   int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
+  int validate_every = 1;       // validation after every N-th epoch and after the last; >= 1
+  // Early stopping on a validated metric: stop when it has not improved by more than min_delta for `patience`
+  // validations in a row. 0 = off.
+  int early_stopping_patience = 0;
+  bool early_stopping_on_loss = false;  // YAML early_stopping_metric: val_top1 (default, higher is better) | val_loss
+  double early_stopping_min_delta = 0.0;
   int keep_last = 0;            // only the newest N epoch checkpoints are kept; 0 = all
   bool keep_best = false;       // also checkpoints/best: the epoch with the best validation top-1 so far
   // Exponential moving average of the parameters (torch.optim.swa_utils.AveragedModel with

@@ -272,6 +272,10 @@ std::string spec_to_yaml(const Spec& spec) {
   y += "  threads: " + std::to_string(spec.train.threads) + "\n";
   y += std::string("  deterministic: ") + boolean(spec.train.deterministic) + "\n";
   y += "  checkpoint_every: " + std::to_string(spec.train.checkpoint_every) + "\n";
+  y += "  validate_every: " + std::to_string(spec.train.validate_every) + "\n";
+  y += "  early_stopping_patience: " + std::to_string(spec.train.early_stopping_patience) + "\n";
+  y += std::string("  early_stopping_metric: ") + (spec.train.early_stopping_on_loss ? "val_loss" : "val_top1") + "\n";
+  y += "  early_stopping_min_delta: " + format_double(spec.train.early_stopping_min_delta) + "\n";
   y += "  keep_last: " + std::to_string(spec.train.keep_last) + "\n";
   y += std::string("  keep_best: ") + boolean(spec.train.keep_best) + "\n";
   y += "  ema_decay: " + format_double(spec.train.ema_decay) + "\n";

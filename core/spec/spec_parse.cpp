@@ -115,7 +115,8 @@ void parse_train_section(Diagnostics& d, const YamlNode& map, TrainSpec& out) {
   const std::string s = "train";
   check_keys(d, map, s,
              {"epochs", "precision", "device", "threads", "deterministic", "checkpoint_every", "keep_last", "keep_best",
-              "ema_decay", "eval_ema"});
+              "ema_decay", "eval_ema", "validate_every", "early_stopping_patience", "early_stopping_metric",
+              "early_stopping_min_delta"});
   get_int(d, map, s, "epochs", int_at_least(1), out.epochs);
   get_enum(d, map, s, "precision", {Precision::Fp32, Precision::Tf32, Precision::Fp16, Precision::Bf16},
            out.precision);
@@ -124,6 +125,14 @@ void parse_train_section(Diagnostics& d, const YamlNode& map, TrainSpec& out) {
   get_bool(d, map, s, "deterministic", out.deterministic);
   get_int(d, map, s, "checkpoint_every", int_at_least(0), out.checkpoint_every);
   get_int(d, map, s, "keep_last", int_at_least(0), out.keep_last);
+  get_int(d, map, s, "validate_every", int_at_least(1), out.validate_every);
+  get_int(d, map, s, "early_stopping_patience", int_at_least(0), out.early_stopping_patience);
+  get_double(d, map, s, "early_stopping_min_delta", at_least(0), out.early_stopping_min_delta);
+  if (const YamlNode* m = map.find("early_stopping_metric")) {
+    size_t index = 0;
+    if (enum_by_name(d, *m, "train.early_stopping_metric", {"val_top1", "val_loss"}, index))
+      out.early_stopping_on_loss = index == 1;
+  }
   get_bool(d, map, s, "keep_best", out.keep_best);
   get_double(d, map, s, "ema_decay", half_open(0, 1), out.ema_decay);
   get_bool(d, map, s, "eval_ema", out.eval_ema);

@@ -43,18 +43,25 @@ void RunOutputs::step(int epoch, int64_t step, double loss, double lr, double im
   std::fflush(metrics_);
 }
 
+// An epoch without validation (train.validate_every) has null val fields in metrics.jsonl and empty ones in CSV.
 void RunOutputs::epoch(const EpochRecord& r) {
   if (!metrics_) return;
+  char vl[32] = "null", vt[32] = "null", cl[32] = "", ct[32] = "";
+  if (r.validated) {
+    std::snprintf(vl, sizeof vl, "%.9g", r.val_loss);
+    std::snprintf(vt, sizeof vt, "%.6f", r.val_top1);
+    std::snprintf(cl, sizeof cl, "%.9g", r.val_loss);
+    std::snprintf(ct, sizeof ct, "%.6f", r.val_top1);
+  }
   std::fprintf(metrics_,
                "{\"kind\":\"epoch\",\"epoch\":%d,\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"train_loss\":%.9g,"
-               "\"train_top1\":%.6f,\"val_loss\":%.9g,\"val_top1\":%.6f,\"images_per_s\":%.1f,"
+               "\"train_top1\":%.6f,\"val_loss\":%s,\"val_top1\":%s,\"images_per_s\":%.1f,"
                "\"epoch_seconds\":%.3f,\"seconds\":%.3f}\n",
-               r.epoch, static_cast<long long>(r.step), r.train_loss, r.lr, r.train_loss, r.train_top1, r.val_loss,
-               r.val_top1, r.images_per_s, r.epoch_seconds, r.seconds);
-  std::fflush(metrics_);
-  std::fprintf(summary_, "%d,%lld,%.9g,%.9g,%.6f,%.9g,%.6f,%.1f,%.3f,%.3f\n", r.epoch,
-               static_cast<long long>(r.step), r.lr, r.train_loss, r.train_top1, r.val_loss, r.val_top1,
+               r.epoch, static_cast<long long>(r.step), r.train_loss, r.lr, r.train_loss, r.train_top1, vl, vt,
                r.images_per_s, r.epoch_seconds, r.seconds);
+  std::fflush(metrics_);
+  std::fprintf(summary_, "%d,%lld,%.9g,%.9g,%.6f,%s,%s,%.1f,%.3f,%.3f\n", r.epoch, static_cast<long long>(r.step),
+               r.lr, r.train_loss, r.train_top1, cl, ct, r.images_per_s, r.epoch_seconds, r.seconds);
   std::fflush(summary_);
 }
 

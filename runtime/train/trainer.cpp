@@ -145,6 +145,44 @@ Result<int64_t> run_epoch_resident(Backend& be, const Compiled& c, DataSplit spl
   return images;
 }
 
+// Validation of epoch e (with the EMA weights when train.eval_ema), its metrics left in the eval programs.
+Status validate_epoch(Backend& be, const Compiled& c, const Spec& spec, const Data& d, bool resident, Loader* loader,
+                      int e, double lr, RunOutputs& out, Clock::time_point t_run) {
+  const bool ema_eval = spec.train.ema_decay > 0 && spec.train.eval_ema;
+  if (ema_eval) {
+    Status st = be.swap_ema();  // validate with the averaged weights
+    if (!st.ok()) return st;
+  }
+  Result<int64_t> images = int64_t{0};
+  if (resident) {
+    images = run_epoch_resident(be, c, DataSplit::Val, d.val.n, false, e, lr, out, {}, t_run);
+  } else {
+    loader->start_epoch(static_cast<uint32_t>(e));
+    images = run_epoch(be, c, *loader, false, e, lr, out, {}, t_run);
+  }
+  if (!images.ok()) return images.errors();
+  return ema_eval ? be.swap_ema() : ok_status();
+}
+
+// train.early_stopping_*: counts validations without an improvement of more than min_delta.
+struct EarlyStopping {
+  double best = 0;
+  int bad = 0;
+  bool seen = false;
+  // True when the run should stop after this validated epoch.
+  bool update(const TrainSpec& t, const EpochRecord& r) {
+    if (t.early_stopping_patience <= 0) return false;
+    const double v = t.early_stopping_on_loss ? -r.val_loss : r.val_top1;  // higher is better
+    if (!seen || v > best + t.early_stopping_min_delta) {
+      best = v;
+      bad = 0;
+      seen = true;
+      return false;
+    }
+    return ++bad >= t.early_stopping_patience;
+  }
+};
+
 bool stop_requested(const TrainOptions& opt) { return opt.stop_signal && opt.stop_signal->load() != 0; }
 
 // Which backend the spec gets on this machine: CUDA when asked, or when auto and a device is present.
@@ -417,6 +455,7 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
   }
 
   double best_top1 = -1;  // keep_best: the best of the epochs this run directory saw (a resumed run has its own)
+  EarlyStopping early;
   for (int e = first_epoch; e <= spec.train.epochs; ++e) {
     const Clock::time_point t_epoch = Clock::now();
     const double lr = scheduler_lr(spec.scheduler, spec.optimizer.lr, e, spec.train.epochs);
@@ -455,17 +494,11 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     st = be->synchronize();
     if (!st.ok()) return st.errors();
     const double train_seconds = since(t_epoch);
-    Result<int64_t> vimgs = int64_t{0};
-    const bool ema_eval = spec.train.ema_decay > 0 && spec.train.eval_ema;
-    if (ema_eval && !(st = be->swap_ema()).ok()) return st.errors();  // validate with the averaged weights
-    if (resident) {
-      vimgs = run_epoch_resident(*be, c, DataSplit::Val, d.val.n, false, e, lr, out, {}, t_run);
-    } else {
-      val_loader->start_epoch(static_cast<uint32_t>(e));
-      vimgs = run_epoch(*be, c, *val_loader, false, e, lr, out, {}, t_run);
+    const bool validate = e % spec.train.validate_every == 0 || e == spec.train.epochs;
+    if (validate) {
+      st = validate_epoch(*be, c, spec, d, resident, val_loader.get(), e, lr, out, t_run);
+      if (!st.ok()) return st.errors();
     }
-    if (!vimgs.ok()) return vimgs.errors();
-    if (ema_eval && !(st = be->swap_ema()).ok()) return st.errors();
     if (opt.progress_tty) std::fprintf(stderr, "\r\033[K");
 
     EpochRecord r;
@@ -473,7 +506,8 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     r.step = be->step();
     r.lr = lr;
     split_metrics(*be, c, true, &r.train_loss, &r.train_top1);
-    split_metrics(*be, c, false, &r.val_loss, &r.val_top1);
+    if (validate) split_metrics(*be, c, false, &r.val_loss, &r.val_top1);
+    r.validated = validate;
     r.images_per_s = imgs.value() / train_seconds;
     r.epoch_seconds = since(t_epoch);
     r.seconds = since(t_run);
@@ -484,15 +518,21 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
       if (st.ok() && spec.train.keep_last > 0) st = checkpoints_prune(res.run_dir, spec.train.keep_last);
       if (!st.ok()) return st.errors();
     }
-    if (spec.train.keep_best && !res.run_dir.empty() && r.val_top1 > best_top1) {
+    if (spec.train.keep_best && validate && !res.run_dir.empty() && r.val_top1 > best_top1) {
       best_top1 = r.val_top1;
       st = checkpoint_best(*be, c, res.run_dir, e);
       if (!st.ok()) return st.errors();
     }
-    log.info("epoch {}/{}  lr {:.3g}  train loss {:.4f} top1 {:.2f}%  val loss {:.4f} top1 {:.2f}%  {:.0f} img/s  "
-             "{:.1f} ms/epoch",
-             e, spec.train.epochs, lr, r.train_loss, 100 * r.train_top1, r.val_loss, 100 * r.val_top1,
-             r.images_per_s, 1000 * r.epoch_seconds);
+    const std::string val = validate ? fmt::format("val loss {:.4f} top1 {:.2f}%", r.val_loss, 100 * r.val_top1)
+                                     : std::string("val -");
+    log.info("epoch {}/{}  lr {:.3g}  train loss {:.4f} top1 {:.2f}%  {}  {:.0f} img/s  {:.1f} ms/epoch", e,
+             spec.train.epochs, lr, r.train_loss, 100 * r.train_top1, val, r.images_per_s, 1000 * r.epoch_seconds);
+    if (validate && early.update(spec.train, r)) {
+      log.info("early stopping after epoch {}: {} has not improved for {} validations", e,
+               spec.train.early_stopping_on_loss ? "val_loss" : "val_top1", spec.train.early_stopping_patience);
+      res.early_stopped = true;
+      break;
+    }
     if (stop_requested(opt)) {  // a signal during the epoch's last step or its validation: stop at its end
       res.stopped_by = opt.stop_signal->load();
       const bool saved = spec.train.checkpoint_every > 0 && e % spec.train.checkpoint_every == 0;

@@ -26,6 +26,7 @@ struct EpochRecord {
   double train_loss = 0, train_top1 = 0;
   double val_loss = 0, val_top1 = 0;
   double images_per_s = 0, epoch_seconds = 0, seconds = 0;
+  bool validated = true;  // false: train.validate_every skipped this epoch's validation (val_* are 0)
 };
 
 class Backend;
@@ -58,6 +59,7 @@ struct TrainResult {
   std::vector<float> final_weights;  // Weights region in plan layout
   double seconds = 0;
   int stopped_by = 0;                 // the signal that stopped the run early (0: it ran to the end)
+  bool early_stopped = false;         // train.early_stopping_patience ended the run
 };
 
 Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog::logger& log);
