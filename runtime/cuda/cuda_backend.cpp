@@ -55,7 +55,7 @@ bool pointwise_conv(const Node& n) {
 }
 
 // The Linear-family op whose GEMM a node runs (Linear, LinearGradInput, LinearGradWeight), or the node's own op.
-OpKind gemm_role(const Graph&, const Node& n) {
+OpKind gemm_role(const Node& n) {
   if (!pointwise_conv(n)) return n.op;
   return n.op == OpKind::Conv2d ? OpKind::Linear
          : n.op == OpKind::Conv2dGradInput ? OpKind::LinearGradInput
@@ -204,7 +204,7 @@ void CudaBackend::find_accumulate_fusions() {
         if (!producer.count(b) || !producer.count(a) || uses[b] != 1 || a == b) continue;
         const size_t gi = producer[b];
         const Node& gemm = p.nodes[gi];
-        if (gemm_role(c_.graph, gemm) != OpKind::LinearGradInput || relu_fusion(static_cast<int>(pi), gi)) continue;
+        if (gemm_role(gemm) != OpKind::LinearGradInput || relu_fusion(static_cast<int>(pi), gi)) continue;
         if (producer[a] >= gi || !early_write_safe(static_cast<int>(pi), add.out[0], gi)) continue;
         accumulate_.push_back({static_cast<int>(pi), gi, j, a});
         break;
@@ -240,7 +240,7 @@ Status CudaBackend::plan_gemms() {
       d.d_type = act;
       d.math = math;
       d.min_alignment = 16;
-      const OpKind role = gemm_role(c_.graph, n);
+      const OpKind role = gemm_role(n);
       if (role == OpKind::Linear) {  // Y (R,M) = X (R,K) W (M,K)^T [+ b] [ReLU]
         d.m = rows(n.in[0]);
         d.k = cols(n.in[0]);
@@ -303,7 +303,7 @@ Status CudaBackend::lower_gemm_node(int program, size_t i, std::vector<Launch>& 
     LtGemmPlan* plan = &gemm_.at({program, i});
     out.push_back([this, plan, args] { return lt_gemm_run(ctx_, *plan, args); });
   };
-  switch (gemm_role(c_.graph, n)) {
+  switch (gemm_role(n)) {
     case OpKind::Linear: {
       GemmArgs a;
       a.a = at(n.in[0]);

@@ -34,7 +34,7 @@ static_assert(sizeof(DeviceState) <= static_cast<size_t>(kHyperBytes), "DeviceSt
 using Launch = std::function<Status()>;
 
 bool pointwise_conv(const Node& n);
-OpKind gemm_role(const Graph& g, const Node& n);
+OpKind gemm_role(const Node& n);
 
 struct SplitData {
   uint8_t* pixels = nullptr;

@@ -314,27 +314,61 @@ Result<DataShape> data_shape(const Spec& spec) {
   return shape_of(data.value());
 }
 
-Result<EvalResult> eval_run(const Spec& spec, const TrainOptions& opt, const std::string& weights,
-                            spdlog::logger& log) {
+namespace {
+
+// What train, eval and the per-layer profile share: the data and transforms, the backend choice, the spec
+// compiled for it (AMP storage on the CUDA backend; the CPU backend computes and stores in fp32) and the backend
+// over that plan. `compiled` is held by pointer: the backend keeps a reference to it.
+struct RunSetup {
+  Data data;
+  std::unique_ptr<Compiled> compiled;
+  std::unique_ptr<Backend> backend;
+};
+
+Result<RunSetup> run_setup(const Spec& spec, const TrainOptions& opt, spdlog::logger& log) {
+  // The GPU driver's start-up (hundreds of ms) overlaps the dataset's decompression.
+  std::thread warm;
+  if (opt.gpu.warm_up && spec.train.device != DeviceKind::Cpu) warm = std::thread(opt.gpu.warm_up);
   Result<Data> data = data_prepare(spec);
+  if (warm.joinable()) warm.join();
   if (!data.ok()) return data.errors();
-  Data& d = data.value();
   Result<bool> cuda = use_cuda(spec, opt.gpu);
   if (!cuda.ok()) return cuda.errors();
   CompileOptions copt;
   if (cuda.value()) copt.storage = amp_storage(spec);
-  Result<Compiled> compiled = compile_spec(spec, shape_of(d), copt);
+  Result<Compiled> compiled = compile_spec(spec, shape_of(data.value()), copt);
   if (!compiled.ok()) return compiled.errors();
-  const Compiled& c = compiled.value();
+  RunSetup r;
+  r.data = std::move(data.value());
+  r.compiled = std::make_unique<Compiled>(std::move(compiled.value()));
+  Result<std::unique_ptr<Backend>> be = backend_make(spec, *r.compiled, cuda.value(), opt.gpu, log);
+  if (!be.ok()) return be.errors();
+  r.backend = std::move(be.value());
+  return r;
+}
+
+// Both splits onto a device-resident backend (every program, train or eval, reads from the device).
+Status upload_data(Backend& be, const Data& d) {
+  Status st = be.upload_split(DataSplit::Train, d.train, d.train_tf);
+  if (st.ok()) st = be.upload_split(DataSplit::Val, d.val, d.val_tf);
+  return st;
+}
+
+}  // namespace
+
+Result<EvalResult> eval_run(const Spec& spec, const TrainOptions& opt, const std::string& weights,
+                            spdlog::logger& log) {
+  Result<RunSetup> setup = run_setup(spec, opt, log);
+  if (!setup.ok()) return setup.errors();
+  const Data& d = setup->data;
+  const Compiled& c = *setup->compiled;
+  Backend& be = *setup->backend;
   Result<std::string> dir = checkpoint_dir_resolve(weights);
   if (!dir.ok()) return dir.errors();
   CkptLoadOptions lo;
   lo.weights_only = true;  // the spec may differ in everything that leaves the parameters' names and shapes
   Result<Checkpoint> ck = ckpt_load(dir.value(), c, lo);
   if (!ck.ok()) return ck.errors();
-  Result<std::unique_ptr<Backend>> made = backend_make(spec, c, cuda.value(), opt.gpu, log);
-  if (!made.ok()) return made.errors();
-  Backend& be = *made.value();
   Status st = be.write_region(Region::Weights, ck->weights);
   if (st.ok()) st = be.write_region(Region::Buffers, ck->buffers);
   if (!st.ok()) return st.errors();
@@ -342,9 +376,7 @@ Result<EvalResult> eval_run(const Spec& spec, const TrainOptions& opt, const std
   RunOutputs none;  // validation writes no step records
   Result<int64_t> images = int64_t{0};
   if (be.resident_data()) {
-    st = be.upload_split(DataSplit::Train, d.train, d.train_tf);  // every program's data, as in training
-    if (st.ok()) st = be.upload_split(DataSplit::Val, d.val, d.val_tf);
-    if (!st.ok()) return st.errors();
+    if (!(st = upload_data(be, d)).ok()) return st.errors();
     images = run_epoch_resident(be, c, DataSplit::Val, d.val.n, false, 1, 0, none, {}, Clock::now());
   } else {
     const int vb = spec.data.val_batch_size > 0 ? spec.data.val_batch_size : spec.data.batch_size;
@@ -365,21 +397,15 @@ Result<StepProfile> train_profile(const Spec& spec, const TrainOptions& opt, int
   Result<bool> cuda = use_cuda(spec, opt.gpu);
   if (!cuda.ok()) return cuda.errors();
   if (!cuda.value()) return Error{ErrCode::NotSupported, spec.source, "per-layer timing needs a CUDA device"};
-  Result<Data> data = data_prepare(spec);
-  if (!data.ok()) return data.errors();
-  CompileOptions copt;
-  copt.storage = amp_storage(spec);
-  Result<Compiled> compiled = compile_spec(spec, shape_of(data.value()), copt);
-  if (!compiled.ok()) return compiled.errors();
-  const Compiled& c = compiled.value();
-  Result<std::unique_ptr<Backend>> be = backend_make(spec, c, true, opt.gpu, log);
-  if (!be.ok()) return be.errors();
-  Backend& b = *be.value();
+  Result<RunSetup> setup = run_setup(spec, opt, log);
+  if (!setup.ok()) return setup.errors();
+  const Data& d = setup->data;
+  const Compiled& c = *setup->compiled;
+  Backend& b = *setup->backend;
   Status st = b.write_region(Region::Weights, params_init(c, spec.seed));
   if (st.ok()) st = b.write_region(Region::Buffers, buffers_init(c));
-  if (st.ok()) st = b.upload_split(DataSplit::Train, data->train, data->train_tf);
-  if (st.ok()) st = b.upload_split(DataSplit::Val, data->val, data->val_tf);
-  if (st.ok()) st = b.begin_epoch(DataSplit::Train, 1, loader_epoch_order(data->train.n, true, spec.seed, 1));
+  if (st.ok()) st = upload_data(b, d);
+  if (st.ok()) st = b.begin_epoch(DataSplit::Train, 1, loader_epoch_order(d.train.n, true, spec.seed, 1));
   if (!st.ok()) return st.errors();
   b.set_lr(scheduler_lr(spec.scheduler, spec.optimizer.lr, 1, spec.train.epochs));
   if (std::string mem = b.memory_report(); !mem.empty()) log.info("{}", mem);
@@ -390,24 +416,11 @@ Result<StepProfile> train_profile(const Spec& spec, const TrainOptions& opt, int
 
 Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog::logger& log) {
   const Clock::time_point t_run = Clock::now();
-  // The GPU driver's start-up (hundreds of ms) overlaps the dataset's decompression.
-  std::thread warm;
-  if (opt.gpu.warm_up && spec.train.device != DeviceKind::Cpu) warm = std::thread(opt.gpu.warm_up);
-  Result<Data> data = data_prepare(spec);
-  if (warm.joinable()) warm.join();
-  if (!data.ok()) return data.errors();
-  Data& d = data.value();
-  Result<bool> cuda = use_cuda(spec, opt.gpu);
-  if (!cuda.ok()) return cuda.errors();
-  CompileOptions copt;
-  if (cuda.value()) copt.storage = amp_storage(spec);  // the CPU backend computes and stores in fp32
-  Result<Compiled> compiled = compile_spec(spec, shape_of(d), copt);
-  if (!compiled.ok()) return compiled.errors();
-  const Compiled& c = compiled.value();
-
-  Result<std::unique_ptr<Backend>> selected = backend_make(spec, c, cuda.value(), opt.gpu, log);
-  if (!selected.ok()) return selected.errors();
-  std::unique_ptr<Backend> be = std::move(selected.value());
+  Result<RunSetup> setup = run_setup(spec, opt, log);
+  if (!setup.ok()) return setup.errors();
+  const Data& d = setup->data;
+  const Compiled& c = *setup->compiled;
+  std::unique_ptr<Backend>& be = setup->backend;
   Status st = be->write_region(Region::Weights, params_init(c, spec.seed));
   if (st.ok()) st = be->write_region(Region::Buffers, buffers_init(c));
   if (!st.ok()) return st.errors();
@@ -442,9 +455,7 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
   LoaderOptions lv{vb, false, false, spec.seed, spec.data.workers};
   const bool resident = be->resident_data();
   if (resident) {
-    st = be->upload_split(DataSplit::Train, d.train, d.train_tf);
-    if (st.ok()) st = be->upload_split(DataSplit::Val, d.val, d.val_tf);
-    if (!st.ok()) return st.errors();
+    if (!(st = upload_data(*be, d)).ok()) return st.errors();
   }
   if (std::string mem = be->memory_report(); !mem.empty()) log.info("{}", mem);
   // Host loaders only when the backend is fed from the host (their threads start on construction).

@@ -9,6 +9,7 @@
 #include "core/compiler.h"
 #include "runtime/backend.h"
 #include "runtime/train/trainer.h"
+#include "tests/support/train_util.h"
 #include "tests/support/gradcheck.h"
 #include "tests/support/mlp_spec.h"
 
@@ -26,15 +27,7 @@ std::vector<float> floats(const std::vector<std::byte>& b, int64_t first, int64_
 TrainResult train(std::vector<std::string> overrides) {
   overrides.insert(overrides.begin(), {"train.epochs=2", "train.device=cpu", "data.train_subset=2000",
                                        "scheduler.warmup_epochs=0", "data.train_transforms=[normalize]"});
-  Result<Spec> spec = spec_load(std::string(TRCTL_SOURCE_DIR) + "/configs/mlp_fmnist.yaml", overrides);
-  REQUIRE(spec.ok());
-  spdlog::logger log("test", std::make_shared<spdlog::sinks::null_sink_mt>());
-  TrainOptions opt;
-  opt.write_run_dir = false;
-  Result<TrainResult> r = train_run(spec.value(), opt, log);
-  INFO((r.ok() ? std::string() : r.error_text()));
-  REQUIRE(r.ok());
-  return r.value();
+  return testing::train_config("mlp_fmnist.yaml", overrides);
 }
 
 }  // namespace

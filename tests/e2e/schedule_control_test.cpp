@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "runtime/train/trainer.h"
+#include "tests/support/train_util.h"
 
 using namespace trctl;
 
@@ -14,16 +15,7 @@ namespace {
 TrainResult train(std::vector<std::string> overrides) {
   overrides.insert(overrides.begin(), {"train.device=cpu", "data.train_subset=600", "data.val_batch_size=2000",
                                        "run.progress=off"});
-  Result<Spec> spec = spec_load(std::string(TRCTL_SOURCE_DIR) + "/configs/mlp_fmnist.yaml", overrides);
-  INFO((spec.ok() ? std::string() : spec.error_text()));
-  REQUIRE(spec.ok());
-  spdlog::logger log("test", std::make_shared<spdlog::sinks::null_sink_mt>());
-  TrainOptions opt;
-  opt.write_run_dir = false;
-  Result<TrainResult> r = train_run(spec.value(), opt, log);
-  INFO((r.ok() ? std::string() : r.error_text()));
-  REQUIRE(r.ok());
-  return r.value();
+  return testing::train_config("mlp_fmnist.yaml", overrides);
 }
 
 }  // namespace

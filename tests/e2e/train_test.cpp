@@ -6,26 +6,16 @@
 #include <spdlog/spdlog.h>
 
 #include "runtime/train/trainer.h"
+#include "tests/support/train_util.h"
 
 using namespace trctl;
 
 namespace {
 
-const std::string kConfig = std::string(TRCTL_SOURCE_DIR) + "/configs/mlp_fmnist.yaml";
-
 // One epoch on the CPU unless the overrides say otherwise (later overrides win).
 TrainResult train(std::vector<std::string> overrides) {
   overrides.insert(overrides.begin(), {"train.epochs=1", "train.device=cpu"});
-  Result<Spec> spec = spec_load(kConfig, overrides);
-  INFO((spec.ok() ? std::string() : spec.error_text()));
-  REQUIRE(spec.ok());
-  spdlog::logger log("test", std::make_shared<spdlog::sinks::null_sink_mt>());
-  TrainOptions opt;
-  opt.write_run_dir = false;
-  Result<TrainResult> r = train_run(spec.value(), opt, log);
-  INFO((r.ok() ? std::string() : r.error_text()));
-  REQUIRE(r.ok());
-  return r.value();
+  return testing::train_config("mlp_fmnist.yaml", overrides);
 }
 
 }  // namespace
