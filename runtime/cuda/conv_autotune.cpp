@@ -18,14 +18,6 @@
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_context.h"
 
-// Checked cuDNN call inside a function returning Status/Result: returns the error with this file:line.
-#define TRCTL_AUTOTUNE_CUDNN_TRY(call)                                                             \
-  do {                                                                                             \
-    const cudnnStatus_t trctl_cudnn_st_ = (call);                                                  \
-    if (trctl_cudnn_st_ != CUDNN_STATUS_SUCCESS)                                                   \
-      return ::trctl::cudnn_check(trctl_cudnn_st_, #call, __FILE__, __LINE__).errors();             \
-  } while (0)
-
 namespace trctl {
 namespace {
 
@@ -234,8 +226,8 @@ Status measure_dir(cudnnHandle_t h, CudnnConvPlan& p, ConvDir dir, int max_count
   const cudnnConvolutionDescriptor_t conv = dir == ConvDir::Fwd ? p.conv_fwd : dir == ConvDir::Dgrad ? p.conv_dgrad
                                                                                                     : p.conv_wgrad;
   // The heuristic plan set the chosen math type; measure with the one the heuristics are asked with.
-  TRCTL_AUTOTUNE_CUDNN_TRY(cudnnSetConvolutionMathType(conv, cudnn_conv_requested_math(p.desc)));
-  TRCTL_AUTOTUNE_CUDNN_TRY(find(r.data(), &n));
+  TRCTL_CUDNN_TRY(cudnnSetConvolutionMathType(conv, cudnn_conv_requested_math(p.desc)));
+  TRCTL_CUDNN_TRY(find(r.data(), &n));
   TRCTL_CUDA_TRY(cudaDeviceSynchronize());
   Result<int> k = cudnn_conv_choose(h, p, r.data(), n, ws_bytes, "measured");
   if (!k.ok()) return k.errors();
@@ -287,9 +279,9 @@ Status autotune_one(cudnnHandle_t h, const ConvDesc& d, AutotuneCache& cache, si
     return ok_status();
   };
   int count[3] = {0, 0, 0};
-  TRCTL_AUTOTUNE_CUDNN_TRY(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &count[0]));
-  TRCTL_AUTOTUNE_CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &count[1]));
-  TRCTL_AUTOTUNE_CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &count[2]));
+  TRCTL_CUDNN_TRY(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &count[0]));
+  TRCTL_CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &count[1]));
+  TRCTL_CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &count[2]));
   if (Status st = fill_inputs(); !st) return st;
   Status st = measure_dir<cudnnConvolutionFwdAlgoPerf_t>(
       h, p, ConvDir::Fwd, count[0],

@@ -7,14 +7,6 @@
 #include <utility>
 #include <vector>
 
-// Checked cuDNN call inside a function returning Status/Result: returns the error with this file:line.
-#define TRCTL_CUDNN_TRY(call)                                                                      \
-  do {                                                                                             \
-    const cudnnStatus_t trctl_cudnn_st_ = (call);                                                  \
-    if (trctl_cudnn_st_ != CUDNN_STATUS_SUCCESS)                                                   \
-      return ::trctl::cudnn_check(trctl_cudnn_st_, #call, __FILE__, __LINE__).errors();             \
-  } while (0)
-
 namespace trctl {
 
 namespace {

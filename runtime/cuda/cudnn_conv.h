@@ -150,3 +150,12 @@ Status cudnn_conv_wgrad(cudnnHandle_t h, cudaStream_t s, const CudnnConvPlan& p,
                         void* dw, void* ws, size_t ws_bytes);
 
 }  // namespace trctl
+
+// A checked cuDNN call inside a function returning Status/Result (as TRCTL_CUDA_TRY for CUDA calls): returns the
+// error with the caller's file:line. For cudnn_conv.cpp and conv_autotune.cpp.
+#define TRCTL_CUDNN_TRY(call)                                                                      \
+  do {                                                                                             \
+    const cudnnStatus_t trctl_cudnn_st_ = (call);                                                  \
+    if (trctl_cudnn_st_ != CUDNN_STATUS_SUCCESS)                                                   \
+      return ::trctl::cudnn_check(trctl_cudnn_st_, #call, __FILE__, __LINE__).errors();             \
+  } while (0)

@@ -3,8 +3,6 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
-#include <spdlog/sinks/null_sink.h>
-#include <spdlog/spdlog.h>
 
 #include "core/compiler.h"
 #include "runtime/backend.h"

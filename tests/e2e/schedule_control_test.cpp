@@ -2,8 +2,6 @@
 // early stopping on a validated metric, on the CPU backend; neither changes the training itself.
 #include <catch2/catch.hpp>
 
-#include <spdlog/sinks/null_sink.h>
-#include <spdlog/spdlog.h>
 
 #include "runtime/train/trainer.h"
 #include "tests/support/train_util.h"

@@ -2,8 +2,6 @@
 // and determinism (one seed -> bitwise-equal runs, independent of the number of loader threads).
 #include <catch2/catch.hpp>
 
-#include <spdlog/sinks/null_sink.h>
-#include <spdlog/spdlog.h>
 
 #include "runtime/train/trainer.h"
 #include "tests/support/train_util.h"
