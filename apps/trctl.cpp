@@ -11,6 +11,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "apps/cmd_data.h"
 #include "core/compiler.h"
 #include "runtime/train/profile_report.h"
 #include "runtime/train/trainer.h"
@@ -262,7 +263,8 @@ int main(int argc, char** argv) {
   bool bench_layers = false, bench_autotune = false;
   int bench_reps = 20;
   auto* bench = app.add_subcommand(
-      "bench", "benchmarks: `bench kernels` (each CUDA kernel vs the card's ceilings), `bench CFG --layers` "
+      "bench", "benchmarks: `bench kernels` (each CUDA kernel vs the card's ceilings), `bench data SOURCE` (the "
+               "training data pipeline, images/s), `bench CFG --layers` "
                "(per-node time of the train step), `bench CFG --autotune` (cuDNN algorithm search, cached)");
   add_spec_args(bench, bench_a);
   bench->add_flag("--layers", bench_layers, "time every node of the CFG's train step and its captured replay");
@@ -280,9 +282,35 @@ int main(int argc, char** argv) {
   add_spec_args(eval, eval_a);
   eval->add_option("--weights", eval_weights, "a checkpoint directory, or a run directory (its latest checkpoint)")
       ->required();
-  const Later later[] = {{"pack-dts", "pack a dataset into a DTS file", "issue 5"},
-                         {"dts", "inspect a DTS file", "issue 5"},
-                         {"report", "fairness report", "issue 8"},
+  PackArgs pack_a;
+  auto* pack = app.add_subcommand("pack-dts", "pack a dataset (IDX, CIFAR, image folder) into a DTS file, or verify one");
+  pack->add_option("source", pack_a.source, "IDX images file, CIFAR root folder, or image folder (CLASS/IMAGE.jpg)");
+  pack->add_option("-o,--output", pack_a.out, "the DTS file to write (atomically)");
+  pack->add_option("--format", pack_a.format, "auto | idx | cifar10 | cifar100 | folder (default auto)");
+  pack->add_option("--labels", pack_a.labels, "idx: the labels file");
+  pack->add_option("--split", pack_a.split, "cifar: train | test (default train)");
+  pack->add_option("--level", pack_a.levels, "a reduced level SHORT_SIDE:QUALITY (repeatable), e.g. 160:90");
+  pack->add_option("--block-kib", pack_a.block_kib, "block size in KiB (default 16384)")->check(CLI::Range(4, 1048576));
+  pack->add_option("--threads", pack_a.threads, "worker threads (default: all cores)")->check(CLI::Range(0, 1024));
+  pack->add_flag("--skip-bad", pack_a.skip_bad, "leave out unreadable or corrupt samples (listed) instead of failing");
+  pack->add_option("--verify", pack_a.verify, "check FILE: every block checksum and every sample decoded");
+  pack->add_flag("--no-decode", pack_a.no_decode, "--verify: checksums only");
+  std::string dts_path;
+  auto* dts = app.add_subcommand("dts", "inspect a DTS file: `trctl dts info FILE`");
+  auto* dts_info_cmd = dts->add_subcommand("info", "header, levels, blocks, classes, creation parameters");
+  dts_info_cmd->add_option("file", dts_path, "the DTS file")->required();
+  dts->require_subcommand(1);
+  BenchDataArgs bd;
+  bench->add_option("--level", bd.level, "bench data: DTS level by short side (0 = full size)");
+  bench->add_flag("--memory", bd.memory, "bench data: hold the DTS level in RAM instead of streaming it");
+  bench->add_option("--workers", bd.workers, "bench data: decode threads (default: all cores)")->check(CLI::Range(0, 256));
+  bench->add_option("--io-threads", bd.io_threads, "bench data: DTS block readers (default 2)")->check(CLI::Range(1, 64));
+  bench->add_option("--batch-size", bd.batch, "bench data: images per batch (default 256)")->check(CLI::Range(1, 65536));
+  bench->add_option("--batches", bd.batches, "bench data: timed batches (default 100)")->check(CLI::Range(1, 1000000));
+  bench->add_option("--warmup", bd.warmup, "bench data: untimed batches first (default 10)")->check(CLI::Range(0, 1000000));
+  bench->add_option("--size", bd.size, "bench data: crop size (default 224)")->check(CLI::Range(1, 4096));
+  bench->add_flag("--fp32", bd.fp32, "bench data: write fp32 instead of fp16");
+  const Later later[] = {{"report", "fairness report", "issue 8"},
                          {"export", "export weights", "issue 6"}};
   for (const auto& l : later) app.add_subcommand(l.name, l.help)->allow_extras();
   try {
@@ -296,6 +324,17 @@ int main(int argc, char** argv) {
     if (*validate) return cmd_validate(validate_a);
     if (*compile) return cmd_compile(compile_a, dump);
     if (*eval) return cmd_eval(eval_a, eval_weights);
+    if (*pack) return cmd_pack_dts(pack_a);
+    if (*dts) return cmd_dts_info(dts_path);
+    if (*bench && bench_a.config == "data") {
+      if (bench_a.overrides.size() != 1) {
+        std::fprintf(stderr, "error: trctl bench data SOURCE (a DTS file or an image folder)\n");
+        return 2;
+      }
+      bd.source = bench_a.overrides[0];
+      bd.json = bench_json;
+      return cmd_bench_data(bd);
+    }
     if (*bench && bench_a.config == "kernels" && bench_a.overrides.empty() && !bench_layers && !bench_autotune)
       return cmd_bench_kernels(bench_json);
     if (*bench) return cmd_bench_config(bench_a, bench_layers, bench_autotune, bench_reps, bench_json);

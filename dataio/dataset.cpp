@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/util/philox.h"
+#include "dataio/cifar.h"
 #include "dataio/dataset.h"
 
 namespace trctl {
@@ -57,13 +58,24 @@ ImageDataset synthetic_make(const SyntheticSpec& s, bool train) {
   return ds;
 }
 
+Result<ImageDataset> cifar_split_load(const DataSpec& data, bool train) {
+  const CifarKind kind = data.dataset == DatasetKind::Cifar10 ? CifarKind::Cifar10 : CifarKind::Cifar100;
+  Result<std::vector<std::string>> files = cifar_split_files(data.root, kind, train);
+  if (!files.ok()) return files.errors();
+  return cifar_load(files.value(), kind);
+}
+
 }  // namespace
 
 Result<ImageDataset> dataset_load(const DataSpec& data, bool train) {
+  if (data.dataset == DatasetKind::Dts || data.dataset == DatasetKind::ImageFolder)
+    return Error{ErrCode::Internal, data.root, "dataset_load: dts and image_folder datasets are streamed (stream_loader.h)"};
+  const bool cifar = data.dataset == DatasetKind::Cifar10 || data.dataset == DatasetKind::Cifar100;
   const bool synthetic = data.dataset == DatasetKind::Synthetic;
-  std::string images = synthetic ? "data.synthetic" : dataset_path(data.root, train ? data.train_images : data.val_images);
+  std::string images = synthetic ? "data.synthetic" : cifar ? data.root : dataset_path(data.root, train ? data.train_images : data.val_images);
   std::string labels = dataset_path(data.root, train ? data.train_labels : data.val_labels);
   Result<ImageDataset> ds = synthetic ? Result<ImageDataset>(synthetic_make(data.synthetic, train))
+                            : cifar   ? cifar_split_load(data, train)
                                       : idx_load(images, labels);
   if (!ds.ok() || !train || data.train_subset == 0) return ds;
   if (data.train_subset < 0 || data.train_subset > ds->n) {

@@ -17,6 +17,13 @@ namespace {
 constexpr int kMaxSide = 1 << 14;     // largest image side anywhere in a pipeline
 constexpr int kMaxChannels = 4096;
 
+// torchvision's transforms for decoded images of any size: dataio/image_ops.h runs them, not this pipeline (nor
+// the GPU kernel that mirrors it), which maps output pixels back to one fixed-size input.
+bool is_variable_size_kind(TransformKind k) {
+  return k == TransformKind::RandomResizedCrop || k == TransformKind::RandomHorizontalFlip ||
+         k == TransformKind::ColorJitter || k == TransformKind::Resize || k == TransformKind::CenterCrop;
+}
+
 bool is_geometric(TransformKind k) {
   return k == TransformKind::Pad || k == TransformKind::RandomCrop || k == TransformKind::RandomRotation ||
          k == TransformKind::RandomScale;
@@ -65,6 +72,12 @@ void check_step(const TransformSpec& s, int* h, int* w, std::vector<std::string>
       }
       if (!std::isfinite(s.value)) msgs->push_back("value must be finite");
       break;
+    case TransformKind::RandomResizedCrop:
+    case TransformKind::RandomHorizontalFlip:
+    case TransformKind::ColorJitter:
+    case TransformKind::Resize:
+    case TransformKind::CenterCrop:
+      break;  // rejected by check_steps
   }
 }
 
@@ -94,6 +107,12 @@ void check_steps(TransformPipeline* p, const std::string& where, std::vector<Err
     const TransformSpec& s = p->steps[i];
     std::string head = "transform " + std::to_string(i + 1) + " (" + to_string(s.kind) + "): ";
     int at = static_cast<int>(i);
+    if (is_variable_size_kind(s.kind)) {
+      errs->push_back({ErrCode::NotSupported, where,
+                       head + "is for variable-size image datasets (JPEG); the fixed-size pipeline supports pad, "
+                              "random_crop, random_rotation, random_scale, normalize and random_erasing"});
+      continue;
+    }
     if (is_geometric(s.kind) && normalize_at >= 0 && at > normalize_at) {
       errs->push_back({ErrCode::Invalid, where, head + "geometric transforms must come before normalize"});
     }
@@ -187,7 +206,12 @@ void transforms_apply(const TransformPipeline& p, const SampleParams& params, co
       case TransformKind::RandomRotation: maps.push_back(geo_rotation(h, w, sp.angle_deg)); break;
       case TransformKind::RandomScale: maps.push_back(geo_scale(h, w, sp.scale)); break;
       case TransformKind::Normalize:
-      case TransformKind::RandomErasing: break;
+      case TransformKind::RandomErasing:
+      case TransformKind::RandomResizedCrop:  // variable-size kinds: rejected by transforms_build
+      case TransformKind::RandomHorizontalFlip:
+      case TransformKind::ColorJitter:
+      case TransformKind::Resize:
+      case TransformKind::CenterCrop: break;
     }
   }
   const int c = p.c, n = static_cast<int>(maps.size());

@@ -200,6 +200,12 @@ TRCTL_HD StepParams transforms_draw_step(const TransformSpec& s, int* h, int* w,
     case TransformKind::RandomErasing:
       transforms_draw_erasing(s, *h, *w, rng, out);
       break;
+    case TransformKind::RandomResizedCrop:  // variable-size kinds (dataio/image_ops.h): transforms_build rejects
+    case TransformKind::RandomHorizontalFlip:
+    case TransformKind::ColorJitter:
+    case TransformKind::Resize:
+    case TransformKind::CenterCrop:
+      break;
   }
   return out;
 }

@@ -2,6 +2,7 @@
 // weight accessors and the defaults for backends without device-resident data.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -119,5 +120,9 @@ std::vector<float> Backend::read_weights() {
   std::memcpy(w.data(), b.data(), w.size() * sizeof(float));
   return w;
 }
+
+void* Backend::host_alloc(size_t bytes) { return std::aligned_alloc(256, (bytes + 255) / 256 * 256); }
+
+void Backend::host_free(void* p) { std::free(p); }
 
 }  // namespace trctl

@@ -10,6 +10,7 @@
 #include "core/compiler.h"
 #include "core/util/error.h"
 #include "dataio/dataset.h"
+#include "dataio/image_ops.h"  // OutDType
 #include "dataio/transforms.h"
 #include "runtime/ops/conv2d/conv2d.h"
 #include "runtime/ops/pool/pool.h"
@@ -50,8 +51,14 @@ class Backend {
   Status write_weights(const std::vector<float>& weights);
   std::vector<float> read_weights();
 
-  // Copies one batch into input slot `slot` (0 = A, 1 = B) for `program`: x (n, H, W, C) f32, y (n,) i32.
-  virtual Status load_batch(int program, int slot, const float* x, const int32_t* y, int64_t n) = 0;
+  // Copies one batch into input slot `slot` (0 = A, 1 = B) for `program`: x (n, H, W, C) in host_input_dtype(),
+  // y (n,) i32. The caller may reuse x and y when it returns.
+  virtual Status load_batch(int program, int slot, const void* x, const int32_t* y, int64_t n) = 0;
+  // What load_batch reads: f32 (CPU), or the activation dtype of an AMP plan on a GPU.
+  virtual OutDType host_input_dtype() const { return OutDType::F32; }
+  // Host buffers for batches (pinned memory on a GPU, so copies overlap the step); nullptr on failure.
+  virtual void* host_alloc(size_t bytes);
+  virtual void host_free(void* p);
 
   // Learning rate used by the following train steps (kept in the hyper-parameter block).
   virtual void set_lr(double lr) = 0;

@@ -13,22 +13,38 @@ namespace trctl {
 // ---- data ----
 // Idx: any MNIST-format pair of files (names in data.*_images/labels). Synthetic: random uint8 images and labels
 // drawn from the seed (data.synthetic), for throughput measurements only: never report accuracy from it.
-enum class DatasetKind { FashionMnist, Idx, Synthetic };
+// Dts: packed files (data.train_path / val_path, `trctl pack-dts`); ImageFolder: folders of class sub-folders of
+// JPEGs (train_path / val_path), read raw; Cifar10 / Cifar100: the binary batches under root. Dts and ImageFolder
+// hold images of any size: their transforms must end at a fixed size (random_resized_crop, center_crop).
+enum class DatasetKind { FashionMnist, Idx, Synthetic, Dts, ImageFolder, Cifar10, Cifar100 };
 
 // One transform of data.train_transforms / data.val_transforms. YAML form: a one-key map, e.g.
 //   - pad: {padding: 2}            - random_crop: {size: 28}         - random_rotation: {degrees: 20}
 //   - random_scale: {min: 0.8, max: 1.2}   - normalize: {}           - random_erasing: {p: 0.5}
-enum class TransformKind { Pad, RandomCrop, RandomRotation, RandomScale, Normalize, RandomErasing };
+// The last five kinds are torchvision's transforms for variable-size (decoded JPEG) images
+// (dataio/image_ops.h); the fixed-size pipeline (dataio/transforms.h) rejects them:
+//   - random_resized_crop: {size: 224, scale: [0.08, 1], ratio: [0.75, 1.3333333333333333]}
+//   - random_horizontal_flip: {p: 0.5}   - resize: {size: 256}       - center_crop: {size: 224}
+//   - color_jitter: {brightness: 0.4, contrast: 0.4, saturation: 0.4, hue: 0.1}
+enum class TransformKind {
+  Pad, RandomCrop, RandomRotation, RandomScale, Normalize, RandomErasing,
+  RandomResizedCrop, RandomHorizontalFlip, ColorJitter, Resize, CenterCrop
+};
 struct TransformSpec {
   TransformKind kind = TransformKind::Normalize;
   int padding = 0;                      // pad: pixels on every side (fill 0)
-  int size = 0;                         // random_crop: output side (square)
+  int size = 0;                         // random_crop, random_resized_crop, center_crop: output side (square);
+                                        // resize: the shorter side
   double degrees = 0;                   // random_rotation: angle uniform in [-degrees, degrees]
   double scale_min = 1, scale_max = 1;  // random_scale: isotropic scale uniform in [min, max] about the centre
-  double p = 0.5;                       // random_erasing: probability
+  double p = 0.5;                       // random_erasing, random_horizontal_flip: probability
   double erase_scale_min = 0.02, erase_scale_max = 0.33;  // random_erasing: area fraction range
   double ratio_min = 0.3, ratio_max = 3.3;                // random_erasing: aspect ratio range
   double value = 0;                     // random_erasing: fill value (in normalized units)
+  double crop_scale_min = 0.08, crop_scale_max = 1.0;              // random_resized_crop: area fraction range
+  double crop_ratio_min = 3.0 / 4.0, crop_ratio_max = 4.0 / 3.0;   // random_resized_crop: aspect (w/h) range
+  // color_jitter: factors uniform in [max(0, 1 - x), 1 + x] (hue: shift in [-hue, hue]); 0 = that part is off.
+  double brightness = 0, contrast = 0, saturation = 0, hue = 0;
 };
 
 // data.synthetic: sizes of the generated dataset.
@@ -47,6 +63,11 @@ struct DataSpec {
   std::string train_labels = "train-labels-idx1-ubyte.gz";
   std::string val_images = "t10k-images-idx3-ubyte.gz";
   std::string val_labels = "t10k-labels-idx1-ubyte.gz";
+  // For dataset dts (files) and image_folder (folders): the splits, joined to root unless absolute.
+  std::string train_path, val_path;
+  int dts_level = 0;        // dts: the level by its short side (0 = full size)
+  bool in_memory = false;   // dts: hold the level in RAM (else streamed block by block every epoch)
+  int io_threads = 2;       // dts: block reader threads, >= 1
   int batch_size = 200;      // >= 1
   int val_batch_size = 0;    // 0 = batch_size
   int workers = 4;           // loader threads, >= 1; results never depend on it

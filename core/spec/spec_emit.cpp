@@ -66,6 +66,11 @@ const char* to_string(TransformKind t) {
     case TransformKind::RandomScale: return "random_scale";
     case TransformKind::Normalize: return "normalize";
     case TransformKind::RandomErasing: return "random_erasing";
+    case TransformKind::RandomResizedCrop: return "random_resized_crop";
+    case TransformKind::RandomHorizontalFlip: return "random_horizontal_flip";
+    case TransformKind::ColorJitter: return "color_jitter";
+    case TransformKind::Resize: return "resize";
+    case TransformKind::CenterCrop: return "center_crop";
   }
   return "?";
 }
@@ -74,6 +79,10 @@ const char* to_string(DatasetKind d) {
     case DatasetKind::FashionMnist: return "fashion_mnist";
     case DatasetKind::Idx: return "idx";
     case DatasetKind::Synthetic: return "synthetic";
+    case DatasetKind::Dts: return "dts";
+    case DatasetKind::ImageFolder: return "image_folder";
+    case DatasetKind::Cifar10: return "cifar10";
+    case DatasetKind::Cifar100: return "cifar100";
   }
   return "?";
 }
@@ -150,6 +159,17 @@ std::string transform_item(const TransformSpec& t) {
       params = "p: " + format_double(t.p) + ", scale: " + pair_of(t.erase_scale_min, t.erase_scale_max) +
                ", ratio: " + pair_of(t.ratio_min, t.ratio_max) + ", value: " + format_double(t.value);
       break;
+    case TransformKind::RandomResizedCrop:
+      params = "size: " + std::to_string(t.size) + ", scale: " + pair_of(t.crop_scale_min, t.crop_scale_max) +
+               ", ratio: " + pair_of(t.crop_ratio_min, t.crop_ratio_max);
+      break;
+    case TransformKind::RandomHorizontalFlip: params = "p: " + format_double(t.p); break;
+    case TransformKind::ColorJitter:
+      params = "brightness: " + format_double(t.brightness) + ", contrast: " + format_double(t.contrast) +
+               ", saturation: " + format_double(t.saturation) + ", hue: " + format_double(t.hue);
+      break;
+    case TransformKind::Resize:
+    case TransformKind::CenterCrop: params = "size: " + std::to_string(t.size); break;
   }
   return std::string(to_string(t.kind)) + ": {" + params + "}";
 }
@@ -171,6 +191,11 @@ void emit_data(std::string& y, const DataSpec& d) {
   y += "  train_labels: " + quoted(d.train_labels) + "\n";
   y += "  val_images: " + quoted(d.val_images) + "\n";
   y += "  val_labels: " + quoted(d.val_labels) + "\n";
+  y += "  train_path: " + quoted(d.train_path) + "\n";
+  y += "  val_path: " + quoted(d.val_path) + "\n";
+  y += "  dts_level: " + std::to_string(d.dts_level) + "\n";
+  y += std::string("  in_memory: ") + boolean(d.in_memory) + "\n";
+  y += "  io_threads: " + std::to_string(d.io_threads) + "\n";
   y += "  batch_size: " + std::to_string(d.batch_size) + "\n";
   y += "  val_batch_size: " + std::to_string(d.val_batch_size) + "\n";
   y += "  workers: " + std::to_string(d.workers) + "\n";

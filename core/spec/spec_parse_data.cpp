@@ -7,14 +7,60 @@ namespace trctl::spec_detail {
 namespace {
 
 std::vector<TransformKind> transform_kinds() {
-  return {TransformKind::Pad,         TransformKind::RandomCrop, TransformKind::RandomRotation,
-          TransformKind::RandomScale, TransformKind::Normalize,  TransformKind::RandomErasing};
+  return {TransformKind::Pad,
+          TransformKind::RandomCrop,
+          TransformKind::RandomRotation,
+          TransformKind::RandomScale,
+          TransformKind::Normalize,
+          TransformKind::RandomErasing,
+          TransformKind::RandomResizedCrop,
+          TransformKind::RandomHorizontalFlip,
+          TransformKind::ColorJitter,
+          TransformKind::Resize,
+          TransformKind::CenterCrop};
 }
+
+// Output sides of the variable-size image transforms (as dataio/jpeg.h's largest JPEG side).
+constexpr IntRange kImageSide{1, 16384};
 
 void require_keys(Diagnostics& d, const YamlNode& params, const YamlLoc& at, const std::string& path,
                   const std::vector<std::string>& keys) {
   for (const std::string& key : keys)
     if (!params.find(key)) d.error(ErrCode::Missing, at, "missing '" + join_path(path, key) + "' (required)");
+}
+
+// The parameters of one transform for variable-size images (see parse_transform_params). Required: the size of
+// random_resized_crop, resize and center_crop; the rest have torchvision's defaults (color_jitter: all off).
+void parse_image_transform_params(Diagnostics& d, const YamlNode& params, const YamlLoc& at, const std::string& path,
+                                  TransformSpec& t) {
+  switch (t.kind) {
+    case TransformKind::RandomResizedCrop:
+      check_keys(d, params, path, {"size", "scale", "ratio"});
+      require_keys(d, params, at, path, {"size"});
+      get_int(d, params, path, "size", kImageSide, t.size);
+      get_double_pair(d, params, path, "scale", above(0), true, t.crop_scale_min, t.crop_scale_max);
+      get_double_pair(d, params, path, "ratio", above(0), true, t.crop_ratio_min, t.crop_ratio_max);
+      break;
+    case TransformKind::RandomHorizontalFlip:
+      check_keys(d, params, path, {"p"});
+      get_double(d, params, path, "p", closed(0, 1), t.p);
+      break;
+    case TransformKind::ColorJitter:
+      check_keys(d, params, path, {"brightness", "contrast", "saturation", "hue"});
+      get_double(d, params, path, "brightness", at_least(0), t.brightness);
+      get_double(d, params, path, "contrast", at_least(0), t.contrast);
+      get_double(d, params, path, "saturation", at_least(0), t.saturation);
+      get_double(d, params, path, "hue", closed(0, 0.5), t.hue);
+      break;
+    case TransformKind::Resize:
+    case TransformKind::CenterCrop:
+      check_keys(d, params, path, {"size"});
+      require_keys(d, params, at, path, {"size"});
+      get_int(d, params, path, "size", kImageSide, t.size);
+      break;
+    default:
+      break;
+  }
 }
 
 // The parameters of one transform; `at` locates errors about missing keys. Required parameters: pad.padding,
@@ -57,6 +103,13 @@ void parse_transform_params(Diagnostics& d, const YamlNode& params, const YamlLo
       get_double_pair(d, params, path, "scale", open_closed(0, 1), true, t.erase_scale_min, t.erase_scale_max);
       get_double_pair(d, params, path, "ratio", above(0), true, t.ratio_min, t.ratio_max);
       get_double(d, params, path, "value", any_double(), t.value);
+      break;
+    case TransformKind::RandomResizedCrop:
+    case TransformKind::RandomHorizontalFlip:
+    case TransformKind::ColorJitter:
+    case TransformKind::Resize:
+    case TransformKind::CenterCrop:
+      parse_image_transform_params(d, params, at, path, t);
       break;
   }
 }
@@ -147,17 +200,29 @@ void parse_synthetic(Diagnostics& d, const YamlNode& data, SyntheticSpec& out) {
 void parse_data_section(Diagnostics& d, const YamlNode& map, DataSpec& out) {
   const std::string s = "data";
   check_keys(d, map, s,
-             {"dataset", "synthetic", "root", "train_images", "train_labels", "val_images", "val_labels", "batch_size",
+             {"dataset", "synthetic", "root", "train_images", "train_labels", "val_images", "val_labels", "train_path",
+              "val_path", "dts_level", "in_memory", "io_threads", "batch_size",
               "val_batch_size", "workers", "train_subset", "drop_last", "normalization", "train_transforms",
               "val_transforms"});
-  get_enum(d, map, s, "dataset", {DatasetKind::FashionMnist, DatasetKind::Idx, DatasetKind::Synthetic}, out.dataset);
+  get_enum(d, map, s, "dataset",
+           {DatasetKind::FashionMnist, DatasetKind::Idx, DatasetKind::Synthetic, DatasetKind::Dts,
+            DatasetKind::ImageFolder, DatasetKind::Cifar10, DatasetKind::Cifar100},
+           out.dataset);
   parse_synthetic(d, map, out.synthetic);
   get_string(d, map, s, "root", out.root);
   get_string(d, map, s, "train_images", out.train_images);
   get_string(d, map, s, "train_labels", out.train_labels);
   get_string(d, map, s, "val_images", out.val_images);
   get_string(d, map, s, "val_labels", out.val_labels);
-  get_int(d, map, s, "batch_size", int_at_least(1), out.batch_size);
+  get_string(d, map, s, "train_path", out.train_path);
+  get_string(d, map, s, "val_path", out.val_path);
+  get_int(d, map, s, "dts_level", IntRange{0, 16384}, out.dts_level);
+  get_bool(d, map, s, "in_memory", out.in_memory);
+  get_int(d, map, s, "io_threads", IntRange{1, 64}, out.io_threads);
+  const bool paths = out.dataset == DatasetKind::Dts || out.dataset == DatasetKind::ImageFolder;
+  if (paths && (out.train_path.empty() || out.val_path.empty()))
+    d.error(ErrCode::Missing, map.loc, "'data': dataset " + std::string(to_string(out.dataset)) +
+                                           " needs train_path and val_path");  get_int(d, map, s, "batch_size", int_at_least(1), out.batch_size);
   get_int(d, map, s, "val_batch_size", int_at_least(0), out.val_batch_size);
   get_int(d, map, s, "workers", int_at_least(1), out.workers);
   get_int64(d, map, s, "train_subset", IntRange{0, std::numeric_limits<int64_t>::max()}, out.train_subset);

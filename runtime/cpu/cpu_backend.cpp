@@ -58,7 +58,8 @@ class CpuBackend final : public Backend {
     return b;
   }
 
-  Status load_batch(int program, int slot, const float* x, const int32_t* y, int64_t n) override {
+  Status load_batch(int program, int slot, const void* xv, const int32_t* y, int64_t n) override {
+    const float* x = static_cast<const float*>(xv);  // host_input_dtype() is F32
     const Program& p = c_.graph.programs[program];
     if (n != p.batch)
       return Error{ErrCode::Internal, "cpu backend", "batch of " + std::to_string(n) + " for program " + p.name};

@@ -66,6 +66,17 @@ OpKind gemm_role(const Node& n) {
 CudaBackend::~CudaBackend() {
   for (cudaGraphExec_t e : exec_)
     if (e) TRCTL_CUDA_WARN(cudaGraphExecDestroy(e));
+  for (auto& pair : fed_exec_)
+    for (cudaGraphExec_t e : pair)
+      if (e) TRCTL_CUDA_WARN(cudaGraphExecDestroy(e));
+  if (copy_stream_) {
+    TRCTL_CUDA_WARN(cudaStreamSynchronize(copy_stream_));
+    for (int k = 0; k < 2; ++k) {
+      TRCTL_CUDA_WARN(cudaEventDestroy(copy_done_[k]));
+      TRCTL_CUDA_WARN(cudaEventDestroy(step_done_[k]));
+    }
+    TRCTL_CUDA_WARN(cudaStreamDestroy(copy_stream_));
+  }
   gemm_.clear();
   for (void* p : scratch_) TRCTL_CUDA_WARN(cudaFree(p));
   for (const ReluFusion& rf : relu_fusions_) TRCTL_CUDA_WARN(cudaFree(rf.mask));
@@ -492,6 +503,13 @@ Status CudaBackend::lower_optimizer(std::vector<Launch>& out) {
 // The step's first launch: gather the program's batch from the resident split and transform it.
 Result<Launch> CudaBackend::batch_fetch(int program) {
   const Program& p = c_.graph.programs[program];
+  if (fed_) {  // the batch is already in the input slot (load_batch): only the step's bookkeeping
+    StepBookkeeping book;
+    if (p.kind == ProgramKind::Train) book.step = &state()->step;
+    if (p.kind == ProgramKind::Train && scaled()) book.clear = &state()->scaler.found_inf;
+    const cudaStream_t s = ctx_.stream;
+    return Launch([s, book] { return step_bookkeeping_cuda(s, book); });
+  }
   const DataSplit split = p.kind == ProgramKind::Train ? DataSplit::Train : DataSplit::Val;
   const SplitData& sd = split_[static_cast<int>(split)];
   if (!sd.uploaded) return Error{ErrCode::Internal, "cuda backend", "program " + p.name + " run before its data"};
@@ -525,8 +543,12 @@ Result<std::vector<Launch>> CudaBackend::lower(int program) {
   return out;
 }
 
-Status CudaBackend::capture(int program) {
+Status CudaBackend::capture(int program) { return capture_into(program, 0, &exec_[program]); }
+
+Status CudaBackend::capture_into(int program, int slot, cudaGraphExec_t* exec) {
+  input_slot_ = slot;  // at() of Inputs values resolves to this slot while the step is lowered
   Result<std::vector<Launch>> ops = lower(program);
+  input_slot_ = 0;
   if (!ops.ok()) return ops.errors();
   // cuDNN loads its kernels on first use, which must not happen inside a capture: run those calls once first
   // (they write only activations and gradients, which every step overwrites).
@@ -549,13 +571,71 @@ Status CudaBackend::capture(int program) {
     return st;
   }
   TRCTL_CUDA_TRY(end);
-  const cudaError_t inst = cudaGraphInstantiate(&exec_[program], graph, 0);
+  const cudaError_t inst = cudaGraphInstantiate(exec, graph, 0);
   TRCTL_CUDA_WARN(cudaGraphDestroy(graph));
   TRCTL_CUDA_TRY(inst);
   return ok_status();
 }
 
+OutDType CudaBackend::host_input_dtype() const {
+  return amp_ == Precision::Fp16 ? OutDType::F16 : amp_ == Precision::Bf16 ? OutDType::BF16 : OutDType::F32;
+}
+
+void* CudaBackend::host_alloc(size_t bytes) {
+  void* p = nullptr;
+  return cudaHostAlloc(&p, bytes, cudaHostAllocDefault) == cudaSuccess ? p : nullptr;
+}
+
+void CudaBackend::host_free(void* p) { TRCTL_CUDA_WARN(cudaFreeHost(p)); }
+
+Status CudaBackend::load_batch(int program, int slot, const void* x, const int32_t* y, int64_t n) {
+  const Program& p = c_.graph.programs[program];
+  if (n != p.batch || slot < 0 || slot > 1)
+    return Error{ErrCode::Internal, "cuda backend", "batch of " + std::to_string(n) + " in slot " + std::to_string(slot) +
+                                                        " for program " + p.name};
+  if (!copy_stream_) {
+    TRCTL_CUDA_TRY(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    for (int k = 0; k < 2; ++k) {
+      TRCTL_CUDA_TRY(cudaEventCreateWithFlags(&copy_done_[k], cudaEventDisableTiming));
+      TRCTL_CUDA_TRY(cudaEventCreateWithFlags(&step_done_[k], cudaEventDisableTiming));
+    }
+    fed_exec_.assign(c_.graph.programs.size(), {nullptr, nullptr});
+  }
+  fed_ = true;
+  const size_t elem = act_type() == GpuDType::F32 ? 4 : 2;
+  const size_t bytes = static_cast<size_t>(c_.graph.values[p.input].shape.numel()) * elem;
+  input_slot_ = slot;
+  char* dx = at(p.input);
+  char* dy = at(p.label);
+  input_slot_ = 0;
+  // The slot's previous step must have read it; the step before this one may still run meanwhile.
+  TRCTL_CUDA_TRY(cudaStreamWaitEvent(copy_stream_, step_done_[slot], 0));
+  TRCTL_CUDA_TRY(cudaMemcpyAsync(dx, x, bytes, cudaMemcpyHostToDevice, copy_stream_));
+  TRCTL_CUDA_TRY(cudaMemcpyAsync(dy, y, static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, copy_stream_));
+  TRCTL_CUDA_TRY(cudaEventRecord(copy_done_[slot], copy_stream_));
+  // The caller reuses its (pinned) buffer after this returns: wait for the copy only, not for the GPU's step.
+  TRCTL_CUDA_TRY(cudaEventSynchronize(copy_done_[slot]));
+  return ok_status();
+}
+
+Status CudaBackend::run(int program, int slot) {
+  if (!fed_ || slot < 0 || slot > 1)
+    return Error{ErrCode::Internal, "cuda backend", "run() of a host-fed step before its load_batch"};
+  cudaGraphExec_t& e = fed_exec_[program][slot];
+  if (!e) {
+    Status st = capture_into(program, slot, &e);
+    if (!st.ok()) return st;
+  }
+  TRCTL_CUDA_TRY(cudaStreamWaitEvent(ctx_.stream, copy_done_[slot], 0));
+  TRCTL_CUDA_TRY(cudaGraphLaunch(e, ctx_.stream));
+  TRCTL_CUDA_TRY(cudaEventRecord(step_done_[slot], ctx_.stream));
+  ++runs_[program];
+  if (c_.graph.programs[program].kind == ProgramKind::Train) ++step_;
+  return ok_status();
+}
+
 Status CudaBackend::run_resident(int program, DataSplit) {
+  if (fed_) return Error{ErrCode::Internal, "cuda backend", "a resident step after host-fed ones"};
   if (!exec_[program]) {
     Status st = capture(program);
     if (!st.ok()) return st;

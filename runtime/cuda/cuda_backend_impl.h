@@ -56,14 +56,16 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   Status write_region(Region r, const std::vector<std::byte>& bytes) override;
   std::vector<std::byte> read_region(Region r) override;
-  Status load_batch(int, int, const float*, const int32_t*, int64_t) override {
-    return Error{ErrCode::NotSupported, "cuda backend",
-                 "host-fed batches are not supported yet on the CUDA backend (device-resident datasets only)"};
-  }
+  // Host-fed steps (datasets streamed from disk): load_batch copies a pinned batch into input slot A or B on a
+  // copy stream while the previous step runs; run() replays that slot's captured graph once the copy is done.
+  Status load_batch(int program, int slot, const void* x, const int32_t* y, int64_t n) override;
+  OutDType host_input_dtype() const override;
+  void* host_alloc(size_t bytes) override;
+  void host_free(void* p) override;
   void set_lr(double lr) override;
   int64_t step() const override { return step_; }
   void set_step(int64_t s) override;
-  Status run(int, int) override { return load_batch(0, 0, nullptr, nullptr, 0); }
+  Status run(int program, int slot) override;
   double last_loss(int program) override;
   ProgramMetrics metrics(int program) override;
   void reset_metrics() override;
@@ -81,7 +83,8 @@ class CudaBackend final : public Backend {
  private:
   char* at(ValueId v) const {
     const Placement& p = c_.plan.values[v];
-    return region_[static_cast<int>(p.region)] + p.offset;
+    const int64_t slot = p.region == Region::Inputs ? input_slot_ * c_.plan.input_slot_bytes : 0;
+    return region_[static_cast<int>(p.region)] + p.offset + slot;
   }
   GpuDType act_type() const { return amp_ == Precision::Fp16 ? GpuDType::F16 : amp_ == Precision::Bf16 ? GpuDType::BF16 : GpuDType::F32; }
   bool lowp() const { return amp_ == Precision::Fp16 || amp_ == Precision::Bf16; }
@@ -108,6 +111,7 @@ class CudaBackend final : public Backend {
   Status lower_conv_node(const Node& n, std::vector<Launch>& out);
   Status lower_batch_norm_node(const Node& n, std::vector<Launch>& out);
   Status capture(int program);
+  Status capture_into(int program, int slot, cudaGraphExec_t* exec);
 
   const Compiled& c_;
   uint64_t seed_;
@@ -153,6 +157,12 @@ class CudaBackend final : public Backend {
   int64_t pad_x_elems_ = 0, pad_w_elems_ = 0;                     // AMP: a conv weight gradient in the activation dtype, before its cast
   std::vector<Launch> warm_;                    // cuDNN calls run once before capture (module loading)
   std::vector<cudaGraphExec_t> exec_;
+  // Host-fed steps: one graph per (program, input slot), a copy stream and its events.
+  bool fed_ = false;
+  int input_slot_ = 0;  // the Inputs slot at() resolves to (0 except while a host-fed slot is lowered)
+  std::vector<std::array<cudaGraphExec_t, 2>> fed_exec_;
+  cudaStream_t copy_stream_ = nullptr;
+  cudaEvent_t copy_done_[2] = {}, step_done_[2] = {};
   std::vector<int64_t> runs_;
   SplitData split_[2];
   int64_t step_ = 0;

@@ -12,6 +12,7 @@
 #include "core/ckpt/checkpoint.h"
 #include "core/compiler.h"
 #include "dataio/loader.h"
+#include "runtime/train/train_data.h"
 #include "runtime/backend.h"
 #include "runtime/train/run_outputs.h"
 
@@ -20,46 +21,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// An empty transform list means "normalize only".
-std::vector<TransformSpec> with_default(std::vector<TransformSpec> t) {
-  if (t.empty()) t.push_back(TransformSpec{});  // kind defaults to Normalize
-  return t;
-}
-
-struct Data {
-  ImageDataset train, val;
-  TransformPipeline train_tf, val_tf;
-};
-
-Result<Data> data_prepare(const Spec& spec) {
-  Data d;
-  Result<ImageDataset> tr = dataset_load(spec.data, true);
-  if (!tr.ok()) return tr.errors();
-  Result<ImageDataset> va = dataset_load(spec.data, false);
-  if (!va.ok()) return va.errors();
-  d.train = std::move(tr.value());
-  d.val = std::move(va.value());
-  if (d.train.h != d.val.h || d.train.w != d.val.w || d.train.c != d.val.c)
-    return Error{ErrCode::Invalid, d.val.source, "validation images differ in size from the training images"};
-  auto tt = transforms_build(with_default(spec.data.train_transforms), spec.data.mean, spec.data.std, d.train.h,
-                             d.train.w, d.train.c, spec.source);
-  if (!tt.ok()) return tt.errors();
-  auto vt = transforms_build(with_default(spec.data.val_transforms), spec.data.mean, spec.data.std, d.val.h,
-                             d.val.w, d.val.c, spec.source);
-  if (!vt.ok()) return vt.errors();
-  if (tt->out_h != vt->out_h || tt->out_w != vt->out_w)
-    return Error{ErrCode::Invalid, spec.source,
-                 "train_transforms and val_transforms produce different image sizes"};
-  d.train_tf = std::move(tt.value());
-  d.val_tf = std::move(vt.value());
-  return d;
-}
-
-DataShape shape_of(const Data& d) {
-  return DataShape{d.train_tf.out_h, d.train_tf.out_w, d.train.c, std::max(d.train.num_classes, d.val.num_classes),
-                   d.train.n, d.val.n};
-}
 
 int program_index(const Compiled& c, const std::string& name) {
   for (size_t i = 0; i < c.graph.programs.size(); ++i)
@@ -93,17 +54,23 @@ using StepControl = std::function<bool(int64_t, int64_t)>;
 
 // Runs every batch of one epoch through the program matching its size, after skipping the first `skip` (a run
 // resumed mid-epoch); returns images processed.
-Result<int64_t> run_epoch(Backend& be, const Compiled& c, Loader& loader, bool train, int epoch, double lr,
+Result<int64_t> run_epoch(Backend& be, const Compiled& c, HostFeed& loader, bool train, int epoch, double lr,
                           RunOutputs& out, const StepControl& on_step, Clock::time_point t_run, int64_t skip = 0) {
   const int full = program_index(c, train ? "train" : "eval");
   const int last = program_index(c, train ? "train_last" : "eval_last");
-  BatchView b;
+  HostBatch b;
   int64_t images = 0, i = 0;
   const int64_t total = loader.batches_per_epoch();
   StepLog log{be, c, out, train, epoch, lr, t_run};
-  for (; i < skip && loader.next(&b); ++i) {
+  for (; i < skip; ++i) {
+    Result<bool> more = loader.next(&b);
+    if (!more.ok()) return more.errors();
+    if (!more.value()) break;
   }
-  while (loader.next(&b)) {
+  for (;;) {
+    Result<bool> more = loader.next(&b);
+    if (!more.ok()) return more.errors();
+    if (!more.value()) break;
     int prog = (full >= 0 && b.size == c.graph.programs[full].batch) ? full : last;
     if (prog < 0) return Error{ErrCode::Internal, "trainer", "no program for a batch of " + std::to_string(b.size)};
     const int slot = static_cast<int>(i % 2);
@@ -146,7 +113,7 @@ Result<int64_t> run_epoch_resident(Backend& be, const Compiled& c, DataSplit spl
 }
 
 // Validation of epoch e (with the EMA weights when train.eval_ema), its metrics left in the eval programs.
-Status validate_epoch(Backend& be, const Compiled& c, const Spec& spec, const Data& d, bool resident, Loader* loader,
+Status validate_epoch(Backend& be, const Compiled& c, const Spec& spec, const Data& d, bool resident, HostFeed* loader,
                       int e, double lr, RunOutputs& out, Clock::time_point t_run) {
   const bool ema_eval = spec.train.ema_decay > 0 && spec.train.eval_ema;
   if (ema_eval) {
@@ -155,7 +122,7 @@ Status validate_epoch(Backend& be, const Compiled& c, const Spec& spec, const Da
   }
   Result<int64_t> images = int64_t{0};
   if (resident) {
-    images = run_epoch_resident(be, c, DataSplit::Val, d.val.n, false, e, lr, out, {}, t_run);
+    images = run_epoch_resident(be, c, DataSplit::Val, d.val_n, false, e, lr, out, {}, t_run);
   } else {
     loader->start_epoch(static_cast<uint32_t>(e));
     images = run_epoch(be, c, *loader, false, e, lr, out, {}, t_run);
@@ -375,14 +342,14 @@ Result<EvalResult> eval_run(const Spec& spec, const TrainOptions& opt, const std
   be.reset_metrics();
   RunOutputs none;  // validation writes no step records
   Result<int64_t> images = int64_t{0};
-  if (be.resident_data()) {
+  if (be.resident_data() && !d.streamed) {
     if (!(st = upload_data(be, d)).ok()) return st.errors();
-    images = run_epoch_resident(be, c, DataSplit::Val, d.val.n, false, 1, 0, none, {}, Clock::now());
+    images = run_epoch_resident(be, c, DataSplit::Val, d.val_n, false, 1, 0, none, {}, Clock::now());
   } else {
-    const int vb = spec.data.val_batch_size > 0 ? spec.data.val_batch_size : spec.data.batch_size;
-    Loader loader(d.val, d.val_tf, LoaderOptions{vb, false, false, spec.seed, spec.data.workers});
-    loader.start_epoch(1);
-    images = run_epoch(be, c, loader, false, 1, 0, none, {}, Clock::now());
+    Result<std::unique_ptr<HostFeed>> loader = HostFeed::make(spec, d, false, be);
+    if (!loader.ok()) return loader.errors();
+    loader.value()->start_epoch(1);
+    images = run_epoch(be, c, *loader.value(), false, 1, 0, none, {}, Clock::now());
   }
   if (!images.ok()) return images.errors();
   EvalResult r;
@@ -402,6 +369,9 @@ Result<StepProfile> train_profile(const Spec& spec, const TrainOptions& opt, int
   const Data& d = setup->data;
   const Compiled& c = *setup->compiled;
   Backend& b = *setup->backend;
+  if (d.streamed)
+    return Error{ErrCode::NotSupported, spec.source,
+                 "per-layer timing of a streamed dataset (dts, image_folder): time the same model with dataset: synthetic"};
   Status st = b.write_region(Region::Weights, params_init(c, spec.seed));
   if (st.ok()) st = b.write_region(Region::Buffers, buffers_init(c));
   if (st.ok()) st = upload_data(b, d);
@@ -446,23 +416,24 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     if (st.ok()) st = out.write_file("plan.txt", compiled_dump(c, "memplan"));
     if (!st.ok()) return st.errors();
   }
-  log.info("backend {}; {} train / {} val samples; {} parameters; plan {:.1f} MiB{}", be->name(), d.train.n,
-           d.val.n, c.plan.weights_bytes / 4, c.plan.total_bytes() / 1048576.0,
+  log.info("backend {}; {} train / {} val samples; {} parameters; plan {:.1f} MiB{}", be->name(), d.train_n,
+           d.val_n, c.plan.weights_bytes / 4, c.plan.total_bytes() / 1048576.0,
            res.run_dir.empty() ? "" : "; run dir " + res.run_dir);
 
-  LoaderOptions lt{spec.data.batch_size, true, spec.data.drop_last, spec.seed, spec.data.workers};
-  const int vb = spec.data.val_batch_size > 0 ? spec.data.val_batch_size : spec.data.batch_size;
-  LoaderOptions lv{vb, false, false, spec.seed, spec.data.workers};
-  const bool resident = be->resident_data();
+  const bool resident = be->resident_data() && !d.streamed;
   if (resident) {
     if (!(st = upload_data(*be, d)).ok()) return st.errors();
   }
   if (std::string mem = be->memory_report(); !mem.empty()) log.info("{}", mem);
-  // Host loaders only when the backend is fed from the host (their threads start on construction).
-  std::unique_ptr<Loader> train_loader, val_loader;
+  // Host feeds only when the backend is fed from the host (their threads start on construction).
+  std::unique_ptr<HostFeed> train_loader, val_loader;
   if (!resident) {
-    train_loader = std::make_unique<Loader>(d.train, d.train_tf, lt);
-    val_loader = std::make_unique<Loader>(d.val, d.val_tf, lv);
+    Result<std::unique_ptr<HostFeed>> tl = HostFeed::make(spec, d, true, *be);
+    if (!tl.ok()) return tl.errors();
+    Result<std::unique_ptr<HostFeed>> vl = HostFeed::make(spec, d, false, *be);
+    if (!vl.ok()) return vl.errors();
+    train_loader = std::move(tl.value());
+    val_loader = std::move(vl.value());
   }
 
   double best_top1 = -1;  // keep_best: the best of the epochs this run directory saw (a resumed run has its own)
@@ -488,7 +459,7 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     const int64_t skip_now = e == first_epoch ? skip : 0;
     if (resident) {
       if (skip_now > 0) return Error{ErrCode::NotSupported, opt.resume, "mid-epoch resume on a resident backend"};
-      imgs = run_epoch_resident(*be, c, DataSplit::Train, d.train.n, true, e, lr, out, progress, t_run);
+      imgs = run_epoch_resident(*be, c, DataSplit::Train, d.train_n, true, e, lr, out, progress, t_run);
     } else {
       train_loader->start_epoch(static_cast<uint32_t>(e));
       imgs = run_epoch(*be, c, *train_loader, true, e, lr, out, progress, t_run, skip_now);

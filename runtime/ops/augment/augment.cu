@@ -80,7 +80,7 @@ __global__ void augment_kernel(GpuPipeline p, ResidentSplit split, uint64_t seed
 }
 
 __global__ void cursor_advance_kernel(uint32_t* cursor, uint32_t delta, StepBookkeeping book) {
-  *cursor += delta;
+  if (cursor) *cursor += delta;
   if (book.step) *book.step += 1;
   if (book.clear) *book.clear = 0;
 }
@@ -130,6 +130,11 @@ Status augment_batch_cuda(cudaStream_t stream, const GpuPipeline& p, const Resid
   Status st = TRCTL_CUDA_LAUNCH_STATUS("augment_kernel");
   if (!st.ok()) return st;
   cursor_advance_kernel<<<1, 1, 0, stream>>>(split.cursor, static_cast<uint32_t>(batch), book);
+  return TRCTL_CUDA_LAUNCH_STATUS("cursor_advance_kernel");
+}
+
+Status step_bookkeeping_cuda(cudaStream_t stream, const StepBookkeeping& book) {
+  cursor_advance_kernel<<<1, 1, 0, stream>>>(nullptr, 0, book);
   return TRCTL_CUDA_LAUNCH_STATUS("cursor_advance_kernel");
 }
 

@@ -50,4 +50,7 @@ struct StepBookkeeping {
 Status augment_batch_cuda(cudaStream_t stream, const GpuPipeline& p, const ResidentSplit& split, uint64_t seed,
                           int64_t batch, void* x, GpuDType x_type, int32_t* y, const StepBookkeeping& book = {});
 
+// The same bookkeeping alone, for a step whose batch the host copied into the input slot (load_batch).
+Status step_bookkeeping_cuda(cudaStream_t stream, const StepBookkeeping& book);
+
 }  // namespace trctl
