@@ -139,6 +139,7 @@ int cmd_train(const SpecArgs& a, bool print_config, const std::string& resume) {
   return 0;
 }
 
+#if defined(TRCTL_HAVE_CUDA)
 Status write_text(const std::string& path, const std::string& text) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) return Error{ErrCode::Io, path, "cannot write"};
@@ -146,6 +147,7 @@ Status write_text(const std::string& path, const std::string& text) {
   if (std::fclose(f) != 0 || !ok) return Error{ErrCode::Io, path, "write failed"};
   return ok_status();
 }
+#endif
 
 // trctl bench CFG --layers | --autotune: per-node timing of the train step, or the cuDNN algorithm search whose
 // results later runs read from the cache file.

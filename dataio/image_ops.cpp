@@ -16,7 +16,9 @@ uint16_t float_to_half_bits(float f) {
   uint32_t x = 0;
   std::memcpy(&x, &f, sizeof(x));
   const uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7FFFFFFFu;
-  if (ax >= 0x7F800000u) return static_cast<uint16_t>(sign | 0x7C00u | (ax > 0x7F800000u ? 0x200u | ((ax >> 13) & 0x3FFu) : 0));
+  if (ax >= 0x7F800000u) {  // inf, or NaN kept quiet with its top payload bits
+    return static_cast<uint16_t>(sign | 0x7C00u | (ax > 0x7F800000u ? 0x200u | ((ax >> 13) & 0x3FFu) : 0u));
+  }
   const int e = int(ax >> 23) - 127 + 15;  // the half's biased exponent
   if (e >= 31) return static_cast<uint16_t>(sign | 0x7C00u);
   uint32_t mant = (ax & 0x7FFFFFu) | 0x800000u;  // 24 significant bits
@@ -26,6 +28,14 @@ uint16_t float_to_half_bits(float f) {
   if (e >= 1) half = (uint32_t(e) << 10) | (half & 0x3FFu);
   if (rest > mid || (rest == mid && (half & 1u))) ++half;  // a carry rolls into the exponent (up to inf) exactly
   return static_cast<uint16_t>(sign | half);
+}
+
+uint16_t float_to_bf16_bits(float f) {
+  uint32_t x = 0;
+  std::memcpy(&x, &f, sizeof(x));
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
+  x += 0x7FFFu + ((x >> 16) & 1u);  // round to nearest even (overflow rounds to inf, as it should)
+  return static_cast<uint16_t>(x >> 16);
 }
 
 float half_bits_to_float(uint16_t h) {
@@ -72,7 +82,7 @@ int precompute_coeffs(int in_size, float in0, float in1, int out_size, ResizeScr
   const int ksize = int(std::ceil(support)) * 2 + 1;
   bounds.resize(size_t(out_size) * 2);
   kk.resize(size_t(out_size) * size_t(ksize));
-  s.w.resize(size_t(ksize));
+  s.weights.resize(size_t(ksize));
   for (int xx = 0; xx < out_size; ++xx) {
     const double center = in0 + (xx + 0.5) * scale;
     const double ss = 1.0 / filterscale;
@@ -82,12 +92,12 @@ int precompute_coeffs(int in_size, float in0, float in1, int out_size, ResizeScr
     xmax = std::max(0, std::min(xmax, ksize));
     double ww = 0.0;
     for (int x = 0; x < xmax; ++x) {
-      s.w[size_t(x)] = bilinear_filter((x + xmin - center + 0.5) * ss);
-      ww += s.w[size_t(x)];
+      s.weights[size_t(x)] = bilinear_filter((x + xmin - center + 0.5) * ss);
+      ww += s.weights[size_t(x)];
     }
     int32_t* k = &kk[size_t(xx) * size_t(ksize)];
     for (int x = 0; x < ksize; ++x) {
-      double v = x < xmax ? (ww != 0.0 ? s.w[size_t(x)] / ww : s.w[size_t(x)]) : 0.0;
+      double v = x < xmax ? (ww != 0.0 ? s.weights[size_t(x)] / ww : s.weights[size_t(x)]) : 0.0;
       k[x] = int32_t(v < 0 ? -0.5 + v * (1 << kPrecisionBits) : 0.5 + v * (1 << kPrecisionBits));
     }
     bounds[size_t(xx) * 2] = xmin;
@@ -174,8 +184,8 @@ void resize_region_u8(const ImageView& src, float x0, float y0, float x1, float 
   } else if (need_v) {
     resample_vertical(src.data, src.stride, s.by.data(), s.ky.data(), ksize_v, dh, dw * c, dst, s.acc);
   } else {
-    for (int y = 0; y < dh; ++y) std::memcpy(dst + size_t(y) * size_t(dw) * size_t(c), src.data + size_t(y) * src.stride,
-                                             size_t(dw) * size_t(c));
+    const size_t row = size_t(dw) * size_t(c);
+    for (int y = 0; y < dh; ++y) std::memcpy(dst + size_t(y) * row, src.data + size_t(y) * src.stride, row);
   }
 }
 

@@ -16,11 +16,13 @@
 
 namespace trctl {
 
-enum class OutDType { F32, F16 };
+enum class OutDType { F32, F16, BF16 };  // BF16: for bf16 AMP input slots
 
 // IEEE binary16 bits of f, rounded to nearest, ties to even; beyond the largest half (65504 + half an ulp) it is
 // +-inf; NaN stays a (quiet) NaN with its sign; results below 2^-14 are subnormal, below 2^-25 zero.
 uint16_t float_to_half_bits(float f);
+// bfloat16 bits of f: the top 16 bits rounded to nearest, ties to even; NaN stays a quiet NaN with its sign.
+uint16_t float_to_bf16_bits(float f);
 float half_bits_to_float(uint16_t h);  // exact
 
 // A u8 HWC image read in place; rows are `stride` bytes apart, so a crop is a view of its source.
@@ -35,7 +37,7 @@ struct ImageView {
 struct ResizeScratch {
   std::vector<int32_t> kx, ky;  // fixed-point weights, (out size, ksize)
   std::vector<int32_t> bx, by;  // per output pixel: first source pixel, number of taps
-  std::vector<double> w;        // one output pixel's weights before fixed point
+  std::vector<double> weights;  // one output pixel's weights before fixed point
   std::vector<uint8_t> rows;    // the horizontal pass's output, (used source rows, dw, c)
   std::vector<int32_t> acc;     // one output row of vertical sums
 };
@@ -44,8 +46,9 @@ struct ResizeScratch {
 // vertical pass, each through u8; a triangle filter whose support grows with the downscale factor
 // (antialiasing); per output pixel i: center = x0 + (i + 0.5) * scale, taps [int(center - support + 0.5),
 // int(center + support + 0.5)) clipped to the source, weights normalized, then rounded to 22-bit fixed point; a
-// pass is skipped when its axis is unchanged. Bit-exact with PIL. Source pixels outside `src` are never read, so
-// a crop passed as a view behaves as PIL's crop-then-resize. dst: (dh, dw, src.c) u8, contiguous.
+// pass is skipped when its axis is unchanged. PIL's arithmetic step by step, so the same bits. Source pixels
+// outside `src` are never read: a crop passed as a view behaves as PIL's crop-then-resize.
+// dst: (dh, dw, src.c) u8, contiguous.
 void resize_region_u8(const ImageView& src, float x0, float y0, float x1, float y1, uint8_t* dst, int dh, int dw,
                       ResizeScratch& scratch);
 
@@ -88,6 +91,7 @@ struct ImagePipeline {
   int tail_from = 0;             // steps from here on touch no geometry: their flips join the fused tail
   std::vector<float> lut_f32;    // (c, 256): normalize of each u8 value, as torchvision ToTensor + Normalize
   std::vector<uint16_t> lut_f16; // the same as fp16 bits
+  std::vector<uint16_t> lut_bf16;  // and as bf16 bits
 };
 
 // Validates the list for variable-size inputs, all errors at once naming `where`: the output size must be fixed
@@ -117,7 +121,8 @@ struct ImageStepParams {
 //                           saturation: uniform_range(max(0, 1-x), 1+x); hue: uniform_range(-hue, hue)
 //   random_erasing          as in dataio/transforms.h, on the out_h x out_w image
 //   resize, center_crop, normalize: none
-// Every listed draw is taken even when its range is a single value. H, W: the size each step receives.
+// Apart from color_jitter's zero components, every listed draw is taken even when its outcome is certain (p = 0
+// or 1, a single-value range). H, W: the size each step receives.
 void image_pipeline_draw(const ImagePipeline& p, int h, int w, uint64_t seed, uint32_t epoch, uint32_t sample_index,
                          std::vector<ImageStepParams>* out);
 

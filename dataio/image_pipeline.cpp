@@ -40,7 +40,7 @@ void check_image_step(const TransformSpec& s, int c, std::vector<std::string>* m
       break;
     case TransformKind::ColorJitter:
       for (double v : {s.brightness, s.contrast, s.saturation}) {
-        if (!(v >= 0 && std::isfinite(v))) msgs->push_back("brightness, contrast and saturation must be finite and >= 0");
+        if (!(v >= 0 && std::isfinite(v))) msgs->push_back("brightness, contrast, saturation must be finite, >= 0");
       }
       if (!(s.hue >= 0 && s.hue <= 0.5)) msgs->push_back("hue must be in [0, 0.5]");
       if (c != 3) msgs->push_back("needs 3-channel (RGB) images, the pipeline has " + std::to_string(c));
@@ -147,11 +147,13 @@ Result<ImagePipeline> image_pipeline_build(const std::vector<TransformSpec>& ste
   if (!errs.empty()) return errs;
   p.lut_f32.resize(size_t(c) * 256);
   p.lut_f16.resize(size_t(c) * 256);
+  p.lut_bf16.resize(size_t(c) * 256);
   for (int ch = 0; ch < c; ++ch) {
     for (int v = 0; v < 256; ++v) {
       const float f = normalize_u8(uint8_t(v), p.mean[size_t(ch)], p.std[size_t(ch)]);
       p.lut_f32[size_t(ch) * 256 + size_t(v)] = f;
       p.lut_f16[size_t(ch) * 256 + size_t(v)] = float_to_half_bits(f);
+      p.lut_bf16[size_t(ch) * 256 + size_t(v)] = float_to_bf16_bits(f);
     }
   }
   return p;
@@ -384,7 +386,8 @@ Status image_pipeline_apply(const ImagePipeline& p, ImageScratch& s, const uint8
                             bool is_jpeg, int h, int w, int c, uint64_t seed, uint32_t epoch, uint32_t sample_index,
                             OutDType dt, void* dst, const std::string& where) {
   if (!dst || p.steps.empty() || p.out_h < 1 || p.lut_f32.size() != size_t(p.c) * 256) {
-    return Error{ErrCode::Invalid, where, "image transforms: no output buffer or a pipeline not from image_pipeline_build"};
+    return Error{ErrCode::Invalid, where,
+                 "image transforms: no output buffer, or a pipeline not made by image_pipeline_build"};
   }
   Current cur;
   int stored_h = h, stored_w = w;
@@ -419,9 +422,12 @@ Status image_pipeline_apply(const ImagePipeline& p, ImageScratch& s, const uint8
   if (dt == OutDType::F32) {
     write_output<float>(p, s.params, cur.v, tail_flip, p.lut_f32.data(), [](double v) { return float(v); },
                         static_cast<float*>(dst));
-  } else {
+  } else if (dt == OutDType::F16) {
     write_output<uint16_t>(p, s.params, cur.v, tail_flip, p.lut_f16.data(),
                            [](double v) { return float_to_half_bits(float(v)); }, static_cast<uint16_t*>(dst));
+  } else {
+    write_output<uint16_t>(p, s.params, cur.v, tail_flip, p.lut_bf16.data(),
+                           [](double v) { return float_to_bf16_bits(float(v)); }, static_cast<uint16_t*>(dst));
   }
   return ok_status();
 }

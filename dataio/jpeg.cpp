@@ -52,6 +52,17 @@ JpegScale canonical_scale(int width, int height, tjscalingfactor f) {
   return best;
 }
 
+// Whether s is one of TurboJPEG's factors <= 1 (as a fraction: 2/4 counts as 1/2).
+bool is_scaling_factor(JpegScale s) {
+  int n = 0;
+  const tjscalingfactor* all = tjGetScalingFactors(&n);
+  if (s.num < 1 || s.denom < 1 || s.num > s.denom) return false;
+  for (int i = 0; all && i < n; ++i) {
+    if (int64_t(all[i].num) * s.denom == int64_t(s.num) * all[i].denom) return true;
+  }
+  return false;
+}
+
 // The smallest factor <= 1 for which fits(factor) holds (1/1 when none).
 template <class Fits>
 JpegScale smallest_scale(int width, int height, Fits fits) {
@@ -117,11 +128,22 @@ JpegCodec& JpegCodec::operator=(JpegCodec&& other) noexcept {
   return *this;
 }
 
+// TurboJPEG 2.1 leaves a decompressor mid-stream after a failed header read (tjDecompressHeader3 does not abort
+// it), so the next image's header parse fails ("Bogus Huffman table definition", found by tests/data/fuzz_test):
+// after any failure the handle is replaced by a fresh one.
+void JpegCodec::reset_decoder() {
+  if (dec_) tjDestroy(dec_);
+  dec_ = tjInitDecompress();
+}
+
 Result<JpegInfo> JpegCodec::probe(const uint8_t* data, size_t size, const std::string& where) {
   JpegInfo info;
   int colorspace = 0;
   Status st = read_header(dec_, data, size, where, &info.width, &info.height, &colorspace);
-  if (!st.ok()) return st.errors();
+  if (!st.ok()) {
+    reset_decoder();
+    return st.errors();
+  }
   info.channels = colorspace == TJCS_GRAY ? 1 : 3;
   return info;
 }
@@ -130,7 +152,10 @@ Status JpegCodec::decode(const uint8_t* data, size_t size, int channels, int min
                          const std::string& where) {
   int w = 0, h = 0, colorspace = 0;
   Status st = read_header(dec_, data, size, where, &w, &h, &colorspace);
-  if (!st.ok()) return st;
+  if (!st.ok()) {
+    reset_decoder();
+    return st;
+  }
   JpegScale scale;
   if (min_w > 0 || min_h > 0) {
     scale = smallest_scale(w, h, [&](const tjscalingfactor& g) {
@@ -147,8 +172,10 @@ Status JpegCodec::run_decompress(const uint8_t* data, size_t size, uint8_t* dst,
   const int flags = TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS;
   if (tjDecompress2(dec_, data, static_cast<unsigned long>(size), dst, sw, 0, sh, pixel_format, flags) != 0) {
     const bool warning = tjGetErrorCode(dec_) == TJERR_WARNING;
-    return format_error(where, std::string("corrupt JPEG data (") + (warning ? "warning" : "error") +
-                                   "): " + tjGetErrorStr2(dec_));
+    const Error e = format_error(where, std::string("corrupt JPEG data (") + (warning ? "warning" : "error") +
+                                            "): " + tjGetErrorStr2(dec_));
+    reset_decoder();
+    return e;
   }
   return ok_status();
 }
@@ -160,8 +187,16 @@ Status JpegCodec::decode_scaled(const uint8_t* data, size_t size, int channels, 
   }
   int w = 0, h = 0, colorspace = 0;
   Status st = read_header(dec_, data, size, where, &w, &h, &colorspace);
-  if (!st.ok()) return st;
-  if (scale.num < 1 || scale.denom < 1 || scale.num > scale.denom) scale = JpegScale{};
+  if (!st.ok()) {
+    reset_decoder();
+    return st;
+  }
+  if (!is_scaling_factor(scale)) {
+    return Error{ErrCode::Invalid, where,
+                 "JPEG decode: " + std::to_string(scale.num) + "/" + std::to_string(scale.denom) +
+                     " is not a TurboJPEG scaling factor <= 1"};
+  }
+  scale = canonical_scale(w, h, tjscalingfactor{scale.num, scale.denom});  // what tjDecompress2 will apply
   const tjscalingfactor f{scale.num, scale.denom};
   const int sw = scaled(w, f), sh = scaled(h, f);
   out->scale = scale.value();

@@ -56,7 +56,7 @@ class JpegCodec {
   // including what libjpeg only warns about (premature end of data, extraneous bytes), is ErrCode::Format.
   Status decode(const uint8_t* data, size_t size, int channels, int min_w, int min_h, DecodedImage* out,
                 const std::string& where);
-  // The same at a given factor (from jpeg_scale_for_region).
+  // The same at a given factor (from jpeg_scale_for_region; another factor is ErrCode::Invalid).
   Status decode_scaled(const uint8_t* data, size_t size, int channels, JpegScale scale, DecodedImage* out,
                        const std::string& where);
 
@@ -65,6 +65,7 @@ class JpegCodec {
                                       const std::string& where);
 
  private:
+  void reset_decoder();  // a fresh decompressor after a failure (see jpeg.cpp)
   Status decode_cmyk(const uint8_t* data, size_t size, int channels, int sw, int sh, DecodedImage* out,
                      const std::string& where);
   Status run_decompress(const uint8_t* data, size_t size, uint8_t* dst, int sw, int sh, int pixel_format,

@@ -287,7 +287,7 @@ Result<std::unique_ptr<StreamLoader>> StreamLoader::create(std::shared_ptr<const
   impl->src = std::move(src);
   impl->pipe = std::move(pipe);
   impl->opt = opt;
-  const size_t elem = opt.dtype == OutDType::F16 ? 2 : 4;
+  const size_t elem = opt.dtype == OutDType::F32 ? 4 : 2;
   impl->per_sample = size_t(impl->pipe.out_h) * impl->pipe.out_w * impl->pipe.c * elem;
   impl->slots.resize(opt.ring);
   const size_t bytes = impl->per_sample * opt.batch_size;

@@ -14,6 +14,13 @@
 #   autotune  trctl bench CFG --autotune for each of CNN_MODELS (the cache in $TRCTL_AUTOTUNE_CACHE, used by the
 #             stages after it; without this stage runs use cuDNN's heuristics)
 #   layers    trctl bench CFG --layers for each of CNN_MODELS: per-node times of the train step
+#   data      the data pipeline (issue 5): a generated ImageNet-like JPEG folder (DATA_IMAGES, default 20000,
+#             1000 classes, ~500x375), packed to DTS at full size and at level 160:90; trctl bench data
+#             (RandomResizedCrop 224 + flip + normalize to fp16, 16 workers) from the reduced level streamed and in
+#             RAM, the full level and the raw folder; PyTorch DataLoader + torchvision (PIL) on the same full-size
+#             and reduced (PIL-resized folder) data with the same worker count
+#   feed      ResNet-50 trained from that DTS file (configs/resnet50_dts.yaml, host-fed) next to the same model on
+#             synthetic GPU-resident data (needs the data stage first)
 # Everything lands in $OUT (at most 8 files come back): summary.txt last.
 set -u
 cd "$(dirname "$0")/.."
@@ -131,5 +138,80 @@ if has cnnacc; then
   echo "trctl cnn_fmnist: rc $? :: $(grep -E '^done' /tmp/cnnacc/trctl_cnn_fmnist.log)" >>"$SUM"
   tail -n 4 /tmp/cnnacc/trctl_cnn_fmnist.log | sed 's/^/    /' >>"$SUM"
   tar czf "$OUT/cnnacc.tar.gz" -C /tmp cnnacc
+fi
+if has data || has feed; then
+  JF=/tmp/jf
+  mkdir -p /tmp/data
+  if [ ! -f /tmp/jf_train.dts ]; then
+    export PYTHONUNBUFFERED=1
+    ( time timeout 400 python3 tools/gen_jpeg_folder.py "$JF" --images "${DATA_IMAGES:-20000}" --val "${DATA_VAL:-2000}" \
+        --classes 1000 --workers "$(nproc)" ) >/tmp/data/gen.log 2>&1
+    echo "gen_jpeg_folder: rc $? :: $(grep -E '^wrote|^real' /tmp/data/gen.log | tr '\n' ' ')" >>"$SUM"
+    for split in train val; do
+      ( time timeout 300 "$BIN/trctl" pack-dts "$JF/$split" -o "/tmp/jf_$split.dts" --level 160:90 ) >"/tmp/data/pack_$split.log" 2>&1
+      echo "pack-dts $split: rc $? :: $(grep -E '^packed|level|^real' "/tmp/data/pack_$split.log" | tr '\n' ' ')" >>"$SUM"
+    done
+    ( time timeout 120 "$BIN/trctl" pack-dts --verify /tmp/jf_train.dts ) >/tmp/data/verify.log 2>&1
+    echo "verify: rc $? :: $(grep -E '^ok|^real' /tmp/data/verify.log | tr '\n' ' ')" >>"$SUM"
+    "$BIN/trctl" dts info /tmp/jf_train.dts >/tmp/data/info.txt 2>&1
+  fi
+fi
+
+if has data; then
+  W="${DATA_WORKERS:-$(nproc)}"
+  B="${DATA_BATCHES:-100}"
+  sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null  # cold page cache where allowed (says so below)
+  echo "page cache dropped: $([ $? = 0 ] && echo yes || echo no)" >>"$SUM"
+  for run in "dts160 /tmp/jf_train.dts --level 160" "dts160mem /tmp/jf_train.dts --level 160 --memory" \
+             "dts0 /tmp/jf_train.dts --level 0" "folder $JF/train"; do
+    set -- $run; name=$1; shift
+    timeout 200 "$BIN/trctl" bench data "$@" --workers "$W" --batches "$B" --warmup 10 \
+      --json "/tmp/data/trctl_$name.json" >"/tmp/data/trctl_$name.log" 2>&1
+    echo "trctl bench data $name: rc $? :: $(head -n 2 "/tmp/data/trctl_$name.log" | tr '\n' ' ')" >>"$SUM"
+  done
+  # The same images reduced for PyTorch as the DTS level holds them: short side 160 (PIL bilinear), quality 90.
+  timeout 300 python3 - "$JF/train" /tmp/jf160/train >/tmp/data/reduce.log 2>&1 <<'PY'
+import os, sys
+from concurrent.futures import ProcessPoolExecutor
+from PIL import Image
+src, dst = sys.argv[1], sys.argv[2]
+def one(p):
+    out = os.path.join(dst, os.path.relpath(p, src))
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    im = Image.open(p).convert("RGB")
+    w, h = im.size
+    s = 160 / min(w, h)
+    if s < 1:
+        im = im.resize((160, int(160 * h / w)) if w <= h else (int(160 * w / h), 160), Image.BILINEAR)
+    im.save(out, quality=90)
+files = [os.path.join(r, f) for r, _, fs in os.walk(src) for f in fs if f.endswith(".jpg")]
+with ProcessPoolExecutor() as ex:
+    list(ex.map(one, files, chunksize=64))
+print("reduced", len(files))
+PY
+  echo "reduce for torch: rc $? :: $(tail -n 1 /tmp/data/reduce.log)" >>"$SUM"
+  export PYTHONUNBUFFERED=1
+  for run in "full $JF/train" "r160 /tmp/jf160/train"; do
+    set -- $run
+    timeout 300 python3 benchmarks/pytorch_data.py --folder "$2" --workers "$W" --batch 256 --batches "$B" \
+      --warmup 20 --json "/tmp/data/torch_$1.json" >"/tmp/data/torch_$1.log" 2>&1
+    echo "torch data $1: rc $? :: $(grep -vE '^\s*[{}]|^\s*"' "/tmp/data/torch_$1.log" | tail -n 2 | tr '\n' ' ')" >>"$SUM"
+  done
+  tar czf "$OUT/data.tar.gz" -C /tmp data
+fi
+
+if has feed; then
+  mkdir -p /tmp/feed
+  FS="${FEED_STEPS_TRAIN:-12800}"
+  timeout 300 "$BIN/trctl" train configs/resnet50_dts.yaml data.root=/tmp train.epochs=2 \
+    data.workers="${DATA_WORKERS:-$(nproc)}" run.out_dir=/tmp/feed run.name=r50_dts run.progress=off \
+    train.validate_every=2 >/tmp/feed/r50_dts.log 2>&1
+  echo "trctl resnet50 from DTS (level 160, streamed): rc $?" >>"$SUM"
+  grep -E 'epoch [0-9]+/|^done|error' /tmp/feed/r50_dts.log | sed 's/^/    /' >>"$SUM"
+  timeout 200 "$BIN/trctl" train configs/resnet50.yaml train.epochs=2 data.synthetic.train_size="$FS" \
+    data.synthetic.val_size=512 run.out_dir=/tmp/feed run.name=r50_syn run.progress=off >/tmp/feed/r50_syn.log 2>&1
+  echo "trctl resnet50 synthetic resident: rc $?" >>"$SUM"
+  grep -E 'epoch [0-9]+/|^done|error' /tmp/feed/r50_syn.log | sed 's/^/    /' >>"$SUM"
+  tar czf "$OUT/feed.tar.gz" -C /tmp feed
 fi
 cat "$SUM"

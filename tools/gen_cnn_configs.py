@@ -193,6 +193,42 @@ run:
 """
 
 
+DTS_DATA = """\
+seed: 0
+
+data:
+  dataset: dts                    # packed files: trctl pack-dts IMAGENET/train -o train.dts --level 160:90
+  root: /data/imagenet            # where train.dts and val.dts lie (override: data.root=DIR)
+  train_path: train.dts
+  val_path: val.dts
+  dts_level: 160                  # the level packed with short side 160 (0 = full size)
+  in_memory: false                # stream blocks from disk every epoch (true: the level held in RAM)
+  io_threads: 4
+  batch_size: 256
+  val_batch_size: 256
+  workers: 16                     # decode + transform threads; results never depend on it
+  drop_last: true
+  normalization: {mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}   # ImageNet statistics
+  train_transforms:
+    - random_resized_crop: {size: 224, scale: [0.08, 1.0], ratio: [0.75, 1.3333333333333333]}
+    - random_horizontal_flip: {p: 0.5}
+    - normalize                   # fused with the flip and the cast to the AMP dtype, written to pinned memory
+  val_transforms:
+    - resize: {size: 256}
+    - center_crop: {size: 224}
+    - normalize
+
+model:
+  layers:
+"""
+
+
+def imagenet_dts_config(title, layers):
+    extra = ["ImageNet-style training read from DTS files (docs/dts.md): RandomResizedCrop + flip on the host, as",
+             "torchvision's recipe; the step itself is the synthetic recipe's (configs/resnet50.yaml)."]
+    return header(title, extra) + DTS_DATA + layers_yaml(layers) + "\n  init: kaiming_uniform_fan_in\n\n" + IMAGENET_TAIL
+
+
 def imagenet_config(title, layers, notes=()):
     data = """\
 seed: 0
@@ -284,6 +320,9 @@ def configs():
                                          resnet_layers(basic_block, [2, 2, 2, 2])),
         "resnet50.yaml": imagenet_config("torchvision resnet50 (Bottleneck v1.5 [3, 4, 6, 3]), 224x224, 1000 classes.",
                                          resnet_layers(bottleneck, [3, 4, 6, 3])),
+        "resnet50_dts.yaml": imagenet_dts_config(
+            "torchvision resnet50 (Bottleneck v1.5 [3, 4, 6, 3]) trained from DTS files, 224x224, 1000 classes.",
+            resnet_layers(bottleneck, [3, 4, 6, 3])),
         "cnn_fmnist.yaml": cnn_fmnist_config(),
     }
 

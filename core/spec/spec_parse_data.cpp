@@ -222,7 +222,8 @@ void parse_data_section(Diagnostics& d, const YamlNode& map, DataSpec& out) {
   const bool paths = out.dataset == DatasetKind::Dts || out.dataset == DatasetKind::ImageFolder;
   if (paths && (out.train_path.empty() || out.val_path.empty()))
     d.error(ErrCode::Missing, map.loc, "'data': dataset " + std::string(to_string(out.dataset)) +
-                                           " needs train_path and val_path");  get_int(d, map, s, "batch_size", int_at_least(1), out.batch_size);
+                                           " needs train_path and val_path");
+  get_int(d, map, s, "batch_size", int_at_least(1), out.batch_size);
   get_int(d, map, s, "val_batch_size", int_at_least(0), out.val_batch_size);
   get_int(d, map, s, "workers", int_at_least(1), out.workers);
   get_int64(d, map, s, "train_subset", IntRange{0, std::numeric_limits<int64_t>::max()}, out.train_subset);

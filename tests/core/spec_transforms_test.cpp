@@ -13,7 +13,9 @@ namespace {
 
 const std::string kModel(kMinimal);
 
-Result<Spec> parse_train(const std::string& list) { return parse("data:\n  train_transforms: " + list + "\n" + kModel); }
+Result<Spec> parse_train(const std::string& list) {
+  return parse("data:\n  train_transforms: " + list + "\n" + kModel);
+}
 
 // The fields of the new kinds, compared one by one (spec_test_util.h's first_difference predates them).
 void check_same(const TransformSpec& a, const TransformSpec& b) {

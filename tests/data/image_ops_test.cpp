@@ -2,6 +2,7 @@
 // hand from PIL's formulas), torchvision's crop/resize geometry and draws, PIL color ops, pipeline validation,
 // and image_pipeline_apply on raw and JPEG input (flip, padding, erasing, fp16 vs fp32, DCT-scaled decode).
 #include <algorithm>
+#include <limits>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -369,7 +370,8 @@ void pil_hsv2rgb(const uint8_t* in, uint8_t* out) {
   float f = (float)h * 6.0 / 255.0 - (float)i;
   float fs = ((float)s) / 255.0;
   auto clip = [](double x) { return (uint8_t)std::min(255, std::max(0, (int)std::round(x))); };
-  uint8_t p = clip((float)v * (1.0 - fs)), q = clip((float)v * (1.0 - fs * f)), t = clip((float)v * (1.0 - fs * (1.0 - f)));
+  uint8_t p = clip((float)v * (1.0 - fs)), q = clip((float)v * (1.0 - fs * f));
+  uint8_t t = clip((float)v * (1.0 - fs * (1.0 - f)));
   const uint8_t table[6][3] = {{v, t, p}, {q, v, p}, {p, v, t}, {p, q, v}, {t, p, v}, {v, p, q}};
   std::memcpy(out, table[i % 6], 3);
 }
@@ -606,4 +608,20 @@ TEST_CASE("a steady state reuses the scratch buffers", "[image_ops]") {
     CHECK(s.decoded.pixels.data() == decoded);
     CHECK(s.buf[0].data() == buf0);
   }
+}
+
+TEST_CASE("float_to_bf16_bits keeps the top 16 bits rounded to nearest even; NaN stays NaN", "[image_ops]") {
+  auto bits = [](float f) { uint32_t x; std::memcpy(&x, &f, 4); return x; };
+  auto from = [](uint32_t x) { float f; std::memcpy(&f, &x, 4); return f; };
+  CHECK(float_to_bf16_bits(1.0f) == 0x3F80);
+  CHECK(float_to_bf16_bits(-2.0f) == 0xC000);
+  CHECK(float_to_bf16_bits(from(0x3F808000u)) == 0x3F80);  // tie, even stays
+  CHECK(float_to_bf16_bits(from(0x3F818000u)) == 0x3F82);  // tie, odd rounds up
+  CHECK(float_to_bf16_bits(from(0x3F808001u)) == 0x3F81);  // above the tie
+  CHECK(float_to_bf16_bits(from(0x7F7FFFFFu)) == 0x7F80);  // the largest float rounds to inf
+  CHECK(float_to_bf16_bits(std::numeric_limits<float>::infinity()) == 0x7F80);
+  const uint16_t nan = float_to_bf16_bits(std::numeric_limits<float>::quiet_NaN());
+  CHECK(((nan & 0x7F80) == 0x7F80 && (nan & 0x7F) != 0));
+  CHECK(float_to_bf16_bits(from(0x7F800001u)) != 0x7F80);  // a signalling NaN with a low payload stays NaN
+  (void)bits;
 }

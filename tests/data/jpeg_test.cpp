@@ -132,6 +132,18 @@ TEST_CASE("the scale for a region keeps the region at least the minimum size", "
   CHECK(jpeg_scale_for_region(3, 3, 3, 3, 2, 2).value() == 1.0);
 }
 
+TEST_CASE("decode_scaled takes TurboJPEG's factors only", "[jpeg]") {
+  JpegCodec codec;
+  std::vector<uint8_t> jpg = encode_or_fail(codec, smooth_image(100, 60, 3), 100, 60, 3, 90);
+  DecodedImage out;
+  REQUIRE(codec.decode_scaled(jpg.data(), jpg.size(), 3, JpegScale{2, 4}, &out, "f").ok());  // = 1/2
+  CHECK((out.w == 50 && out.h == 30 && out.scale == 0.5));
+  Status st = codec.decode_scaled(jpg.data(), jpg.size(), 3, JpegScale{2, 3}, &out, "f");
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.errors()[0].code == ErrCode::Invalid);
+  CHECK_FALSE(codec.decode_scaled(jpg.data(), jpg.size(), 3, JpegScale{2, 1}, &out, "f").ok());
+}
+
 TEST_CASE("decode reuses the output buffer", "[jpeg]") {
   JpegCodec codec;
   std::vector<uint8_t> big = encode_or_fail(codec, smooth_image(64, 64, 3), 64, 64, 3, 90);
@@ -272,4 +284,18 @@ TEST_CASE("a moved codec keeps working", "[jpeg]") {
   JpegCodec c;
   c = std::move(b);
   CHECK(c.decode(jpg.data(), jpg.size(), 3, 0, 0, &out, "m").ok());
+}
+
+TEST_CASE("a codec that failed on a corrupt header or body decodes the next good image", "[jpeg]") {
+  JpegCodec codec;
+  const std::vector<uint8_t> good = encode_or_fail(codec, smooth_image(40, 30, 1), 40, 30, 1, 85);
+  DecodedImage img;
+  std::vector<uint8_t> bad = good;
+  for (size_t i = 20; i < 60 && i < bad.size(); ++i) bad[i] ^= 0x5A;  // the tables
+  CHECK_FALSE(codec.probe(bad.data(), bad.size(), "bad").ok());
+  CHECK(codec.decode(good.data(), good.size(), 3, 0, 0, &img, "good").ok());
+  bad.assign(good.begin(), good.begin() + long(good.size() * 2 / 3));  // truncated body
+  CHECK_FALSE(codec.decode(bad.data(), bad.size(), 3, 0, 0, &img, "bad").ok());
+  CHECK(codec.probe(good.data(), good.size(), "good").ok());
+  CHECK(codec.decode(good.data(), good.size(), 1, 0, 0, &img, "good").ok());
 }
