@@ -202,15 +202,18 @@ fi
 
 if has feed; then
   mkdir -p /tmp/feed
-  FS="${FEED_STEPS_TRAIN:-12800}"
-  timeout 300 "$BIN/trctl" train configs/resnet50_dts.yaml data.root=/tmp train.epochs=2 \
-    data.workers="${DATA_WORKERS:-$(nproc)}" run.out_dir=/tmp/feed run.name=r50_dts run.progress=off \
-    train.validate_every=2 >/tmp/feed/r50_dts.log 2>&1
-  echo "trctl resnet50 from DTS (level 160, streamed): rc $?" >>"$SUM"
-  grep -E 'epoch [0-9]+/|^done|error' /tmp/feed/r50_dts.log | sed 's/^/    /' >>"$SUM"
-  timeout 200 "$BIN/trctl" train configs/resnet50.yaml train.epochs=2 data.synthetic.train_size="$FS" \
-    data.synthetic.val_size=512 run.out_dir=/tmp/feed run.name=r50_syn run.progress=off >/tmp/feed/r50_syn.log 2>&1
-  echo "trctl resnet50 synthetic resident: rc $?" >>"$SUM"
+  for mode in stream memory; do
+    timeout 300 "$BIN/trctl" train configs/resnet50_dts.yaml data.root=/tmp data.train_path=jf_train.dts \
+      data.val_path=jf_val.dts data.in_memory=$([ $mode = memory ] && echo true || echo false) train.epochs=3 \
+      data.workers="${DATA_WORKERS:-$(nproc)}" run.out_dir=/tmp/feed run.name=r50_dts_$mode run.progress=off \
+      train.validate_every=3 >/tmp/feed/r50_dts_$mode.log 2>&1
+    echo "trctl resnet50 from DTS (level 160, $mode): rc $?" >>"$SUM"
+    grep -E 'epoch [0-9]+/|^done|error' /tmp/feed/r50_dts_$mode.log | sed 's/^/    /' >>"$SUM"
+  done
+  timeout 200 "$BIN/trctl" train configs/resnet50.yaml train.epochs=3 data.synthetic.train_size=19968 \
+    data.synthetic.val_size=2000 run.out_dir=/tmp/feed run.name=r50_syn run.progress=off train.validate_every=3 \
+    >/tmp/feed/r50_syn.log 2>&1
+  echo "trctl resnet50 synthetic resident (same sizes): rc $?" >>"$SUM"
   grep -E 'epoch [0-9]+/|^done|error' /tmp/feed/r50_syn.log | sed 's/^/    /' >>"$SUM"
   tar czf "$OUT/feed.tar.gz" -C /tmp feed
 fi

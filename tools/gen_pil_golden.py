@@ -115,7 +115,8 @@ def photo_like(w, h, c, seed):
     y, x = np.mgrid[0:h, 0:w].astype(np.float64)
     chans = []
     for ch in range(c):
-        v = 100 + 80 * np.sin(0.11 * x + 0.07 * y * (ch + 1) + ch) + 50 * ((x - w / 3) ** 2 + (y - h / 2) ** 2 < (h / 3) ** 2)
+        disc = (x - w / 3) ** 2 + (y - h / 2) ** 2 < (h / 3) ** 2
+        v = 100 + 80 * np.sin(0.11 * x + 0.07 * y * (ch + 1) + ch) + 50 * disc
         v += 30 * (x > (0.6 + 0.1 * ch) * w) + rs.normal(0, 6, size=(h, w))
         chans.append(v)
     a = np.clip(np.stack(chans, axis=-1), 0, 255).round().astype(np.uint8)
