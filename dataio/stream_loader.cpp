@@ -306,6 +306,8 @@ int64_t StreamLoader::batches_per_epoch() const {
 
 size_t StreamLoader::sample_bytes() const { return impl_->per_sample; }
 
+int StreamLoader::batch_size() const { return impl_->opt.batch_size; }
+
 void StreamLoader::start_epoch(uint32_t epoch) {
   Impl& m = *impl_;
   m.stop();

@@ -86,6 +86,7 @@ class StreamLoader {
   ~StreamLoader();
   int64_t batches_per_epoch() const;
   size_t sample_bytes() const;  // of one output sample
+  int batch_size() const;
   void start_epoch(uint32_t epoch);
   // false at the end of the epoch; an error (a corrupt block, a bad JPEG) names the file and block or sample.
   Result<bool> next(StreamBatch* out);

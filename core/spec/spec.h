@@ -68,6 +68,9 @@ struct DataSpec {
   int dts_level = 0;        // dts: the level by its short side (0 = full size)
   bool in_memory = false;   // dts: hold the level in RAM (else streamed block by block every epoch)
   int io_threads = 2;       // dts: block reader threads, >= 1
+  // dts / image_folder: keep the transformed validation batches (the val transforms must draw nothing random)
+  // from the first validation on, so later validations skip decoding. Memory: val samples x H x W x C x 2-4 bytes.
+  bool cache_val = false;
   int batch_size = 200;      // >= 1
   int val_batch_size = 0;    // 0 = batch_size
   int workers = 4;           // loader threads, >= 1; results never depend on it

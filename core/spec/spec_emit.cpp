@@ -196,6 +196,7 @@ void emit_data(std::string& y, const DataSpec& d) {
   y += "  dts_level: " + std::to_string(d.dts_level) + "\n";
   y += std::string("  in_memory: ") + boolean(d.in_memory) + "\n";
   y += "  io_threads: " + std::to_string(d.io_threads) + "\n";
+  y += std::string("  cache_val: ") + boolean(d.cache_val) + "\n";
   y += "  batch_size: " + std::to_string(d.batch_size) + "\n";
   y += "  val_batch_size: " + std::to_string(d.val_batch_size) + "\n";
   y += "  workers: " + std::to_string(d.workers) + "\n";

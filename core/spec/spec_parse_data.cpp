@@ -201,7 +201,7 @@ void parse_data_section(Diagnostics& d, const YamlNode& map, DataSpec& out) {
   const std::string s = "data";
   check_keys(d, map, s,
              {"dataset", "synthetic", "root", "train_images", "train_labels", "val_images", "val_labels", "train_path",
-              "val_path", "dts_level", "in_memory", "io_threads", "batch_size",
+              "val_path", "dts_level", "in_memory", "io_threads", "cache_val", "batch_size",
               "val_batch_size", "workers", "train_subset", "drop_last", "normalization", "train_transforms",
               "val_transforms"});
   get_enum(d, map, s, "dataset",
@@ -219,10 +219,14 @@ void parse_data_section(Diagnostics& d, const YamlNode& map, DataSpec& out) {
   get_int(d, map, s, "dts_level", IntRange{0, 16384}, out.dts_level);
   get_bool(d, map, s, "in_memory", out.in_memory);
   get_int(d, map, s, "io_threads", IntRange{1, 64}, out.io_threads);
+  get_bool(d, map, s, "cache_val", out.cache_val);
   const bool paths = out.dataset == DatasetKind::Dts || out.dataset == DatasetKind::ImageFolder;
   if (paths && (out.train_path.empty() || out.val_path.empty()))
     d.error(ErrCode::Missing, map.loc, "'data': dataset " + std::string(to_string(out.dataset)) +
                                            " needs train_path and val_path");
+  if (out.cache_val && !paths)
+    d.error(ErrCode::Invalid, map.loc, "'data.cache_val': applies to dts and image_folder datasets only (the others "
+                                       "validate from memory already)");
   get_int(d, map, s, "batch_size", int_at_least(1), out.batch_size);
   get_int(d, map, s, "val_batch_size", int_at_least(0), out.val_batch_size);
   get_int(d, map, s, "workers", int_at_least(1), out.workers);

@@ -2,6 +2,7 @@
 #include "runtime/train/train_data.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 
 #include "runtime/backend.h"
@@ -123,6 +124,76 @@ class StreamFeed final : public HostFeed {
   std::unique_ptr<StreamLoader> loader_;
 };
 
+// data.cache_val: the first epoch passes the stream's batches through and keeps a copy of each (one buffer from
+// the backend's host_alloc, pinned on a GPU); later epochs replay the copies. Only for validation, whose
+// transforms draw nothing random, so every epoch's batches are the same.
+class CachedFeed final : public HostFeed {
+ public:
+  CachedFeed(std::unique_ptr<StreamLoader> l, Backend& be) : loader_(std::move(l)), be_(be) {}
+  ~CachedFeed() override {
+    if (cache_) be_.host_free(cache_);
+  }
+  int64_t batches_per_epoch() const override { return loader_->batches_per_epoch(); }
+  void start_epoch(uint32_t e) override {
+    pos_ = 0;
+    if (!complete_) {
+      sizes_.clear();
+      labels_.clear();
+      loader_->start_epoch(e);
+    }
+  }
+  Result<bool> next(HostBatch* out) override {
+    const size_t per = loader_->sample_bytes();
+    if (complete_) {
+      if (pos_ >= sizes_.size()) return false;
+      const int64_t first = offset(pos_);
+      *out = HostBatch{cache_ + first * per, labels_.data() + first, sizes_[pos_]};
+      ++pos_;
+      return true;
+    }
+    StreamBatch b;
+    Result<bool> more = loader_->next(&b);
+    if (!more.ok()) return more;
+    if (!more.value()) {
+      complete_ = true;  // a whole epoch is cached
+      return false;
+    }
+    if (!cache_) {
+      cache_ = static_cast<char*>(be_.host_alloc(per * size_t(batch_cap())));
+      if (!cache_) return Error{ErrCode::Io, "data.cache_val", "cannot allocate the validation cache"};
+    }
+    const int64_t first = offset(sizes_.size());
+    std::memcpy(cache_ + first * per, b.x, per * size_t(b.size));
+    labels_.insert(labels_.end(), b.y, b.y + b.size);
+    sizes_.push_back(b.size);
+    *out = HostBatch{b.x, b.y, b.size};
+    return true;
+  }
+
+ private:
+  int64_t offset(size_t batch) const {
+    int64_t o = 0;
+    for (size_t k = 0; k < batch; ++k) o += sizes_[k];
+    return o;
+  }
+  int64_t batch_cap() const { return loader_->batches_per_epoch() * loader_->batch_size(); }
+  std::unique_ptr<StreamLoader> loader_;
+  Backend& be_;
+  char* cache_ = nullptr;  // (samples, H, W, C) in the loader's dtype
+  std::vector<int32_t> labels_;
+  std::vector<int> sizes_;
+  size_t pos_ = 0;
+  bool complete_ = false;
+};
+
+bool draws_randomness(const ImagePipeline& p) {
+  for (const TransformSpec& t : p.steps)
+    if (t.kind == TransformKind::RandomResizedCrop || t.kind == TransformKind::RandomHorizontalFlip ||
+        t.kind == TransformKind::ColorJitter || t.kind == TransformKind::RandomErasing)
+      return true;
+  return false;
+}
+
 }  // namespace
 
 Result<Data> data_prepare(const Spec& spec) {
@@ -153,9 +224,15 @@ Result<std::unique_ptr<HostFeed>> HostFeed::make(const Spec& spec, const Data& d
   o.dtype = be.host_input_dtype();
   o.alloc = [&be](size_t n) { return be.host_alloc(n); };
   o.release = [&be](void* p) { be.host_free(p); };
+  const bool cache = !train && spec.data.cache_val;
+  if (cache && draws_randomness(d.val_pipe))
+    return Error{ErrCode::Invalid, spec.source,
+                 "data.cache_val: the val_transforms draw random parameters (random_resized_crop, flips, jitter, "
+                 "erasing), so cached batches would differ from fresh ones"};
   Result<std::unique_ptr<StreamLoader>> l =
       StreamLoader::create(train ? d.train_src : d.val_src, train ? d.train_pipe : d.val_pipe, o);
   if (!l.ok()) return l.errors();
+  if (cache) return std::unique_ptr<HostFeed>(new CachedFeed(std::move(l.value()), be));
   return std::unique_ptr<HostFeed>(new StreamFeed(std::move(l.value())));
 }
 

@@ -144,3 +144,37 @@ TEST_CASE("SIGTERM stops training with a checkpoint and exit code 143", "[cli][s
   CHECK(ckpt);
   fs::remove_all(d);
 }
+
+TEST_CASE("pack-dts, --verify and dts info: a packed IDX file, and bad input exits 2 naming the file", "[cli][dts]") {
+  const fs::path d = temp_dir("dts");
+  const std::string fm = "/usr/share/datasets/fashion-mnist/";
+  const std::string out = (d / "val.dts").string();
+  Run p = trctl("pack-dts " + fm + "t10k-images-idx3-ubyte.gz --labels " + fm + "t10k-labels-idx1-ubyte.gz -o " + out +
+                " --block-kib 1024");
+  INFO(p.err);
+  REQUIRE(p.code == 0);
+  CHECK_THAT(p.out, Catch::Contains("packed 10000 samples (0 skipped)"));
+  Run v = trctl("pack-dts --verify " + out);
+  CHECK(v.code == 0);
+  CHECK_THAT(v.out, Catch::Contains("ok: " + out + ": 10000 samples"));
+  Run i = trctl("dts info " + out);
+  CHECK(i.code == 0);
+  CHECK_THAT(i.out, Catch::Contains("level 0: full size, raw u8"));
+
+  Run no_labels = trctl("pack-dts " + fm + "t10k-images-idx3-ubyte.gz -o " + (d / "x.dts").string());
+  CHECK(no_labels.code == 2);
+  CHECK_THAT(no_labels.err, Catch::Contains("needs --labels"));
+  Run level = trctl("pack-dts " + fm + "t10k-images-idx3-ubyte.gz --labels " + fm + "t10k-labels-idx1-ubyte.gz -o " +
+                    (d / "x.dts").string() + " --level 16:90");
+  CHECK(level.code == 2);
+  CHECK_THAT(level.err, Catch::Contains("reduced levels need a JPEG source"));
+  Run bad_level = trctl("pack-dts " + (d / "nope").string() + " -o x.dts --level big");
+  CHECK(bad_level.code == 2);
+  Run not_dts = trctl("dts info " + fm + "t10k-labels-idx1-ubyte.gz");
+  CHECK(not_dts.code == 2);
+  CHECK_THAT(not_dts.err, Catch::Contains("t10k-labels-idx1-ubyte.gz:offset 0: not a DTS file"));
+  Run bench = trctl("bench data " + (d / "missing.dts").string());
+  CHECK(bench.code == 2);
+  CHECK_THAT(bench.err, Catch::Contains("missing.dts: cannot open"));
+  fs::remove_all(d);
+}

@@ -98,6 +98,32 @@ TEST_CASE("an MLP trains from a Fashion-MNIST DTS file, bitwise repeatably, stre
   fs::remove_all(dir);
 }
 
+TEST_CASE("data.cache_val validates from cached batches exactly as from fresh ones", "[e2e][dts]") {
+  const fs::path dir = temp_dir("cache");
+  pack_fmnist(dir, true, 600);
+  pack_fmnist(dir, false, 230);  // a partial last validation batch too
+  const std::string yaml = fmnist_dts_yaml(dir);
+  TrainResult fresh = train_yaml(dir, yaml, {"train.epochs=3"});
+  TrainResult cached = train_yaml(dir, yaml, {"train.epochs=3", "data.cache_val=true"});
+  REQUIRE(cached.epochs.size() == 3);
+  for (size_t e = 0; e < 3; ++e) {
+    CHECK(cached.epochs[e].val_loss == fresh.epochs[e].val_loss);
+    CHECK(cached.epochs[e].val_top1 == fresh.epochs[e].val_top1);
+  }
+  CHECK(cached.final_weights == fresh.final_weights);
+  const std::string cfg = (dir / "cfg.yaml").string();
+  spdlog::logger log("test", std::make_shared<spdlog::sinks::null_sink_mt>());
+  TrainOptions opt;
+  opt.write_run_dir = false;
+  Result<TrainResult> r = train_run(
+      spec_load(cfg, {"data.cache_val=true", "data.val_transforms=[random_horizontal_flip, normalize]",
+                      "data.val_transforms=[{center_crop: {size: 28}}, random_horizontal_flip, normalize]"})
+          .value(),
+      opt, log);
+  CHECK_THAT(r.error_text(), Catch::Contains("data.cache_val: the val_transforms draw random parameters"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a small CNN trains from a JPEG image folder with RandomResizedCrop and flips, repeatably", "[e2e][dts]") {
   const fs::path dir = temp_dir("jpg");
   JpegCodec codec;
