@@ -121,6 +121,10 @@ std::vector<float> Backend::read_weights() {
   return w;
 }
 
+Status Backend::seek_resident(DataSplit, int64_t) {
+  return Error{ErrCode::NotSupported, name() + " backend", "device-resident data is not supported by this backend"};
+}
+
 void* Backend::host_alloc(size_t bytes) { return std::aligned_alloc(256, (bytes + 255) / 256 * 256); }
 
 void Backend::host_free(void* p) { std::free(p); }

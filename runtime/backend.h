@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ckpt/checkpoint.h"  // TrainState
 #include "core/compiler.h"
 #include "core/util/error.h"
 #include "dataio/dataset.h"
@@ -75,8 +76,19 @@ class Backend {
   virtual double last_loss(int program) = 0;
   virtual ProgramMetrics metrics(int program) = 0;
   virtual void reset_metrics() = 0;
-  // Whether a run can continue from a checkpoint on this backend (its per-step state restored by set_step).
+  // Whether a run can continue from a checkpoint on this backend (its per-step state restored by restore_state).
   virtual bool supports_resume() const { return true; }
+  // The per-step state a checkpoint needs besides the regions: step, loss scaler, optimizer update count (may wait
+  // for the device). The trainer fills in the epoch and data position.
+  virtual TrainState save_state() {
+    TrainState s;
+    s.step = step();
+    return s;
+  }
+  virtual Status restore_state(const TrainState& s) {
+    set_step(s.step);
+    return ok_status();
+  }
   // Waits until all queued work is done (for timing; a no-op on synchronous backends).
   virtual Status synchronize() { return ok_status(); }
   // Exchanges the parameters with their exponential moving average (train.ema_decay > 0): validation with the
@@ -98,6 +110,8 @@ class Backend {
   virtual Status begin_epoch(DataSplit split, uint32_t epoch, const std::vector<int64_t>& order);
   // Gathers and transforms the next `batch` samples of the order into the program's input, then runs it.
   virtual Status run_resident(int program, DataSplit split);
+  // Moves the split's position in the current epoch's order (a resumed run skipping the batches it trained).
+  virtual Status seek_resident(DataSplit split, int64_t position);
 };
 
 // Kaiming-uniform (fan_in, ReLU gain): W ~ U(-sqrt(6 / fan_in), +sqrt(6 / fan_in)); biases and norm shifts zero,

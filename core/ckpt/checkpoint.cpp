@@ -17,7 +17,7 @@ namespace trctl {
 bool TrainState::operator==(const TrainState& o) const {
   return step == o.step && epoch == o.epoch && std::memcmp(&loss_scale, &o.loss_scale, sizeof loss_scale) == 0 &&
          loss_scale_growth == o.loss_scale_growth && seed == o.seed && data_epoch == o.data_epoch &&
-         data_batch == o.data_batch;
+         data_batch == o.data_batch && updates() == o.updates();
 }
 
 namespace {
@@ -103,6 +103,7 @@ void write_train_state(Writer& w, uint64_t spec_hash, const TrainState& s) {
   w.u(s.seed, 8);
   w.u(static_cast<uint64_t>(s.data_epoch), 8);
   w.u(static_cast<uint64_t>(s.data_batch), 8);
+  w.u(static_cast<uint64_t>(s.updates()), 8);  // version 2
 }
 
 std::vector<std::byte> state_encode(const Compiled& c, const std::vector<std::byte>& opt_state,
@@ -135,7 +136,8 @@ std::vector<std::byte> state_encode(const Compiled& c, const std::vector<std::by
 }
 
 // Checks magic, version, length and CRC; returns the payload.
-Result<std::vector<std::byte>> state_unwrap(const std::vector<std::byte>& b, const std::string& where) {
+Result<std::vector<std::byte>> state_unwrap(const std::vector<std::byte>& b, const std::string& where,
+                                            uint32_t* version_out) {
   auto fail = [&](size_t off, const std::string& msg) -> Error {
     return {ErrCode::Format, where + ":offset " + std::to_string(off), msg};
   };
@@ -146,9 +148,10 @@ Result<std::vector<std::byte>> state_unwrap(const std::vector<std::byte>& b, con
     return fail(b.size(), "truncated: " + std::to_string(b.size()) + " bytes, shorter than the header");
   Reader r{b, where, 0, 8, {}};
   uint32_t version = static_cast<uint32_t>(r.u(4, "version"));
-  if (version != kStateVersion)
-    return fail(8, "unsupported state file version " + std::to_string(version) + " (this build reads version " +
+  if (version < 1 || version > kStateVersion)
+    return fail(8, "unsupported state file version " + std::to_string(version) + " (this build reads versions 1 to " +
                        std::to_string(kStateVersion) + ")");
+  *version_out = version;
   r.u(4, "reserved");
   uint64_t len = r.u(8, "payload length");
   if (len != b.size() - kStateHeader - kStateTrailer)
@@ -164,7 +167,7 @@ Result<std::vector<std::byte>> state_unwrap(const std::vector<std::byte>& b, con
   return std::vector<std::byte>(b.begin() + kStateHeader, b.begin() + static_cast<long>(crc_at));
 }
 
-TrainState read_train_state(Reader& r, uint64_t& spec_hash) {
+TrainState read_train_state(Reader& r, uint64_t& spec_hash, uint32_t version) {
   TrainState s;
   spec_hash = r.u(8, "spec hash");
   s.step = r.i64("step");
@@ -175,6 +178,7 @@ TrainState read_train_state(Reader& r, uint64_t& spec_hash) {
   s.seed = r.u(8, "seed");
   s.data_epoch = r.i64("data epoch");
   s.data_batch = r.i64("data batch");
+  if (version >= 2) s.opt_updates = r.i64("optimizer updates");
   return s;
 }
 
@@ -263,10 +267,11 @@ void place_slots(const Compiled& c, SlotMap& slots, const std::string& where, st
 Status load_state(const std::string& path, const Compiled& c, Checkpoint& out, uint64_t& spec_hash) {
   Result<std::vector<std::byte>> file = file_read_bytes(path);
   if (!file.ok()) return file.errors();
-  Result<std::vector<std::byte>> payload = state_unwrap(file.value(), path);
+  uint32_t version = 0;
+  Result<std::vector<std::byte>> payload = state_unwrap(file.value(), path, &version);
   if (!payload.ok()) return payload.errors();
   Reader r{payload.value(), path, kStateHeader, 0, {}};
-  out.state = read_train_state(r, spec_hash);
+  out.state = read_train_state(r, spec_hash, version);
   SlotMap slots;
   if (!read_slots(r, slots)) return r.err;
   std::vector<Error> errs;

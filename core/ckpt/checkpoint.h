@@ -14,7 +14,7 @@
 namespace trctl {
 
 constexpr char kStateMagic[] = "TRCTLST1";  // 8 bytes on disk (no terminator)
-constexpr uint32_t kStateVersion = 1;
+constexpr uint32_t kStateVersion = 2;  // 2 added opt_updates; version 1 files are still read
 constexpr char kCkptWeightsFile[] = "weights.safetensors";
 constexpr char kCkptStateFile[] = "state.bin";
 
@@ -27,6 +27,10 @@ struct TrainState {
   uint64_t seed = 0;              // the run's RNG seed
   int64_t data_epoch = 0;         // data order position: the epoch whose sample order is in use
   int64_t data_batch = 0;         // ... and the index of the next batch in it
+  // Optimizer updates applied (torch's state['step'], Adam's bias corrections): fp16 AMP skips the update of a
+  // step with non-finite gradients, so it can be below `step`. -1: equal to step (version-1 files, fp32 runs).
+  int64_t opt_updates = -1;
+  int64_t updates() const { return opt_updates < 0 ? step : opt_updates; }
   bool operator==(const TrainState& o) const;
 };
 

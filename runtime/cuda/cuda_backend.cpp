@@ -685,6 +685,47 @@ void CudaBackend::set_lr(double lr) {
   TRCTL_CUDA_WARN(cudaStreamSynchronize(ctx_.stream));
 }
 
+TrainState CudaBackend::save_state() {
+  TrainState t;
+  t.step = step_;
+  DeviceState h{};
+  TRCTL_CUDA_WARN(cudaStreamSynchronize(ctx_.stream));
+  TRCTL_CUDA_WARN(cudaMemcpy(&h, state(), sizeof h, cudaMemcpyDeviceToHost));
+  t.opt_updates = h.opt.step;
+  if (scaled()) {
+    t.loss_scale = h.scaler.scale;
+    t.loss_scale_growth = h.scaler.growth_tracker;
+  }
+  return t;
+}
+
+Status CudaBackend::restore_state(const TrainState& t) {
+  DeviceState h{};
+  TRCTL_CUDA_TRY(cudaStreamSynchronize(ctx_.stream));
+  TRCTL_CUDA_TRY(cudaMemcpy(&h, state(), sizeof h, cudaMemcpyDeviceToHost));
+  step_ = t.step;
+  h.step = static_cast<uint32_t>(t.step);
+  h.opt.iter = static_cast<uint32_t>(t.step);
+  h.opt.step = static_cast<int32_t>(t.updates());
+  if (scaled() && t.step > 0) {  // an fp32 checkpoint (scale 1) resumed under fp16 keeps the fresh scaler
+    if (t.loss_scale != 1.0f || t.loss_scale_growth != 0) {
+      h.scaler.scale = t.loss_scale;
+      h.scaler.growth_tracker = t.loss_scale_growth;
+    }
+  }
+  return copy_to_device(state(), &h, sizeof h);
+}
+
+Status CudaBackend::seek_resident(DataSplit split, int64_t position) {
+  const int k = static_cast<int>(split);
+  if (position < 0 || position > split_[k].n)
+    return Error{ErrCode::Internal, "cuda backend", "seek to " + std::to_string(position) + " outside the split"};
+  host_u32_[3] = static_cast<uint32_t>(position);
+  TRCTL_CUDA_TRY(cudaMemcpyAsync(&state()->cursor[k], &host_u32_[3], 4, cudaMemcpyHostToDevice, ctx_.stream));
+  TRCTL_CUDA_TRY(cudaStreamSynchronize(ctx_.stream));
+  return ok_status();
+}
+
 void CudaBackend::set_step(int64_t s) {
   step_ = s;
   host_u32_[2] = static_cast<uint32_t>(s);

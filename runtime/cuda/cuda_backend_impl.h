@@ -71,9 +71,10 @@ class CudaBackend final : public Backend {
   void reset_metrics() override;
   Status synchronize() override;
   bool resident_data() const override { return true; }
-  // The optimizer's own step count (Adam's bias corrections) and the loss scaler live in DeviceState and are not
-  // restored yet.
-  bool supports_resume() const override { return false; }
+  // Resume: the step counters, the optimizer's update count and the loss scaler live in DeviceState.
+  TrainState save_state() override;
+  Status restore_state(const TrainState& s) override;
+  Status seek_resident(DataSplit split, int64_t position) override;
   std::string memory_report() override;
   Result<StepProfile> profile(int program, int reps) override;
   Status upload_split(DataSplit split, const ImageDataset& data, const TransformPipeline& tf) override;

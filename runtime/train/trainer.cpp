@@ -88,7 +88,7 @@ Result<int64_t> run_epoch(Backend& be, const Compiled& c, HostFeed& loader, bool
 // The same epoch with the data resident on the device: the backend gathers and transforms each batch itself.
 Result<int64_t> run_epoch_resident(Backend& be, const Compiled& c, DataSplit split, int64_t n, bool shuffle,
                                    int epoch, double lr, RunOutputs& out, const StepControl& on_step,
-                                   Clock::time_point t_run) {
+                                   Clock::time_point t_run, int64_t skip = 0) {
   const bool train = split == DataSplit::Train;
   const int full = program_index(c, train ? "train" : "eval");
   const int last = program_index(c, train ? "train_last" : "eval_last");
@@ -100,7 +100,8 @@ Result<int64_t> run_epoch_resident(Backend& be, const Compiled& c, DataSplit spl
   const int64_t total = nfull + (last >= 0 ? 1 : 0);
   StepLog log{be, c, out, train, epoch, lr, t_run};
   int64_t images = 0;
-  for (int64_t i = 0; i < total; ++i) {
+  if (skip > 0 && !(st = be.seek_resident(split, std::min(skip, nfull) * fb)).ok()) return st.errors();
+  for (int64_t i = skip; i < total; ++i) {
     const int prog = i < nfull ? full : last;
     st = be.run_resident(prog, split);
     if (!st.ok()) return st.errors();
@@ -215,8 +216,8 @@ Result<TrainState> resume_from(Backend& be, const Compiled& c, const std::string
   Status st = be.write_region(Region::Weights, ck->weights);
   if (st.ok()) st = be.write_region(Region::OptState, ck->opt_state);
   if (st.ok()) st = be.write_region(Region::Buffers, ck->buffers);
+  if (st.ok()) st = be.restore_state(ck->state);
   if (!st.ok()) return st.errors();
-  be.set_step(ck->state.step);
   log.info("resumed from {} after epoch {} (step {})", dir.value(), ck->state.epoch, ck->state.step);
   return ck->state;
 }
@@ -231,8 +232,7 @@ Status checkpoint_write(Backend& be, const Compiled& c, const std::string& run_d
   else
     std::snprintf(name, sizeof name, "epoch-%04d", epoch);
   const std::string dir = run_dir + "/checkpoints/" + (as.empty() ? std::string(name) : as);
-  TrainState ts;
-  ts.step = be.step();
+  TrainState ts = be.save_state();
   ts.epoch = epoch;
   ts.seed = c.spec.seed;
   ts.data_epoch = epoch + 1;
@@ -458,8 +458,7 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     Result<int64_t> imgs = int64_t{0};
     const int64_t skip_now = e == first_epoch ? skip : 0;
     if (resident) {
-      if (skip_now > 0) return Error{ErrCode::NotSupported, opt.resume, "mid-epoch resume on a resident backend"};
-      imgs = run_epoch_resident(*be, c, DataSplit::Train, d.train_n, true, e, lr, out, progress, t_run);
+      imgs = run_epoch_resident(*be, c, DataSplit::Train, d.train_n, true, e, lr, out, progress, t_run, skip_now);
     } else {
       train_loader->start_epoch(static_cast<uint32_t>(e));
       imgs = run_epoch(*be, c, *train_loader, true, e, lr, out, progress, t_run, skip_now);

@@ -1,6 +1,7 @@
 // Checkpoint formats: safetensors (exact bytes, round trip, rejection of corrupt files), atomic file writes with
 // injected failures, and ckpt_save/ckpt_load of a compiled MLP (round trip, corrupt state.bin, shape mismatch).
 #include <catch2/catch.hpp>
+#include <zlib.h>
 
 #include <unistd.h>
 
@@ -419,9 +420,31 @@ TEST_CASE("a state.bin with the wrong magic or version is rejected by name", "[c
   write_raw(d / "state.bin", m);
   CHECK_THAT(load_error(d, c), Catch::Contains("bad magic"));
   std::vector<std::byte> v = b;
-  v[8] = std::byte{2};
+  v[8] = std::byte{3};
   write_raw(d / "state.bin", v);
-  CHECK_THAT(load_error(d, c), Catch::Contains("offset 8") && Catch::Contains("unsupported state file version 2"));
+  CHECK_THAT(load_error(d, c), Catch::Contains("offset 8") && Catch::Contains("unsupported state file version 3"));
+}
+
+TEST_CASE("a version-1 state.bin (no optimizer update count) still loads, its updates equal to its steps",
+          "[ckpt][checkpoint]") {
+  Compiled c = compiled_mlp(8);
+  fs::path d = saved_checkpoint("ck_v1", c);
+  std::vector<std::byte> b = read_raw(d / "state.bin");
+  // Version 2 -> 1: drop the i64 opt_updates after data_batch (header 24 + 56 bytes of train state), then fix
+  // the version, the payload length and the CRC.
+  b.erase(b.begin() + 80, b.begin() + 88);
+  b[8] = std::byte{1};
+  const uint64_t len = b.size() - 24 - 4;
+  for (int i = 0; i < 8; ++i) b[16 + i] = std::byte(uint8_t(len >> (8 * i)));
+  const uint32_t crc = static_cast<uint32_t>(
+      crc32(0, reinterpret_cast<const Bytef*>(b.data()), static_cast<uInt>(b.size() - 4)));
+  for (int i = 0; i < 4; ++i) b[b.size() - 4 + i] = std::byte(uint8_t(crc >> (8 * i)));
+  write_raw(d / "state.bin", b);
+  Result<Checkpoint> ck = ckpt_load(d.string(), c);
+  INFO((ck.ok() ? std::string() : ck.error_text()));
+  REQUIRE(ck.ok());
+  CHECK(ck->state.opt_updates == -1);
+  CHECK(ck->state.updates() == ck->state.step);
 }
 
 TEST_CASE("loading into a model of another shape names the parameter and both shapes", "[ckpt][checkpoint]") {
