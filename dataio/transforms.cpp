@@ -20,13 +20,13 @@ constexpr int kMaxChannels = 4096;
 // torchvision's transforms for decoded images of any size: dataio/image_ops.h runs them, not this pipeline (nor
 // the GPU kernel that mirrors it), which maps output pixels back to one fixed-size input.
 bool is_variable_size_kind(TransformKind k) {
-  return k == TransformKind::RandomResizedCrop || k == TransformKind::RandomHorizontalFlip ||
-         k == TransformKind::ColorJitter || k == TransformKind::Resize || k == TransformKind::CenterCrop;
+  return k == TransformKind::RandomResizedCrop || k == TransformKind::ColorJitter || k == TransformKind::Resize ||
+         k == TransformKind::CenterCrop;
 }
 
 bool is_geometric(TransformKind k) {
   return k == TransformKind::Pad || k == TransformKind::RandomCrop || k == TransformKind::RandomRotation ||
-         k == TransformKind::RandomScale;
+         k == TransformKind::RandomScale || k == TransformKind::RandomHorizontalFlip;
 }
 
 std::string size_text(int h, int w) { return std::to_string(h) + "x" + std::to_string(w); }
@@ -72,8 +72,10 @@ void check_step(const TransformSpec& s, int* h, int* w, std::vector<std::string>
       }
       if (!std::isfinite(s.value)) msgs->push_back("value must be finite");
       break;
-    case TransformKind::RandomResizedCrop:
     case TransformKind::RandomHorizontalFlip:
+      if (!(s.p >= 0 && s.p <= 1)) msgs->push_back("p must be in [0, 1]");
+      break;
+    case TransformKind::RandomResizedCrop:
     case TransformKind::ColorJitter:
     case TransformKind::Resize:
     case TransformKind::CenterCrop:
@@ -110,7 +112,8 @@ void check_steps(TransformPipeline* p, const std::string& where, std::vector<Err
     if (is_variable_size_kind(s.kind)) {
       errs->push_back({ErrCode::NotSupported, where,
                        head + "is for variable-size image datasets (JPEG); the fixed-size pipeline supports pad, "
-                              "random_crop, random_rotation, random_scale, normalize and random_erasing"});
+                              "random_crop, random_horizontal_flip, random_rotation, random_scale, normalize and "
+                              "random_erasing"});
       continue;
     }
     if (is_geometric(s.kind) && normalize_at >= 0 && at > normalize_at) {
@@ -205,10 +208,10 @@ void transforms_apply(const TransformPipeline& p, const SampleParams& params, co
         break;
       case TransformKind::RandomRotation: maps.push_back(geo_rotation(h, w, sp.angle_deg)); break;
       case TransformKind::RandomScale: maps.push_back(geo_scale(h, w, sp.scale)); break;
+      case TransformKind::RandomHorizontalFlip: maps.push_back(geo_flip(h, w, sp.flip)); break;
       case TransformKind::Normalize:
       case TransformKind::RandomErasing:
       case TransformKind::RandomResizedCrop:  // variable-size kinds: rejected by transforms_build
-      case TransformKind::RandomHorizontalFlip:
       case TransformKind::ColorJitter:
       case TransformKind::Resize:
       case TransformKind::CenterCrop: break;

@@ -33,6 +33,7 @@ struct SampleParams {
 //   random_crop     top = below(H - size + 1), then left = below(W - size + 1)     (H, W: the image it receives)
 //   random_rotation angle = uniform_range(-degrees, degrees)
 //   random_scale    scale = uniform_range(min, max)
+//   random_horizontal_flip  flip = uniform() (float) < p
 //   random_erasing  u = uniform() (float); erase only if u < p; then up to 10 attempts of
 //                   area = H*W*uniform_range(scale_min, scale_max), aspect = exp(uniform_range(log rmin, log rmax)),
 //                   h = nearbyint(sqrt(area*aspect)), w = nearbyint(sqrt(area/aspect)) (Python round: half even);

@@ -21,7 +21,7 @@
 
 namespace trctl {
 
-enum class GeoKind : int32_t { Shift = 0, Affine = 1 };
+enum class GeoKind : int32_t { Shift = 0, Affine = 1, FlipX = 2 };
 
 // One geometric step, seen backwards: maps a pixel of the step's output image to a pixel of its input image.
 struct GeoMap {
@@ -90,8 +90,20 @@ TRCTL_HD GeoMap geo_shift(int32_t in_h, int32_t in_w, int32_t dy, int32_t dx) {
   return g;
 }
 
+// A horizontal flip (torchvision hflip): source x = W - 1 - x. A flip not drawn is a zero shift.
+TRCTL_HD GeoMap geo_flip(int32_t h, int32_t w, bool flip) {
+  GeoMap g = geo_shift(h, w, 0, 0);
+  if (flip) g.kind = GeoKind::FlipX;
+  return g;
+}
+
 // Output pixel (y, x) of step g -> source pixel (*sy, *sx) of its input; false when it falls outside (fill 0).
 TRCTL_HD bool geo_map_pixel(const GeoMap& g, int32_t y, int32_t x, int32_t* sy, int32_t* sx) {
+  if (g.kind == GeoKind::FlipX) {
+    *sy = y;
+    *sx = g.in_w - 1 - x;
+    return y >= 0 && y < g.in_h && x >= 0 && x < g.in_w;
+  }
   if (g.kind == GeoKind::Shift) {
     int32_t ty = y + g.dy, tx = x + g.dx;
     if (ty < 0 || ty >= g.in_h || tx < 0 || tx >= g.in_w) return false;
@@ -125,6 +137,7 @@ struct StepParams {
   int crop_y = 0, crop_x = 0;    // random_crop offsets
   double angle_deg = 0;          // random_rotation
   double scale = 1;              // random_scale
+  bool flip = false;             // random_horizontal_flip
   bool erase = false;            // random_erasing
   int erase_y = 0, erase_x = 0, erase_h = 0, erase_w = 0;
 };
@@ -200,8 +213,10 @@ TRCTL_HD StepParams transforms_draw_step(const TransformSpec& s, int* h, int* w,
     case TransformKind::RandomErasing:
       transforms_draw_erasing(s, *h, *w, rng, out);
       break;
+    case TransformKind::RandomHorizontalFlip:  // torchvision: torch.rand(1) < p
+      out.flip = static_cast<double>(rng.uniform()) < s.p;
+      break;
     case TransformKind::RandomResizedCrop:  // variable-size kinds (dataio/image_ops.h): transforms_build rejects
-    case TransformKind::RandomHorizontalFlip:
     case TransformKind::ColorJitter:
     case TransformKind::Resize:
     case TransformKind::CenterCrop:

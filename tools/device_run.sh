@@ -10,6 +10,7 @@
 #   cnn       CNN throughput, synthetic GPU-resident data, batch 256, fp16 AMP: trctl (CNN_EPOCHS epochs of
 #             CNN_TRAIN images; epochs 2.. are steady) then PyTorch eager + torch.compile (benchmarks/pytorch_cnn.py),
 #             for each of CNN_MODELS (default "resnet50 vgg16bn resnet18")
+#             CNN_EXTRA: more trctl overrides (e.g. train.deterministic=false)
 #   cnnacc    configs/cnn_fmnist.yaml trained to the end (test accuracy; CNNACC_EPOCHS to change)
 #   autotune  trctl bench CFG --autotune for each of CNN_MODELS (the cache in $TRCTL_AUTOTUNE_CACHE, used by the
 #             stages after it; without this stage runs use cuDNN's heuristics)
@@ -113,12 +114,12 @@ fi
 if has autotune || has layers; then tar czf "$OUT/prof.tar.gz" -C /tmp prof; fi
 
 if has cnn; then
-  mkdir -p /tmp/cnn
+  rm -rf /tmp/cnn && mkdir -p /tmp/cnn
   export PYTHONUNBUFFERED=1
   for m in ${CNN_MODELS:-resnet50 vgg16bn resnet18}; do
     timeout "${CNN_TRCTL_TIMEOUT:-150}" "$BIN/trctl" train "configs/$m.yaml" train.epochs="${CNN_EPOCHS:-3}" \
       data.synthetic.train_size="${CNN_TRAIN:-6400}" data.synthetic.val_size=512 run.out_dir=/tmp/cnn \
-      run.name="trctl_$m" run.progress=off >"/tmp/cnn/trctl_$m.log" 2>&1
+      run.name="trctl_$m" run.progress=off ${CNN_EXTRA:-} >"/tmp/cnn/trctl_$m.log" 2>&1
     echo "trctl $m: rc $? :: $(grep -E 'device memory' "/tmp/cnn/trctl_$m.log" | sed 's/.*device memory/device memory/')" >>"$SUM"
     grep -E 'epoch [0-9]+/|^done|error' "/tmp/cnn/trctl_$m.log" | sed 's/^/    /' >>"$SUM"
     [ "${CNN_TORCH:-1}" = 1 ] || continue

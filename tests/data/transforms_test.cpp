@@ -453,3 +453,25 @@ TEST_CASE("a fixed seed gives the recorded golden parameters and output") {
   CHECK(sum == Approx(GOLDEN_SUM).epsilon(1e-9));
   CHECK(out[400] == Approx(GOLDEN_OUT_400).epsilon(1e-6));
 }
+
+TEST_CASE("random_horizontal_flip mirrors each row when drawn, and is drawn with frequency p") {
+  TransformSpec f = step(TransformKind::RandomHorizontalFlip);
+  f.p = 1.0;
+  auto p = identity_units({pad(1), f, crop(2), normalize()}, 2, 3);
+  StepParams c;  // the crop at (1, 1) of the flipped padded 4x5 image
+  c.crop_y = 1;
+  c.crop_x = 1;
+  SampleParams sp = params_for(p, 2, c);
+  sp.steps[1].flip = true;
+  // padded rows: 0 1 2 3 0 / 0 11 12 13 0; flipped: 0 3 2 1 0 / 0 13 12 11 0; window (1..2, 1..2)
+  CHECK(apply_rounded(p, sp, numbered(2, 3)) == std::vector<int>{3, 2, 13, 12});
+  sp.steps[1].flip = false;
+  CHECK(apply_rounded(p, sp, numbered(2, 3)) == std::vector<int>{1, 2, 11, 12});
+  f.p = 0.3;
+  auto q = identity_units({f, normalize()}, 2, 3);
+  int flips = 0;
+  for (uint32_t i = 0; i < 4000; ++i) flips += transforms_draw(q, 9, 1, i).steps[0].flip ? 1 : 0;
+  CHECK(std::abs(flips / 4000.0 - 0.3) < 0.03);
+  f.p = 1.5;
+  CHECK(has_error(build({f, normalize()}), "p must be in [0, 1]"));
+}

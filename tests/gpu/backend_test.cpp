@@ -57,8 +57,12 @@ TEST_CASE("GPU augmentation equals the CPU transforms for every sample and pixel
   Spec spec = load_spec({});
   Result<ImageDataset> d = dataset_load(spec.data, false);
   REQUIRE(d.ok());
-  Result<TransformPipeline> tf = transforms_build(spec.data.train_transforms, spec.data.mean, spec.data.std, 28, 28,
-                                                  1, "test");
+  // The config's augmentation with a horizontal flip after the crop: every geometric kind the kernel mirrors.
+  std::vector<TransformSpec> steps = spec.data.train_transforms;
+  TransformSpec flip;
+  flip.kind = TransformKind::RandomHorizontalFlip;
+  steps.insert(steps.begin() + 2, flip);
+  Result<TransformPipeline> tf = transforms_build(steps, spec.data.mean, spec.data.std, 28, 28, 1, "test");
   REQUIRE(tf.ok());
   Result<GpuPipeline> gp = gpu_pipeline_make(tf.value());
   REQUIRE(gp.ok());

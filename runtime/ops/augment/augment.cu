@@ -36,6 +36,7 @@ __device__ void draw_sample(const GpuPipeline& p, int32_t idx, uint64_t seed, ui
       case TransformKind::RandomCrop: g.maps[g.nmaps++] = geo_shift(h0, w0, sp.crop_y, sp.crop_x); break;
       case TransformKind::RandomRotation: g.maps[g.nmaps++] = geo_rotation(h0, w0, sp.angle_deg); break;
       case TransformKind::RandomScale: g.maps[g.nmaps++] = geo_scale(h0, w0, sp.scale); break;
+      case TransformKind::RandomHorizontalFlip: g.maps[g.nmaps++] = geo_flip(h0, w0, sp.flip); break;
       case TransformKind::Normalize: break;
       case TransformKind::RandomErasing:
         if (sp.erase) {
