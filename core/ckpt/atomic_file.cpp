@@ -42,7 +42,9 @@ int write_all(int fd, const std::vector<std::byte>& bytes, const AtomicWriteOpti
   return 0;
 }
 
-Status sync_dir(const std::string& path) {
+}  // namespace
+
+Status sync_parent_dir(const std::string& path) {
   std::string dir = dir_of(path);
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return io_error(path, "cannot open directory '" + dir + "' to sync the rename", errno);
@@ -53,7 +55,6 @@ Status sync_dir(const std::string& path) {
   return ok_status();
 }
 
-}  // namespace
 
 std::string atomic_temp_path(const std::string& path) {
   return path + ".tmp." + std::to_string(static_cast<long>(::getpid()));
@@ -76,7 +77,7 @@ Status atomic_write_file(const std::string& path, const std::vector<std::byte>& 
   if (rc != 0) return abandon("close of '" + tmp + "' failed", errno);
   if (opt.fail_rename) return abandon("rename of '" + tmp + "' failed", opt.fail_errno);
   if (::rename(tmp.c_str(), path.c_str()) != 0) return abandon("rename of '" + tmp + "' failed", errno);
-  if (opt.sync) return sync_dir(path);
+  if (opt.sync) return sync_parent_dir(path);
   return ok_status();
 }
 

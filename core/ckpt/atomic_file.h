@@ -26,6 +26,9 @@ std::string atomic_temp_path(const std::string& path);
 Status atomic_write_file(const std::string& path, const std::vector<std::byte>& bytes,
                          const AtomicWriteOptions& opt = {});
 
+// fsync of the directory holding `path` (a rename into it is durable after this).
+Status sync_parent_dir(const std::string& path);
+
 // Whole file; Error{Io, path, "... : <strerror>"} when it cannot be opened or read.
 Result<std::vector<std::byte>> file_read_bytes(const std::string& path);
 

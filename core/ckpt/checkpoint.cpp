@@ -377,17 +377,27 @@ Status ckpt_save(const std::string& dir, const Compiled& c, const std::vector<st
                      std::to_string(wb) + ", opt_state " + std::to_string(opt_state.size()) + " vs " +
                      std::to_string(ob) + ", buffers " + std::to_string(buffers.size()) + " vs " +
                      std::to_string(bb) + " bytes)"};
+  // Both files go into DIR.partial, which is renamed to DIR once complete: a crash (kill -9) at any point leaves
+  // either no DIR or a whole one, never a directory with one file of two.
+  namespace fs = std::filesystem;
+  const std::string part = dir + kCkptPartialSuffix;
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Error{ErrCode::Io, dir, "cannot create the checkpoint directory: " + ec.message()};
-  Status st = atomic_write_file(dir + "/" + kCkptStateFile, state_encode(c, opt_state, state), io);
+  fs::remove_all(part, ec);
+  fs::create_directories(part, ec);
+  if (ec) return Error{ErrCode::Io, part, "cannot create the checkpoint directory: " + ec.message()};
+  Status st = atomic_write_file(part + "/" + kCkptStateFile, state_encode(c, opt_state, state), io);
   if (!st.ok()) return st;
   std::vector<TensorView> ts = weight_tensors(c, weights, buffers);
   SafetensorsMetadata md{{"trctl_version", "1"},
                          {"spec_hash", hex64(ckpt_spec_hash(c.spec))},
                          {"step", std::to_string(state.step)},
                          {"data_crc32", hex64(tensors_crc(ts)).substr(8)}};
-  return safetensors_write(dir + "/" + kCkptWeightsFile, ts, md, io);
+  st = safetensors_write(part + "/" + kCkptWeightsFile, ts, md, io);
+  if (!st.ok()) return st;
+  if (fs::exists(dir, ec)) fs::remove_all(dir, ec);  // re-saving a name replaces it
+  fs::rename(part, dir, ec);
+  if (ec) return Error{ErrCode::Io, dir, "cannot move the finished checkpoint into place: " + ec.message()};
+  return sync_parent_dir(dir);
 }
 
 Result<Checkpoint> ckpt_load(const std::string& dir, const Compiled& c, const CkptLoadOptions& opt) {

@@ -17,6 +17,7 @@ constexpr char kStateMagic[] = "TRCTLST1";  // 8 bytes on disk (no terminator)
 constexpr uint32_t kStateVersion = 2;  // 2 added opt_updates; version 1 files are still read
 constexpr char kCkptWeightsFile[] = "weights.safetensors";
 constexpr char kCkptStateFile[] = "state.bin";
+constexpr char kCkptPartialSuffix[] = ".partial";  // a checkpoint being written: DIR.partial, renamed to DIR
 
 // Everything besides the regions that a resumed run needs to continue bit-for-bit.
 struct TrainState {

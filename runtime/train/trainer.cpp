@@ -190,6 +190,14 @@ Result<std::unique_ptr<Backend>> backend_make(const Spec& spec, const Compiled& 
   return be;
 }
 
+// checkpoints/epoch-NNNN[-step-SSSSSSSS], not one still being written (epoch-....partial, left by a crash).
+bool is_epoch_checkpoint(const std::filesystem::path& p) {
+  const std::string n = p.filename().string();
+  const std::string part = kCkptPartialSuffix;
+  return n.rfind("epoch-", 0) == 0 &&
+         !(n.size() >= part.size() && n.compare(n.size() - part.size(), part.size(), part) == 0);
+}
+
 // A checkpoint directory, or the latest checkpoints/epoch-NNNN of a run directory.
 Result<std::string> checkpoint_dir_resolve(const std::string& path) {
   namespace fs = std::filesystem;
@@ -197,8 +205,8 @@ Result<std::string> checkpoint_dir_resolve(const std::string& path) {
   std::string latest;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(fs::path(path) / "checkpoints", ec))
-    if (e.path().filename().string().rfind("epoch-", 0) == 0 && fs::exists(e.path() / kCkptStateFile) &&
-        e.path().string() > latest)
+    if (is_epoch_checkpoint(e.path()) && fs::exists(e.path() / kCkptStateFile) &&
+        fs::exists(e.path() / kCkptWeightsFile) && e.path().string() > latest)
       latest = e.path().string();
   if (latest.empty())
     return Error{ErrCode::Io, path, "no checkpoint here (neither state.bin nor checkpoints/epoch-*/state.bin)"};
@@ -220,6 +228,34 @@ Result<TrainState> resume_from(Backend& be, const Compiled& c, const std::string
   if (!st.ok()) return st.errors();
   log.info("resumed from {} after epoch {} (step {})", dir.value(), ck->state.epoch, ck->state.step);
   return ck->state;
+}
+
+// --init-from: the parameters and running statistics of a checkpoint (another spec is fine if the parameters'
+// names, shapes and dtypes agree); the optimizer starts fresh at step 0.
+Status init_from(Backend& be, const Compiled& c, const std::string& path, spdlog::logger& log) {
+  Result<std::string> dir = checkpoint_dir_resolve(path);
+  if (!dir.ok()) return dir.errors();
+  CkptLoadOptions lo;
+  lo.weights_only = true;
+  Result<Checkpoint> ck = ckpt_load(dir.value(), c, lo);
+  if (!ck.ok()) return ck.errors();
+  Status st = be.write_region(Region::Weights, ck->weights);
+  if (st.ok()) st = be.write_region(Region::Buffers, ck->buffers);
+  if (st.ok()) log.info("initialised the parameters from {}", dir.value());
+  return st;
+}
+
+// --resume auto: the newest of run.out_dir/NAME, NAME-2, ... that holds a checkpoint ("" when none does).
+std::string latest_run_with_checkpoint(const Spec& spec) {
+  namespace fs = std::filesystem;
+  const std::string name = spec.run.name.empty() ? fs::path(spec.source).stem().string() : spec.run.name;
+  for (int i = 9999; i >= 1; --i) {
+    const std::string dir = spec.run.out_dir + "/" + name + (i == 1 ? "" : "-" + std::to_string(i));
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) continue;
+    if (checkpoint_dir_resolve(dir).ok()) return dir;
+  }
+  return "";
 }
 
 // Writes run_dir/checkpoints/NAME (NAME empty: epoch-NNNN, or epoch-NNNN-step-SSSSSSSS when `batch` > 0: stopped
@@ -247,7 +283,7 @@ Status checkpoints_prune(const std::string& run_dir, int keep_last) {
   std::vector<fs::path> epochs;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec))
-    if (e.path().filename().string().rfind("epoch-", 0) == 0) epochs.push_back(e.path());
+    if (is_epoch_checkpoint(e.path())) epochs.push_back(e.path());
   std::sort(epochs.begin(), epochs.end());
   for (size_t i = 0; i + static_cast<size_t>(keep_last) < epochs.size(); ++i) {
     fs::remove_all(epochs[i], ec);
@@ -394,10 +430,18 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
   Status st = be->write_region(Region::Weights, params_init(c, spec.seed));
   if (st.ok()) st = be->write_region(Region::Buffers, buffers_init(c));
   if (!st.ok()) return st.errors();
+  if (!opt.resume.empty() && !opt.init_from.empty())
+    return Error{ErrCode::Invalid, opt.init_from, "--init-from and --resume exclude each other"};
+  if (!opt.init_from.empty() && !(st = init_from(*be, c, opt.init_from, log)).ok()) return st.errors();
   int first_epoch = 1;
   int64_t skip = 0;  // batches of first_epoch already trained (a checkpoint written mid-epoch on a stop signal)
-  if (!opt.resume.empty()) {
-    Result<TrainState> done = resume_from(*be, c, opt.resume, log);
+  std::string resume = opt.resume;
+  if (resume == "auto") {
+    resume = latest_run_with_checkpoint(spec);
+    log.info("--resume auto: {}", resume.empty() ? "no checkpoint of this run yet, starting fresh" : resume);
+  }
+  if (!resume.empty()) {
+    Result<TrainState> done = resume_from(*be, c, resume, log);
     if (!done.ok()) return done.errors();
     first_epoch = static_cast<int>(done->epoch) + 1;
     if (done->data_epoch == first_epoch) skip = done->data_batch;

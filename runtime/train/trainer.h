@@ -45,7 +45,8 @@ struct TrainOptions {
   GpuBackendFactory gpu;      // empty: CPU only
   // Continue from a checkpoint: a checkpoint directory (weights.safetensors + state.bin) or a run directory (its
   // latest checkpoints/epoch-NNNN). Empty: start fresh.
-  std::string resume;
+  std::string resume;       // "auto": the newest run directory of this run's name with a checkpoint, if any
+  std::string init_from;    // a checkpoint (or run dir) whose weights only start the run; excludes resume
   // Nonzero (a signal number): stop after the current training step, write a checkpoint (mid-epoch ones record
   // the data position, so --resume continues exactly) and return with TrainResult::stopped_by set.
   const std::atomic<int>* stop_signal = nullptr;

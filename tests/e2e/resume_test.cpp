@@ -135,3 +135,61 @@ TEST_CASE("a stop signal mid-epoch writes the data position and the resumed run 
     CHECK(rest->epochs.back().val_loss == whole->epochs.back().val_loss);
   }
 }
+
+TEST_CASE("resume auto continues the newest run of the same name, or starts fresh when there is none",
+          "[e2e][resume]") {
+  Scratch s;
+  Result<TrainResult> whole = run({}, "", false);
+  REQUIRE(whole.ok());
+  const std::vector<std::string> o = {"run.out_dir=" + s.path.string(), "run.name=auto"};
+  Result<Spec> spec = spec_load(std::string(TRCTL_SOURCE_DIR) + "/configs/mlp_fmnist.yaml",
+                                {"train.device=cpu", "data.train_subset=600", "train.epochs=2",
+                                 "data.val_batch_size=2000", o[0], o[1]});
+  REQUIRE(spec.ok());
+  spdlog::logger log("test", std::make_shared<spdlog::sinks::null_sink_mt>());
+  std::atomic<int> stop{0};
+  TrainOptions opt;
+  opt.resume = "auto";  // nothing to resume yet: a fresh start
+  opt.stop_signal = &stop;
+  opt.on_step = [&](int64_t step) {
+    if (step == 4) stop.store(SIGINT);
+  };
+  Result<TrainResult> part = train_run(spec.value(), opt, log);
+  REQUIRE(part.ok());
+  CHECK(part->stopped_by == SIGINT);
+  Result<TrainResult> rest = run(o, "auto", true);  // the newest runs/auto* with a checkpoint: the stopped one
+  INFO((rest.ok() ? std::string() : rest.error_text()));
+  REQUIRE(rest.ok());
+  CHECK(rest->final_weights == whole->final_weights);
+  CHECK(rest->epochs.back().val_loss == whole->epochs.back().val_loss);
+}
+
+TEST_CASE("init-from starts from a checkpoint's weights with a fresh optimizer; it excludes --resume",
+          "[e2e][resume]") {
+  Scratch s;
+  Result<TrainResult> first =
+      run({"train.checkpoint_every=1", "run.out_dir=" + s.path.string(), "run.name=init"}, "", true);
+  REQUIRE(first.ok());
+  Result<Spec> spec = spec_load(std::string(TRCTL_SOURCE_DIR) + "/configs/mlp_fmnist.yaml",
+                                {"train.device=cpu", "data.train_subset=600", "train.epochs=1",
+                                 "data.val_batch_size=2000", "optimizer.lr=2e-4"});
+  REQUIRE(spec.ok());
+  spdlog::logger log("test", std::make_shared<spdlog::sinks::null_sink_mt>());
+  TrainOptions opt;
+  opt.write_run_dir = false;
+  Result<TrainResult> cold = train_run(spec.value(), opt, log);
+  opt.init_from = (s.path / "init").string();  // a run directory: its latest checkpoint
+  Result<TrainResult> warm = train_run(spec.value(), opt, log);
+  INFO((warm.ok() ? std::string() : warm.error_text()));
+  REQUIRE((cold.ok() && warm.ok()));
+  CHECK(warm->epochs[0].step == cold->epochs[0].step);  // the optimizer starts at step 0
+  CHECK(warm->epochs[0].train_loss < cold->epochs[0].train_loss - 0.1);  // but from trained weights
+  opt.resume = (s.path / "init").string();
+  Result<TrainResult> both = train_run(spec.value(), opt, log);
+  CHECK_THAT(both.error_text(), Catch::Contains("--init-from and --resume exclude each other"));
+  opt.resume.clear();
+  Result<Spec> other = spec_load(std::string(TRCTL_SOURCE_DIR) + "/configs/mlp_fmnist.yaml",
+                                 {"train.device=cpu", "data.train_subset=600", "model.layers.1.out_features=100"});
+  Result<TrainResult> mismatch = train_run(other.value(), opt, log);
+  CHECK_THAT(mismatch.error_text(), Catch::Contains("fc1.weight"));
+}
