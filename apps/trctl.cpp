@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "apps/cmd_data.h"
+#include "apps/cmd_report.h"
 #include "core/compiler.h"
 #include "runtime/train/profile_report.h"
 #include "runtime/train/trainer.h"
@@ -90,7 +91,7 @@ void install_stop_handlers() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
-int cmd_train(const SpecArgs& a, bool print_config, const std::string& resume) {
+int cmd_train(const SpecArgs& a, bool print_config, const std::string& resume, const std::string& init_from) {
   Result<Spec> spec = spec_load(a.config, a.overrides);
   if (!spec.ok()) return report_errors(spec.errors());
   if (print_config) std::cout << spec_to_yaml(spec.value()) << std::flush;
@@ -98,6 +99,7 @@ int cmd_train(const SpecArgs& a, bool print_config, const std::string& resume) {
   log->set_pattern("[%H:%M:%S] %v");
   TrainOptions opt;
   opt.resume = resume;
+  opt.init_from = init_from;
   install_stop_handlers();
   opt.stop_signal = &g_stop_signal;
   const ProgressKind pk = spec->run.progress;
@@ -252,7 +254,11 @@ int main(int argc, char** argv) {
   add_spec_args(train, train_a);
   train->add_flag("--print-config", print_config, "print the resolved spec before training");
   std::string resume;
-  train->add_option("--resume", resume, "continue from a checkpoint directory, or a run directory's latest checkpoint");
+  train->add_option("--resume", resume,
+                    "continue from a checkpoint directory, a run directory's latest checkpoint, or `auto` (the newest "
+                    "run directory of this run's name that has one; none: start fresh)");
+  std::string init_from;
+  train->add_option("--init-from", init_from, "start from a checkpoint's weights only (fresh optimizer, step 0)");
   auto* validate = app.add_subcommand("validate", "check a spec and print it resolved");
   add_spec_args(validate, validate_a);
   auto* compile = app.add_subcommand("compile", "compile a spec and print the IR/plan after a stage");
@@ -312,8 +318,9 @@ int main(int argc, char** argv) {
   bench->add_option("--warmup", bd.warmup, "bench data: untimed batches first (default 10)")->check(CLI::Range(0, 1000000));
   bench->add_option("--size", bd.size, "bench data: crop size (default 224)")->check(CLI::Range(1, 4096));
   bench->add_flag("--fp32", bd.fp32, "bench data: write fp32 instead of fp16");
-  const Later later[] = {{"report", "fairness report", "issue 8"},
-                         {"export", "export weights", "issue 6"}};
+  ReportArgs report_a;
+  auto* report = report_subcommand(app, report_a);
+  const Later later[] = {{"export", "export weights", "issue 6"}};
   for (const auto& l : later) app.add_subcommand(l.name, l.help)->allow_extras();
   try {
     app.parse(argc, argv);
@@ -322,12 +329,13 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   try {
-    if (*train) return cmd_train(train_a, print_config, resume);
+    if (*train) return cmd_train(train_a, print_config, resume, init_from);
     if (*validate) return cmd_validate(validate_a);
     if (*compile) return cmd_compile(compile_a, dump);
     if (*eval) return cmd_eval(eval_a, eval_weights);
     if (*pack) return cmd_pack_dts(pack_a);
     if (*dts) return cmd_dts_info(dts_path);
+    if (*report) return cmd_report(report_a);
     if (*bench && bench_a.config == "data") {
       if (bench_a.overrides.size() != 1) {
         std::fprintf(stderr, "error: trctl bench data SOURCE (a DTS file or an image folder)\n");

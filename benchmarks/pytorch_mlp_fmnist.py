@@ -13,7 +13,11 @@ without decay on biases, cosine schedule per epoch with 5 warm-up epochs to eta_
 Kaiming-uniform (fan_in, ReLU gain) weights and zero biases, validation on the 10k test set after every epoch.
 Timing: every epoch is timed with a device sync; the first epoch holds torch.compile's compile time, so
 `epochs_per_s_steady` excludes it (trctl's report does the same for its first epoch, which holds graph capture).
-Writes one JSON object (recipe, settings, per-epoch records, results) to --out and prints it.
+Writes one JSON object to --out: a result in the trctl-bench-result/1 schema of docs/report.md ("tool", "name",
+"recipe" with every fairness-table item, "runs" with per-epoch records), which `trctl report --vs FILE` reads, plus
+the earlier top-level fields (settings, "records", figures; the recipe's name is now "recipe_name"). Prints the
+same one-line summary as before. The per-epoch mean training loss is read after each epoch's timing ends (the steps
+only keep a reference to their loss); training top-1 would need the logits out of the compiled step, so it is null.
 """
 import argparse
 import gzip
@@ -48,6 +52,13 @@ def load(root):
 
 
 MEAN, STD = 0.2860, 0.3530
+BASE_LR, WARMUP_EPOCHS, ETA_MIN = 1e-3, 5, 1e-6
+LABEL_SMOOTHING = 0.1
+SCHEMA = "trctl-bench-result/1"
+# The augmentation of both recipes in trctl's words (its resolved config's train_transforms): gpu_augment and
+# run_dataloader's tf_train implement these parameters.
+AUGMENTATION = ("pad(padding=2), random_crop(size=28), random_rotation(degrees=20), random_scale(min=0.8, max=1.2), "
+                "normalize, random_erasing(p=0.5, scale=[0.02, 0.33], ratio=[0.3, 3.3], value=0)")
 
 
 def make_model():
@@ -60,7 +71,7 @@ def make_model():
     return m
 
 
-def lr_at(epoch, epochs, base=1e-3, warmup=5, eta_min=1e-6):
+def lr_at(epoch, epochs, base=BASE_LR, warmup=WARMUP_EPOCHS, eta_min=ETA_MIN):
     """1-based epoch, as trctl's scheduler_lr for cosine with warm-up."""
     if epoch <= warmup:
         return base * epoch / warmup
@@ -73,13 +84,14 @@ def make_optimizer(model):
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     return torch.optim.AdamW([{"params": decay, "weight_decay": 1e-4}, {"params": no_decay, "weight_decay": 0.0}],
-                             lr=1e-3, betas=(0.9, 0.999), eps=1e-8, fused=True)
+                             lr=BASE_LR, betas=(0.9, 0.999), eps=1e-8, fused=True)
 
 
 def make_training(dev):
     """Model, optimizer, GradScaler and loss of the recipe, the same for both recipes."""
     model = make_model().to(dev)
-    return model, make_optimizer(model), torch.amp.GradScaler("cuda"), nn.CrossEntropyLoss(label_smoothing=0.1)
+    return (model, make_optimizer(model), torch.amp.GradScaler("cuda"),
+            nn.CrossEntropyLoss(label_smoothing=LABEL_SMOOTHING))
 
 
 def gpu_augment(x_u8):
@@ -144,18 +156,119 @@ def train_loop(args, model, opt, batches, evaluate):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         model.train()
+        losses = []
         for xb, yb in batches(e):
             loss = args.step(xb, yb)
+            losses.append(loss)  # a reference to the step's own loss tensor: no kernel, no sync
         torch.cuda.synchronize()
         t_train = time.perf_counter() - t0
         model.eval()
         val_loss, val_top1 = evaluate()
         torch.cuda.synchronize()
         t_epoch = time.perf_counter() - t0
+        train_loss = torch.stack(losses).float().mean().item()  # after the epoch's timing
         records.append({"epoch": e, "train_seconds": t_train, "epoch_seconds": t_epoch, "val_loss": val_loss,
-                        "val_top1": val_top1, "last_loss": float(loss), "lr": lr_at(e, args.epochs)})
+                        "val_top1": val_top1, "last_loss": float(loss), "lr": lr_at(e, args.epochs),
+                        "train_loss": train_loss, "images_per_s": args.steps * args.batch / t_train})
         print(f"epoch {e}: {t_epoch:.3f} s, val top1 {100 * val_top1:.2f}%", file=sys.stderr, flush=True)
     return records
+
+
+def finite(x):
+    """x, or None when it is not a finite number (the schema's JSON has no NaN)."""
+    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def sanitized(v):
+    """v with every non-finite float replaced by None: strict JSON readers (trctl report) refuse NaN."""
+    if isinstance(v, dict):
+        return {k: sanitized(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [sanitized(x) for x in v]
+    return finite(v) if isinstance(v, float) else v
+
+
+def num(x):
+    """A number as trctl report's recipes write it: integers in full, others as printf's %g."""
+    x = float(x)
+    return str(int(x)) if x.is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def model_text(model):
+    """The layers in trctl's words: type(params) as its resolved config lists them, without names."""
+    parts = []
+    for m in model:
+        if isinstance(m, nn.Linear):
+            parts.append(f"linear(out_features={m.out_features}, bias={'true' if m.bias is not None else 'false'})")
+        elif isinstance(m, nn.Flatten):
+            parts.append("flatten")
+        elif isinstance(m, nn.ReLU):
+            parts.append("relu")
+        else:
+            parts.append(type(m).__name__.lower())
+    return ", ".join(parts)
+
+
+def graph_mode(args):
+    if args.recipe != "gpu" or args.compile_mode == "none":
+        return "none (eager)"
+    if args.compile_mode in ("reduce-overhead", "max-autotune"):
+        return (f"torch.compile mode {args.compile_mode}: CUDA graphs over augmentation, forward and backward; "
+                "optimizer and GradScaler eager")
+    return f"torch.compile mode {args.compile_mode}: no CUDA graphs"
+
+
+def recipe_of(args, model, opt):
+    """Every item of trctl report's fairness table (docs/report.md), worded as trctl words its own side."""
+    gpu = args.recipe == "gpu"
+    decayed = [g for g in opt.param_groups if g["weight_decay"] > 0]
+    plain = [g for g in opt.param_groups if g["weight_decay"] == 0]
+    wd = decayed[0]["weight_decay"] if decayed else 0
+    b1, b2 = opt.defaults["betas"]
+    return {
+        "framework": f"torch {torch.__version__}",
+        "device": torch.cuda.get_device_name(),
+        "dataset": "fashion_mnist",
+        "model": model_text(model),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "init": "kaiming_uniform_fan_in (bound sqrt(6/fan_in)), zero biases",
+        "optimizer": f"adamw lr={num(BASE_LR)} betas=({num(b1)}, {num(b2)}) eps={num(opt.defaults['eps'])}",
+        "weight_decay": (f"{num(wd)} decoupled on {sum(len(g['params']) for g in decayed)} tensors, "
+                         f"0 on {sum(len(g['params']) for g in plain)}") if decayed else "0",
+        "lr_schedule": f"cosine to eta_min={num(ETA_MIN)}, linear warm-up {WARMUP_EPOCHS} epochs, per epoch",
+        "label_smoothing": num(LABEL_SMOOTHING),
+        "val_loss": "cross_entropy, label_smoothing=0",
+        "batch_size": args.batch,
+        "epochs": args.epochs,
+        "augmentation": AUGMENTATION,
+        "augmentation_impl": ("crop, rotation and scale as one affine map (one nearest sampling), one erasing attempt"
+                              if gpu else "torchvision semantics, one op after another"),
+        "normalization": f"mean=[{num(MEAN)}] std=[{num(STD)}]",
+        "validation": "every epoch, batch 2000, transforms: normalize",
+        "precision": "fp16 AMP, dynamic loss scaling, fp32 master weights",
+        "tf32": "on" if torch.backends.cuda.matmul.allow_tf32 else "off",
+        "graph_mode": graph_mode(args),
+        "compile_excluded": "epoch 1 excluded from steady",
+        "epoch_time": "training + validation",
+        "data_loading": ("GPU-resident dataset, augmentation on the GPU" if gpu else
+                         f"DataLoader, {args.workers} workers, pin_memory, augmentation on the CPU"),
+        "seed": args.seed,
+    }
+
+
+def schema_run(args, records, secs, steady):
+    """One entry of the schema's "runs": per-epoch records and the run's figures."""
+    epochs = [{"epoch": r["epoch"], "train_loss": finite(r["train_loss"]), "train_top1": None,
+               "val_loss": finite(r["val_loss"]), "val_top1": finite(r["val_top1"]), "lr": r["lr"],
+               "images_per_s": finite(r["images_per_s"]), "seconds": r["epoch_seconds"],
+               "train_seconds": r["train_seconds"]} for r in records]
+    train = [r["train_seconds"] for r in records]
+    steady_train = sum(train[1:]) if len(train) > 1 else train[0]
+    return {"seed": args.seed, "epochs": epochs, "final_val_top1": finite(records[-1]["val_top1"]),
+            "best_val_top1": finite(max(r["val_top1"] for r in records)), "epochs_per_s_steady": steady,
+            "epochs_per_s_overall": args.epochs / sum(secs),
+            "images_per_s_steady": args.steps * args.batch * max(len(train) - 1, 1) / steady_train,
+            "seconds": sum(secs), "first_epoch_seconds": secs[0]}
 
 
 def run_dataloader(args, data):
@@ -258,6 +371,7 @@ def main():
         return loss.detach().clone() if cudagraphs else loss.detach()
 
     args.step = step
+    args.steps = steps
     records = train_loop(args, model, opt, batches, evaluate)
     total = time.perf_counter() - t_start
     secs = [r["epoch_seconds"] for r in records]
@@ -272,7 +386,11 @@ def main():
         "final_val_top1": records[-1]["val_top1"], "best_val_top1": max(r["val_top1"] for r in records),
         "records": records,
     }
-    text = json.dumps(res, indent=1)
+    name = f"pytorch {args.recipe}" + (f" {args.compile_mode}" if args.recipe == "gpu" else "")
+    doc = {"schema": SCHEMA, "tool": "pytorch", "name": name, **res, "recipe": recipe_of(args, model, opt),
+           "recipe_name": args.recipe, "runs": [schema_run(args, records, secs, steady)],
+           "environment": {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": res["gpu"]}}
+    text = json.dumps(sanitized(doc), indent=1, allow_nan=False)
     if args.out:
         with open(args.out, "w") as f:
             f.write(text)

@@ -85,7 +85,7 @@ TEST_CASE("compile --dump prints the graph after a stage; an unknown stage exits
 }
 
 TEST_CASE("commands of later milestones say they are not supported and exit 2", "[cli]") {
-  Run r = trctl("report " + kConfig);
+  Run r = trctl("export " + kConfig);
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("not supported"));
 }

@@ -1,0 +1,76 @@
+// The inputs of `trctl report` as plain data: per-epoch records, run-level figures and the recipe of each trctl
+// run directory or benchmark result JSON (docs/report.md, schema "trctl-bench-result/1"), grouped by tool.
+#pragma once
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/util/error.h"
+
+namespace trctl {
+
+constexpr double kNoFigure = NAN;  // a figure a source does not state (NaN: isfinite() is false)
+
+// One epoch; `seconds` is the epoch's wall time (training + validation), images_per_s the training throughput.
+struct EpochPoint {
+  int epoch = 0;
+  double train_loss = kNoFigure, train_top1 = kNoFigure, val_loss = kNoFigure, val_top1 = kNoFigure;
+  double lr = kNoFigure, images_per_s = kNoFigure, seconds = kNoFigure;
+};
+
+// One training run. The figures are computed from `epochs` when they hold them (report_run_finalize), so that
+// both tools are measured the same way; a JSON run without epochs keeps the figures it states.
+struct RunData {
+  std::string source;  // the run directory, or "FILE.json run N"
+  std::vector<EpochPoint> epochs;
+  double final_val_top1 = kNoFigure, best_val_top1 = kNoFigure;
+  double epochs_per_s_steady = kNoFigure;  // (epochs - 1) / seconds of epochs 2..N: epoch 1 holds compile/capture
+  double images_per_s_steady = kNoFigure;  // training images/s over epochs 2..N (epoch 1 when it is the only one)
+  double seconds = kNoFigure;              // sum of the epochs' seconds
+};
+
+struct RecipeItem {
+  std::string key, value;
+};
+
+// The runs of one tool and recipe: one column of the report.
+struct ToolResult {
+  std::string tool;  // "trctl" | "pytorch" (any other name is shown as it is)
+  std::string name;  // column title and grouping key (the JSON's "name", else the tool)
+  std::vector<RecipeItem> recipe;
+  std::vector<RunData> runs;
+  std::vector<std::string> notes;  // e.g. runs of one group whose recipes differ
+};
+
+// A trctl run directory: config.resolved.yaml (the recipe, with plan.txt when present), metrics.jsonl's epoch
+// records (summary.csv when metrics.jsonl is missing). Errors name the file.
+Result<ToolResult> report_read_run_dir(const std::string& dir);
+
+// A result file in the trctl-bench-result schema (any tool). Errors name the file and the offset or JSON path.
+Result<ToolResult> report_read_result_json(const std::string& path);
+
+// Sorts a run's epochs (a repeated epoch keeps its last record) and computes its figures from them.
+void report_run_finalize(RunData& run);
+
+// Merges inputs of the same tool and name (runs appended, a note when their recipes differ), sets each group's
+// "runs" recipe item, and puts the reference group first: the first trctl group, else the first input's.
+std::vector<ToolResult> report_group(std::vector<ToolResult> inputs);
+
+const std::string* recipe_find(const std::vector<RecipeItem>& recipe, const std::string& key);
+
+// Median, min and max of the finite values (n = how many there were; the others NaN when n is 0).
+struct Spread {
+  int n = 0;
+  double median = kNoFigure, min = kNoFigure, max = kNoFigure;
+};
+Spread spread_of(std::vector<double> values);
+
+// Time to accuracy: the first validated epoch with val_top1 >= threshold and the seconds of epochs 1..that one.
+struct TimeToAccuracy {
+  bool reached = false;
+  int epoch = 0;
+  double seconds = kNoFigure;
+};
+TimeToAccuracy time_to_accuracy(const RunData& run, double threshold);
+
+}  // namespace trctl

@@ -1,0 +1,30 @@
+// The fairness-table vocabulary (docs/report.md): each recipe item's key, its label and whether a difference in
+// it matters, and trctl's side of every item, derived from a run's config.resolved.yaml and plan.txt.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "runtime/report/report_data.h"
+
+namespace trctl {
+
+struct RecipeKey {
+  const char* key;
+  const char* label;
+  bool compared;  // false: informational (the framework, the device, the seed), never marked as a difference
+};
+
+// Every documented item in table order; a source's other items follow them in the table, compared.
+const std::vector<RecipeKey>& recipe_keys();
+const RecipeKey* recipe_key(const std::string& key);  // nullptr for an undocumented key
+
+// A number as recipe values write it: an integer in full (200, 1462538), any other through printf's %g (1e-08,
+// 0.001), as Python's str(int(x)) and f"{x:g}" write them.
+std::string recipe_number(double v);
+
+// trctl's recipe items from the resolved config (YAML text of config.resolved.yaml, named `config_path` in
+// errors) and plan.txt's text (empty when the run dir has none: parameter counts are then left out).
+Result<std::vector<RecipeItem>> recipe_from_trctl(const std::string& config_text, const std::string& config_path,
+                                                  const std::string& plan_text);
+
+}  // namespace trctl

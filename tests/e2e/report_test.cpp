@@ -1,0 +1,318 @@
+// trctl report: a run directory (trained, or written with the trainer's own writers) against PyTorch results in
+// the trctl-bench-result schema gives report.md/html with the fairness table, the results table and four PNGs;
+// bad inputs exit 2 naming the file.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "runtime/report/report_data.h"
+#include "runtime/report/report_plot.h"
+#include "runtime/report/report_recipe.h"
+#include "runtime/train/run_outputs.h"
+
+namespace fs = std::filesystem;
+using namespace trctl;
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+fs::path temp_dir(const std::string& tag) {
+  fs::path d = fs::temp_directory_path() / ("trctl_report_" + tag + "_" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// `env` is prepended to the command (VAR=value ...).
+Run run_trctl(const std::string& args, const std::string& env = "") {
+  static int n = 0;
+  const fs::path d = temp_dir("io" + std::to_string(n++));
+  const std::string cmd = env + " " + std::string(TRCTL_BINARY) + " " + args + " >" + (d / "out").string() + " 2>" +
+                          (d / "err").string();
+  const int st = std::system(cmd.c_str());
+  Run r;
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = slurp(d / "out");
+  r.err = slurp(d / "err");
+  fs::remove_all(d);
+  return r;
+}
+
+const std::string kConfig = std::string(TRCTL_SOURCE_DIR) + "/configs/mlp_fmnist.yaml";
+
+bool have_gnuplot() { return gnuplot_find().ok(); }
+
+bool is_png(const fs::path& p) {
+  const std::string s = slurp(p);
+  return s.size() > 100 && s.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0;
+}
+
+// A PyTorch result in the schema: the recipe items that matter for the tests and one run of `top1` per epoch.
+void write_torch_json(const fs::path& path, int batch, const std::vector<double>& top1, double epoch_seconds) {
+  std::ofstream f(path);
+  f << R"({"schema": "trctl-bench-result/1", "tool": "pytorch", "name": "pytorch",
+  "recipe": {"framework": "torch 2.11.0", "dataset": "fashion_mnist, train subset 2000", "batch_size": )"
+    << batch << R"(, "label_smoothing": "0.1", "precision": "fp16 AMP, dynamic loss scaling, fp32 master weights"},
+  "runs": [{"epochs": [)";
+  for (size_t i = 0; i < top1.size(); ++i)
+    f << (i ? ", " : "") << R"({"epoch": )" << i + 1 << R"(, "train_loss": )" << 2.0 - 0.1 * i
+      << R"(, "train_top1": null, "val_loss": 1.2, "val_top1": )" << top1[i]
+      << R"(, "lr": 0.0002, "images_per_s": 9000, "seconds": )" << epoch_seconds << "}";
+  f << "]}]}\n";
+}
+
+// A run directory written with the trainer's own writers: the resolved MLP config (with `overrides`) and one
+// epoch record per (val top-1, epoch seconds) pair.
+fs::path write_run_dir(const fs::path& dir, const std::vector<std::pair<double, double>>& epochs,
+                       const std::vector<std::string>& overrides = {"train.device=cpu"}) {
+  fs::create_directories(dir);
+  Result<Spec> spec = spec_load(kConfig, overrides);
+  REQUIRE(spec.ok());
+  std::ofstream(dir / "config.resolved.yaml") << spec_to_yaml(spec.value());
+  RunOutputs out;
+  REQUIRE(out.open(dir.string()).ok());
+  double t = 0;
+  for (size_t i = 0; i < epochs.size(); ++i) {
+    EpochRecord r;
+    r.epoch = static_cast<int>(i + 1);
+    r.step = 300 * r.epoch;
+    r.lr = 1e-3;
+    r.train_loss = 1.0;
+    r.train_top1 = 0.5;
+    r.val_loss = 0.9;
+    r.val_top1 = epochs[i].first;
+    r.epoch_seconds = epochs[i].second;
+    r.images_per_s = 60000 / epochs[i].second;
+    r.seconds = t += epochs[i].second;
+    out.step(r.epoch, r.step - 10, 1.0, 1e-3, 5000, t);
+    out.epoch(r);
+  }
+  return dir;
+}
+
+// One real CPU run of the benchmark MLP (2 epochs on 2000 images, about 3 s) under `root`; its run directory.
+fs::path trained_run(const fs::path& root) {
+  Run r = run_trctl("train " + kConfig + " train.epochs=2 data.train_subset=2000 train.device=cpu run.progress=off "
+                    "run.name=mlp run.out_dir=" + root.string());
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  REQUIRE(fs::exists(root / "mlp" / "metrics.jsonl"));
+  return root / "mlp";
+}
+
+}  // namespace
+
+TEST_CASE("a report of a trained run vs a PyTorch result has the fairness table, the results table and 4 PNGs",
+          "[report][cli]") {
+  const fs::path d = temp_dir("full");
+  const fs::path run = trained_run(d / "runs");
+  write_torch_json(d / "torch.json", 256, {0.40, 0.45}, 2.0);
+  const bool plots = have_gnuplot();
+  if (!plots) WARN("skipped the PNG checks: gnuplot is not installed (tools/setup.sh installs gnuplot-nox)");
+  Run r = run_trctl("report " + run.string() + " --vs " + (d / "torch.json").string() + " -o " +
+                    (d / "rep").string() + (plots ? "" : " --no-plots"));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const std::string md = slurp(d / "rep" / "report.md");
+  CHECK_THAT(md, Catch::Contains("| item | trctl | pytorch | differs |"));
+  CHECK_THAT(md, Catch::Contains("| **batch size** | **200** | **256** | ≠ trctl: 200 / pytorch: 256 |"));
+  CHECK_THAT(md, Catch::Contains("| label smoothing | 0.1 | 0.1 | = |"));
+  CHECK_THAT(md, Catch::Contains("| dataset | fashion_mnist, train subset 2000 | fashion_mnist, train subset 2000 "
+                                 "| = |"));
+  CHECK_THAT(md, Catch::Contains("| optimizer | adamw lr=0.001 betas=(0.9, 0.999) eps=1e-08 | — "
+                                 "| ? not stated by pytorch |"));
+  CHECK_THAT(md, Catch::Contains("## Results"));
+  CHECK_THAT(md, Catch::Contains("| tool | runs | epochs/s (steady) | images/s (steady) | final val top-1"));
+  CHECK_THAT(md, Catch::Contains("| pytorch | 1 | 0.50 | 9000 | 45.00 % | 45.00 % |"));
+  CHECK_THAT(md, Catch::Contains("| *trctl / pytorch* |"));
+  const std::string html = slurp(d / "rep" / "report.html");
+  CHECK_THAT(html, Catch::Contains("<tr class=\"diff\"><td><strong>batch size</strong></td>"));
+  for (const char* png : {"loss.png", "accuracy.png", "lr.png", "throughput.png"}) {
+    if (!plots) break;
+    INFO(png);
+    CHECK(is_png(d / "rep" / png));
+    CHECK_THAT(md, Catch::Contains(std::string("](") + png + ")"));
+    CHECK_THAT(html, Catch::Contains(std::string("<img src=\"") + png + "\""));
+  }
+  CHECK(fs::exists(d / "rep" / "plots.gp") == plots);
+  fs::remove_all(d);
+}
+
+TEST_CASE("several run directories give the median with min and max, and the ratio divides the medians",
+          "[report][cli]") {
+  const fs::path d = temp_dir("median");
+  // steady epochs/s (epochs 2..3): 2 / (0.5 + 0.5) = 2, 2 / (0.25 + 0.25) = 4, 2 / (1 + 1) = 1
+  write_run_dir(d / "a", {{0.80, 3.0}, {0.85, 0.5}, {0.87, 0.5}});
+  write_run_dir(d / "b", {{0.80, 3.0}, {0.86, 0.25}, {0.88, 0.25}});
+  write_run_dir(d / "c", {{0.80, 3.0}, {0.84, 1.0}, {0.86, 1.0}});
+  write_torch_json(d / "torch.json", 200, {0.70, 0.80, 0.84}, 1.0);  // 1 epoch/s steady
+  Run r = run_trctl("report " + (d / "a").string() + " " + (d / "b").string() + " " + (d / "c").string() + " --vs " +
+                    (d / "torch.json").string() + " -o " + (d / "rep").string() + " --no-plots");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const std::string md = slurp(d / "rep" / "report.md");
+  CHECK_THAT(md, Catch::Contains("| trctl | 3 | 2.00 (1.00–4.00) |"));
+  CHECK_THAT(md, Catch::Contains("87.00 % (86.00–88.00)"));
+  CHECK_THAT(md, Catch::Contains("| *trctl / pytorch* | — | 2.00× |"));
+  CHECK_THAT(md, Catch::Contains("| **number of runs** | **3** | **1** | ≠ trctl: 3 / pytorch: 1 |"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("time to accuracy is the time of the epochs up to the first that reaches --tta", "[report][cli]") {
+  const fs::path d = temp_dir("tta");
+  write_run_dir(d / "run", {{0.80, 1.5}, {0.86, 1.0}, {0.88, 1.0}});
+  write_torch_json(d / "torch.json", 200, {0.80, 0.84, 0.85}, 2.0);
+  Run r = run_trctl("report " + (d / "run").string() + " --vs " + (d / "torch.json").string() + " -o " +
+                    (d / "rep").string() + " --no-plots --tta 0.85");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const std::string md = slurp(d / "rep" / "report.md");
+  CHECK_THAT(md, Catch::Contains("threshold: 85.00 % val top-1 (--tta)"));
+  CHECK_THAT(md, Catch::Contains("| time to 85.00 % | epochs to 85.00 % |"));
+  CHECK_THAT(md, Catch::Contains("| 2.50 s | 2 |"));  // trctl: epochs 1-2, 1.5 + 1.0 s
+  CHECK_THAT(md, Catch::Contains("| 6.00 s | 3 |"));  // pytorch: epochs 1-3 of 2 s
+  CHECK_THAT(md, Catch::Contains("| 0.42× | 0.67× |"));
+  // Without --tta: the lower final accuracy (85 %) minus one point.
+  r = run_trctl("report " + (d / "run").string() + " --vs " + (d / "torch.json").string() + " -o " +
+                (d / "rep2").string() + " --no-plots");
+  REQUIRE(r.code == 0);
+  CHECK_THAT(slurp(d / "rep2" / "report.md"), Catch::Contains("| time to 84.00 % |"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("a run directory without metrics.jsonl is read from summary.csv", "[report][cli]") {
+  const fs::path d = temp_dir("csv");
+  write_run_dir(d / "run", {{0.80, 2.0}, {0.85, 1.0}});
+  fs::remove(d / "run" / "metrics.jsonl");
+  Result<ToolResult> t = report_read_run_dir((d / "run").string());
+  INFO((t.ok() ? std::string() : t.error_text()));
+  REQUIRE(t.ok());
+  REQUIRE(t->runs.size() == 1);
+  REQUIRE(t->runs[0].epochs.size() == 2);
+  CHECK(t->runs[0].final_val_top1 == Approx(0.85));
+  CHECK(t->runs[0].epochs_per_s_steady == Approx(1.0));
+  fs::remove_all(d);
+}
+
+TEST_CASE("trctl's recipe states every documented fairness item", "[report]") {
+  Result<Spec> spec = spec_load(kConfig, {"train.device=cuda"});
+  REQUIRE(spec.ok());
+  Result<std::vector<RecipeItem>> r = recipe_from_trctl(spec_to_yaml(spec.value()), "config.resolved.yaml",
+                                                        "graph: x; compute f32, activations stored as f16\nparams:\n"
+                                                        "  fc1.weight (1024, 784) decay grad=%1\n"
+                                                        "  fc1.bias (1024) no_decay grad=%2\nprogram train:\n");
+  REQUIRE(r.ok());
+  for (const RecipeKey& k : recipe_keys()) {
+    INFO(k.key);
+    if (std::string(k.key) != "runs") CHECK(recipe_find(r.value(), k.key));  // "runs" is the report's count
+  }
+  CHECK(*recipe_find(r.value(), "parameters") == "803840");
+  CHECK(*recipe_find(r.value(), "weight_decay") == "0.0001 decoupled on 1 tensors, 0 on 1");
+  CHECK(*recipe_find(r.value(), "precision") == "fp16 AMP, dynamic loss scaling, fp32 master weights");
+  CHECK(*recipe_find(r.value(), "graph_mode") == "CUDA graph: whole step (augmentation, forward, backward, optimizer)");
+  CHECK(*recipe_find(r.value(), "data_loading") == "GPU-resident dataset, augmentation on the GPU");
+}
+
+TEST_CASE("bad inputs exit 2 with a message naming the file", "[report][cli]") {
+  const fs::path d = temp_dir("bad");
+  const std::string out = " -o " + (d / "rep").string() + " --no-plots";
+  Run r = run_trctl("report " + (d / "nope").string() + out);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains((d / "nope").string() + ": no such run directory"));
+
+  write_run_dir(d / "nometrics", {{0.8, 1.0}});
+  fs::remove(d / "nometrics" / "metrics.jsonl");
+  fs::remove(d / "nometrics" / "summary.csv");
+  r = run_trctl("report " + (d / "nometrics").string() + out);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("nometrics: no metrics"));
+
+  write_run_dir(d / "noepochs", {});
+  r = run_trctl("report " + (d / "noepochs").string() + out);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("metrics.jsonl: no epoch records"));
+
+  std::ofstream(d / "bad.json") << "{\"tool\": \"pytorch\",\n \"runs\": [1,]}";
+  r = run_trctl("report --vs " + (d / "bad.json").string() + out);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains((d / "bad.json").string() + ":offset 32 (line 2, column 13): malformed JSON"));
+
+  std::ofstream(d / "notool.json") << "{\"framework\": \"pytorch\", \"records\": []}";
+  r = run_trctl("report --vs " + (d / "notool.json").string() + out);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("notool.json: no \"tool\" string"));
+
+  fs::create_directories(d / "ckpt");
+  std::ofstream(d / "ckpt" / "weights.safetensors") << "x";
+  r = run_trctl("report " + (d / "ckpt").string() + out);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("ckpt: a checkpoint directory, not a run directory"));
+
+  r = run_trctl("report " + (d / "notool.json").string() + out);  // a file where a run directory belongs
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("notool.json: not a directory"));
+  r = run_trctl("report --vs " + (d / "ckpt").string() + out);  // a directory where a result file belongs
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("ckpt: a directory: --vs takes result JSON files"));
+  CHECK_FALSE(fs::exists(d / "rep" / "report.md"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("without gnuplot the report exits 2 and says how to get it", "[report][cli]") {
+  const fs::path d = temp_dir("nognuplot");
+  write_run_dir(d / "run", {{0.8, 1.0}});
+  Run r = run_trctl("report " + (d / "run").string() + " -o " + (d / "rep").string(), "PATH=/nonexistent");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("gnuplot: not found on PATH") && Catch::Contains("apt-get install gnuplot-nox"));
+  r = run_trctl("report " + (d / "run").string() + " -o " + (d / "rep").string(), "TRCTL_GNUPLOT=/nonexistent/gnuplot");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("TRCTL_GNUPLOT: '/nonexistent/gnuplot' is not an executable file"));
+  CHECK_FALSE(fs::exists(d / "rep" / "report.md"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("the plot script overlays every tool's runs on the same axes", "[report]") {
+  ToolResult a, b;
+  a.tool = a.name = "trctl";
+  b.tool = b.name = "pytorch";
+  for (ToolResult* t : {&a, &b}) {
+    RunData run;
+    run.source = t->name;
+    for (int e = 1; e <= 3; ++e) {
+      EpochPoint p;
+      p.epoch = e;
+      p.train_loss = p.val_loss = 1.0 / e;
+      p.val_top1 = 0.5 + 0.1 * e;
+      p.lr = 1e-3;
+      p.images_per_s = t == &a ? 100000 : 5000;
+      run.epochs.push_back(p);
+    }
+    t->runs = {run, run};
+  }
+  const std::string gp = plot_script({a, b});
+  CHECK_THAT(gp, Catch::Contains("$g0r1 << EOD") && Catch::Contains("$g1r1 << EOD"));
+  CHECK_THAT(gp, Catch::Contains("title \"trctl val (2 runs)\"") && Catch::Contains("title \"pytorch val (2 runs)\""));
+  CHECK_THAT(gp, Catch::Contains("set logscale y"));  // throughput 20x apart
+  // No train top-1 in the data: the accuracy figure plots validation only, no empty series.
+  CHECK_THAT(gp, !Catch::Contains("using 1:4"));
+  for (const char* png : {"loss.png", "accuracy.png", "lr.png", "throughput.png"})
+    CHECK_THAT(gp, Catch::Contains(std::string("set output \"") + png + "\""));
+}
