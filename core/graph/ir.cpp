@@ -136,6 +136,7 @@ std::string graph_dump(const Graph& g) {
       }
       os << " = " << to_string(n.op);
       if (n.attrs.relu) os << "[relu]";
+      if (n.attrs.residual) os << "[residual]";
       switch (n.op) {
         case OpKind::Conv2d:
         case OpKind::Conv2dGradInput:

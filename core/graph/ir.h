@@ -34,8 +34,10 @@ enum class OpKind : uint8_t {
   Conv2d,                // X (N,H,W,C), W (K,R,S,C/groups), b (K) -> Y (N,P,Q,K); geometry in attrs
   BatchNorm,             // train: X (N,H,W,C), gamma (C), beta (C), running_mean (C), running_var (C) -> Y,
                          //   save_mean (C), save_invstd (C); updates the running statistics in place;
-                         //   attrs.relu: Y = max(BN(X), 0)
-  BatchNormEval,         // X, gamma, beta, running_mean, running_var -> Y (running statistics); attrs.relu
+                         //   attrs.relu: Y = max(BN(X), 0); attrs.residual: a 6th input R (N,H,W,C) is added
+                         //   before the ReLU, Y = relu?(BN(X) + R) (pass_fuse_bn_add: the residual add of a block)
+  BatchNormEval,         // X, gamma, beta, running_mean, running_var [, R] -> Y (running statistics); attrs.relu,
+                         //   attrs.residual as BatchNorm
   MaxPool,               // X (N,H,W,C) -> Y (N,P,Q,C) [, argmax (N,P,Q,C) u8: offset in the window, train
                          //   programs]; attrs.kernel/stride/pad
   AvgPool,               // X (N,H,W,C) -> Y (N,P,Q,C); count_include_pad (PyTorch's default)
@@ -85,6 +87,7 @@ struct Value {
 
 struct Attrs {
   bool relu = false;             // Linear, BatchNorm(Eval|Grad), Add: fused ReLU
+  bool residual = false;         // BatchNorm(Eval): a residual input added before the ReLU (in[5])
   float p = 0;                   // Dropout
   uint32_t op_id = 0;            // Dropout RNG stream id (stable layer index)
   float label_smoothing = 0;     // SoftmaxCrossEntropy(Grad)

@@ -73,13 +73,25 @@ struct Autodiff {
   }
 
   // Batch norm (train): one node computes dX, dgamma and dbeta (they share the two per-channel reductions).
+  // With a fused residual (Y = relu?(BN(X) + R)), the masked gradient is materialised once: R's gradient is a view
+  // of it and the batch-norm backward takes it unmasked (the same nodes as the unfused add + batch norm).
   void batch_norm_rule(const Node& n, ValueId dy) {
     Node b;
     b.op = OpKind::BatchNormGrad;
     b.name = n.name + ".grad";
     b.attrs = n.attrs;
+    if (n.attrs.residual) {
+      b.attrs.residual = false;
+      b.attrs.relu = false;
+      if (n.attrs.relu) {
+        const ValueId dz = grad_value(n.out[0], ".pre_relu_grad");
+        emit(OpKind::ReluGrad, {dy, n.out[0]}, dz, n.name + ".relu_grad");
+        dy = dz;
+      }
+      pass_through(n.in[5], dy, n.name + ".grad_residual");
+    }
     b.in = {dy, n.in[0], n.in[1], n.out[1], n.out[2]};
-    if (n.attrs.relu) b.in.push_back(n.out[0]);
+    if (b.attrs.relu) b.in.push_back(n.out[0]);
     const std::array<ValueId, 3> of = {n.in[0], n.in[1], n.in[2]};
     for (ValueId v : of) {
       ValueId d = grad_value(v, ".grad" + std::to_string(contrib[v].size()));

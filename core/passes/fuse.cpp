@@ -2,6 +2,9 @@
 // pass_fuse_linear_relu: into Linear (cuBLASLt RELU_BIAS on the CUDA backend). pass_fuse_norm_add_relu: into
 // BatchNorm / BatchNormEval (the normalisation kernel applies it) and into residual Adds. Both run before autodiff,
 // whose rules for the fused ops mask the incoming gradient with the fused output.
+// pass_fuse_bn_add (after them): a residual Add (with or without its fused ReLU) one of whose inputs is the only use
+// of a batch norm's output becomes that batch norm's epilogue, Y = relu?(BN(X) + R): the batch norm's own output
+// is never written and read back. Saves two passes over the block's output per residual block (forward and eval).
 #include <algorithm>
 #include <map>
 
@@ -42,7 +45,59 @@ Status fuse_relu_into(Program& p, const std::vector<OpKind>& producers) {
   return ok_status();
 }
 
+// The node index that produces each value (programs are in topological order).
+std::map<ValueId, size_t> producers_of(const Program& p) {
+  std::map<ValueId, size_t> producer;
+  for (size_t i = 0; i < p.nodes.size(); ++i)
+    for (ValueId v : p.nodes[i].out) producer[v] = i;
+  return producer;
+}
+
 }  // namespace
+
+Status pass_fuse_bn_add(Graph& g, Program& p) {
+  std::map<ValueId, int> uses;
+  for (const auto& n : p.nodes)
+    for (ValueId v : n.in) ++uses[v];
+  const std::map<ValueId, size_t> producer = producers_of(p);
+  auto is_bn = [](const Node& n) { return n.op == OpKind::BatchNorm || n.op == OpKind::BatchNormEval; };
+  std::vector<bool> removed(p.nodes.size(), false);
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    const Node& add = p.nodes[i];
+    if (add.op != OpKind::Add || add.in.size() != 2 || add.in[0] == add.in[1]) continue;
+    // The candidate batch norm: unfused, its output used only by this add, and placed after the producer of the
+    // other input (so the residual is ready when the fused node runs). Of two candidates the later one wins.
+    size_t best = p.nodes.size();
+    int residual_side = -1;
+    for (int side = 0; side < 2; ++side) {
+      auto it = producer.find(add.in[side]);
+      if (it == producer.end() || removed[it->second]) continue;
+      const Node& bn = p.nodes[it->second];
+      if (!is_bn(bn) || bn.attrs.relu || bn.attrs.residual || uses[add.in[side]] != 1) continue;
+      if (!(g.values[add.in[0]].shape == g.values[add.in[1]].shape)) continue;
+      auto other = producer.find(add.in[1 - side]);
+      const bool ready = other == producer.end() || other->second < it->second;
+      if (!ready) continue;
+      if (best == p.nodes.size() || it->second > best) {
+        best = it->second;
+        residual_side = 1 - side;
+      }
+    }
+    if (residual_side < 0) continue;
+    Node& bn = p.nodes[best];
+    bn.in.push_back(add.in[residual_side]);
+    bn.attrs.residual = true;
+    bn.attrs.relu = add.attrs.relu;
+    bn.name += "+" + add.name;
+    bn.out[0] = add.out[0];
+    removed[i] = true;
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < p.nodes.size(); ++i)
+    if (!removed[i]) kept.push_back(std::move(p.nodes[i]));
+  p.nodes = std::move(kept);
+  return ok_status();
+}
 
 Status pass_fuse_linear_relu(Graph&, Program& p) { return fuse_relu_into(p, {OpKind::Linear}); }
 

@@ -1,5 +1,6 @@
 // Graph passes, each a named function over one program: fuse_linear_relu (ReLU into the GEMM epilogue),
-// fuse_norm_add_relu (ReLU into batch norm and residual adds),
+// fuse_norm_add_relu (ReLU into batch norm and residual adds), fuse_bn_add (a residual add, with its ReLU, into
+// the batch norm that produces one of its inputs),
 // autodiff (backward nodes from per-op rules; gradients of values used twice are summed), optimizer_insert
 // (persistent optimizer state and the OptimizerStep node).
 #pragma once
@@ -11,6 +12,7 @@ namespace trctl {
 
 Status pass_fuse_linear_relu(Graph& g, Program& p);
 Status pass_fuse_norm_add_relu(Graph& g, Program& p);
+Status pass_fuse_bn_add(Graph& g, Program& p);
 Status pass_autodiff(Graph& g, Program& p);
 // ema: one more state copy per parameter (the exponential moving average, after the optimizer's own states).
 Status pass_optimizer_insert(Graph& g, Program& p, const OptimizerSpec& opt, bool ema = false);

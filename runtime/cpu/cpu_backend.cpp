@@ -214,8 +214,9 @@ class CpuBackend final : public Backend {
   Conv2dGeom conv_geom(const Node& n, ValueId x, ValueId w) const { return conv2d_geom_of(c_.graph, n, x, w); }
   Pool2dGeom pool_geom(const Node& n, ValueId x) const { return pool2d_geom_of(c_.graph, n, x); }
 
-  // Batch norm over (rows, C) = the value flattened to its last dim; the fused ReLU applied after the forward and
-  // to the incoming gradient (masked by the fused output) before the backward.
+  // Batch norm over (rows, C) = the value flattened to its last dim; a fused residual added and the fused ReLU applied
+  // after the forward (in that order), the ReLU to the incoming gradient (masked by the fused output) before the
+  // backward.
   template <class T>
   void batch_norm(const Node& n, int slot) {
     auto f = [&](ValueId v) { return ptr<T>(v, slot); };
@@ -240,6 +241,7 @@ class CpuBackend final : public Backend {
                             f(n.out[2]), rows, c, &pool_);
       return;
     }
+    if (n.attrs.residual) add_cpu<T>(f(n.out[0]), f(n.in[5]), f(n.out[0]), rows * c);
     if (n.attrs.relu) relu_fwd_cpu<T>(f(n.out[0]), f(n.out[0]), rows * c);
   }
 

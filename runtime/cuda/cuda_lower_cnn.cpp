@@ -197,17 +197,20 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
   void* ws = bn_ws_;
   const size_t wsb = bn_ws_bytes_;
   const void* x = at(n.in[grad ? 1 : 0]);
-  if (n.op == OpKind::BatchNorm) {  // X, gamma, beta, running mean, running var -> Y, save_mean, save_invstd
+  const void* res = !grad && n.attrs.residual ? at(n.in[5]) : nullptr;  // fused residual add (pass_fuse_bn_add)
+  if (n.op == OpKind::BatchNorm) {  // X, gamma, beta, running mean, running var [, R] -> Y, save_mean, save_invstd
     const float *gamma = f32(n.in[1]), *beta = f32(n.in[2]);
     float *rm = f32(n.in[3]), *rv = f32(n.in[4]), *sm = f32(n.out[1]), *si = f32(n.out[2]);
     void* y = at(n.out[0]);
     out.push_back([=] {
-      return batchnorm_fwd_train_cuda(s, x, act, gamma, beta, y, sm, si, rm, rv, rows, c, eps, momentum, relu, ws, wsb);
+      return batchnorm_fwd_train_cuda(s, x, act, gamma, beta, y, sm, si, rm, rv, rows, c, eps, momentum, relu, ws, wsb,
+                                      res);
     });
   } else if (n.op == OpKind::BatchNormEval) {
     const float *gamma = f32(n.in[1]), *beta = f32(n.in[2]), *rm = f32(n.in[3]), *rv = f32(n.in[4]);
     void* y = at(n.out[0]);
-    out.push_back([=] { return batchnorm_fwd_eval_cuda(s, x, act, gamma, beta, rm, rv, y, rows, c, eps, relu); });
+    out.push_back(
+        [=] { return batchnorm_fwd_eval_cuda(s, x, act, gamma, beta, rm, rv, y, rows, c, eps, relu, res); });
   } else {  // dY, X, gamma, save_mean, save_invstd [, Y] -> dX, dgamma, dbeta
     for (ValueId v : {n.out[1], n.out[2]})
       if (c_.plan.values[v].region != Region::Grads)

@@ -320,13 +320,16 @@ TEST_CASE("BatchNormGrad reads the fused output when the ReLU was fused, and not
     const std::string layer = n.name.substr(0, n.name.find_first_of("+."));
     const Node* fwd = node_named(p, OpKind::BatchNorm, layer);
     REQUIRE(fwd);
-    CHECK(n.attrs.relu == fwd->attrs.relu);
-    REQUIRE(n.in.size() == (fwd->attrs.relu ? 6u : 5u));
+    // A fused residual's ReLU is applied by its own ReluGrad (the residual needs the masked gradient too).
+    const bool masks = fwd->attrs.relu && !fwd->attrs.residual;
+    CHECK(n.attrs.relu == masks);
+    CHECK_FALSE(n.attrs.residual);
+    REQUIRE(n.in.size() == (masks ? 6u : 5u));
     CHECK(n.in[1] == fwd->in[0]);   // X
     CHECK(n.in[2] == fwd->in[1]);   // gamma
     CHECK(n.in[3] == fwd->out[1]);  // save_mean
     CHECK(n.in[4] == fwd->out[2]);  // save_invstd
-    if (fwd->attrs.relu) CHECK(n.in[5] == fwd->out[0]);  // Y = max(BN(X), 0) masks dY
+    if (masks) CHECK(n.in[5] == fwd->out[0]);  // Y = max(BN(X), 0) masks dY
     REQUIRE(n.out.size() == 3);
     CHECK(n.out[1] == param_named(g, layer + ".weight")->grad);
     CHECK(n.out[2] == param_named(g, layer + ".bias")->grad);
@@ -350,21 +353,30 @@ TEST_CASE("autodiff of the residual block: pass-through views, summed stem gradi
   CHECK(count_ops(p, OpKind::Conv2dGradWeight) == 4);
   CHECK(count_ops(p, OpKind::Conv2dGradInput) == 3);  // conv1, conv2, ds_conv; not conv0 (the image)
   CHECK_FALSE(node_named(p, OpKind::Conv2dGradInput, "conv0"));
-  // The fused add+relu: one ReluGrad, then both branches get a view of its output (no copies).
-  const Node* add = node_named(p, OpKind::Add, "add");
-  REQUIRE(add);
-  REQUIRE(add->attrs.relu);
-  const Node* rg = node_named(p, OpKind::ReluGrad, "add");
+  // The add+relu is fused into the later batch norm (ds_bn; bn2's output is its residual): one ReluGrad, whose
+  // output the residual branch gets as a view (no copy) and ds_bn's backward reads directly.
+  CHECK_FALSE(node_named(p, OpKind::Add, "add"));
+  const Node* fused = node_named(p, OpKind::BatchNorm, "ds_bn+add");
+  REQUIRE(fused);
+  REQUIRE(fused->attrs.relu);
+  REQUIRE(fused->attrs.residual);
+  REQUIRE(fused->in.size() == 6);
+  CHECK(fused->in[5] == node_named(p, OpKind::BatchNorm, "bn2")->out[0]);
+  const Node* rg = node_named(p, OpKind::ReluGrad, "ds_bn+add");
   REQUIRE(rg);
-  CHECK(rg->in[1] == add->out[0]);
+  CHECK(rg->in[1] == fused->out[0]);
+  const Node* ds_grad = node_named(p, OpKind::BatchNormGrad, "ds_bn+add");
+  REQUIRE(ds_grad);
+  CHECK(ds_grad->in[0] == rg->out[0]);
+  CHECK_FALSE(ds_grad->attrs.relu);
   int views = 0;
   for (const auto& n : p.nodes) {
-    if (n.op != OpKind::Flatten || n.name.rfind("add", 0) != 0) continue;
+    if (n.op != OpKind::Flatten || n.name.rfind("ds_bn+add", 0) != 0) continue;
     ++views;
     CHECK(g.values[n.out[0]].alias_of == rg->out[0]);
     CHECK(n.in[0] == rg->out[0]);
   }
-  CHECK(views == 2);
+  CHECK(views == 1);
   // relu0's output feeds conv1 and ds_conv: its gradient is the sum of two Conv2dGradInput outputs.
   const Node* bn0 = node_named(p, OpKind::BatchNorm, "bn0");
   REQUIRE(bn0);
@@ -454,7 +466,7 @@ TEST_CASE("a residual gradient view shares its source's storage", "[memplan][cnn
     CHECK(c.plan.values[n.out[0]].offset == c.plan.values[n.in[0]].offset);
     CHECK(c.plan.values[n.out[0]].region == c.plan.values[n.in[0]].region);
   }
-  CHECK(views >= 2);
+  CHECK(views >= 1);
 }
 
 // ---- graph_build errors, located at the layer ----
@@ -526,4 +538,42 @@ TEST_CASE("conv2d input channels not divisible by groups is an error", "[graph][
   cnn_push(s, linear_layer("fc", 3));
   CHECK_THAT(build_error(s, image_data(20, 10, 8, 2)).error_text(),
              Catch::Contains("cnn.yaml:3:7") && Catch::Contains("not divisible by groups"));
+}
+
+// ---- pass_fuse_bn_add ----
+
+TEST_CASE("fuse_bn_add folds a residual add+relu into the later batch norm, in train and eval programs",
+          "[passes][cnn][resnet]") {
+  Compiled c = compiled(resnet_block_spec(3), image_data(7, 5));  // train, train_last, eval, eval_last
+  for (const auto& p : c.graph.programs) {
+    INFO(p.name);
+    CHECK(count_ops(p, OpKind::Add) == (p.kind == ProgramKind::Train ? 1 : 0));  // left: the stem's gradient sum
+    const OpKind bn = p.kind == ProgramKind::Train ? OpKind::BatchNorm : OpKind::BatchNormEval;
+    const Node* fused = node_named(p, bn, "ds_bn+add");
+    REQUIRE(fused);
+    CHECK(fused->attrs.residual);
+    CHECK(fused->attrs.relu);
+    CHECK(fused->in[5] == node_named(p, bn, "bn2")->out[0]);
+    CHECK_FALSE(node_named(p, bn, "bn2")->attrs.residual);
+  }
+}
+
+TEST_CASE("fuse_bn_add leaves a batch norm alone when its output has another use or a ReLU of its own",
+          "[passes][cnn][resnet]") {
+  // bn1 -> relu1 feeds the add (ReLU in between: not fusable); bn2's output is also read by gap2 (two uses).
+  Spec s = cnn_base_spec(3);
+  cnn_push(s, conv_layer("conv1", 4, 3, 0, 1));
+  cnn_push(s, cnn_layer(LayerKind::BatchNorm, "bn1"));
+  cnn_push(s, cnn_layer(LayerKind::Relu, "relu1"));
+  cnn_push(s, conv_layer("conv2", 4, 3, 0, 1));
+  cnn_push(s, cnn_layer(LayerKind::BatchNorm, "bn2"));
+  cnn_push(s, cnn_layer(LayerKind::Add, "add", {"relu1", "bn2"}));
+  cnn_push(s, cnn_layer(LayerKind::Add, "add2", {"add", "bn2"}));
+  cnn_push(s, cnn_layer(LayerKind::GlobalAvgPool, "gap"));
+  cnn_push(s, linear_layer("fc", 3));
+  Compiled c = compiled(s, image_data(6, 3));
+  const Program& p = *c.graph.find_program("train");
+  for (const auto& n : p.nodes) CHECK_FALSE(n.attrs.residual);
+  CHECK(node_named(p, OpKind::Add, "add"));
+  CHECK(node_named(p, OpKind::Add, "add2"));
 }

@@ -220,11 +220,11 @@ __global__ void __launch_bounds__(kFinCols * kFinGroups)
   }
 }
 
-// Pass 3 forward (train and eval): y = relu?((x - mean) * (gamma * inv) + beta), inv = invstd, or
-// 1/sqrt(var + eps) when var_not_invstd (eval: running_var). x, y (rows,c) may alias.
+// Pass 3 forward (train and eval): y = relu?((x - mean) * (gamma * inv) + beta [+ res]), inv = invstd, or
+// 1/sqrt(var + eps) when var_not_invstd (eval: running_var). x, y, res (rows,c); y may alias x or res; res nullable.
 template <class T, int V>
 __global__ void __launch_bounds__(512)
-    bn_fwd_apply_kernel(const T* x, T* y, const float* __restrict__ gamma, const float* __restrict__ beta,
+    bn_fwd_apply_kernel(const T* x, const T* res, T* y, const float* __restrict__ gamma, const float* __restrict__ beta,
                         const float* __restrict__ mean, const float* __restrict__ inv_or_var, bool var_not_invstd,
                         float eps, bool relu, int64_t rows, int64_t c, int64_t rpb) {
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
@@ -239,14 +239,16 @@ __global__ void __launch_bounds__(512)
     shift[j] = beta[col + j];
   }
   for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowGroups * kUnroll) {
-    Pack<T, V> p[kUnroll];
+    Pack<T, V> p[kUnroll], q[kUnroll];
     load_rows(x, r, r1, c, col, p);
+    if (res) load_rows(res, r, r1, c, col, q);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (r + u * kRowGroups >= r1) break;
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         float v = fmaf(to_f32(p[u].v[j]) - m[j], scale[j], shift[j]);
+        if (res) v += to_f32(q[u].v[j]);
         if (relu) v = (v > 0.0f || v != v) ? v : 0.0f;  // NaN propagates, as torch.relu
         p[u].v[j] = from_f32<T>(v);
       }
@@ -369,7 +371,7 @@ size_t batchnorm_workspace_bytes(int64_t rows, int64_t c) {
 Status batchnorm_fwd_train_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma, const float* beta,
                                 void* y, float* save_mean, float* save_invstd, float* running_mean,
                                 float* running_var, int64_t rows, int64_t c, float eps, float momentum, bool relu,
-                                void* workspace, size_t workspace_bytes) {
+                                void* workspace, size_t workspace_bytes, const void* residual) {
   TRCTL_CUDA_ARG_CHECK(rows >= 2,
                        "batchnorm_fwd_train_cuda: rows < 2 (training needs more than one value per channel)");
   TRCTL_CUDA_ARG_CHECK(c >= 1 && c < (int64_t{1} << 31), "batchnorm_fwd_train_cuda: c outside [1, 2^31)");
@@ -382,7 +384,7 @@ Status batchnorm_fwd_train_cuda(cudaStream_t s, const void* x, GpuDType t, const
   float* part_m2 = part_mean + align256(static_cast<size_t>(rs.blocks * c) * sizeof(float)) / sizeof(float);
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return with_vector_width<T>(c, x, y, nullptr, nullptr, [&](auto vw) {
+    return with_vector_width<T>(c, x, y, residual, nullptr, [&](auto vw) {
       constexpr int V = decltype(vw)::value;
       const Launch l = make_launch(c, V, rs);
       bn_fwd_stats_kernel<T, V><<<l.grid, l.block, l.smem, s>>>(static_cast<const T*>(x), rows, c,
@@ -393,9 +395,9 @@ Status batchnorm_fwd_train_cuda(cudaStream_t s, const void* x, GpuDType t, const
           part_mean, part_m2, rows, c, rs.rows_per_block, rs.blocks, eps, momentum, save_mean, save_invstd,
           running_mean, running_var);
       BN_LAUNCHED("bn_fwd_finalize_kernel");
-      bn_fwd_apply_kernel<T, V><<<l.grid, l.block, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), gamma,
-                                                            beta, save_mean, save_invstd, false, eps, relu, rows, c,
-                                                            rs.rows_per_block);
+      bn_fwd_apply_kernel<T, V><<<l.grid, l.block, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(residual),
+                                                            static_cast<T*>(y), gamma, beta, save_mean, save_invstd,
+                                                            false, eps, relu, rows, c, rs.rows_per_block);
       return TRCTL_CUDA_LAUNCH_STATUS("bn_fwd_apply_kernel");
     });
   });
@@ -403,7 +405,7 @@ Status batchnorm_fwd_train_cuda(cudaStream_t s, const void* x, GpuDType t, const
 
 Status batchnorm_fwd_eval_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma, const float* beta,
                                const float* running_mean, const float* running_var, void* y, int64_t rows, int64_t c,
-                               float eps, bool relu) {
+                               float eps, bool relu, const void* residual) {
   TRCTL_CUDA_ARG_CHECK(rows >= 0, "batchnorm_fwd_eval_cuda: rows < 0");
   TRCTL_CUDA_ARG_CHECK(c >= 1 && c < (int64_t{1} << 31), "batchnorm_fwd_eval_cuda: c outside [1, 2^31)");
   if (rows == 0) return ok_status();
@@ -412,12 +414,12 @@ Status batchnorm_fwd_eval_cuda(cudaStream_t s, const void* x, GpuDType t, const 
   const RowSplit rs = row_split(rows, c);
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return with_vector_width<T>(c, x, y, nullptr, nullptr, [&](auto vw) {
+    return with_vector_width<T>(c, x, y, residual, nullptr, [&](auto vw) {
       constexpr int V = decltype(vw)::value;
       const Launch l = make_launch(c, V, rs);
-      bn_fwd_apply_kernel<T, V><<<l.grid, l.block, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), gamma,
-                                                            beta, running_mean, running_var, true, eps, relu, rows,
-                                                            c, rs.rows_per_block);
+      bn_fwd_apply_kernel<T, V><<<l.grid, l.block, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(residual),
+                                                            static_cast<T*>(y), gamma, beta, running_mean,
+                                                            running_var, true, eps, relu, rows, c, rs.rows_per_block);
       return TRCTL_CUDA_LAUNCH_STATUS("bn_fwd_apply_kernel");
     });
   });
