@@ -10,10 +10,12 @@
 #include <iostream>
 #include <thread>
 
+#include "apps/cmd_bench.h"
 #include "dataio/cifar.h"
 #include "dataio/dts_reader.h"
 #include "dataio/pack_sources.h"
 #include "dataio/stream_loader.h"
+#include "runtime/report/json.h"
 
 namespace trctl {
 namespace {
@@ -206,18 +208,17 @@ int cmd_bench_data(const BenchDataArgs& a) {
   std::printf("  per image: read %.3f ms, decode+transform %.3f ms (thread time); %.1f MB/s read\n",
               1000 * (s1.read_s - s0.read_s) / n, 1000 * (s1.decode_s - s0.decode_s) / n,
               (s1.bytes_read - s0.bytes_read) / secs / 1e6);
-  if (!a.json.empty()) {
-    std::FILE* f = std::fopen(a.json.c_str(), "w");
-    if (!f) return report({Error{ErrCode::Io, a.json, "cannot write"}});
-    std::fprintf(f,
-                 "{\"tool\": \"trctl\", \"bench\": \"data\", \"source\": \"%s\", \"mode\": \"%s\", \"level\": %d, "
-                 "\"images_per_s\": %.1f, \"workers\": %d, \"batch\": %d, \"batches\": %d, \"size\": %d, "
-                 "\"dtype\": \"%s\", \"read_ms_per_image\": %.4f, \"decode_ms_per_image\": %.4f}\n",
-                 a.source.c_str(), mode, a.level, images / secs, workers, a.batch, a.batches, a.size,
-                 a.fp32 ? "fp32" : "fp16", 1000 * (s1.read_s - s0.read_s) / n, 1000 * (s1.decode_s - s0.decode_s) / n);
-    std::fclose(f);
-  }
-  return 0;
+  if (a.json.empty()) return 0;
+  BenchResult r = bench_begin("data", {a.source}, "host");
+  r.add("images_per_s", images / secs, "img/s", true);
+  r.add("read_ms_per_image", 1000 * (s1.read_s - s0.read_s) / n, "ms", false);
+  r.add("decode_ms_per_image", 1000 * (s1.decode_s - s0.decode_s) / n, "ms", false);
+  r.details.emplace_back("params", "{\"mode\": " + json_quote(mode) + ", \"level\": " + std::to_string(a.level) +
+                                       ", \"workers\": " + std::to_string(workers) + ", \"batch\": " +
+                                       std::to_string(a.batch) + ", \"batches\": " + std::to_string(a.batches) +
+                                       ", \"size\": " + std::to_string(a.size) + ", \"dtype\": \"" +
+                                       (a.fp32 ? "fp32" : "fp16") + "\"}");
+  return bench_write_json(a.json, r);
 }
 
 }  // namespace trctl

@@ -11,14 +11,12 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "apps/cmd_bench.h"
 #include "apps/cmd_data.h"
 #include "apps/cmd_report.h"
 #include "core/compiler.h"
-#include "runtime/train/profile_report.h"
 #include "runtime/train/trainer.h"
 #if defined(TRCTL_HAVE_CUDA)
-#include "runtime/cuda/bench_kernels.h"
-#include "runtime/cuda/conv_autotune.h"
 #include "runtime/cuda/cuda_backend.h"
 #endif
 
@@ -141,82 +139,6 @@ int cmd_train(const SpecArgs& a, bool print_config, const std::string& resume, c
   return 0;
 }
 
-#if defined(TRCTL_HAVE_CUDA)
-Status write_text(const std::string& path, const std::string& text) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) return Error{ErrCode::Io, path, "cannot write"};
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !ok) return Error{ErrCode::Io, path, "write failed"};
-  return ok_status();
-}
-#endif
-
-// trctl bench CFG --layers | --autotune: per-node timing of the train step, or the cuDNN algorithm search whose
-// results later runs read from the cache file.
-int cmd_bench_config(const SpecArgs& a, bool layers, bool autotune, int reps, const std::string& json_path) {
-  if (layers == autotune) {
-    std::fprintf(stderr, "error: trctl bench %s: give exactly one of --layers, --autotune\n", a.config.c_str());
-    return kExitBadInput;
-  }
-  Result<Spec> spec = spec_load(a.config, a.overrides);
-  if (!spec.ok()) return report_errors(spec.errors());
-#if defined(TRCTL_HAVE_CUDA)
-  auto log = spdlog::stderr_color_mt("trctl");
-  log->set_pattern("[%H:%M:%S] %v");
-  if (autotune) {
-    Result<DataShape> shape = data_shape(spec.value());
-    if (!shape.ok()) return report_errors(shape.errors());
-    CompileOptions copt;
-    copt.storage = amp_storage(spec.value());
-    Result<Compiled> c = compile_spec(spec.value(), shape.value(), copt);
-    if (!c.ok()) return report_errors(c.errors());
-    std::string report;
-    Status st = conv_autotune_spec(c.value(), autotune_cache_path(), &report);
-    if (!st.ok()) return report_errors(st.errors());
-    std::cout << report << "written: " << autotune_cache_path() << "\n";
-    return 0;
-  }
-  TrainOptions opt;
-  opt.gpu.device_count = cuda_device_count;
-  opt.gpu.make = make_cuda_backend;
-  Result<StepProfile> prof = train_profile(spec.value(), opt, reps, *log);
-  if (!prof.ok()) return report_errors(prof.errors());
-  std::cout << profile_table(prof.value(), spec->data.batch_size, 40);
-  if (!json_path.empty()) {
-    Status st = write_text(json_path, profile_json(prof.value(), spec->data.batch_size, a.config));
-    if (!st.ok()) return report_errors(st.errors());
-  }
-  return 0;
-#else
-  (void)reps;
-  (void)json_path;
-  std::fprintf(stderr, "error: trctl bench %s needs a CUDA build of trctl\n", layers ? "--layers" : "--autotune");
-  return kExitBadInput;
-#endif
-}
-
-// trctl bench kernels [--json FILE]: every CUDA kernel against the card's measured ceilings.
-int cmd_bench_kernels(const std::string& json_path) {
-#if defined(TRCTL_HAVE_CUDA)
-  if (cuda_device_count() == 0) {
-    std::fprintf(stderr, "error: trctl bench kernels needs a CUDA device; none is present\n");
-    return kExitBadInput;
-  }
-  Result<std::vector<KernelBenchRow>> rows = cuda_bench_kernels();
-  if (!rows.ok()) return report_errors(rows.errors());
-  std::cout << kernel_bench_table(rows.value());
-  if (!json_path.empty()) {
-    Status st = write_text(json_path, kernel_bench_json(rows.value(), "cuda:0"));
-    if (!st.ok()) return report_errors(st.errors());
-  }
-  return 0;
-#else
-  (void)json_path;
-  std::fprintf(stderr, "error: trctl bench kernels needs a CUDA build of trctl\n");
-  return kExitBadInput;
-#endif
-}
-
 // trctl eval CFG --weights PATH: loss and top-1 of the validation set with a checkpoint's parameters.
 int cmd_eval(const SpecArgs& a, const std::string& weights) {
   Result<Spec> spec = spec_load(a.config, a.overrides);
@@ -266,19 +188,24 @@ int main(int argc, char** argv) {
   compile->add_option("--dump", dump,
                       "after:STAGE (graph_build, fuse_linear_relu, fuse_norm_add_relu, autodiff, optimizer_insert, "
                       "memplan)");
-  std::string bench_json;
   SpecArgs bench_a;
-  bool bench_layers = false, bench_autotune = false;
-  int bench_reps = 20;
+  BenchConfigArgs bc;
+  int bench_reps = 0;
   auto* bench = app.add_subcommand(
-      "bench", "benchmarks: `bench kernels` (each CUDA kernel vs the card's ceilings), `bench data SOURCE` (the "
-               "training data pipeline, images/s), `bench CFG --layers` "
-               "(per-node time of the train step), `bench CFG --autotune` (cuDNN algorithm search, cached)");
+      "bench", "benchmarks (docs/bench.md): `bench CFG` (the whole train step, timed), `bench CFG --epochs N` (a "
+               "training run's steady throughput), `bench compile CFG...` (IR size, planned bytes), `bench kernels` "
+               "(each CUDA kernel vs the card's ceilings), `bench data SOURCE` (the training data pipeline, images/s), "
+               "`bench CFG --layers` (per-node time of the train step), `bench CFG --autotune` (cuDNN algorithm "
+               "search, cached)");
   add_spec_args(bench, bench_a);
-  bench->add_flag("--layers", bench_layers, "time every node of the CFG's train step and its captured replay");
-  bench->add_flag("--autotune", bench_autotune, "search the CFG's convolution algorithms and write the cache");
-  bench->add_option("--reps", bench_reps, "--layers: runs per node (default 20)")->check(CLI::Range(1, 100000));
-  bench->add_option("--json", bench_json, "also write the results as JSON to this file");
+  bench->add_flag("--layers", bc.layers, "time every node of the CFG's train step and its captured replay");
+  bench->add_flag("--autotune", bc.autotune, "search the CFG's convolution algorithms and write the cache");
+  bench->add_option("--epochs", bc.epochs, "train this many epochs (no run directory) and report the steady figures")
+      ->check(CLI::Range(2, 100000));
+  bench->add_option("--steps", bc.steps, "bench CFG: timed train steps (default 50)")->check(CLI::Range(1, 1000000));
+  bench->add_option("--reps", bench_reps, "--layers: runs per node (default 20); compile: compiles timed (default 3)")
+      ->check(CLI::Range(1, 100000));
+  bench->add_option("--json", bc.json, "also write the results to this file (schema trctl-bench/1, docs/bench.md)");
   struct Later {
     const char* name;
     const char* help;
@@ -315,7 +242,8 @@ int main(int argc, char** argv) {
   bench->add_option("--io-threads", bd.io_threads, "bench data: DTS block readers (default 2)")->check(CLI::Range(1, 64));
   bench->add_option("--batch-size", bd.batch, "bench data: images per batch (default 256)")->check(CLI::Range(1, 65536));
   bench->add_option("--batches", bd.batches, "bench data: timed batches (default 100)")->check(CLI::Range(1, 1000000));
-  bench->add_option("--warmup", bd.warmup, "bench data: untimed batches first (default 10)")->check(CLI::Range(0, 1000000));
+  bench->add_option("--warmup", bd.warmup, "bench data, bench CFG: untimed batches or steps first (default 10)")
+      ->check(CLI::Range(0, 1000000));
   bench->add_option("--size", bd.size, "bench data: crop size (default 224)")->check(CLI::Range(1, 4096));
   bench->add_flag("--fp32", bd.fp32, "bench data: write fp32 instead of fp16");
   ReportArgs report_a;
@@ -342,12 +270,20 @@ int main(int argc, char** argv) {
         return 2;
       }
       bd.source = bench_a.overrides[0];
-      bd.json = bench_json;
+      bd.json = bc.json;
       return cmd_bench_data(bd);
     }
-    if (*bench && bench_a.config == "kernels" && bench_a.overrides.empty() && !bench_layers && !bench_autotune)
-      return cmd_bench_kernels(bench_json);
-    if (*bench) return cmd_bench_config(bench_a, bench_layers, bench_autotune, bench_reps, bench_json);
+    if (*bench && bench_a.config == "kernels" && bench_a.overrides.empty() && !bc.layers && !bc.autotune)
+      return cmd_bench_kernels(bc.json);
+    if (*bench && bench_a.config == "compile")
+      return cmd_bench_compile(bench_a.overrides, bench_reps ? bench_reps : 3, bc.json);
+    if (*bench) {
+      bc.config = bench_a.config;
+      bc.overrides = bench_a.overrides;
+      bc.warmup = bd.warmup;
+      if (bench_reps) bc.reps = bench_reps;
+      return cmd_bench_config(bc);
+    }
     for (const auto& l : later)
       if (*app.get_subcommand(l.name)) return not_supported(l.name, l.issue);
   } catch (const std::exception& e) {

@@ -22,6 +22,12 @@
 #             and reduced (PIL-resized folder) data with the same worker count
 #   feed      ResNet-50 trained from that DTS file (configs/resnet50_dts.yaml, host-fed) next to the same model on
 #             synthetic GPU-resident data (needs the data stage first)
+#   regress   the GPU suites with --json (trctl-bench/1) compared with benchmarks/baselines/gpu_*.json by
+#             tools/regress (docs/bench.md), for each of REGRESS_SUITES (default "mlp cnn data kernels"): mlp (bench
+#             --epochs 100, fp16), cnn (autotune, then bench --epochs 3 for each of CNN_MODELS), data (bench data
+#             from the level-160 DTS; generates the JPEG folder as the data stage does), kernels (bench kernels: no
+#             baseline yet, its JSON is kept for the first --update). Results and tables in regress.tar.gz; the
+#             script's exit code is 1 when a suite regressed (tools/device_regress.sh runs this stage alone)
 # Everything lands in $OUT (at most 8 files come back): summary.txt last.
 set -u
 cd "$(dirname "$0")/.."
@@ -43,6 +49,7 @@ echo "device run $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv >>"$SUM" 2>&1
 echo "cudnn: $(ldd "$BIN/trctl" | grep -o 'libcudnn.so[^ ]* => [^ ]*')" >>"$SUM"
 has() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
+has_regress() { has regress && case " ${REGRESS_SUITES:-mlp cnn data kernels} " in *" $1 "*) return 0 ;; esac; return 1; }
 
 if has tests; then
   if [ "${SANITIZE:-0}" = 1 ]; then san=""; else san="SKIP_SANITIZERS=1"; fi
@@ -140,7 +147,7 @@ if has cnnacc; then
   tail -n 4 /tmp/cnnacc/trctl_cnn_fmnist.log | sed 's/^/    /' >>"$SUM"
   tar czf "$OUT/cnnacc.tar.gz" -C /tmp cnnacc
 fi
-if has data || has feed; then
+if has data || has feed || has_regress data; then
   JF=/tmp/jf
   mkdir -p /tmp/data
   if [ ! -f /tmp/jf_train.dts ]; then
@@ -218,4 +225,47 @@ if has feed; then
   grep -E 'epoch [0-9]+/|^done|error' /tmp/feed/r50_syn.log | sed 's/^/    /' >>"$SUM"
   tar czf "$OUT/feed.tar.gz" -C /tmp feed
 fi
+if has regress; then
+  R=/tmp/regress
+  rm -rf "$R" && mkdir -p "$R"
+  REGRESS_RC=0
+  compare() {  # compare RESULT BASELINE: the table into the summary, the worst exit code kept
+    python3 tools/regress "$1" "benchmarks/baselines/$2" >"$R/${2%.json}.regress.txt" 2>&1
+    local rc=$?
+    echo "regress $2: rc $rc" >>"$SUM"
+    sed 's/^/    /' "$R/${2%.json}.regress.txt" >>"$SUM"
+    [ "$rc" -gt "$REGRESS_RC" ] && REGRESS_RC=$rc
+  }
+  if has_regress mlp; then
+    timeout 150 "$BIN/trctl" bench configs/mlp_fmnist.yaml --epochs 100 data.root="$DATA" train.precision=fp16 \
+      --json "$R/train_mlp_fmnist.json" >"$R/train_mlp_fmnist.log" 2>&1
+    echo "trctl bench mlp --epochs 100: rc $?" >>"$SUM"
+    compare "$R/train_mlp_fmnist.json" gpu_train_mlp_fmnist.json
+  fi
+  if has_regress cnn; then
+    for m in ${CNN_MODELS:-resnet50 vgg16bn resnet18}; do
+      timeout 240 "$BIN/trctl" bench "configs/$m.yaml" --autotune data.synthetic.train_size=512 \
+        data.synthetic.val_size=256 >"$R/autotune_$m.log" 2>&1
+      timeout "${CNN_TRCTL_TIMEOUT:-150}" "$BIN/trctl" bench "configs/$m.yaml" --epochs 3 \
+        data.synthetic.train_size=6400 data.synthetic.val_size=512 --json "$R/train_$m.json" >"$R/train_$m.log" 2>&1
+      echo "trctl bench $m --epochs 3: rc $?" >>"$SUM"
+      compare "$R/train_$m.json" "gpu_train_$m.json"
+    done
+  fi
+  if has_regress data; then
+    sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null
+    timeout 200 "$BIN/trctl" bench data /tmp/jf_train.dts --level 160 --workers "${DATA_WORKERS:-$(nproc)}" \
+      --batches 100 --warmup 10 --json "$R/data_dts160.json" >"$R/data_dts160.log" 2>&1
+    echo "trctl bench data dts160: rc $?" >>"$SUM"
+    compare "$R/data_dts160.json" gpu_data_dts160.json
+  fi
+  if has_regress kernels; then
+    timeout 120 "$BIN/trctl" bench kernels --json "$R/kernels.json" >"$R/kernels.log" 2>&1
+    echo "trctl bench kernels: rc $? (no baseline yet: accept with tools/regress $R/kernels.json benchmarks/baselines/gpu_kernels.json --update)" >>"$SUM"
+    [ -f benchmarks/baselines/gpu_kernels.json ] && compare "$R/kernels.json" gpu_kernels.json
+  fi
+  echo "regress: $([ "$REGRESS_RC" = 0 ] && echo ok || echo FAILED) (rc $REGRESS_RC)" >>"$SUM"
+  tar czf "$OUT/regress.tar.gz" -C /tmp regress
+fi
 cat "$SUM"
+exit "${REGRESS_RC:-0}"

@@ -19,6 +19,7 @@
 #include "runtime/ops/optim/optim_cuda.h"
 #include "runtime/ops/relu/relu_cuda.h"
 #include "runtime/ops/softmax_ce/softmax_ce_cuda.h"
+#include "runtime/report/json.h"
 
 namespace trctl {
 namespace {
@@ -224,18 +225,17 @@ std::string kernel_bench_table(const std::vector<KernelBenchRow>& rows) {
   return out;
 }
 
-std::string kernel_bench_json(const std::vector<KernelBenchRow>& rows, const std::string& device) {
-  std::string out = "{\"suite\": \"kernels\", \"device\": \"" + device + "\", \"rows\": [";
-  char buf[512];
+void kernel_bench_metrics(const std::vector<KernelBenchRow>& rows, BenchResult* out) {
+  std::string raw = "[";
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
-    std::snprintf(buf, sizeof buf,
-                  "%s\n {\"name\": \"%s\", \"size\": \"%s\", \"unit\": \"%s\", \"median_us\": %.3f, \"achieved\": %.3f, "
-                  "\"ceiling\": %.3f}",
-                  i ? "," : "", r.name.c_str(), r.size.c_str(), r.unit.c_str(), r.median_us, r.achieved, r.ceiling);
-    out += buf;
+    out->add(r.name + "/median_us", r.median_us, "us", false);
+    out->add(r.name + "/achieved", r.achieved, r.unit, true);
+    raw += std::string(i ? ",\n    " : "\n    ") + "{\"name\": " + json_quote(r.name) + ", \"size\": " +
+           json_quote(r.size) + ", \"unit\": " + json_quote(r.unit) + ", \"median_us\": " + json_number(r.median_us) +
+           ", \"achieved\": " + json_number(r.achieved) + ", \"ceiling\": " + json_number(r.ceiling) + "}";
   }
-  return out + "\n]}\n";
+  out->details.emplace_back("rows", raw + (rows.empty() ? "]" : "\n  ]"));
 }
 
 }  // namespace trctl

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/util/error.h"
+#include "runtime/report/bench_result.h"
 
 namespace trctl {
 
@@ -17,6 +18,8 @@ struct KernelBenchRow {
 Result<std::vector<KernelBenchRow>> cuda_bench_kernels();
 
 std::string kernel_bench_table(const std::vector<KernelBenchRow>& rows);
-std::string kernel_bench_json(const std::vector<KernelBenchRow>& rows, const std::string& device);
+// Adds "<kernel>/median_us" and "<kernel>/achieved" (GB/s or TFLOP/s) per row; the rows, with sizes and ceilings,
+// go into the details as "rows".
+void kernel_bench_metrics(const std::vector<KernelBenchRow>& rows, BenchResult* out);
 
 }  // namespace trctl

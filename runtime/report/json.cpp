@@ -1,7 +1,9 @@
-// json_read: a recursive-descent reader of strict JSON into JsonNode, with byte-offset errors.
+// json_read: a recursive-descent reader of strict JSON into JsonNode (byte-offset errors); json_number.
 #include "runtime/report/json.h"
 
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -264,6 +266,16 @@ Result<JsonNode> json_read_file(const std::string& path) {
   ss << f.rdbuf();
   if (f.bad()) return Error{ErrCode::Io, path, "read error"};
   return json_read(ss.str(), path);
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[32];
+  if (v == std::floor(v) && std::fabs(v) < 9007199254740992.0)
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  else
+    std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
 }
 
 }  // namespace trctl

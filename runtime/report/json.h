@@ -1,11 +1,13 @@
 // A small strict JSON reader (RFC 8259: objects, arrays, strings with escapes, numbers, true/false/null) for
-// benchmark result files and metrics.jsonl; errors carry the byte offset. No JSON library is a dependency (the
-// checkpoint code's core/ckpt/json_subset.h reads only the integer subset of safetensors headers).
+// benchmark result files and metrics.jsonl; errors carry the byte offset; and json_number for the bench results'
+// writer (strings: json_quote of core/ckpt/json_subset.h). No JSON library is a dependency (the checkpoint code's
+// core/ckpt/json_subset.h reads only the integer subset of safetensors headers).
 #pragma once
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/ckpt/json_subset.h"  // json_quote
 #include "core/util/error.h"
 
 namespace trctl {
@@ -37,5 +39,9 @@ Result<JsonNode> json_read(const std::string& text, const std::string& name, siz
 
 // Reads and parses a whole file; a missing or unreadable file is an Io error naming it.
 Result<JsonNode> json_read_file(const std::string& path);
+
+// `v` as a JSON number: integers below 2^53 in full, others with 10 significant digits; NaN and infinities
+// (which strict JSON cannot hold) as null.
+std::string json_number(double v);
 
 }  // namespace trctl

@@ -1,9 +1,11 @@
-// profile_table / profile_json: see profile_report.h.
+// profile_table / profile_metrics: see profile_report.h.
 #include "runtime/train/profile_report.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <map>
+
+#include "runtime/report/json.h"
 
 namespace trctl {
 namespace {
@@ -31,15 +33,6 @@ std::string rate(double ms, double flops, double bytes) {
     std::snprintf(buf, sizeof buf, "%7.0f GB/s    (%3.0f%%)", g, 100 * g / kH200CopyGBs);
   }
   return buf;
-}
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
-  }
-  return o;
 }
 
 }  // namespace
@@ -84,17 +77,23 @@ std::string profile_table(const StepProfile& p, int64_t batch, int top) {
   return out;
 }
 
-std::string profile_json(const StepProfile& p, int64_t batch, const std::string& config) {
-  std::string o = "{\"config\": \"" + json_escape(config) + "\", \"batch\": " + std::to_string(batch) +
-                  ", \"graph_ms\": " + std::to_string(p.graph_ms) + ", \"reps\": " + std::to_string(p.reps) +
-                  ", \"nodes\": [";
+void profile_metrics(const StepProfile& p, int64_t batch, BenchResult* out) {
+  out->add("step_ms", p.graph_ms, "ms", false);
+  out->add("images_per_s", p.graph_ms > 0 ? batch / (p.graph_ms * 1e-3) : 0.0, "img/s", true);
+  out->add("nodes_ms", sum_ms(p), "ms", false);
+  std::map<std::string, double> by_op;
+  for (const NodeTime& n : p.nodes) by_op[n.op] += n.ms;
+  for (const auto& [op, ms] : by_op) out->add("op/" + op + "_ms", ms, "ms", false);
+  std::string nodes = "[";
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     const NodeTime& n = p.nodes[i];
-    o += std::string(i ? ", " : "") + "{\"name\": \"" + json_escape(n.name) + "\", \"op\": \"" + n.op +
-         "\", \"shape\": \"" + n.shape + "\", \"ms\": " + std::to_string(n.ms) + ", \"flops\": " +
-         std::to_string(n.flops) + ", \"bytes\": " + std::to_string(n.bytes) + "}";
+    nodes += std::string(i ? ",\n    " : "\n    ") + "{\"name\": " + json_quote(n.name) + ", \"op\": " +
+             json_quote(n.op) + ", \"shape\": " + json_quote(n.shape) + ", \"ms\": " + json_number(n.ms) +
+             ", \"flops\": " + json_number(n.flops) + ", \"bytes\": " + json_number(n.bytes) + "}";
   }
-  return o + "]}\n";
+  out->details.emplace_back("nodes", nodes + (p.nodes.empty() ? "]" : "\n  ]"));
+  out->details.emplace_back("batch", std::to_string(batch));
+  out->details.emplace_back("reps", std::to_string(p.reps));
 }
 
 }  // namespace trctl

@@ -1,9 +1,11 @@
-// Text and JSON forms of a StepProfile (trctl bench CFG --layers): the step's replay time, time per op kind and
-// the slowest nodes, each with achieved TFLOP/s or GB/s and its share of the H200 ceilings measured on the card.
+// Text and trctl-bench/1 forms of a StepProfile (trctl bench CFG --layers): the step's replay time, time per op
+// kind and the slowest nodes, each with achieved TFLOP/s or GB/s and its share of the H200 ceilings measured on
+// the card.
 #pragma once
 #include <string>
 
 #include "runtime/backend.h"
+#include "runtime/report/bench_result.h"
 
 namespace trctl {
 
@@ -13,6 +15,8 @@ constexpr double kH200CopyGBs = 4300;
 constexpr double kH200MatrixTflops = 790;
 
 std::string profile_table(const StepProfile& p, int64_t batch, int top);
-std::string profile_json(const StepProfile& p, int64_t batch, const std::string& config);
+// Adds step_ms (the captured replay), images_per_s, nodes_ms (the nodes run one by one) and op/<kind>_ms per op
+// kind; every node (name, op, shape, ms, flops, bytes) goes into the details as "nodes".
+void profile_metrics(const StepProfile& p, int64_t batch, BenchResult* out);
 
 }  // namespace trctl

@@ -1,0 +1,157 @@
+// `trctl bench compile` and `trctl bench CFG` on the CPU write trctl-bench/1 (docs/bench.md): the schema's fields,
+// positive figures, exact flags on the compile figures, the CPU step's reference ratio; and the reader's checks.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "runtime/report/bench_result.h"
+
+namespace fs = std::filesystem;
+using namespace trctl;
+
+namespace {
+
+fs::path temp_dir(const std::string& tag) {
+  fs::path d = fs::temp_directory_path() / ("trctl_bench_" + tag + "_" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+int run_trctl(const std::string& args, const fs::path& dir) {
+  const std::string cmd = std::string(TRCTL_BINARY) + " " + args + " >" + (dir / "out").string() + " 2>" +
+                          (dir / "err").string();
+  const int st = std::system(cmd.c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+std::string cfg(const std::string& name) { return std::string(TRCTL_SOURCE_DIR) + "/configs/" + name; }
+
+std::map<std::string, BenchMetric> by_name(const BenchResult& r) {
+  std::map<std::string, BenchMetric> m;
+  for (const BenchMetric& x : r.metrics) m[x.name] = x;
+  return m;
+}
+
+void check_header(const BenchResult& r, const std::string& suite, const std::string& backend) {
+  CHECK(r.suite == suite);
+  CHECK(r.machine.backend == backend);
+  CHECK(r.machine.host_cores > 0);
+  CHECK(r.machine.gpu.empty());
+  CHECK_FALSE(r.commit.empty());
+  CHECK(r.created.size() == 20);  // 2026-12-03T07:34:01Z
+  CHECK_FALSE(r.metrics.empty());
+}
+
+}  // namespace
+
+TEST_CASE("bench compile writes exact IR and plan figures per config", "[bench][cli]") {
+  const fs::path d = temp_dir("compile");
+  const std::string json = (d / "c.json").string();
+  const std::string configs = cfg("mlp_fmnist.yaml") + " " + cfg("cnn_fmnist.yaml");
+  REQUIRE(run_trctl("bench compile " + configs + " --json " + json, d) == 0);
+  Result<BenchResult> r = bench_result_read(json);
+  INFO((r.ok() ? std::string() : r.error_text()));
+  REQUIRE(r.ok());
+  check_header(r.value(), "compile", "compiler");
+  CHECK(r->sources.size() == 2);
+  auto m = by_name(r.value());
+  for (const char* name : {"mlp_fmnist/nodes/train", "mlp_fmnist/nodes/eval", "mlp_fmnist/values",
+                           "mlp_fmnist/parameters", "mlp_fmnist/bytes/weights", "mlp_fmnist/bytes/activations",
+                           "mlp_fmnist/bytes/total", "mlp_fmnist/amp/bytes/total", "cnn_fmnist/nodes/train",
+                           "cnn_fmnist/bytes/total"}) {
+    INFO(name);
+    REQUIRE(m.count(name) == 1);
+    CHECK(m[name].value > 0);
+    CHECK(m[name].exact);
+    CHECK(m[name].check);
+  }
+  CHECK(m["mlp_fmnist/parameters"].value == 1462538);  // 784*1024+1024 + 1024*512+512 + 512*256+256 + 256*10+10
+  CHECK(m["mlp_fmnist/bytes/activations"].value < m["mlp_fmnist/bytes/activations_naive"].value);  // reuse
+  REQUIRE(m.count("mlp_fmnist/compile_ms") == 1);
+  CHECK_FALSE(m["mlp_fmnist/compile_ms"].check);  // wall time: shown, not compared
+  fs::remove_all(d);
+}
+
+TEST_CASE("bench compile figures are the same in every run", "[bench][cli]") {
+  const fs::path d = temp_dir("compile2");
+  REQUIRE(run_trctl("bench compile " + cfg("mlp_fmnist.yaml") + " --json " + (d / "a.json").string(), d) == 0);
+  REQUIRE(run_trctl("bench compile " + cfg("mlp_fmnist.yaml") + " --json " + (d / "b.json").string(), d) == 0);
+  Result<BenchResult> a = bench_result_read((d / "a.json").string()), b = bench_result_read((d / "b.json").string());
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  REQUIRE(a->metrics.size() == b->metrics.size());
+  for (size_t i = 0; i < a->metrics.size(); ++i)
+    if (a->metrics[i].exact) CHECK(a->metrics[i].value == b->metrics[i].value);
+  fs::remove_all(d);
+}
+
+TEST_CASE("bench CFG on the cpu backend times the step against the reference GEMM", "[bench][cli]") {
+  const fs::path d = temp_dir("model");
+  const std::string json = (d / "m.json").string();
+  const std::string args = " train.threads=1 data.train_subset=400 --steps 3 --warmup 1 --json " + json;
+  REQUIRE(run_trctl("bench " + cfg("mlp_fmnist.yaml") + args, d) == 0);
+  Result<BenchResult> r = bench_result_read(json);
+  INFO((r.ok() ? std::string() : r.error_text()));
+  REQUIRE(r.ok());
+  check_header(r.value(), "model", "cpu");
+  auto m = by_name(r.value());
+  for (const char* name : {"step_ms", "images_per_s", "ref_gemm_ms", "step_over_ref_gemm"}) {
+    INFO(name);
+    REQUIRE(m.count(name) == 1);
+    CHECK(m[name].value > 0);
+    CHECK_FALSE(m[name].exact);
+  }
+  CHECK(m["step_over_ref_gemm"].check);  // the machine-independent figure is the one compared
+  CHECK_FALSE(m["step_ms"].check);
+  CHECK(m["images_per_s"].higher_better);
+  CHECK_FALSE(m["step_ms"].higher_better);
+  fs::remove_all(d);
+}
+
+TEST_CASE("bench compile with a bad config exits 2 and writes nothing", "[bench][cli]") {
+  const fs::path d = temp_dir("bad");
+  CHECK(run_trctl("bench compile " + (d / "missing.yaml").string() + " --json " + (d / "x.json").string(), d) == 2);
+  CHECK_FALSE(fs::exists(d / "x.json"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("the bench result reader lists every schema violation", "[bench]") {
+  const fs::path d = temp_dir("reader");
+  const std::string path = (d / "bad.json").string();
+  std::ofstream(path) << R"({"schema": "trctl-bench/1", "suite": "model", "sources": ["a"], "commit": "x",
+    "machine": {"host_cores": 2, "backend": "cpu"},
+    "metrics": [{"name": "a", "value": 1, "unit": "ms", "better": "up"},
+                {"name": "a", "value": "fast", "unit": "ms", "better": "lower"}]})";
+  Result<BenchResult> r = bench_result_read(path);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.errors().size() == 3);  // better "up", a repeated name, a value that is not a number
+  CHECK_THAT(r.error_text(), Catch::Contains("better") && Catch::Contains("twice") && Catch::Contains("value"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("a bench result survives writing and reading", "[bench]") {
+  const fs::path d = temp_dir("roundtrip");
+  BenchResult w = bench_result_begin("compile", {"configs/a \"quoted\".yaml"}, "compiler");
+  w.add("a/bytes/total", 12345678901.0, "bytes", false, true);
+  w.add("ratio", 9.25, "ratio", false);
+  w.add("wall_ms", 3.5, "ms", false, false, false);
+  w.details.emplace_back("params", "{\"k\": 1}");
+  REQUIRE(bench_result_write((d / "r.json").string(), w).ok());
+  Result<BenchResult> r = bench_result_read((d / "r.json").string());
+  INFO((r.ok() ? std::string() : r.error_text()));
+  REQUIRE(r.ok());
+  CHECK(r->sources == w.sources);
+  REQUIRE(r->metrics.size() == 3);
+  CHECK(r->metrics[0].value == 12345678901.0);
+  CHECK(r->metrics[0].exact);
+  CHECK(r->metrics[1].value == 9.25);
+  CHECK_FALSE(r->metrics[2].check);
+  fs::remove_all(d);
+}
