@@ -9,20 +9,21 @@
 
 namespace trctl::spec_detail {
 
+// Optimal string alignment distance (Damerau: adjacent transpositions count 1), on one flat table.
 int edit_distance(const std::string& a, const std::string& b) {
-  const size_t n = a.size(), m = b.size();
-  std::vector<std::vector<int>> dp(n + 1, std::vector<int>(m + 1, 0));
-  for (size_t i = 0; i <= n; ++i) dp[i][0] = static_cast<int>(i);
-  for (size_t j = 0; j <= m; ++j) dp[0][j] = static_cast<int>(j);
+  const size_t n = a.size(), m = b.size(), w = m + 1;
+  std::vector<int> dp((n + 1) * w, 0);
+  for (size_t i = 0; i <= n; ++i) dp[i * w] = static_cast<int>(i);
+  for (size_t j = 0; j <= m; ++j) dp[j] = static_cast<int>(j);
   for (size_t i = 1; i <= n; ++i) {
     for (size_t j = 1; j <= m; ++j) {
       int cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      dp[i][j] = std::min({dp[i - 1][j] + 1, dp[i][j - 1] + 1, dp[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
-        dp[i][j] = std::min(dp[i][j], dp[i - 2][j - 2] + 1);
+      int& d = dp[i * w + j];
+      d = std::min({dp[(i - 1) * w + j] + 1, dp[i * w + j - 1] + 1, dp[(i - 1) * w + j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d = std::min(d, dp[(i - 2) * w + j - 2] + 1);
     }
   }
-  return dp[n][m];
+  return dp[n * w + m];
 }
 
 std::string closest_name(const std::string& word, const std::vector<std::string>& candidates) {
@@ -31,8 +32,9 @@ std::string closest_name(const std::string& word, const std::vector<std::string>
   int best_dist = limit + 1;
   long best_len_diff = 0;
   for (const std::string& c : candidates) {
-    int dist = edit_distance(word, c);
     long len_diff = std::labs(static_cast<long>(c.size()) - static_cast<long>(word.size()));
+    if (len_diff > limit) continue;  // the distance is at least the length difference: never within the limit
+    int dist = edit_distance(word, c);
     if (dist < best_dist || (dist == best_dist && !best.empty() && len_diff < best_len_diff)) {
       best = c;
       best_dist = dist;

@@ -1,6 +1,7 @@
 // Internal to core/spec: a small located YAML tree built from yaml-cpp parser events (plain and quoted scalars kept
 // apart; anchors, aliases, tags, deep nesting and duplicate keys rejected), the error collector, and overrides.
 #pragma once
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 namespace trctl::spec_detail {
 
 constexpr int kMaxYamlDepth = 32;  // maps/lists nested deeper than this are rejected
+constexpr size_t kMaxOverrideBytes = size_t{1} << 20;  // an override longer than this is rejected unparsed
 
 // Where a node stood: source 0 is the spec file, source N is override N; line/col are 1-based.
 struct YamlLoc {
