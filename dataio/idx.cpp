@@ -73,9 +73,13 @@ Result<std::vector<uint8_t>> idx_gunzip(const std::vector<uint8_t>& gz, const st
   std::unique_ptr<z_stream, int (*)(z_stream*)> guard(&zs, inflateEnd);
 
   // The gzip trailer's ISIZE (size mod 2^32) is only a hint for the first allocation; the cap is what counts.
+  // The hint is believed only up to what deflate can produce from this input (at most 1032 bytes per input
+  // byte), so a few bytes claiming 4 GiB do not allocate it (found by fuzz_idx).
   size_t hint = gz.size() >= 4 ? (size_t(gz[gz.size() - 1]) << 24) | (size_t(gz[gz.size() - 2]) << 16) |
                                      (size_t(gz[gz.size() - 3]) << 8) | size_t(gz[gz.size() - 4])
                                : 0;
+  constexpr size_t kDeflateMaxRatio = 1032;
+  hint = std::min(hint, gz.size() * kDeflateMaxRatio);
   size_t limit = max_out + 1;  // room for one byte beyond the cap, so that "too big" is observable
   std::vector<uint8_t> out(std::min(limit, std::max<size_t>({hint, gz.size() * 4, size_t(1) << 16})));
   size_t in_pos = 0, out_pos = 0;

@@ -1,6 +1,7 @@
 // Tests of the IDX reader (idx_load, idx_gunzip) and dataset_load: generated raw and gzip files, the real
 // Fashion-MNIST files, and malformed inputs that must come back as errors naming the file.
 #include <catch2/catch.hpp>
+#include <sys/resource.h>
 
 #include <array>
 #include <filesystem>
@@ -279,6 +280,19 @@ TEST_CASE("idx_gunzip refuses output beyond its cap, as a guard against decompre
   REQUIRE(exact.ok());
   CHECK(exact->size() == size_t(1) << 20);
   CHECK(kIdxMaxInflatedBytes == size_t(1) << 30);
+}
+
+TEST_CASE("idx_gunzip does not allocate what a forged gzip trailer claims") {
+  // Found by tests/fuzz/fuzz_idx: a few bytes of gzip whose ISIZE says ~4 GiB made the first allocation 1 GiB.
+  auto gz = test::gzip_bytes(std::vector<uint8_t>(100, 7));
+  for (size_t i = gz.size() - 4; i < gz.size(); ++i) gz[i] = 0xff;  // ISIZE = 2^32 - 1
+  struct rusage before {}, after {};
+  getrusage(RUSAGE_SELF, &before);
+  auto r = idx_gunzip(gz, "forged.gz");
+  getrusage(RUSAGE_SELF, &after);
+  REQUIRE_FALSE(r.ok());  // zlib's length check fails: ISIZE is wrong
+  CHECK(r.errors()[0].code == ErrCode::Format);
+  CHECK(after.ru_maxrss - before.ru_maxrss < 64 * 1024);  // KiB: far below the 1 GiB the hint asked for
 }
 
 TEST_CASE("idx_load reports a missing file as an I/O error naming it") {
