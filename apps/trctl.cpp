@@ -1,5 +1,6 @@
-// The trctl command line (CLI11): train | validate | compile, and the commands of later milestones, which say
-// clearly that they are not supported yet. Exit codes: 0 ok, 2 bad input (config, data) or unsupported, 1 other.
+// The trctl command line (CLI11): train | validate | compile | eval | export | bench | pack-dts | dts | report.
+// Exit codes: 0 ok, 2 bad input (config, data) or unsupported, 1 other (internal errors, and the environment
+// failing a run: a checkpoint or an export that could not be written).
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 
 #include "apps/cmd_bench.h"
 #include "apps/cmd_data.h"
+#include "apps/cmd_export.h"
 #include "apps/cmd_report.h"
 #include "core/compiler.h"
 #include "runtime/train/trainer.h"
@@ -110,6 +112,10 @@ int cmd_train(const SpecArgs& a, bool print_config, const std::string& resume, c
   Result<TrainResult> r = train_run(spec.value(), opt, *log);
   if (!r.ok()) return report_errors(r.errors());
   const TrainResult& res = r.value();
+  if (!res.checkpoint_errors.empty()) {  // disk full or unwritable: metrics so far are on disk
+    for (const auto& e : res.checkpoint_errors) std::fprintf(stderr, "error: %s\n", e.str().c_str());
+    return 1;
+  }
   if (res.stopped_by != 0) {
     std::fprintf(stderr, "stopped by %s: checkpoint written under %s/checkpoints (continue with --resume %s)\n",
                  res.stopped_by == SIGINT ? "SIGINT" : "SIGTERM", res.run_dir.c_str(), res.run_dir.c_str());
@@ -132,14 +138,16 @@ int cmd_train(const SpecArgs& a, bool print_config, const std::string& resume, c
     if (res.epochs.size() > 1)  // the first epoch holds graph capture and warm-up, as compile time on PyTorch's side
       std::printf("; %.2f epochs/s steady, epochs %d..%d, %.1f ms/epoch", (n - 1) / steady, first + 1, last.epoch,
                   1000 * steady / (n - 1));
-    std::printf("); final val top1 %.2f%%, best %.2f%%%s\n", final_val ? 100 * final_val->val_top1 : 0.0, 100 * best,
-                res.early_stopped ? " (early stopping)" : "");
+    std::printf("); final val top1 %.2f%% top5 %.2f%%, best top1 %.2f%%%s", final_val ? 100 * final_val->val_top1 : 0.0,
+                final_val ? 100 * final_val->val_top5 : 0.0, 100 * best, res.early_stopped ? " (early stopping)" : "");
+    std::printf("; %lld step%s skipped (non-finite gradients)\n", static_cast<long long>(res.skipped_steps),
+                res.skipped_steps == 1 ? "" : "s");
     if (!res.run_dir.empty()) std::printf("run dir: %s\n", res.run_dir.c_str());
   }
   return 0;
 }
 
-// trctl eval CFG --weights PATH: loss and top-1 of the validation set with a checkpoint's parameters.
+// trctl eval CFG --weights PATH: loss, top-1 and top-5 of the validation set with a checkpoint's parameters.
 int cmd_eval(const SpecArgs& a, const std::string& weights) {
   Result<Spec> spec = spec_load(a.config, a.overrides);
   if (!spec.ok()) return report_errors(spec.errors());
@@ -152,14 +160,10 @@ int cmd_eval(const SpecArgs& a, const std::string& weights) {
 #endif
   Result<EvalResult> r = eval_run(spec.value(), opt, weights, *log);
   if (!r.ok()) return report_errors(r.errors());
-  std::printf("eval: %lld images on %s, loss %.6f, top-1 %.2f%% (weights: %s)\n", static_cast<long long>(r->images),
-              r->backend.c_str(), r->loss, 100 * r->top1, r->checkpoint.c_str());
+  std::printf("eval: %lld images on %s, loss %.6f, top-1 %.2f%%, top-5 %.2f%% (weights: %s)\n",
+              static_cast<long long>(r->images), r->backend.c_str(), r->loss, 100 * r->top1, 100 * r->top5,
+              r->checkpoint.c_str());
   return 0;
-}
-
-int not_supported(const std::string& what, const std::string& issue) {
-  std::fprintf(stderr, "error: trctl %s is not supported in this version yet (%s)\n", what.c_str(), issue.c_str());
-  return kExitBadInput;
 }
 
 }  // namespace
@@ -206,14 +210,9 @@ int main(int argc, char** argv) {
   bench->add_option("--reps", bench_reps, "--layers: runs per node (default 20); compile: compiles timed (default 3)")
       ->check(CLI::Range(1, 100000));
   bench->add_option("--json", bc.json, "also write the results to this file (schema trctl-bench/1, docs/bench.md)");
-  struct Later {
-    const char* name;
-    const char* help;
-    const char* issue;
-  };
   SpecArgs eval_a;
   std::string eval_weights;
-  auto* eval = app.add_subcommand("eval", "loss and top-1 of the validation set with a checkpoint's weights");
+  auto* eval = app.add_subcommand("eval", "loss, top-1 and top-5 of the validation set with a checkpoint's weights");
   add_spec_args(eval, eval_a);
   eval->add_option("--weights", eval_weights, "a checkpoint directory, or a run directory (its latest checkpoint)")
       ->required();
@@ -248,8 +247,8 @@ int main(int argc, char** argv) {
   bench->add_flag("--fp32", bd.fp32, "bench data: write fp32 instead of fp16");
   ReportArgs report_a;
   auto* report = report_subcommand(app, report_a);
-  const Later later[] = {{"export", "export weights", "issue 6"}};
-  for (const auto& l : later) app.add_subcommand(l.name, l.help)->allow_extras();
+  ExportArgs export_a;
+  auto* exp = export_subcommand(app, export_a);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -264,6 +263,7 @@ int main(int argc, char** argv) {
     if (*pack) return cmd_pack_dts(pack_a);
     if (*dts) return cmd_dts_info(dts_path);
     if (*report) return cmd_report(report_a);
+    if (*exp) return cmd_export(export_a);
     if (*bench && bench_a.config == "data") {
       if (bench_a.overrides.size() != 1) {
         std::fprintf(stderr, "error: trctl bench data SOURCE (a DTS file or an image folder)\n");
@@ -284,8 +284,6 @@ int main(int argc, char** argv) {
       if (bench_reps) bc.reps = bench_reps;
       return cmd_bench_config(bc);
     }
-    for (const auto& l : later)
-      if (*app.get_subcommand(l.name)) return not_supported(l.name, l.issue);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "internal error: %s\n", e.what());
     return 1;

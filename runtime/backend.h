@@ -23,6 +23,7 @@ enum class DataSplit { Train = 0, Val = 1 };
 // Epoch accumulators of one program (loss summed per sample, correct predictions, samples seen).
 struct ProgramMetrics {
   double loss_sum = 0, correct = 0, count = 0;
+  double correct5 = 0;  // top-5 (accuracy_topk_cpu's rule)
 };
 
 // Per-node device time of one program (trctl bench CFG --layers): each node's launches run on their own,
@@ -89,6 +90,10 @@ class Backend {
     set_step(s.step);
     return ok_status();
   }
+  // Training steps whose update was skipped because their gradients held inf or NaN (an fp16 loss-scale overflow,
+  // or debug.inject_nonfinite_grad_steps), since the backend was made; may wait for the device. A skipped step still
+  // counts in step(), not in TrainState::opt_updates.
+  virtual int64_t skipped_steps() { return 0; }
   // Waits until all queued work is done (for timing; a no-op on synchronous backends).
   virtual Status synchronize() { return ok_status(); }
   // Exchanges the parameters with their exponential moving average (train.ema_decay > 0): validation with the

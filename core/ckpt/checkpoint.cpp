@@ -355,6 +355,7 @@ uint64_t ckpt_spec_hash(const Spec& spec) {
   s.train.checkpoint_every = 0;  // how often checkpoints are written (and which are kept) does not change the
   s.train.keep_last = 0;         // computation
   s.train.keep_best = false;
+  s.debug.fail_checkpoint_write = 0;  // a test hook on the writes, not on the computation
   std::string text = spec_to_yaml(s);
   uint64_t h = 1469598103934665603ull;
   for (unsigned char ch : text) {
@@ -385,19 +386,44 @@ Status ckpt_save(const std::string& dir, const Compiled& c, const std::vector<st
   fs::remove_all(part, ec);
   fs::create_directories(part, ec);
   if (ec) return Error{ErrCode::Io, part, "cannot create the checkpoint directory: " + ec.message()};
+  // A failed write (ENOSPC, EIO) removes DIR.partial again (best effort: readers ignore *.partial anyway).
+  auto abandon = [&](Status failed) {
+    fs::remove_all(part, ec);
+    return failed;
+  };
   Status st = atomic_write_file(part + "/" + kCkptStateFile, state_encode(c, opt_state, state), io);
-  if (!st.ok()) return st;
+  if (!st.ok()) return abandon(st);
   std::vector<TensorView> ts = weight_tensors(c, weights, buffers);
   SafetensorsMetadata md{{"trctl_version", "1"},
                          {"spec_hash", hex64(ckpt_spec_hash(c.spec))},
                          {"step", std::to_string(state.step)},
                          {"data_crc32", hex64(tensors_crc(ts)).substr(8)}};
   st = safetensors_write(part + "/" + kCkptWeightsFile, ts, md, io);
-  if (!st.ok()) return st;
+  if (!st.ok()) return abandon(st);
   if (fs::exists(dir, ec)) fs::remove_all(dir, ec);  // re-saving a name replaces it
   fs::rename(part, dir, ec);
   if (ec) return Error{ErrCode::Io, dir, "cannot move the finished checkpoint into place: " + ec.message()};
   return sync_parent_dir(dir);
+}
+
+Result<CkptStateFile> ckpt_read_state(const std::string& path) {
+  Result<std::vector<std::byte>> file = file_read_bytes(path);
+  if (!file.ok()) return file.errors();
+  uint32_t version = 0;
+  Result<std::vector<std::byte>> payload = state_unwrap(file.value(), path, &version);
+  if (!payload.ok()) return payload.errors();
+  Reader r{payload.value(), path, kStateHeader, 0, {}};
+  CkptStateFile out;
+  out.state = read_train_state(r, out.spec_hash, version);
+  SlotMap slots;
+  if (!read_slots(r, slots)) return r.err;
+  for (auto& [name, recs] : slots)
+    for (SlotRecord& s : recs) {
+      out.slots[name].push_back(std::move(s.data));
+      out.slot_shapes[name].push_back(s.shape);
+      out.slot_dtypes[name].push_back(s.dtype);
+    }
+  return out;
 }
 
 Result<Checkpoint> ckpt_load(const std::string& dir, const Compiled& c, const CkptLoadOptions& opt) {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,17 @@ uint64_t ckpt_spec_hash(const Spec& spec);
 Status ckpt_save(const std::string& dir, const Compiled& c, const std::vector<std::byte>& weights,
                  const std::vector<std::byte>& opt_state, const TrainState& state,
                  const AtomicWriteOptions& io = {}, const std::vector<std::byte>& buffers = {});
+
+// state.bin read without a compiled plan (trctl export): the TrainState, the saved spec hash, and each
+// parameter's optimizer slots in file order (for an EMA run the slot after the moments is the average).
+struct CkptStateFile {
+  TrainState state;
+  uint64_t spec_hash = 0;
+  std::map<std::string, std::vector<std::vector<std::byte>>> slots;  // parameter name -> slots' bytes
+  std::map<std::string, std::vector<std::vector<int64_t>>> slot_shapes;
+  std::map<std::string, std::vector<DType>> slot_dtypes;
+};
+Result<CkptStateFile> ckpt_read_state(const std::string& path);
 
 // Reads a checkpoint for `c`: every parameter present with c's shape and dtype, no extra ones, the same spec hash
 // (unless weights_only), state.bin's magic, version and checksum. All mismatches are reported at once.

@@ -295,6 +295,8 @@ struct ForwardBuilder {
     p.loss_sum = result(p, "loss_sum", DType::F64);
     p.correct_sum = result(p, "correct_sum", DType::F64);
     p.count = result(p, "count", DType::F64);
+    p.correct5 = result(p, "correct5", DType::I32);
+    p.correct5_sum = result(p, "correct5_sum", DType::F64);
     Node ce;
     ce.op = OpKind::SoftmaxCrossEntropy;
     ce.name = "loss";
@@ -306,13 +308,13 @@ struct ForwardBuilder {
     acc.op = OpKind::Accuracy;
     acc.name = "accuracy";
     acc.in = {logits, p.label};
-    acc.out = {p.correct};
+    acc.out = {p.correct, p.correct5};
     p.nodes.push_back(acc);
     Node m;
     m.op = OpKind::MetricAccumulate;
     m.name = "metrics";
-    m.in = {p.loss, p.correct};
-    m.out = {p.loss_sum, p.correct_sum, p.count};
+    m.in = {p.loss, p.correct, p.correct5};
+    m.out = {p.loss_sum, p.correct_sum, p.count, p.correct5_sum};
     p.nodes.push_back(m);
   }
 };

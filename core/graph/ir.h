@@ -43,8 +43,9 @@ enum class OpKind : uint8_t {
   AvgPool,               // X (N,H,W,C) -> Y (N,P,Q,C); count_include_pad (PyTorch's default)
   GlobalAvgPool,         // X (N,H,W,C) -> Y (N,C)
   SoftmaxCrossEntropy,   // logits (N,C), labels (N,) -> loss () f32 mean over N; attrs.label_smoothing
-  Accuracy,              // logits (N,C), labels (N,) -> correct () i32 (top-1)
-  MetricAccumulate,      // loss (), correct () -> accumulators: loss_sum () f64, correct_sum () f64, count () f64
+  Accuracy,              // logits (N,C), labels (N,) -> correct () i32 (top-1), correct5 () i32 (top-5)
+  MetricAccumulate,      // loss (), correct (), correct5 () -> accumulators: loss_sum () f64, correct_sum () f64,
+                         //   count () f64, correct5_sum () f64
   // backward
   SoftmaxCrossEntropyGrad,  // logits, labels -> dlogits (N,C) (mean over N, times the loss scale)
   LinearGradInput,          // dY (N,M), W (M,K) -> dX (N,K)
@@ -132,6 +133,7 @@ struct Program {
   ValueId input = kNoValue, label = kNoValue, logits = kNoValue;
   ValueId loss = kNoValue, correct = kNoValue;
   ValueId loss_sum = kNoValue, correct_sum = kNoValue, count = kNoValue;  // epoch accumulators
+  ValueId correct5 = kNoValue, correct5_sum = kNoValue;                   // top-5: per batch, per epoch
 };
 
 struct Graph {

@@ -72,8 +72,8 @@ struct Checker {
         if (arity(2, 1)) expect(in(0) == in(1) && in(0) == out(0), "shapes must agree");
         break;
       case OpKind::SoftmaxCrossEntropy:
-      case OpKind::Accuracy:
-        if (arity(2, 1))
+      case OpKind::Accuracy:  // -> top-1 and top-5 counts
+        if (arity(2, n.op == OpKind::Accuracy ? 2 : 1))
           expect(in(0).dims.size() == 2 && in(1) == Shape{{in(0).dims[0]}} && out(0).dims.empty(),
                  "logits (N,C), labels (N) -> scalar");
         break;
@@ -81,7 +81,7 @@ struct Checker {
         if (arity(2, 1)) expect(out(0) == in(0), "dlogits must have the logits' shape");
         break;
       case OpKind::MetricAccumulate:
-        arity(2, 3);
+        arity(3, 4);
         break;
       case OpKind::LinearGradInput:  // dY (N,M), W (M,K) -> dX (N,K)
         if (arity(2, 1))

@@ -88,7 +88,7 @@ void place_inputs_results(const Graph& g, MemoryPlan& m) {
   for (const auto& p : g.programs) {
     m.values[p.input] = {Region::Inputs, 0, stored_bytes(g, p.input)};
     m.values[p.label] = {Region::Inputs, align_up(max_in), g.values[p.label].bytes()};
-    for (ValueId r : {p.loss, p.correct, p.loss_sum, p.correct_sum, p.count}) {
+    for (ValueId r : {p.loss, p.correct, p.loss_sum, p.correct_sum, p.count, p.correct5, p.correct5_sum}) {
       m.values[r] = {Region::Results, results, g.values[r].bytes()};
       results = align_up(results + g.values[r].bytes());
     }

@@ -177,6 +177,18 @@ struct RunSpec {
   ProgressKind progress = ProgressKind::Auto;
 };
 
+// Testing aids (docs/checkpoint.md, "Fault hooks"): explicit fault injection, visible in config.resolved.yaml.
+// spec_to_yaml writes the section only when a hook is set, so specs without it keep their checkpoint hash.
+struct DebugSpec {
+  // Training steps (1-based, Backend::step() during the step) whose gradients get one NaN written into them just
+  // before the non-finite check: the step is skipped as a real overflow would be. Strictly increasing, >= 1.
+  std::vector<int64_t> inject_nonfinite_grad_steps;
+  // N >= 1: the N-th checkpoint write of this process fails with ENOSPC (a full disk); 0 = off. Not hashed into
+  // checkpoints (a resumed run may switch it off).
+  int fail_checkpoint_write = 0;
+  bool any() const { return !inject_nonfinite_grad_steps.empty() || fail_checkpoint_write != 0; }
+};
+
 struct Spec {
   uint64_t seed = 0;
   DataSpec data;
@@ -186,6 +198,7 @@ struct Spec {
   SchedulerSpec scheduler;
   TrainSpec train;
   RunSpec run;
+  DebugSpec debug;
   std::string source;  // the file it came from (for messages), not written back
 };
 

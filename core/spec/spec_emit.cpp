@@ -311,6 +311,13 @@ std::string spec_to_yaml(const Spec& spec) {
   y += "  name: " + quoted(spec.run.name) + "\n";
   y += "  log_interval: " + std::to_string(spec.run.log_interval) + "\n";
   y += std::string("  progress: ") + to_string(spec.run.progress) + "\n";
+  if (spec.debug.any()) {  // testing aids: written only when set (see DebugSpec)
+    std::string steps;
+    for (int64_t v : spec.debug.inject_nonfinite_grad_steps) steps += (steps.empty() ? "" : ", ") + std::to_string(v);
+    y += "debug:\n";
+    y += "  inject_nonfinite_grad_steps: [" + steps + "]\n";
+    y += "  fail_checkpoint_write: " + std::to_string(spec.debug.fail_checkpoint_write) + "\n";
+  }
   return y;
 }
 

@@ -147,6 +147,26 @@ void parse_run_section(Diagnostics& d, const YamlNode& map, RunSpec& out) {
   get_enum(d, map, s, "progress", {ProgressKind::Auto, ProgressKind::On, ProgressKind::Off}, out.progress);
 }
 
+void parse_debug_section(Diagnostics& d, const YamlNode& map, DebugSpec& out) {
+  const std::string s = "debug";
+  check_keys(d, map, s, {"inject_nonfinite_grad_steps", "fail_checkpoint_write"});
+  get_int(d, map, s, "fail_checkpoint_write", int_at_least(0), out.fail_checkpoint_write);
+  const YamlNode* list = map.find("inject_nonfinite_grad_steps");
+  const std::string path = "debug.inject_nonfinite_grad_steps";
+  if (!list || !node_is(d, *list, YamlNode::Kind::Seq, path)) return;
+  std::vector<int64_t> steps;
+  for (size_t i = 0; i < list->items.size(); ++i) {
+    int64_t v = 0;
+    if (!node_int(d, list->items[i], index_path(path, i), IntRange{1, int64_t{1} << 31}, v)) continue;
+    if (!steps.empty() && v <= steps.back())
+      d.error(ErrCode::OutOfRange, list->items[i].loc,
+              "'" + path + "' must be strictly increasing: " + list->items[i].text + " follows " +
+                  std::to_string(steps.back()));
+    steps.push_back(v);
+  }
+  out.inject_nonfinite_grad_steps = std::move(steps);
+}
+
 namespace {
 
 // Calls read(map) for root[key] when it is a map; an absent or null section reads as an empty map.
@@ -164,7 +184,7 @@ void read_section(Diagnostics& d, const YamlNode& root, const char* key,
 }
 
 void parse_root(Diagnostics& d, const YamlNode& root, Spec& spec) {
-  check_keys(d, root, "", {"seed", "data", "model", "loss", "optimizer", "scheduler", "train", "run"});
+  check_keys(d, root, "", {"seed", "data", "model", "loss", "optimizer", "scheduler", "train", "run", "debug"});
   if (const YamlNode* seed = root.find("seed")) node_uint64(d, *seed, "seed", spec.seed);
   read_section(d, root, "data", [&](const YamlNode& m) { parse_data_section(d, m, spec.data); });
   if (!root.find("model")) {
@@ -177,6 +197,7 @@ void parse_root(Diagnostics& d, const YamlNode& root, Spec& spec) {
   read_section(d, root, "scheduler", [&](const YamlNode& m) { parse_scheduler_section(d, m, spec.scheduler); });
   read_section(d, root, "train", [&](const YamlNode& m) { parse_train_section(d, m, spec.train); });
   read_section(d, root, "run", [&](const YamlNode& m) { parse_run_section(d, m, spec.run); });
+  read_section(d, root, "debug", [&](const YamlNode& m) { parse_debug_section(d, m, spec.debug); });
 }
 
 }  // namespace

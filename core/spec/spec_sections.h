@@ -13,5 +13,6 @@ void parse_optimizer_section(Diagnostics& d, const YamlNode& map, OptimizerSpec&
 void parse_scheduler_section(Diagnostics& d, const YamlNode& map, SchedulerSpec& out);  // spec_parse.cpp
 void parse_train_section(Diagnostics& d, const YamlNode& map, TrainSpec& out);          // spec_parse.cpp
 void parse_run_section(Diagnostics& d, const YamlNode& map, RunSpec& out);              // spec_parse.cpp
+void parse_debug_section(Diagnostics& d, const YamlNode& map, DebugSpec& out);          // spec_parse.cpp
 
 }  // namespace trctl::spec_detail

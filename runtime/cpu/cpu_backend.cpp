@@ -1,6 +1,9 @@
 // The CPU reference backend: one aligned allocation per region of the MemoryPlan, programs executed node by
 // node with the CPU op references (runtime/ops/*). Computes in fp32 whatever precision the spec asks for.
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -72,7 +75,7 @@ class CpuBackend final : public Backend {
 
   void set_lr(double lr) override { lr_ = lr; }
   int64_t step() const override { return step_; }
-  void set_step(int64_t step) override { step_ = step; }
+  void set_step(int64_t step) override { step_ = updates_ = step; }
 
   Status run(int program, int slot) override {
     const Program& p = c_.graph.programs[program];
@@ -91,12 +94,13 @@ class CpuBackend final : public Backend {
 
   ProgramMetrics metrics(int program) override {
     const Program& p = c_.graph.programs[program];
-    return {*ptr<double>(p.loss_sum, 0), *ptr<double>(p.correct_sum, 0), *ptr<double>(p.count, 0)};
+    return {*ptr<double>(p.loss_sum, 0), *ptr<double>(p.correct_sum, 0), *ptr<double>(p.count, 0),
+            *ptr<double>(p.correct5_sum, 0)};
   }
 
   void reset_metrics() override {
     for (const Program& p : c_.graph.programs)
-      for (ValueId v : {p.loss_sum, p.correct_sum, p.count}) *ptr<double>(v, 0) = 0.0;
+      for (ValueId v : {p.loss_sum, p.correct_sum, p.count, p.correct5_sum}) *ptr<double>(v, 0) = 0.0;
   }
 
  private:
@@ -141,6 +145,8 @@ class CpuBackend final : public Backend {
         const Shape& ls = shape(n.in[0]);
         *ptr<int32_t>(n.out[0], slot) = static_cast<int32_t>(
             accuracy_top1_cpu<T>(f(n.in[0]), ptr<int32_t>(n.in[1], slot), ls.dims[0], ls.dims[1]));
+        *ptr<int32_t>(n.out[1], slot) = static_cast<int32_t>(
+            accuracy_topk_cpu<T>(f(n.in[0]), ptr<int32_t>(n.in[1], slot), ls.dims[0], ls.dims[1], 5));
         return;
       }
       case OpKind::MetricAccumulate: {
@@ -148,6 +154,7 @@ class CpuBackend final : public Backend {
         *ptr<double>(n.out[0], slot) += static_cast<double>(*f(n.in[0])) * b;
         *ptr<double>(n.out[1], slot) += static_cast<double>(*ptr<int32_t>(n.in[1], slot));
         *ptr<double>(n.out[2], slot) += b;
+        *ptr<double>(n.out[3], slot) += static_cast<double>(*ptr<int32_t>(n.in[2], slot));
         return;
       }
       case OpKind::SoftmaxCrossEntropyGrad: {
@@ -245,16 +252,27 @@ class CpuBackend final : public Backend {
     if (n.attrs.relu) relu_fwd_cpu<T>(f(n.out[0]), f(n.out[0]), rows * c);
   }
 
-  // Gradient clipping (over the whole Grads region: its padding is zero), then the update: two contiguous ranges
-  // of the weight layout ([0, decay_bytes) with weight decay, the rest without), or LARS tensor by tensor.
+  // The non-finite check (a step with inf/NaN gradients is skipped: weights, optimizer state, EMA and the update
+  // count unchanged, as GradScaler skips optimizer.step(); the CPU computes in fp32, so there is no loss scale to
+  // back off), gradient clipping (over the whole Grads region: its padding is zero), then the update: two contiguous
+  // ranges of the weight layout ([0, decay_bytes) with weight decay, the rest without), or LARS tensor by tensor.
   void optimizer_step() {
     const MemoryPlan& m = c_.plan;
-    const OptimScalars s = optim_scalars(c_.spec.optimizer, lr_, step_);
     const int states = optimizer_state_count(c_.spec.optimizer);
     float* w = reinterpret_cast<float*>(region(Region::Weights));
     float* g = reinterpret_cast<float*>(region(Region::Grads));
     float* st = reinterpret_cast<float*>(region(Region::OptState));
     const int64_t total = m.weights_bytes / 4, split = m.weights_decay_bytes / 4;
+    const auto& inject = c_.spec.debug.inject_nonfinite_grad_steps;  // testing aid: one NaN, as the CUDA kernel
+    if (std::binary_search(inject.begin(), inject.end(), step_)) g[0] = std::numeric_limits<float>::quiet_NaN();
+    bool finite = true;
+    for (int64_t i = 0; i < total; ++i) finite &= std::isfinite(g[i]);
+    if (!finite) {
+      ++skipped_;
+      return;
+    }
+    ++updates_;
+    const OptimScalars s = optim_scalars(c_.spec.optimizer, lr_, updates_);
     if (c_.spec.optimizer.clip_grad_norm > 0) {
       const float f = grad_clip_factor(grad_global_norm_cpu(g, total), c_.spec.optimizer.clip_grad_norm);
       for (int64_t i = 0; i < total; ++i) g[i] *= f;  // as clip_grad_norm_, which always multiplies
@@ -277,7 +295,7 @@ class CpuBackend final : public Backend {
   // AveragedModel with get_ema_multi_avg_fn: the first update copies the parameters, later ones
   // ema.lerp_(param, 1 - decay). The EMA is the optimizer-state copy after the moments.
   void ema_update(const float* w, float* ema, int64_t n) {
-    if (step_ == 1) {
+    if (updates_ == 1) {
       std::copy(w, w + n, ema);
       return;
     }
@@ -286,6 +304,19 @@ class CpuBackend final : public Backend {
   }
 
  public:
+  int64_t skipped_steps() override { return skipped_; }
+  TrainState save_state() override {
+    TrainState s;
+    s.step = step_;
+    s.opt_updates = updates_;
+    return s;
+  }
+  Status restore_state(const TrainState& s) override {
+    step_ = s.step;
+    updates_ = s.updates();
+    return ok_status();
+  }
+
   // Exchanges the parameters with their moving average (validation with the EMA weights; called again after).
   Status swap_ema() override {
     if (!(c_.spec.train.ema_decay > 0)) return Error{ErrCode::Internal, "cpu backend", "no EMA in this plan"};
@@ -304,6 +335,8 @@ class CpuBackend final : public Backend {
   std::vector<double> last_loss_;
   double lr_ = 0;
   int64_t step_ = 0;
+  int64_t updates_ = 0;  // optimizer updates applied (step_ minus the skipped steps; Adam's t, the EMA's count)
+  int64_t skipped_ = 0;
 };
 
 }  // namespace

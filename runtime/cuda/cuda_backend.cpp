@@ -92,6 +92,7 @@ CudaBackend::~CudaBackend() {
   TRCTL_CUDA_WARN(cudaFree(bias_ws_));
   for (void* b : {pad_x_, pad_dx_, pad_w_}) TRCTL_CUDA_WARN(cudaFree(b));
   TRCTL_CUDA_WARN(cudaFree(lowp_weights_));
+  TRCTL_CUDA_WARN(cudaFree(inject_steps_));
   TRCTL_CUDA_WARN(cudaFree(arena_));
 }
 
@@ -131,6 +132,11 @@ Status CudaBackend::init() {
   for (int r = 0; r < kRegionCount; ++r) region_[r] = arena_ + off[r];
   if (lowp()) {
     TRCTL_CUDA_TRY(cudaMalloc(&lowp_weights_, static_cast<size_t>(c_.plan.weights_bytes / 2 + kAlign)));
+  }
+  if (const auto& inj = c_.spec.debug.inject_nonfinite_grad_steps; !inj.empty()) {
+    TRCTL_CUDA_TRY(cudaMalloc(&inject_steps_, inj.size() * sizeof(int64_t)));
+    if (Status st = copy_to_device(inject_steps_, inj.data(), inj.size() * sizeof(int64_t)); !st.ok()) return st;
+    inject_count_ = static_cast<int32_t>(inj.size());
   }
   DeviceState s{};
   const OptimizerSpec& o = c_.spec.optimizer;
@@ -440,6 +446,7 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
       a.loss = reinterpret_cast<float*>(at(p.loss));
       a.loss_sum = reinterpret_cast<double*>(at(p.loss_sum));
       a.correct = reinterpret_cast<int32_t*>(at(p.correct));
+      a.correct5 = reinterpret_cast<int32_t*>(at(p.correct5));
       a.bad_labels = &state()->bad_labels;
       out.push_back([s, a] { return softmax_ce_cuda(s, a); });
       return ok_status();
@@ -463,8 +470,10 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
   return Error{ErrCode::Internal, "cuda backend", std::string("no lowering for ") + to_string(n.op)};
 }
 
-// The optimizer over the weight layout in one launch; with fp16 AMP the non-finite check before it and the
-// loss-scale update fused into its bookkeeping kernel; with AMP the fp16/bf16 weight copy refreshed afterwards.
+// The optimizer over the weight layout in one launch, after the non-finite check of the gradients (every
+// precision: a step with inf/NaN gradients is skipped and counted in OptHyper::skipped; with fp16 AMP the
+// loss-scale update is fused into the bookkeeping kernel); with AMP the fp16/bf16 weight copy refreshed afterwards.
+// debug.inject_nonfinite_grad_steps puts its NaN into the gradients just before the check.
 Status CudaBackend::lower_optimizer(std::vector<Launch>& out) {
   const cudaStream_t s = ctx_.stream;
   DeviceState* st = state();
@@ -475,14 +484,18 @@ Status CudaBackend::lower_optimizer(std::vector<Launch>& out) {
   const int k = optimizer_state_count(c_.spec.optimizer);
   float* v = k > 1 ? m + total : nullptr;
   if (k == 0) m = nullptr;
-  const bool sc = scaled();
-  if (sc) {
-    out.push_back([s, g, total, st] {
-      return grad_check_nonfinite_cuda(s, g, GpuDType::F32, total, &st->scaler.found_inf);
-    });
+  if (inject_count_ > 0) {
+    const int64_t* steps = inject_steps_;
+    const int32_t count = inject_count_;
+    out.push_back([s, st, steps, count, g] { return grad_inject_nonfinite_cuda(s, &st->step, steps, count, g); });
+  }
+  out.push_back([s, g, total, st] {
+    return grad_check_nonfinite_cuda(s, g, GpuDType::F32, total, &st->scaler.found_inf);
+  });
+  if (scaled()) {
     out.push_back([s, st] { return opt_hyper_advance_scaled_cuda(s, &st->opt, &st->scaler); });
   } else {
-    out.push_back([s, st] { return opt_hyper_advance_cuda(s, &st->opt, nullptr, nullptr, nullptr, 0); });
+    out.push_back([s, st] { return opt_hyper_advance_cuda(s, &st->opt, &st->scaler.found_inf, nullptr, nullptr, 0); });
   }
   const OptimizerKind k_spec = c_.spec.optimizer.kind;
   const CudaOptimizer kind = k_spec == OptimizerKind::AdamW ? CudaOptimizer::AdamW
@@ -506,7 +519,7 @@ Result<Launch> CudaBackend::batch_fetch(int program) {
   if (fed_) {  // the batch is already in the input slot (load_batch): only the step's bookkeeping
     StepBookkeeping book;
     if (p.kind == ProgramKind::Train) book.step = &state()->step;
-    if (p.kind == ProgramKind::Train && scaled()) book.clear = &state()->scaler.found_inf;
+    if (p.kind == ProgramKind::Train) book.clear = &state()->scaler.found_inf;
     const cudaStream_t s = ctx_.stream;
     return Launch([s, book] { return step_bookkeeping_cuda(s, book); });
   }
@@ -523,9 +536,9 @@ Result<Launch> CudaBackend::batch_fetch(int program) {
   const GpuDType act = act_type();
   const uint64_t seed = seed_;
   const int64_t batch = p.batch;
-  StepBookkeeping book;  // a train step also counts itself (dropout's key) and clears AMP's found_inf
+  StepBookkeeping book;  // a train step also counts itself (dropout's key) and clears found_inf
   if (p.kind == ProgramKind::Train) book.step = &st->step;
-  if (p.kind == ProgramKind::Train && scaled()) book.clear = &st->scaler.found_inf;
+  if (p.kind == ProgramKind::Train) book.clear = &st->scaler.found_inf;
   return Launch([s, pipe, rs, seed, batch, x, act, y, book] {
     return augment_batch_cuda(s, pipe, rs, seed, batch, x, act, y, book);
   });
@@ -685,6 +698,13 @@ void CudaBackend::set_lr(double lr) {
   TRCTL_CUDA_WARN(cudaStreamSynchronize(ctx_.stream));
 }
 
+int64_t CudaBackend::skipped_steps() {
+  int32_t n = 0;
+  TRCTL_CUDA_WARN(cudaStreamSynchronize(ctx_.stream));
+  TRCTL_CUDA_WARN(cudaMemcpy(&n, &state()->opt.skipped, sizeof n, cudaMemcpyDeviceToHost));
+  return n;
+}
+
 TrainState CudaBackend::save_state() {
   TrainState t;
   t.step = step_;
@@ -781,11 +801,13 @@ double CudaBackend::last_loss(int program) {
 ProgramMetrics CudaBackend::metrics(int program) {
   const Program& p = c_.graph.programs[program];
   double loss_sum = 0;
-  int32_t correct = 0;
+  int32_t correct = 0, correct5 = 0;
   TRCTL_CUDA_WARN(cudaStreamSynchronize(ctx_.stream));
   TRCTL_CUDA_WARN(cudaMemcpy(&loss_sum, at(p.loss_sum), 8, cudaMemcpyDeviceToHost));
   TRCTL_CUDA_WARN(cudaMemcpy(&correct, at(p.correct), 4, cudaMemcpyDeviceToHost));
-  return {loss_sum, static_cast<double>(correct), static_cast<double>(runs_[program] * p.batch)};
+  TRCTL_CUDA_WARN(cudaMemcpy(&correct5, at(p.correct5), 4, cudaMemcpyDeviceToHost));
+  return {loss_sum, static_cast<double>(correct), static_cast<double>(runs_[program] * p.batch),
+          static_cast<double>(correct5)};
 }
 
 void CudaBackend::reset_metrics() {
@@ -793,6 +815,7 @@ void CudaBackend::reset_metrics() {
     const Program& p = c_.graph.programs[i];
     TRCTL_CUDA_WARN(cudaMemsetAsync(at(p.loss_sum), 0, 8, ctx_.stream));
     TRCTL_CUDA_WARN(cudaMemsetAsync(at(p.correct), 0, 4, ctx_.stream));
+    TRCTL_CUDA_WARN(cudaMemsetAsync(at(p.correct5), 0, 4, ctx_.stream));
     runs_[i] = 0;
   }
 }

@@ -73,6 +73,7 @@ class CudaBackend final : public Backend {
   bool resident_data() const override { return true; }
   // Resume: the step counters, the optimizer's update count and the loss scaler live in DeviceState.
   TrainState save_state() override;
+  int64_t skipped_steps() override;
   Status restore_state(const TrainState& s) override;
   Status seek_resident(DataSplit split, int64_t position) override;
   std::string memory_report() override;
@@ -165,6 +166,8 @@ class CudaBackend final : public Backend {
   cudaStream_t copy_stream_ = nullptr;
   cudaEvent_t copy_done_[2] = {}, step_done_[2] = {};
   std::vector<int64_t> runs_;
+  int64_t* inject_steps_ = nullptr;  // debug.inject_nonfinite_grad_steps on the device
+  int32_t inject_count_ = 0;
   SplitData split_[2];
   int64_t step_ = 0;
   double host_lr_ = 0;

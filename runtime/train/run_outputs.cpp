@@ -18,7 +18,8 @@ Status RunOutputs::open(const std::string& run_dir) {
   summary_ = std::fopen((run_dir + "/summary.csv").c_str(), "w");
   if (!metrics_ || !summary_) return Error{ErrCode::Io, run_dir, std::string("cannot write: ") + std::strerror(errno)};
   std::fprintf(summary_,
-               "epoch,step,lr,train_loss,train_top1,val_loss,val_top1,images_per_s,epoch_seconds,seconds\n");
+               "epoch,step,lr,train_loss,train_top1,val_loss,val_top1,images_per_s,epoch_seconds,seconds,val_top5,"
+               "skipped_steps\n");
   std::fflush(summary_);
   return ok_status();
 }
@@ -46,22 +47,25 @@ void RunOutputs::step(int epoch, int64_t step, double loss, double lr, double im
 // An epoch without validation (train.validate_every) has null val fields in metrics.jsonl and empty ones in CSV.
 void RunOutputs::epoch(const EpochRecord& r) {
   if (!metrics_) return;
-  char vl[32] = "null", vt[32] = "null", cl[32] = "", ct[32] = "";
+  char vl[32] = "null", vt[32] = "null", v5[32] = "null", cl[32] = "", ct[32] = "", c5[32] = "";
   if (r.validated) {
     std::snprintf(vl, sizeof vl, "%.9g", r.val_loss);
     std::snprintf(vt, sizeof vt, "%.6f", r.val_top1);
+    std::snprintf(v5, sizeof v5, "%.6f", r.val_top5);
     std::snprintf(cl, sizeof cl, "%.9g", r.val_loss);
     std::snprintf(ct, sizeof ct, "%.6f", r.val_top1);
+    std::snprintf(c5, sizeof c5, "%.6f", r.val_top5);
   }
   std::fprintf(metrics_,
                "{\"kind\":\"epoch\",\"epoch\":%d,\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"train_loss\":%.9g,"
-               "\"train_top1\":%.6f,\"val_loss\":%s,\"val_top1\":%s,\"images_per_s\":%.1f,"
-               "\"epoch_seconds\":%.3f,\"seconds\":%.3f}\n",
-               r.epoch, static_cast<long long>(r.step), r.train_loss, r.lr, r.train_loss, r.train_top1, vl, vt,
-               r.images_per_s, r.epoch_seconds, r.seconds);
+               "\"train_top1\":%.6f,\"val_loss\":%s,\"val_top1\":%s,\"val_top5\":%s,\"images_per_s\":%.1f,"
+               "\"epoch_seconds\":%.3f,\"seconds\":%.3f,\"skipped_steps\":%lld,\"loss_scale\":%.9g}\n",
+               r.epoch, static_cast<long long>(r.step), r.train_loss, r.lr, r.train_loss, r.train_top1, vl, vt, v5,
+               r.images_per_s, r.epoch_seconds, r.seconds, static_cast<long long>(r.skipped_steps), r.loss_scale);
   std::fflush(metrics_);
-  std::fprintf(summary_, "%d,%lld,%.9g,%.9g,%.6f,%s,%s,%.1f,%.3f,%.3f\n", r.epoch, static_cast<long long>(r.step),
-               r.lr, r.train_loss, r.train_top1, cl, ct, r.images_per_s, r.epoch_seconds, r.seconds);
+  std::fprintf(summary_, "%d,%lld,%.9g,%.9g,%.6f,%s,%s,%.1f,%.3f,%.3f,%s,%lld\n", r.epoch,
+               static_cast<long long>(r.step), r.lr, r.train_loss, r.train_top1, cl, ct, r.images_per_s,
+               r.epoch_seconds, r.seconds, c5, static_cast<long long>(r.skipped_steps));
   std::fflush(summary_);
 }
 

@@ -15,6 +15,7 @@
 #include "runtime/train/train_data.h"
 #include "runtime/backend.h"
 #include "runtime/train/run_outputs.h"
+#include "runtime/dist/shard.h"
 
 namespace trctl {
 namespace {
@@ -88,12 +89,16 @@ Result<int64_t> run_epoch(Backend& be, const Compiled& c, HostFeed& loader, bool
 // The same epoch with the data resident on the device: the backend gathers and transforms each batch itself.
 Result<int64_t> run_epoch_resident(Backend& be, const Compiled& c, DataSplit split, int64_t n, bool shuffle,
                                    int epoch, double lr, RunOutputs& out, const StepControl& on_step,
-                                   Clock::time_point t_run, int64_t skip = 0) {
+                                   Clock::time_point t_run, int64_t skip = 0, const DistEnv* shard = nullptr) {
   const bool train = split == DataSplit::Train;
   const int full = program_index(c, train ? "train" : "eval");
   const int last = program_index(c, train ? "train_last" : "eval_last");
-  Status st = be.begin_epoch(split, static_cast<uint32_t>(epoch),
-                             loader_epoch_order(n, shuffle, c.spec.seed, static_cast<uint32_t>(epoch)));
+  std::vector<int64_t> order = loader_epoch_order(n, shuffle, c.spec.seed, static_cast<uint32_t>(epoch));
+  if (shard) {  // data parallelism: this rank's shard of the (seed, epoch) order (runtime/dist/shard.h)
+    order = dist_shard_order(order, shard->rank, shard->world_size);
+    n = static_cast<int64_t>(order.size());
+  }
+  Status st = be.begin_epoch(split, static_cast<uint32_t>(epoch), order);
   if (!st.ok()) return st.errors();
   const int64_t fb = full >= 0 ? c.graph.programs[full].batch : 0;
   const int64_t nfull = full >= 0 ? n / fb : 0;
@@ -164,8 +169,9 @@ Result<bool> use_cuda(const Spec& spec, const GpuBackendFactory& gpu) {
   return d == DeviceKind::Cuda || (d == DeviceKind::Auto && have_gpu);
 }
 
-// Mean loss and top-1 of a split's epoch, over its full and partial-batch programs.
-ProgramMetrics split_metrics(Backend& be, const Compiled& c, bool train, double* loss, double* top1) {
+// Mean loss, top-1 and top-5 of a split's epoch, over its full and partial-batch programs.
+ProgramMetrics split_metrics(Backend& be, const Compiled& c, bool train, double* loss, double* top1,
+                             double* top5 = nullptr) {
   ProgramMetrics m;
   for (const char* nm : {train ? "train" : "eval", train ? "train_last" : "eval_last"}) {
     const int pi = program_index(c, nm);
@@ -174,9 +180,11 @@ ProgramMetrics split_metrics(Backend& be, const Compiled& c, bool train, double*
     m.loss_sum += x.loss_sum;
     m.correct += x.correct;
     m.count += x.count;
+    m.correct5 += x.correct5;
   }
   *loss = m.count > 0 ? m.loss_sum / m.count : 0;
   *top1 = m.count > 0 ? m.correct / m.count : 0;
+  if (top5) *top5 = m.count > 0 ? m.correct5 / m.count : 0;
   return m;
 }
 
@@ -198,7 +206,8 @@ bool is_epoch_checkpoint(const std::filesystem::path& p) {
          !(n.size() >= part.size() && n.compare(n.size() - part.size(), part.size(), part) == 0);
 }
 
-// A checkpoint directory, or the latest checkpoints/epoch-NNNN of a run directory.
+}  // namespace
+
 Result<std::string> checkpoint_dir_resolve(const std::string& path) {
   namespace fs = std::filesystem;
   if (fs::exists(fs::path(path) / kCkptStateFile)) return path;
@@ -212,6 +221,8 @@ Result<std::string> checkpoint_dir_resolve(const std::string& path) {
     return Error{ErrCode::Io, path, "no checkpoint here (neither state.bin nor checkpoints/epoch-*/state.bin)"};
   return latest;
 }
+
+namespace {
 
 // Restores weights, optimizer state and step from a checkpoint; returns the number of epochs it had completed.
 Result<TrainState> resume_from(Backend& be, const Compiled& c, const std::string& path, spdlog::logger& log) {
@@ -258,9 +269,24 @@ std::string latest_run_with_checkpoint(const Spec& spec) {
   return "";
 }
 
+// Counts the checkpoint writes of this process; debug.fail_checkpoint_write = N makes the N-th fail with ENOSPC
+// after 4 KiB of its first file (a disk filling up mid-write).
+struct CheckpointIo {
+  int fail_at = 0;
+  int writes = 0;
+  AtomicWriteOptions next() {
+    AtomicWriteOptions o;
+    if (++writes == fail_at) {
+      o.fail_after_bytes = 4096;
+      o.fail_errno = ENOSPC;
+    }
+    return o;
+  }
+};
+
 // Writes run_dir/checkpoints/NAME (NAME empty: epoch-NNNN, or epoch-NNNN-step-SSSSSSSS when `batch` > 0: stopped
 // after `batch` batches of epoch + 1, which a resumed run skips).
-Status checkpoint_write(Backend& be, const Compiled& c, const std::string& run_dir, int epoch,
+Status checkpoint_write(Backend& be, const Compiled& c, const std::string& run_dir, int epoch, CheckpointIo& io,
                         const std::string& as = "", int64_t batch = 0) {
   char name[64];
   if (batch > 0)
@@ -273,8 +299,14 @@ Status checkpoint_write(Backend& be, const Compiled& c, const std::string& run_d
   ts.seed = c.spec.seed;
   ts.data_epoch = epoch + 1;
   ts.data_batch = batch;
-  return ckpt_save(dir, c, be.read_region(Region::Weights), be.read_region(Region::OptState), ts, {},
-                   be.read_region(Region::Buffers));
+  Status st = ckpt_save(dir, c, be.read_region(Region::Weights), be.read_region(Region::OptState), ts, io.next(),
+                        be.read_region(Region::Buffers));
+  if (st.ok()) return st;
+  std::vector<Error> errs = st.errors();
+  errs.push_back({ErrCode::Io, dir,
+                  "checkpoint of epoch " + std::to_string(epoch) + " not written; the run stops here (earlier "
+                  "checkpoints are intact: continue with --resume " + run_dir + " once there is space)"});
+  return errs;
 }
 
 // Removes all but the newest keep_last epoch checkpoints (names sort by epoch).
@@ -294,12 +326,12 @@ Status checkpoints_prune(const std::string& run_dir, int keep_last) {
 
 // checkpoints/best replaced by the current state: written beside it as best.new, then swapped by renames, so a
 // crash leaves a complete best, best.old or best.new behind.
-Status checkpoint_best(Backend& be, const Compiled& c, const std::string& run_dir, int epoch) {
+Status checkpoint_best(Backend& be, const Compiled& c, const std::string& run_dir, int epoch, CheckpointIo& io) {
   namespace fs = std::filesystem;
   const fs::path base = fs::path(run_dir) / "checkpoints";
   std::error_code ec;
   fs::remove_all(base / "best.new", ec);
-  Status st = checkpoint_write(be, c, run_dir, epoch, "best.new");
+  Status st = checkpoint_write(be, c, run_dir, epoch, io, "best.new");
   if (!st.ok()) return st;
   fs::remove_all(base / "best.old", ec);
   if (fs::exists(base / "best")) fs::rename(base / "best", base / "best.old", ec);
@@ -339,7 +371,16 @@ Result<RunSetup> run_setup(const Spec& spec, const TrainOptions& opt, spdlog::lo
   if (!cuda.ok()) return cuda.errors();
   CompileOptions copt;
   if (cuda.value()) copt.storage = amp_storage(spec);
-  Result<Compiled> compiled = compile_spec(spec, shape_of(data.value()), copt);
+  DataShape shape = shape_of(data.value());
+  if (opt.dist.enabled) {  // one rank of a data-parallel job (docs/distributed.md)
+    const char* no = !cuda.value() ? "on the cpu backend (it needs train.device: cuda)"
+                     : data->streamed ? "of a streamed dataset (dts, image_folder) yet"
+                     : spec.train.early_stopping_patience > 0 ? "with train.early_stopping_patience yet"
+                                                               : nullptr;
+    if (no) return Error{ErrCode::NotSupported, spec.source, std::string("distributed training is not supported ") + no};
+    shape.train_n = dist_shard_size(shape.train_n, opt.dist.world_size);  // each rank compiles its shard's batches
+  }
+  Result<Compiled> compiled = compile_spec(spec, shape, copt);
   if (!compiled.ok()) return compiled.errors();
   RunSetup r;
   r.data = std::move(data.value());
@@ -392,7 +433,7 @@ Result<EvalResult> eval_run(const Spec& spec, const TrainOptions& opt, const std
   r.backend = be.name();
   r.checkpoint = dir.value();
   r.images = images.value();
-  split_metrics(be, c, false, &r.loss, &r.top1);
+  split_metrics(be, c, false, &r.loss, &r.top1, &r.top5);
   return r;
 }
 
@@ -450,7 +491,7 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
   TrainResult res;
   res.backend = be->name();
   RunOutputs out;
-  if (opt.write_run_dir) {
+  if (opt.write_run_dir && opt.dist.rank == 0) {  // data parallelism: rank 0 writes metrics and checkpoints
     std::string name = spec.run.name.empty() ? std::filesystem::path(spec.source).stem().string() : spec.run.name;
     Result<std::string> dir = run_dir_create(spec.run.out_dir, name);
     if (!dir.ok()) return dir.errors();
@@ -482,11 +523,14 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
 
   double best_top1 = -1;  // keep_best: the best of the epochs this run directory saw (a resumed run has its own)
   EarlyStopping early;
+  CheckpointIo ckpt_io{spec.debug.fail_checkpoint_write};
+  const bool loss_scaled = c.graph.storage == DType::F16;  // fp16 AMP: the backend keeps a dynamic loss scale
   for (int e = first_epoch; e <= spec.train.epochs; ++e) {
     const Clock::time_point t_epoch = Clock::now();
     const double lr = scheduler_lr(spec.scheduler, spec.optimizer.lr, e, spec.train.epochs);
     be->set_lr(lr);
     be->reset_metrics();
+    const int64_t skipped_before = be->skipped_steps();
     int64_t done = 0, in_epoch = 0;
     auto progress = [&](int64_t i, int64_t n) {
       done = i;
@@ -502,7 +546,8 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     Result<int64_t> imgs = int64_t{0};
     const int64_t skip_now = e == first_epoch ? skip : 0;
     if (resident) {
-      imgs = run_epoch_resident(*be, c, DataSplit::Train, d.train_n, true, e, lr, out, progress, t_run, skip_now);
+      imgs = run_epoch_resident(*be, c, DataSplit::Train, d.train_n, true, e, lr, out, progress, t_run, skip_now,
+                                opt.dist.enabled ? &opt.dist : nullptr);
     } else {
       train_loader->start_epoch(static_cast<uint32_t>(e));
       imgs = run_epoch(*be, c, *train_loader, true, e, lr, out, progress, t_run, skip_now);
@@ -511,8 +556,8 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     if (stop_requested(opt) && done < in_epoch) {  // stopped inside the epoch: save the position and leave
       res.stopped_by = opt.stop_signal->load();
       if (!res.run_dir.empty()) {
-        st = checkpoint_write(*be, c, res.run_dir, e - 1, "", done);
-        if (!st.ok()) return st.errors();
+        st = checkpoint_write(*be, c, res.run_dir, e - 1, ckpt_io, "", done);
+        if (!st.ok()) res.checkpoint_errors = st.errors();
       }
       break;
     }
@@ -531,27 +576,43 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     r.step = be->step();
     r.lr = lr;
     split_metrics(*be, c, true, &r.train_loss, &r.train_top1);
-    if (validate) split_metrics(*be, c, false, &r.val_loss, &r.val_top1);
+    if (validate) split_metrics(*be, c, false, &r.val_loss, &r.val_top1, &r.val_top5);
     r.validated = validate;
+    r.skipped_steps = be->skipped_steps() - skipped_before;
+    r.loss_scale = be->save_state().loss_scale;
+    res.skipped_steps += r.skipped_steps;
     r.images_per_s = imgs.value() / train_seconds;
     r.epoch_seconds = since(t_epoch);
     r.seconds = since(t_run);
     out.epoch(r);
     res.epochs.push_back(r);
-    if (spec.train.checkpoint_every > 0 && e % spec.train.checkpoint_every == 0 && !res.run_dir.empty()) {
-      st = checkpoint_write(*be, c, res.run_dir, e);
-      if (st.ok() && spec.train.keep_last > 0) st = checkpoints_prune(res.run_dir, spec.train.keep_last);
-      if (!st.ok()) return st.errors();
-    }
-    if (spec.train.keep_best && validate && !res.run_dir.empty() && r.val_top1 > best_top1) {
-      best_top1 = r.val_top1;
-      st = checkpoint_best(*be, c, res.run_dir, e);
-      if (!st.ok()) return st.errors();
-    }
-    const std::string val = validate ? fmt::format("val loss {:.4f} top1 {:.2f}%", r.val_loss, 100 * r.val_top1)
+    const std::string val = validate ? fmt::format("val loss {:.4f} top1 {:.2f}% top5 {:.2f}%", r.val_loss,
+                                                   100 * r.val_top1, 100 * r.val_top5)
                                      : std::string("val -");
     log.info("epoch {}/{}  lr {:.3g}  train loss {:.4f} top1 {:.2f}%  {}  {:.0f} img/s  {:.1f} ms/epoch", e,
              spec.train.epochs, lr, r.train_loss, 100 * r.train_top1, val, r.images_per_s, 1000 * r.epoch_seconds);
+    if (r.skipped_steps > 0)
+      log.warn("epoch {}: {} step{} skipped (non-finite gradients), {}", e, r.skipped_steps,
+               r.skipped_steps == 1 ? "" : "s",
+               loss_scaled ? fmt::format("loss scale now {:g}", r.loss_scale)
+                           : std::string("no loss scale to back off (fp32 gradients)"));
+    if (spec.train.checkpoint_every > 0 && e % spec.train.checkpoint_every == 0 && !res.run_dir.empty()) {
+      st = checkpoint_write(*be, c, res.run_dir, e, ckpt_io);
+      if (!st.ok()) {
+        res.checkpoint_errors = st.errors();
+        break;
+      }
+      if (spec.train.keep_last > 0 && !(st = checkpoints_prune(res.run_dir, spec.train.keep_last)).ok())
+        return st.errors();
+    }
+    if (spec.train.keep_best && validate && !res.run_dir.empty() && r.val_top1 > best_top1) {
+      best_top1 = r.val_top1;
+      st = checkpoint_best(*be, c, res.run_dir, e, ckpt_io);
+      if (!st.ok()) {
+        res.checkpoint_errors = st.errors();
+        break;
+      }
+    }
     if (validate && early.update(spec.train, r)) {
       log.info("early stopping after epoch {}: {} has not improved for {} validations", e,
                spec.train.early_stopping_on_loss ? "val_loss" : "val_top1", spec.train.early_stopping_patience);
@@ -561,8 +622,8 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     if (stop_requested(opt)) {  // a signal during the epoch's last step or its validation: stop at its end
       res.stopped_by = opt.stop_signal->load();
       const bool saved = spec.train.checkpoint_every > 0 && e % spec.train.checkpoint_every == 0;
-      if (!saved && !res.run_dir.empty() && !(st = checkpoint_write(*be, c, res.run_dir, e)).ok())
-        return st.errors();
+      if (!saved && !res.run_dir.empty() && !(st = checkpoint_write(*be, c, res.run_dir, e, ckpt_io)).ok())
+        res.checkpoint_errors = st.errors();
       break;
     }
   }

@@ -12,6 +12,7 @@
 #include "core/graph/build.h"
 #include "core/spec/spec.h"
 #include "core/util/error.h"
+#include "runtime/dist/rendezvous.h"
 
 namespace spdlog {
 class logger;
@@ -25,8 +26,11 @@ struct EpochRecord {
   double lr = 0;
   double train_loss = 0, train_top1 = 0;
   double val_loss = 0, val_top1 = 0;
+  double val_top5 = 0;    // label among the 5 largest logits (accuracy_topk_cpu's rule for ties)
   double images_per_s = 0, epoch_seconds = 0, seconds = 0;
   bool validated = true;  // false: train.validate_every skipped this epoch's validation (val_* are 0)
+  int64_t skipped_steps = 0;  // training steps of this epoch skipped for non-finite gradients
+  double loss_scale = 1;      // the dynamic loss scale after the epoch (1 where the backend does not scale)
 };
 
 class Backend;
@@ -51,6 +55,10 @@ struct TrainOptions {
   // the data position, so --resume continues exactly) and return with TrainResult::stopped_by set.
   const std::atomic<int>* stop_signal = nullptr;
   std::function<void(int64_t step)> on_step;  // after every training step (tests)
+  // One rank of a data-parallel job (trctl train --gpus N, or torchrun's environment; docs/distributed.md): the
+  // rank trains its shard of every epoch, only rank 0 writes the run directory. gpu.make must build the backend
+  // for the same DistEnv (make_cuda_backend_dist).
+  DistEnv dist;
 };
 
 struct TrainResult {
@@ -61,6 +69,10 @@ struct TrainResult {
   double seconds = 0;
   int stopped_by = 0;                 // the signal that stopped the run early (0: it ran to the end)
   bool early_stopped = false;         // train.early_stopping_patience ended the run
+  int64_t skipped_steps = 0;          // all epochs' skipped steps (this process: a resumed run counts its own)
+  // A checkpoint could not be written (disk full, unwritable run dir): the run stopped after that epoch's metrics
+  // were written; the previous checkpoint is intact. The errors name the path and the OS error (trctl exits 1).
+  std::vector<Error> checkpoint_errors;
 };
 
 Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog::logger& log);
@@ -69,7 +81,7 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
 // batch-norm running statistics) of a checkpoint directory, or of a run directory's latest checkpoint.
 struct EvalResult {
   std::string backend, checkpoint;  // the checkpoint directory read
-  double loss = 0, top1 = 0;
+  double loss = 0, top1 = 0, top5 = 0;
   int64_t images = 0;
 };
 Result<EvalResult> eval_run(const Spec& spec, const TrainOptions& opt, const std::string& weights,
@@ -82,6 +94,10 @@ Result<StepProfile> train_profile(const Spec& spec, const TrainOptions& opt, int
 
 // Loads the spec's data and transforms and returns the shapes the compiler needs (for `trctl compile`).
 Result<DataShape> data_shape(const Spec& spec);
+
+// A checkpoint directory (it holds state.bin), or the latest checkpoints/epoch-NNNN[-step-S] of a run directory
+// (DIR.partial ones, still being written, are ignored).
+Result<std::string> checkpoint_dir_resolve(const std::string& path);
 
 // Creates out_dir/name, or out_dir/name-2, -3, ... if taken; returns the path.
 Result<std::string> run_dir_create(const std::string& out_dir, const std::string& name);

@@ -84,10 +84,12 @@ TEST_CASE("compile --dump prints the graph after a stage; an unknown stage exits
   CHECK(trctl("compile " + kConfig + " --dump=after:nothing").code == 2);
 }
 
-TEST_CASE("commands of later milestones say they are not supported and exit 2", "[cli]") {
-  Run r = trctl("export " + kConfig);
+TEST_CASE("export with a format other than safetensors says it is not supported and exits 2", "[cli][export]") {
+  Run r = trctl("export " + temp_dir("nofmt").string() + " --format onnx -o x.onnx");
   CHECK(r.code == 2);
-  CHECK_THAT(r.err, Catch::Contains("not supported"));
+  CHECK_THAT(r.err, Catch::Contains("--format onnx is not supported"));
+  Run m = trctl("export " + temp_dir("noout").string());  // -o is required
+  CHECK(m.code == 2);
 }
 
 TEST_CASE("eval without --weights, or with a directory holding no checkpoint, exits 2 with a message", "[cli]") {
@@ -109,9 +111,13 @@ TEST_CASE("train writes the run directory and its resolved config is accepted ba
   for (const char* f : {"config.resolved.yaml", "metrics.jsonl", "summary.csv", "plan.txt"})
     CHECK(fs::exists(run / f));
   std::string metrics = slurp((run / "metrics.jsonl").string());
-  CHECK_THAT(metrics, Catch::Contains("\"kind\":\"step\"") && Catch::Contains("\"val_top1\""));
+  CHECK_THAT(metrics, Catch::Contains("\"kind\":\"step\"") && Catch::Contains("\"val_top1\"") &&
+                         Catch::Contains("\"val_top5\"") && Catch::Contains("\"skipped_steps\":0"));
   std::string summary = slurp((run / "summary.csv").string());
   CHECK(std::count(summary.begin(), summary.end(), '\n') == 2);
+  CHECK_THAT(summary, Catch::StartsWith("epoch,step,lr,train_loss,train_top1,val_loss,val_top1,images_per_s,"
+                                        "epoch_seconds,seconds,val_top5,skipped_steps\n"));
+  CHECK_THAT(r.out, Catch::Contains("top5") && Catch::Contains("0 steps skipped"));
   Run again = trctl("validate " + (run / "config.resolved.yaml").string());
   INFO(again.err);
   CHECK(again.code == 0);

@@ -1,5 +1,5 @@
 // trctl eval's engine (eval_run): a checkpoint's weights through the validation set give exactly the training
-// run's validation numbers for that epoch, also for a CNN with batch-norm running statistics; a checkpoint of
+// run's validation numbers for that epoch (loss, top-1, top-5), also for a CNN with batch-norm running statistics; a checkpoint of
 // another model is refused naming the parameter.
 #include <catch2/catch.hpp>
 
@@ -34,7 +34,8 @@ Spec load(const std::string& config, const std::vector<std::string>& overrides) 
 
 }  // namespace
 
-TEST_CASE("eval with a run's checkpoint reproduces that epoch's validation loss and top-1 exactly", "[e2e][eval]") {
+TEST_CASE("eval with a run's checkpoint reproduces that epoch's validation loss, top-1 and top-5 exactly",
+          "[e2e][eval]") {
   Scratch dir;
   spdlog::logger log("test", std::make_shared<spdlog::sinks::null_sink_mt>());
   struct Case {
@@ -60,6 +61,9 @@ TEST_CASE("eval with a run's checkpoint reproduces that epoch's validation loss 
     CHECK(e->images == 10000);
     CHECK(e->loss == t->epochs.back().val_loss);
     CHECK(e->top1 == t->epochs.back().val_top1);
+    CHECK(e->top5 == t->epochs.back().val_top5);
+    CHECK(e->top5 >= e->top1);
+    CHECK(e->top5 > 0.5);  // ten classes: top-5 of a trained model is far above chance
   }
 }
 

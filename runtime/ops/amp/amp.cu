@@ -36,6 +36,15 @@ __global__ void nonfinite_kernel(const T* __restrict__ g, int64_t n, int32_t* fo
 
 __global__ void grad_scaler_update_kernel(GradScalerState* s) { grad_scaler_update_device(s); }
 
+__global__ void inject_nonfinite_kernel(const uint32_t* step, const int64_t* steps, int32_t count, float* g) {
+  const int64_t now = static_cast<int64_t>(*step);
+  for (int32_t i = 0; i < count; ++i)
+    if (steps[i] == now) {
+      g[0] = __int_as_float(0x7fc00000);  // quiet NaN
+      return;
+    }
+}
+
 }  // namespace
 
 Status grad_check_nonfinite_cuda(cudaStream_t stream, const void* g, GpuDType dtype, int64_t n, int32_t* found_inf) {
@@ -54,6 +63,14 @@ Status grad_check_nonfinite_cuda(cudaStream_t stream, const void* g, GpuDType dt
     }
     return TRCTL_CUDA_LAUNCH_STATUS("nonfinite_kernel");
   });
+}
+
+Status grad_inject_nonfinite_cuda(cudaStream_t stream, const uint32_t* step, const int64_t* steps, int32_t count,
+                                  float* g) {
+  TRCTL_CUDA_ARG_CHECK(step != nullptr && g != nullptr && (count == 0 || steps != nullptr) && count >= 0,
+                       "grad_inject_nonfinite_cuda: null pointer or negative count");
+  inject_nonfinite_kernel<<<1, 1, 0, stream>>>(step, steps, count, g);
+  return TRCTL_CUDA_LAUNCH_STATUS("inject_nonfinite_kernel");
 }
 
 Status grad_scaler_update_cuda(cudaStream_t stream, GradScalerState* s) {

@@ -24,6 +24,12 @@ struct GradScalerState {
 // *found_inf = 1 if any of g[0..n) is inf or NaN; never clears it. (n) dtype.
 Status grad_check_nonfinite_cuda(cudaStream_t stream, const void* g, GpuDType dtype, int64_t n, int32_t* found_inf);
 
+// debug.inject_nonfinite_grad_steps (a testing aid): one thread writes a NaN into g[0] when *step (the device's
+// training step counter, 1-based during the step) is one of steps[0..count). Captured into the step graph before
+// the non-finite check, so the step is skipped as a real overflow would be; no host synchronisation.
+Status grad_inject_nonfinite_cuda(cudaStream_t stream, const uint32_t* step, const int64_t* steps, int32_t count,
+                                  float* g);
+
 // One thread, after the optimizer kernels of the step:
 //   found_inf: scale *= backoff_factor, growth_tracker = 0
 //   else:      growth_tracker += 1; if it reaches growth_interval: scale *= growth_factor (kept only if finite),

@@ -104,6 +104,7 @@ __device__ __forceinline__ void opt_hyper_advance_device(OptHyper* h, const int3
   h->skip = skip;
   h->inv_scale = loss_scale ? static_cast<float>(1.0 / static_cast<double>(*loss_scale)) : 1.0f;
   if (!skip) h->step += 1;
+  h->skipped += skip;
   const int32_t t = h->step;
   const double lr = h->lr;
   const double bc1 = 1.0 - pow(h->beta1, static_cast<double>(t));

@@ -43,6 +43,7 @@ struct OptHyper {
   float bc2_sqrt = 1.0f;     // sqrt(1 - beta2^step)
   float decay_factor = 1.0f; // 1 - lr * weight_decay (AdamW)
   float bias_correction1 = 0.0f, bias_correction2 = 0.0f;  // 1 - beta^step, for inspection
+  int32_t skipped = 0;       // advance calls with skip set, in all (the host reads it at epoch ends)
 };
 
 OptHyper opt_hyper_adam(double lr, double beta1, double beta2, double eps, double weight_decay);

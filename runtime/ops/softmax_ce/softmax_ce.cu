@@ -10,7 +10,7 @@ namespace {
 
 constexpr int kRowsPerBlock = 8;  // 8 warps of 32 threads
 constexpr int kFinishThreads = 512;
-constexpr int32_t kFlagCorrect = 1, kFlagBad = 2;
+constexpr int32_t kFlagCorrect = 1, kFlagBad = 2, kFlagCorrect5 = 4;
 
 // (value, index) argmax with "first maximum wins".
 __device__ __forceinline__ void argmax_merge(float& v, int& i, float ov, int oi) {
@@ -59,9 +59,17 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
     const float smooth = d / static_cast<float>(C) + log_s;
     loss = (1.0f - eps) * nll + eps * smooth;
   }
+  // Top-5: logits strictly greater than the label's, counted per lane and summed over the warp (integers: exact).
+  int greater = 0;
+  if (!bad) {
+    const float xy = to_f32(x[y]);
+    for (int c = lane; c < C; c += 32) greater += to_f32(x[c]) > xy ? 1 : 0;
+  }
+  for (int o = 16; o > 0; o >>= 1) greater += __shfl_xor_sync(0xffffffffu, greater, o);
+  const bool top5 = !bad && greater < (C < 5 ? C : 5);
   if (lane == 0) {
     row_loss[row] = loss;
-    row_flags[row] = bad ? kFlagBad : (amax == y ? kFlagCorrect : 0);
+    row_flags[row] = bad ? kFlagBad : ((amax == y ? kFlagCorrect : 0) | (top5 ? kFlagCorrect5 : 0));
   }
   if (dlogits == nullptr) return;
   // Pass 3: gradient row.
@@ -82,26 +90,31 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
 // One block: thread t sums rows t, t + T, ... in order (double), then a shared-memory tree in fixed order.
 __global__ void __launch_bounds__(kFinishThreads)
     softmax_ce_finish_kernel(const float* __restrict__ row_loss, const int32_t* __restrict__ row_flags, int64_t rows,
-                             float* loss, double* loss_sum, int32_t* correct, int32_t* bad_labels) {
+                             float* loss, double* loss_sum, int32_t* correct, int32_t* correct5,
+                             int32_t* bad_labels) {
   __shared__ double s_loss[kFinishThreads];
   __shared__ int s_correct[kFinishThreads];
+  __shared__ int s_correct5[kFinishThreads];
   __shared__ int s_bad[kFinishThreads];
   double l = 0.0;
-  int nc = 0, nb = 0;
+  int nc = 0, nc5 = 0, nb = 0;
   for (int64_t r = threadIdx.x; r < rows; r += kFinishThreads) {
     l += static_cast<double>(row_loss[r]);
     const int32_t f = row_flags[r];
     nc += (f & kFlagCorrect) ? 1 : 0;
+    nc5 += (f & kFlagCorrect5) ? 1 : 0;
     nb += (f & kFlagBad) ? 1 : 0;
   }
   s_loss[threadIdx.x] = l;
   s_correct[threadIdx.x] = nc;
+  s_correct5[threadIdx.x] = nc5;
   s_bad[threadIdx.x] = nb;
   __syncthreads();
   for (int half = kFinishThreads / 2; half > 0; half >>= 1) {
     if (static_cast<int>(threadIdx.x) < half) {
       s_loss[threadIdx.x] += s_loss[threadIdx.x + half];
       s_correct[threadIdx.x] += s_correct[threadIdx.x + half];
+      s_correct5[threadIdx.x] += s_correct5[threadIdx.x + half];
       s_bad[threadIdx.x] += s_bad[threadIdx.x + half];
     }
     __syncthreads();
@@ -111,6 +124,7 @@ __global__ void __launch_bounds__(kFinishThreads)
     *loss = static_cast<float>(total / static_cast<double>(rows));
     if (loss_sum) *loss_sum += total;
     if (correct) *correct += s_correct[0];
+    if (correct5) *correct5 += s_correct5[0];
     if (bad_labels) *bad_labels += s_bad[0];
   }
 }
@@ -152,7 +166,7 @@ Status softmax_ce_cuda(cudaStream_t stream, const SoftmaxCeArgs& a) {
   });
   if (!st) return st;
   softmax_ce_finish_kernel<<<1, kFinishThreads, 0, stream>>>(row_loss, row_flags, a.rows, a.loss, a.loss_sum,
-                                                              a.correct, a.bad_labels);
+                                                              a.correct, a.correct5, a.bad_labels);
   return TRCTL_CUDA_LAUNCH_STATUS("softmax_ce_finish_kernel");
 }
 

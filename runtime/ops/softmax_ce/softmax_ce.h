@@ -20,4 +20,11 @@ void softmax_ce_grad_cpu(const T* logits, const int32_t* labels, T* dlogits, int
 template <class T>
 int64_t accuracy_top1_cpu(const T* logits, const int32_t* labels, int64_t n, int64_t c);
 
+// Number of rows whose label is among the k largest logits, as torch.topk(logits, min(k, C)) counts them, with
+// ties decided in the label's favour: a row is correct when fewer than min(k, C) logits are strictly greater than
+// the label's (torch.topk orders equal values in an implementation-defined way; this rule is deterministic). A
+// label outside [0, C) is never correct. k = 1 differs from accuracy_top1_cpu only on ties.
+template <class T>
+int64_t accuracy_topk_cpu(const T* logits, const int32_t* labels, int64_t n, int64_t c, int64_t k);
+
 }  // namespace trctl

@@ -1,4 +1,5 @@
 // Softmax cross-entropy, gradient and top-1 accuracy on the CPU (per row in double).
+#include <algorithm>
 #include <cmath>
 
 #include "runtime/ops/softmax_ce/softmax_ce.h"
@@ -73,6 +74,21 @@ int64_t accuracy_top1_cpu(const T* logits, const int32_t* labels, int64_t n, int
   return correct;
 }
 
+template <class T>
+int64_t accuracy_topk_cpu(const T* logits, const int32_t* labels, int64_t n, int64_t c, int64_t k) {
+  const int64_t kk = std::min(k, c);
+  int64_t correct = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const T* row = logits + r * c;
+    const int32_t y = labels[r];
+    if (y < 0 || y >= c) continue;
+    int64_t greater = 0;
+    for (int64_t j = 0; j < c; ++j) greater += row[j] > row[y];
+    correct += greater < kk;
+  }
+  return correct;
+}
+
 template double softmax_ce_fwd_cpu<float>(const float*, const int32_t*, int64_t, int64_t, double, int64_t*);
 template double softmax_ce_fwd_cpu<double>(const double*, const int32_t*, int64_t, int64_t, double, int64_t*);
 template void softmax_ce_grad_cpu<float>(const float*, const int32_t*, float*, int64_t, int64_t, double, double);
@@ -80,5 +96,7 @@ template void softmax_ce_grad_cpu<double>(const double*, const int32_t*, double*
                                           double);
 template int64_t accuracy_top1_cpu<float>(const float*, const int32_t*, int64_t, int64_t);
 template int64_t accuracy_top1_cpu<double>(const double*, const int32_t*, int64_t, int64_t);
+template int64_t accuracy_topk_cpu<float>(const float*, const int32_t*, int64_t, int64_t, int64_t);
+template int64_t accuracy_topk_cpu<double>(const double*, const int32_t*, int64_t, int64_t, int64_t);
 
 }  // namespace trctl

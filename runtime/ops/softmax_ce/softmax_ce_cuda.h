@@ -3,6 +3,8 @@
 //   loss_n = (1 - eps) * (-logp[y_n]) + eps * mean_c(-logp[c]);            loss = (1/N) * sum_n loss_n
 //   dlogits[n][c] = (softmax[n][c] - ((1 - eps) * [c == y_n] + eps / C)) * (loss_scale / N)
 //   correct: argmax_c x[n][c] == y_n, first maximum wins on ties.
+//   correct5: fewer than min(5, C) logits of the row strictly greater than x[n][y_n] (top-5 with ties counted
+//   for the label; accuracy_topk_cpu's rule).
 // A row whose label is outside [0, C) contributes nothing (loss 0, gradient row 0, not correct) and is counted in
 // bad_labels; the mean still divides by N. All reductions are in a fixed order (warp butterflies per row, then one
 // block over the rows in double), so every output is bitwise reproducible run to run.
@@ -34,6 +36,7 @@ struct SoftmaxCeArgs {
   float* loss = nullptr;            // (1) mean loss of this batch
   double* loss_sum = nullptr;       // (1) += sum_n loss_n (per-sample sum: epoch mean = loss_sum / samples); nullable
   int32_t* correct = nullptr;       // (1) += top-1 correct rows; nullable
+  int32_t* correct5 = nullptr;      // (1) += top-5 correct rows; nullable
   int32_t* bad_labels = nullptr;    // (1) += rows with a label outside [0, C); nullable
 };
 

@@ -65,3 +65,47 @@ TEST_CASE("labels outside 0..C-1 are counted and contribute nothing", "[ops][sof
   softmax_ce_grad_cpu(logits.data(), labels.data(), d.data(), 2, 2, 0.0, 1.0);
   CHECK(d == std::vector<float>(4, 0.0f));
 }
+
+TEST_CASE("top-5 counts a row when its label is among the 5 largest logits", "[ops][softmax_ce][top5]") {
+  // 7 classes. Row 0: label 3 is the 4th largest; row 1: label 0 the 6th; row 2: label 6 the 5th.
+  std::vector<float> logits = {7, 6, 5, 4, 3, 2, 1,  //
+                               1, 7, 6, 5, 4, 3, 2,  //
+                               7, 6, 5, 4, 1, 2, 3};
+  std::vector<int32_t> labels = {3, 0, 6};
+  CHECK(accuracy_topk_cpu(logits.data(), labels.data(), 3, 7, 5) == 2);
+  CHECK(accuracy_topk_cpu(logits.data(), labels.data(), 3, 7, 1) == 0);
+  CHECK(accuracy_topk_cpu(logits.data(), labels.data(), 3, 7, 7) == 3);
+}
+
+TEST_CASE("top-5 ties count for the label: correct when fewer than 5 logits are strictly greater",
+          "[ops][softmax_ce][top5]") {
+  // Six equal logits: torch.topk would pick 5 of them in an implementation-defined order; trctl counts the label.
+  std::vector<float> logits = {1, 1, 1, 1, 1, 1, 0, 2, 2, 2, 2, 2, 1, 0};
+  std::vector<int32_t> labels = {5, 5};  // row 1: five logits (2) strictly above the label's 1: not top-5
+  CHECK(accuracy_topk_cpu(logits.data(), labels.data(), 2, 7, 5) == 1);
+  // k = 1 with ties: any maximal label counts (accuracy_top1_cpu instead takes the first maximum).
+  std::vector<float> tie = {3, 3, 1};
+  std::vector<int32_t> second = {1};
+  CHECK(accuracy_topk_cpu(tie.data(), second.data(), 1, 3, 1) == 1);
+  CHECK(accuracy_top1_cpu(tie.data(), second.data(), 1, 3) == 0);
+}
+
+TEST_CASE("top-5 with fewer than 5 classes is torch.topk(k=C): every valid label counts", "[ops][softmax_ce][top5]") {
+  std::vector<double> logits = {9, 0, -3, 1, 4, 2, 0, 0};  // 2 rows of 4 classes
+  std::vector<int32_t> labels = {2, 1};
+  CHECK(accuracy_topk_cpu(logits.data(), labels.data(), 2, 4, 5) == 2);
+  std::vector<int32_t> bad = {4, -1};  // labels outside [0, C) are never correct
+  CHECK(accuracy_topk_cpu(logits.data(), bad.data(), 2, 4, 5) == 0);
+}
+
+TEST_CASE("top-5 is never below top-1 on random logits", "[ops][softmax_ce][top5]") {
+  std::vector<float> logits(64 * 10);
+  std::vector<int32_t> labels(64);
+  uint32_t x = 12345;
+  for (auto& v : logits) v = static_cast<float>((x = x * 1664525u + 1013904223u) >> 20) / 4096.0f;
+  for (auto& y : labels) y = static_cast<int32_t>((x = x * 1664525u + 1013904223u) >> 28) % 10;
+  const int64_t t1 = accuracy_top1_cpu(logits.data(), labels.data(), 64, 10);
+  const int64_t t5 = accuracy_topk_cpu(logits.data(), labels.data(), 64, 10, 5);
+  CHECK(t5 >= t1);
+  CHECK(t5 <= 64);
+}
