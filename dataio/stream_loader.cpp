@@ -174,7 +174,9 @@ struct StreamLoader::Impl {
     for (uint32_t g = 0; g < plan.groups.size(); ++g)
       for (size_t k = 0; k < plan.groups[g].size(); ++k, ++j)
         if (j % opt.io_threads == static_cast<size_t>(t)) mine.push_back({g, k});
-    for (auto [g, k] : mine) {
+    for (const auto& gk : mine) {
+      const uint32_t g = gk.first;  // not a structured binding: the lambda below captures g (C++20 in clang)
+      const size_t k = gk.second;
       {
         std::unique_lock<std::mutex> lk(mu);
         cv.wait(lk, [&] { return cancel || g < oldest + static_cast<uint32_t>(opt.prefetch_groups); });
