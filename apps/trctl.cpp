@@ -16,6 +16,7 @@
 #include "apps/cmd_data.h"
 #include "apps/cmd_export.h"
 #include "apps/cmd_report.h"
+#include "apps/cmd_dist.h"
 #include "core/compiler.h"
 #include "runtime/train/trainer.h"
 #if defined(TRCTL_HAVE_CUDA)
@@ -94,20 +95,32 @@ void install_stop_handlers() {
 int cmd_train(const SpecArgs& a, bool print_config, const std::string& resume, const std::string& init_from) {
   Result<Spec> spec = spec_load(a.config, a.overrides);
   if (!spec.ok()) return report_errors(spec.errors());
-  if (print_config) std::cout << spec_to_yaml(spec.value()) << std::flush;
+  // One rank of a data-parallel job when the torchrun variables are set (trctl train --gpus N sets them).
+  Result<DistEnv> dist = dist_env_from_environ();
+  if (!dist.ok()) return report_errors(dist.errors());
+  const bool quiet = dist->rank != 0;  // other ranks print warnings and errors only
+  if (print_config && !quiet) std::cout << spec_to_yaml(spec.value()) << std::flush;
   auto log = spdlog::stderr_color_mt("trctl");
-  log->set_pattern("[%H:%M:%S] %v");
+  log->set_pattern(dist->enabled ? "[%H:%M:%S] rank " + std::to_string(dist->rank) + ": %v" : "[%H:%M:%S] %v");
+  if (quiet) log->set_level(spdlog::level::warn);
   TrainOptions opt;
   opt.resume = resume;
   opt.init_from = init_from;
-  install_stop_handlers();
-  opt.stop_signal = &g_stop_signal;
+  opt.dist = dist.value();
+  if (!opt.dist.enabled) {  // a stop checkpoint needs all ranks to stop at one step: not in distributed runs
+    install_stop_handlers();
+    opt.stop_signal = &g_stop_signal;
+  }
   const ProgressKind pk = spec->run.progress;
-  opt.progress_tty = pk == ProgressKind::On || (pk == ProgressKind::Auto && isatty(fileno(stderr)));
+  opt.progress_tty = !quiet && (pk == ProgressKind::On || (pk == ProgressKind::Auto && isatty(fileno(stderr))));
 #if defined(TRCTL_HAVE_CUDA)
   opt.gpu.device_count = cuda_device_count;
   opt.gpu.make = make_cuda_backend;
   opt.gpu.warm_up = cuda_warm_up;
+  if (opt.dist.enabled) {
+    opt.gpu.make = [d = opt.dist](const Compiled& c, uint64_t seed) { return make_cuda_backend_dist(c, seed, d); };
+    opt.gpu.warm_up = nullptr;  // it would open a context on device 0 in every rank
+  }
 #endif
   Result<TrainResult> r = train_run(spec.value(), opt, *log);
   if (!r.ok()) return report_errors(r.errors());
@@ -121,7 +134,7 @@ int cmd_train(const SpecArgs& a, bool print_config, const std::string& resume, c
                  res.stopped_by == SIGINT ? "SIGINT" : "SIGTERM", res.run_dir.c_str(), res.run_dir.c_str());
     return 128 + res.stopped_by;  // 130 for SIGINT, 143 for SIGTERM, as a shell reports them
   }
-  if (!res.epochs.empty()) {
+  if (!res.epochs.empty() && !quiet) {
     const EpochRecord& last = res.epochs.back();
     double best = 0, steady = 0;
     const EpochRecord* final_val = nullptr;  // the last epoch that was validated (train.validate_every)
@@ -185,6 +198,10 @@ int main(int argc, char** argv) {
                     "run directory of this run's name that has one; none: start fresh)");
   std::string init_from;
   train->add_option("--init-from", init_from, "start from a checkpoint's weights only (fresh optimizer, step 0)");
+  int train_gpus = 0;
+  train->add_option("--gpus", train_gpus,
+                    "data parallel over N GPUs of this host: N worker processes, one a GPU (docs/distributed.md)")
+      ->check(CLI::Range(1, 1024));
   auto* validate = app.add_subcommand("validate", "check a spec and print it resolved");
   add_spec_args(validate, validate_a);
   auto* compile = app.add_subcommand("compile", "compile a spec and print the IR/plan after a stage");
@@ -256,6 +273,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   try {
+    if (*train && train_gpus > 0) return cmd_train_launch(argc, argv, train_gpus, train_a.config, train_a.overrides);
     if (*train) return cmd_train(train_a, print_config, resume, init_from);
     if (*validate) return cmd_validate(validate_a);
     if (*compile) return cmd_compile(compile_a, dump);

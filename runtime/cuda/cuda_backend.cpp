@@ -77,6 +77,9 @@ CudaBackend::~CudaBackend() {
     }
     TRCTL_CUDA_WARN(cudaStreamDestroy(copy_stream_));
   }
+  if (comm_) TRCTL_CUDA_WARN(cudaStreamSynchronize(ctx_.stream));  // steps holding collectives
+  comm_.reset();  // waits for its stream, then finalizes the communicator
+  for (cudaEvent_t e : dist_events_) TRCTL_CUDA_WARN(cudaEventDestroy(e));
   gemm_.clear();
   for (void* p : scratch_) TRCTL_CUDA_WARN(cudaFree(p));
   for (const ReluFusion& rf : relu_fusions_) TRCTL_CUDA_WARN(cudaFree(rf.mask));
@@ -107,7 +110,12 @@ Status CudaBackend::init() {
     return Error{ErrCode::NotSupported, c_.spec.source,
                  std::string(unsupported) +
                      " is not supported on the cuda backend yet (the cpu backend runs it: train.device=cpu)"};
-  Result<CudaContext> ctx = cuda_context_create(0);
+  const int device = dist_.enabled ? dist_.local_rank : 0;  // one process per GPU: LOCAL_RANK picks it
+  if (dist_.enabled && device >= cuda_device_count())
+    return Error{ErrCode::NotSupported, "LOCAL_RANK",
+                 "LOCAL_RANK=" + std::to_string(device) + " but this host has " + std::to_string(cuda_device_count()) +
+                     " CUDA device(s) visible"};
+  Result<CudaContext> ctx = cuda_context_create(device);
   if (!ctx.ok()) return ctx.errors();
   ctx_ = std::move(ctx.value());
   int64_t total = 0;
@@ -163,6 +171,7 @@ Status CudaBackend::init() {
                                   bias_grad_workspace_bytes(c_.graph.values[n.in[0]].shape.numel() / cols, cols));
       }
   if (st.ok() && bias_ws_bytes_ > 0) TRCTL_CUDA_TRY(cudaMalloc(&bias_ws_, bias_ws_bytes_));
+  if (st.ok() && dist_.enabled) st = dist_init();
   return st;
 }
 
@@ -550,7 +559,9 @@ Result<std::vector<Launch>> CudaBackend::lower(int program) {
   if (!fetch.ok()) return fetch.errors();
   std::vector<Launch> out = {fetch.value()};
   for (size_t i = 0; i < p.nodes.size(); ++i) {
-    Status ok = lower_node(program, i, out);
+    Status ok = comm_ ? dist_before_node(program, i, out) : ok_status();
+    if (ok.ok()) ok = lower_node(program, i, out);
+    if (ok.ok() && comm_) ok = dist_after_node(program, i, out);
     if (!ok.ok()) return ok.errors();
   }
   return out;
@@ -644,6 +655,7 @@ Status CudaBackend::run(int program, int slot) {
   TRCTL_CUDA_TRY(cudaEventRecord(step_done_[slot], ctx_.stream));
   ++runs_[program];
   if (c_.graph.programs[program].kind == ProgramKind::Train) ++step_;
+  if (comm_) dist_note_launch(program);
   return ok_status();
 }
 
@@ -656,6 +668,7 @@ Status CudaBackend::run_resident(int program, DataSplit) {
   TRCTL_CUDA_TRY(cudaGraphLaunch(exec_[program], ctx_.stream));
   ++runs_[program];
   if (c_.graph.programs[program].kind == ProgramKind::Train) ++step_;
+  if (comm_) dist_note_launch(program);
   return ok_status();
 }
 
@@ -678,8 +691,9 @@ Status CudaBackend::upload_split(DataSplit split, const ImageDataset& data, cons
 
 Status CudaBackend::begin_epoch(DataSplit split, uint32_t epoch, const std::vector<int64_t>& order) {
   SplitData& sd = split_[static_cast<int>(split)];
-  if (static_cast<int64_t>(order.size()) != sd.n)
-    return Error{ErrCode::Internal, "cuda backend", "epoch order does not cover the split"};
+  // The whole split, or (data parallelism) this rank's shard of it: runtime/dist/shard.h.
+  if (order.empty() || static_cast<int64_t>(order.size()) > sd.n)
+    return Error{ErrCode::Internal, "cuda backend", "epoch order longer than the split, or empty"};
   sd.host_order.assign(order.begin(), order.end());
   const int k = static_cast<int>(split);
   host_u32_[0] = 0;
@@ -847,7 +861,11 @@ Status CudaBackend::synchronize() {
 }  // namespace cuda_detail
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const Compiled& c, uint64_t seed) {
-  auto be = std::make_unique<cuda_detail::CudaBackend>(c, seed);
+  return make_cuda_backend_dist(c, seed, DistEnv{});
+}
+
+Result<std::unique_ptr<Backend>> make_cuda_backend_dist(const Compiled& c, uint64_t seed, const DistEnv& dist) {
+  auto be = std::make_unique<cuda_detail::CudaBackend>(c, seed, dist);
   Status st = be->init();
   if (!st.ok()) return st.errors();
   return std::unique_ptr<Backend>(std::move(be));

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "runtime/backend.h"
+#include "runtime/dist/rendezvous.h"
 
 namespace trctl {
 
@@ -18,5 +19,8 @@ int cuda_device_count();
 void cuda_warm_up();
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const Compiled& c, uint64_t seed);
+// One rank of a data-parallel job (dist.enabled; world size 1 included): device LOCAL_RANK, an NCCL communicator
+// from the rendezvous, gradients averaged in buckets inside the captured step (docs/distributed.md).
+Result<std::unique_ptr<Backend>> make_cuda_backend_dist(const Compiled& c, uint64_t seed, const DistEnv& dist);
 
 }  // namespace trctl

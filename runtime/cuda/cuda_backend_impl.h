@@ -17,6 +17,8 @@
 #include "runtime/ops/amp/amp_cuda.h"
 #include "runtime/ops/augment/augment_cuda.h"
 #include "runtime/ops/optim/optim_cuda.h"
+#include "runtime/dist/grad_buckets.h"
+#include "runtime/dist/nccl_comm.h"
 
 namespace trctl::cuda_detail {
 
@@ -49,7 +51,7 @@ struct SplitData {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const Compiled& c, uint64_t seed) : c_(c), seed_(seed) {}
+  CudaBackend(const Compiled& c, uint64_t seed, const DistEnv& dist = {}) : c_(c), seed_(seed), dist_(dist) {}
   ~CudaBackend() override;
 
   Status init();
@@ -114,6 +116,13 @@ class CudaBackend final : public Backend {
   Status lower_batch_norm_node(const Node& n, std::vector<Launch>& out);
   Status capture(int program);
   Status capture_into(int program, int slot, cudaGraphExec_t* exec);
+  // Data parallelism (runtime/cuda/cuda_dist.cpp): the communicator, then per train program the bucket all-reduces
+  // on the communication stream after each bucket's last gradient writer, joined before the optimizer.
+  Status dist_init();
+  Status dist_before_node(int program, size_t i, std::vector<Launch>& out);
+  Status dist_after_node(int program, size_t i, std::vector<Launch>& out);
+  void dist_note_launch(int program);
+  Result<cudaEvent_t> dist_event();
 
   const Compiled& c_;
   uint64_t seed_;
@@ -172,6 +181,10 @@ class CudaBackend final : public Backend {
   int64_t step_ = 0;
   double host_lr_ = 0;
   uint32_t host_u32_[4] = {};
+  DistEnv dist_;                               // enabled: one rank of a data-parallel job (world size 1 included)
+  std::unique_ptr<NcclComm> comm_;
+  std::map<int, GradBucketPlan> dist_buckets_;  // per train program
+  std::vector<cudaEvent_t> dist_events_;        // fork/join events of the captured steps
 };
 
 }  // namespace trctl::cuda_detail

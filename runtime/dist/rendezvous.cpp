@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -239,6 +240,14 @@ Result<DistEnv> dist_env_parse(const EnvLookup& env) {
                       std::string("'") + timeout + "' is not a number of seconds in [1, 86400]"});
     else
       e.timeout_s = t;
+  }
+  if (const char* mb = env("TRCTL_DIST_BUCKET_MB")) {
+    char* end = nullptr;
+    const double v = std::strtod(mb, &end);
+    if (*mb == '\0' || *end != '\0' || !(v > 0 && v <= 65536))
+      errs.push_back({ErrCode::Invalid, "TRCTL_DIST_BUCKET_MB", std::string("'") + mb + "' is not a size in MiB in (0, 65536]"});
+    else
+      e.bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(v * 1048576.0));
   }
   if (!rank && !world && !local && !addr && !port) {
     if (!errs.empty()) return errs;

@@ -20,12 +20,13 @@ struct DistEnv {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;   // 0 only with world size 1 (rank 0 then listens on an ephemeral port)
   double timeout_s = kDistDefaultTimeoutS;  // TRCTL_DIST_TIMEOUT_S: rendezvous deadline and the hang watchdog
+  int64_t bucket_bytes = int64_t{25} << 20;  // TRCTL_DIST_BUCKET_MB: gradient bucket size (PyTorch DDP's default)
 };
 
 // Looks a variable up (getenv in the binary; a map in tests). nullptr: unset.
 using EnvLookup = std::function<const char*(const char*)>;
 
-// Parses RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT and TRCTL_DIST_TIMEOUT_S. None of the first five
+// Parses RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, TRCTL_DIST_TIMEOUT_S and TRCTL_DIST_BUCKET_MB. None of the first five
 // set: not distributed. Otherwise WORLD_SIZE and RANK are required, LOCAL_RANK defaults to RANK, MASTER_ADDR to
 // 127.0.0.1, MASTER_PORT is required when WORLD_SIZE > 1. Every malformed or inconsistent value is reported, all
 // at once (ErrCode::Invalid: trctl exits 2).

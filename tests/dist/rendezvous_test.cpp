@@ -79,7 +79,8 @@ TEST_CASE("no distributed variables means a plain single-process run") {
 
 TEST_CASE("the torchrun variables are parsed") {
   Result<DistEnv> e = parse({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "node7"},
-                             {"MASTER_PORT", "29500"}, {"TRCTL_DIST_TIMEOUT_S", "12.5"}});
+                             {"MASTER_PORT", "29500"}, {"TRCTL_DIST_TIMEOUT_S", "12.5"},
+                             {"TRCTL_DIST_BUCKET_MB", "0.5"}});
   REQUIRE(e.ok());
   CHECK(e->enabled);
   CHECK(e->rank == 3);
@@ -88,6 +89,7 @@ TEST_CASE("the torchrun variables are parsed") {
   CHECK(e->master_addr == "node7");
   CHECK(e->master_port == 29500);
   CHECK(e->timeout_s == 12.5);
+  CHECK(e->bucket_bytes == 512 * 1024);
 }
 
 TEST_CASE("world size 1 needs no port and LOCAL_RANK defaults to RANK") {
@@ -119,6 +121,7 @@ TEST_CASE("inconsistent distributed variables are refused") {
   CHECK_THAT(all_errors(parse({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "2"}, {"MASTER_PORT", "9"}})),
              Catch::Contains("LOCAL_RANK=2 is not below WORLD_SIZE=2"));
   CHECK_THAT(all_errors(parse({{"TRCTL_DIST_TIMEOUT_S", "0"}})), Catch::Contains("TRCTL_DIST_TIMEOUT_S"));
+  CHECK_THAT(all_errors(parse({{"TRCTL_DIST_BUCKET_MB", "-1"}})), Catch::Contains("TRCTL_DIST_BUCKET_MB"));
 }
 
 TEST_CASE("rendezvous on loopback hands rank 0's blob to every rank, and barriers pass") {
