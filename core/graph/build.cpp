@@ -204,6 +204,24 @@ struct ForwardBuilder {
     return y;
   }
 
+  // The elementwise activations other than relu: one Activation node (attrs.act, attrs.act_param).
+  ValueId add_activation(Program& p, const LayerSpec& l, Node& n, const Shape& xs) {
+    static const std::map<LayerKind, ActKind> kinds = {
+        {LayerKind::Relu6, ActKind::Relu6},     {LayerKind::LeakyRelu, ActKind::LeakyRelu},
+        {LayerKind::Elu, ActKind::Elu},         {LayerKind::Silu, ActKind::Silu},
+        {LayerKind::Hardswish, ActKind::Hardswish}, {LayerKind::Sigmoid, ActKind::Sigmoid},
+        {LayerKind::Tanh, ActKind::Tanh}};
+    n.op = OpKind::Activation;
+    n.attrs.act = kinds.at(l.kind);
+    n.attrs.act_param = static_cast<float>(l.kind == LayerKind::LeakyRelu ? l.negative_slope
+                                           : l.kind == LayerKind::Elu     ? l.alpha
+                                                                          : 0.0);
+    ValueId y = activation(p, l.name, xs);
+    n.out = {y};
+    p.nodes.push_back(n);
+    return y;
+  }
+
   ValueId add_layer(Program& p, const LayerSpec& l, uint32_t index, const std::vector<ValueId>& ins) {
     const ValueId x = ins[0];
     const Shape xs = g.values[x].shape;
@@ -273,6 +291,14 @@ struct ForwardBuilder {
         p.nodes.push_back(n);
         return y;
       }
+      case LayerKind::Relu6:
+      case LayerKind::LeakyRelu:
+      case LayerKind::Elu:
+      case LayerKind::Silu:
+      case LayerKind::Hardswish:
+      case LayerKind::Sigmoid:
+      case LayerKind::Tanh:
+        return add_activation(p, l, n, xs);
       case LayerKind::Dropout: {
         if (p.kind == ProgramKind::Eval || l.p == 0.0) return x;  // identity
         ValueId y = activation(p, l.name, xs);
@@ -309,6 +335,16 @@ struct ForwardBuilder {
     acc.name = "accuracy";
     acc.in = {logits, p.label};
     acc.out = {p.correct, p.correct5};
+    if (spec.loss.kind == LossKind::BceWithLogits && g.values[logits].shape.dims[1] == 1)
+      acc.op = OpKind::BinaryAccuracy;  // a 1-logit head: predicted 1 iff the logit > 0
+    if (spec.loss.kind != LossKind::CrossEntropy || !spec.loss.class_weights.empty()) {
+      Node& loss = p.nodes.back();  // the other losses replace the softmax cross-entropy node
+      loss.op = OpKind::Loss;
+      loss.attrs.loss = spec.loss.kind == LossKind::BceWithLogits ? LossFn::BceWithLogits
+                        : spec.loss.kind == LossKind::Mse         ? LossFn::Mse
+                                                                  : LossFn::WeightedCrossEntropy;
+      loss.attrs.class_weights.assign(spec.loss.class_weights.begin(), spec.loss.class_weights.end());
+    }
     p.nodes.push_back(acc);
     Node m;
     m.op = OpKind::MetricAccumulate;
@@ -323,6 +359,26 @@ struct ForwardBuilder {
 void order_params(Graph& g) {
   std::stable_partition(g.params.begin(), g.params.end(), [](const ParamInfo& p) { return p.decay; });
   for (size_t i = 0; i < g.params.size(); ++i) g.values[g.params[i].value].param = static_cast<int32_t>(i);
+}
+
+// The logits the loss needs: (N, classes); bce_with_logits also takes (N, 1) for 2-class data (labels 0/1);
+// cross_entropy's class_weights, one per class.
+Status check_loss_head(const Spec& spec, const DataShape& data, const Shape& ls) {
+  const int64_t c = data.num_classes;
+  const bool binary = spec.loss.kind == LossKind::BceWithLogits && c == 2 && ls.dims.size() == 2 && ls.dims[1] == 1;
+  if (!binary && (ls.dims.size() != 2 || ls.dims[1] != c)) {
+    std::string need = "(N, " + std::to_string(c) + ")";
+    if (spec.loss.kind == LossKind::BceWithLogits && c == 2) need += " or (N, 1)";
+    return Error{ErrCode::Invalid, spec.source,
+                 "the model's output is " + ls.str() + " but the loss (" + to_string(spec.loss.kind) + ") needs " +
+                     need + " for a dataset of " + std::to_string(c) + " classes"};
+  }
+  const size_t w = spec.loss.class_weights.size();
+  if (w != 0 && static_cast<int64_t>(w) != c)
+    return Error{ErrCode::Invalid, spec.source,
+                 "'loss.class_weights' has " + std::to_string(w) + " weights but the dataset has " +
+                     std::to_string(c) + " classes"};
+  return ok_status();
 }
 
 }  // namespace
@@ -366,12 +422,8 @@ Result<Graph> graph_build(const Spec& spec, const DataShape& data, DType compute
     p.label = g.add_value(lab);
     ValueId logits = fb.build(p);
     if (logits == kNoValue) return fb.errors;
-    const Shape& ls = g.values[logits].shape;
-    if (ls.dims.size() != 2 || ls.dims[1] != data.num_classes)
-      return Error{ErrCode::Invalid, spec.source,
-                   "the model's output is " + ls.str() + " but the loss needs (N, " +
-                       std::to_string(data.num_classes) + ") for a dataset of " + std::to_string(data.num_classes) +
-                       " classes"};
+    Status head = check_loss_head(spec, data, g.values[logits].shape);
+    if (!head.ok()) return head.errors();
     fb.add_head(p, logits);
     g.programs.push_back(std::move(p));
   }

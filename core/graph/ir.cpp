@@ -57,12 +57,17 @@ const char* to_string(OpKind k) {
     case OpKind::GlobalAvgPool: return "global_avg_pool";
     case OpKind::SoftmaxCrossEntropy: return "softmax_cross_entropy";
     case OpKind::Accuracy: return "accuracy";
+    case OpKind::Activation: return "activation";
+    case OpKind::Loss: return "loss";
+    case OpKind::BinaryAccuracy: return "binary_accuracy";
     case OpKind::MetricAccumulate: return "metric_accumulate";
     case OpKind::SoftmaxCrossEntropyGrad: return "softmax_cross_entropy_grad";
     case OpKind::LinearGradInput: return "linear_grad_input";
     case OpKind::LinearGradWeight: return "linear_grad_weight";
     case OpKind::LinearGradBias: return "linear_grad_bias";
     case OpKind::ReluGrad: return "relu_grad";
+    case OpKind::ActivationGrad: return "activation_grad";
+    case OpKind::LossGrad: return "loss_grad";
     case OpKind::DropoutGrad: return "dropout_grad";
     case OpKind::Add: return "add";
     case OpKind::Conv2dGradInput: return "conv2d_grad_input";
@@ -156,6 +161,12 @@ std::string graph_dump(const Graph& g) {
           break;
       }
       if (n.op == OpKind::Dropout || n.op == OpKind::DropoutGrad) os << "[p=" << n.attrs.p << "]";
+      if (n.op == OpKind::Activation || n.op == OpKind::ActivationGrad) {
+        os << "[" << to_string(n.attrs.act);
+        if (act_has_param(n.attrs.act)) os << " " << n.attrs.act_param;
+        os << "]";
+      }
+      if (n.op == OpKind::Loss || n.op == OpKind::LossGrad) os << "[" << to_string(n.attrs.loss) << "]";
       os << "(";
       for (size_t i = 0; i < n.in.size(); ++i) os << (i ? ", " : "") << value_ref(g, n.in[i]);
       os << ")  # " << n.name << "\n";

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/graph/act_loss.h"
+
 namespace trctl {
 
 enum class DType : uint8_t { F32, F64, F16, BF16, I32, U8 };
@@ -46,12 +48,18 @@ enum class OpKind : uint8_t {
   Accuracy,              // logits (N,C), labels (N,) -> correct () i32 (top-1), correct5 () i32 (top-5)
   MetricAccumulate,      // loss (), correct (), correct5 () -> accumulators: loss_sum () f64, correct_sum () f64,
                          //   count () f64, correct5_sum () f64
+  Activation,            // elementwise attrs.act (ReLU6, LeakyReLU, ELU, SiLU, Hardswish, Sigmoid, Tanh)
+  Loss,                  // logits (N,W), labels (N,) -> loss () mean; attrs.loss (BCE with logits, MSE, weighted CE)
+  BinaryAccuracy,        // logits (N,1), labels (N,) -> correct () i32: predicted 1 iff the logit > 0 (as Accuracy
+                         //   with a second output: top-5, every usable row)
   // backward
   SoftmaxCrossEntropyGrad,  // logits, labels -> dlogits (N,C) (mean over N, times the loss scale)
   LinearGradInput,          // dY (N,M), W (M,K) -> dX (N,K)
   LinearGradWeight,         // dY (N,M), X (N,K) -> dW (M,K)
   LinearGradBias,           // dY (..., M) -> db (M): sums over every dim but the last (Linear and Conv2d biases)
   ReluGrad,                 // dY, Y -> dX
+  ActivationGrad,           // dY, X or Y (act_grad_uses_output) -> dX; attrs.act
+  LossGrad,                 // logits, labels -> dlogits (N,W) (the mean's gradient, times the loss scale)
   DropoutGrad,              // dY -> dX (regenerates the mask: attrs.p, attrs.op_id)
   Add,                      // a, b -> a + b (residual sums; gradients of values used twice); attrs.relu
   Conv2dGradInput,          // dY (N,P,Q,K), W -> dX (N,H,W,C)
@@ -91,7 +99,11 @@ struct Attrs {
   bool residual = false;         // BatchNorm(Eval): a residual input added before the ReLU (in[5])
   float p = 0;                   // Dropout
   uint32_t op_id = 0;            // Dropout RNG stream id (stable layer index)
-  float label_smoothing = 0;     // SoftmaxCrossEntropy(Grad)
+  float label_smoothing = 0;     // SoftmaxCrossEntropy(Grad), Loss(Grad) weighted_cross_entropy
+  ActKind act = ActKind::Silu;   // Activation(Grad)
+  float act_param = 0;           // Activation(Grad): LeakyReLU's negative_slope, ELU's alpha
+  LossFn loss = LossFn::Mse;     // Loss(Grad)
+  std::vector<float> class_weights;  // Loss(Grad) weighted_cross_entropy: one per class
   // Conv2d and pools (square windows): kernel (R = S), stride, zero padding; Conv2d: dilation, groups.
   int32_t kernel = 1, stride = 1, pad = 0, dilation = 1, groups = 1;
   float eps = 1e-5f, momentum = 0.1f;  // BatchNorm

@@ -80,6 +80,30 @@ struct Checker {
       case OpKind::SoftmaxCrossEntropyGrad:
         if (arity(2, 1)) expect(out(0) == in(0), "dlogits must have the logits' shape");
         break;
+      case OpKind::Activation:
+        if (arity(1, 1)) expect(in(0) == out(0), "shape must be preserved");
+        break;
+      case OpKind::ActivationGrad:  // dY, X or Y -> dX
+        if (arity(2, 1)) expect(in(0) == in(1) && in(0) == out(0), "shapes must agree");
+        break;
+      case OpKind::Loss:  // logits (N,W), labels (N) -> scalar; weighted CE: one weight per logit column
+        if (arity(2, 1))
+          expect(in(0).dims.size() == 2 && in(1) == Shape{{in(0).dims[0]}} && out(0).dims.empty() &&
+                     (n.attrs.loss != LossFn::WeightedCrossEntropy ||
+                      static_cast<int64_t>(n.attrs.class_weights.size()) == in(0).dims[1]),
+                 "logits (N,W), labels (N) -> scalar (weighted cross-entropy: W class weights)");
+        break;
+      case OpKind::LossGrad:
+        if (arity(2, 1)) expect(out(0) == in(0), "dlogits must have the logits' shape");
+        break;
+      case OpKind::BinaryAccuracy:  // -> correct [, the top-5 count where Accuracy has one]
+        if (n.in.size() == 2 && (n.out.size() == 1 || n.out.size() == 2))
+          expect(in(0).dims.size() == 2 && in(0).dims[1] == 1 && in(1) == Shape{{in(0).dims[0]}} &&
+                     out(0).dims.empty(),
+                 "logits (N,1), labels (N) -> scalar");
+        else
+          expect(false, "expected logits, labels -> correct [, correct5]");
+        break;
       case OpKind::MetricAccumulate:
         arity(3, 4);
         break;

@@ -120,7 +120,11 @@ struct Autodiff {
         contribute(n.in[0], OpKind::SoftmaxCrossEntropyGrad, {n.in[0], n.in[1]}, nm + ".grad", a);
         return;
       }
+      case OpKind::Loss:
+        contribute(n.in[0], OpKind::LossGrad, {n.in[0], n.in[1]}, nm + ".grad", n.attrs);
+        return;
       case OpKind::Accuracy:
+      case OpKind::BinaryAccuracy:
       case OpKind::MetricAccumulate:
         return;
       default:
@@ -139,6 +143,14 @@ struct Autodiff {
       case OpKind::Dropout:
         contribute(n.in[0], OpKind::DropoutGrad, {dy}, nm + ".grad", n.attrs);
         return;
+      case OpKind::Activation: {  // the backward reads Y (sigmoid, tanh) or X (the others), which stays live
+        Attrs a;
+        a.act = n.attrs.act;
+        a.act_param = n.attrs.act_param;
+        const ValueId saved = act_grad_uses_output(n.attrs.act) ? n.out[0] : n.in[0];
+        contribute(n.in[0], OpKind::ActivationGrad, {dy, saved}, nm + ".grad", a);
+        return;
+      }
       case OpKind::Conv2d:
         contribute(n.in[1], OpKind::Conv2dGradWeight, {dy, n.in[0]}, nm + ".grad_weight", n.attrs);
         if (n.in.size() == 3) contribute(n.in[2], OpKind::LinearGradBias, {dy}, nm + ".grad_bias");

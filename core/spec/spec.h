@@ -84,7 +84,12 @@ struct DataSpec {
 
 // ---- model ----
 // Images flow as (N, H, W, C) (NHWC); global_avg_pool and flatten make (N, features) for linear layers.
-enum class LayerKind { Flatten, Linear, Relu, Dropout, Conv2d, BatchNorm, MaxPool, AvgPool, GlobalAvgPool, Add };
+// Activations with PyTorch's semantics and defaults (runtime/ops/activation/activation.h): relu6, leaky_relu
+// (negative_slope), elu (alpha), silu, hardswish, sigmoid, tanh.
+enum class LayerKind {
+  Flatten, Linear, Relu, Dropout, Conv2d, BatchNorm, MaxPool, AvgPool, GlobalAvgPool, Add,
+  Relu6, LeakyRelu, Elu, Silu, Hardswish, Sigmoid, Tanh
+};
 struct LayerSpec {
   LayerKind kind = LayerKind::Relu;
   std::string name;                 // unique; auto "<kind><index>" (e.g. "linear3") when absent
@@ -100,6 +105,8 @@ struct LayerSpec {
   int groups = 1;                   // conv2d: in and out channels divisible by it
   double eps = 1e-5;                // batch_norm, > 0
   double momentum = 0.1;            // batch_norm running statistics, [0, 1]
+  double negative_slope = 0.01;     // leaky_relu (nn.LeakyReLU's default)
+  double alpha = 1.0;               // elu (nn.ELU's default)
   int line = 0, col = 0;            // where it stood in the YAML (1-based), for compiler errors
 };
 enum class InitKind { KaimingUniformFanIn };  // PyTorch's default for Linear: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
@@ -109,10 +116,15 @@ struct ModelSpec {
 };
 
 // ---- loss ----
-enum class LossKind { CrossEntropy };
+// CrossEntropy: nn.CrossEntropyLoss (label_smoothing, class_weights = its `weight`, mean reduction).
+// BceWithLogits: nn.BCEWithLogitsLoss (mean) of a 1-logit head against labels 0/1 (2-class data), or of one logit
+//   per class against one-hot targets. Mse: nn.MSELoss (mean) of the logits against one-hot targets.
+// Formulas: runtime/ops/loss/loss.h.
+enum class LossKind { CrossEntropy, BceWithLogits, Mse };
 struct LossSpec {
   LossKind kind = LossKind::CrossEntropy;
-  double label_smoothing = 0.0;  // [0, 1)
+  double label_smoothing = 0.0;       // cross_entropy, [0, 1)
+  std::vector<double> class_weights;  // cross_entropy: one per class, each >= 0, not all 0; empty = unweighted
 };
 
 // ---- optimizer ----

@@ -55,6 +55,13 @@ const char* to_string(LayerKind l) {
     case LayerKind::AvgPool: return "avg_pool";
     case LayerKind::GlobalAvgPool: return "global_avg_pool";
     case LayerKind::Add: return "add";
+    case LayerKind::Relu6: return "relu6";
+    case LayerKind::LeakyRelu: return "leaky_relu";
+    case LayerKind::Elu: return "elu";
+    case LayerKind::Silu: return "silu";
+    case LayerKind::Hardswish: return "hardswish";
+    case LayerKind::Sigmoid: return "sigmoid";
+    case LayerKind::Tanh: return "tanh";
   }
   return "?";
 }
@@ -95,6 +102,8 @@ const char* to_string(InitKind i) {
 const char* to_string(LossKind l) {
   switch (l) {
     case LossKind::CrossEntropy: return "cross_entropy";
+    case LossKind::BceWithLogits: return "bce_with_logits";
+    case LossKind::Mse: return "mse";
   }
   return "?";
 }
@@ -224,6 +233,8 @@ std::string layer_item(const LayerSpec& l) {
     s += ", kernel_size: " + std::to_string(l.kernel_size) + ", stride: " + std::to_string(l.stride) +
          ", padding: " + std::to_string(l.padding);
   if (l.kind == LayerKind::BatchNorm) s += ", eps: " + format_double(l.eps) + ", momentum: " + format_double(l.momentum);
+  if (l.kind == LayerKind::LeakyRelu) s += ", negative_slope: " + format_double(l.negative_slope);
+  if (l.kind == LayerKind::Elu) s += ", alpha: " + format_double(l.alpha);
   return s + "}";
 }
 
@@ -288,7 +299,10 @@ std::string spec_to_yaml(const Spec& spec) {
   emit_model(y, spec.model);
   y += "loss:\n";
   y += std::string("  type: ") + to_string(spec.loss.kind) + "\n";
-  y += "  label_smoothing: " + format_double(spec.loss.label_smoothing) + "\n";
+  const bool ce = spec.loss.kind == LossKind::CrossEntropy;
+  emit_typed_keys(y, to_string(spec.loss.kind),
+                  {{"label_smoothing: " + format_double(spec.loss.label_smoothing), ce},
+                   {"class_weights: " + list_of(spec.loss.class_weights), ce}});
   emit_optimizer(y, spec.optimizer);
   emit_scheduler(y, spec.scheduler);
   y += "train:\n";

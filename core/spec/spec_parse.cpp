@@ -15,10 +15,23 @@ namespace spec_detail {
 
 constexpr size_t kMaxSpecBytes = size_t{1} << 20;  // 1 MiB: far above any real recipe, bounds parser work
 
+// loss: type, and cross_entropy's label_smoothing and class_weights (refused for the other types). The number of
+// class weights is checked against the dataset's classes when the graph is built.
 void parse_loss_section(Diagnostics& d, const YamlNode& map, LossSpec& out) {
-  check_keys(d, map, "loss", {"type", "label_smoothing"});
-  get_enum(d, map, "loss", "type", {LossKind::CrossEntropy}, out.kind);
+  check_keys(d, map, "loss", {"type", "label_smoothing", "class_weights"});
+  const bool typed =
+      get_enum(d, map, "loss", "type", {LossKind::CrossEntropy, LossKind::BceWithLogits, LossKind::Mse}, out.kind);
   get_double(d, map, "loss", "label_smoothing", half_open(0, 1), out.label_smoothing);
+  if (get_double_list(d, map, "loss", "class_weights", at_least(0), out.class_weights) && !out.class_weights.empty()) {
+    bool any = false;
+    for (double w : out.class_weights) any |= w > 0;
+    if (!any)
+      d.error(ErrCode::Invalid, map.find("class_weights")->loc,
+              "'loss.class_weights' are all 0; at least one class needs a positive weight");
+  }
+  if (typed && out.kind != LossKind::CrossEntropy)
+    reject_keys(d, map, "loss", {"label_smoothing", "class_weights"},
+                std::string("loss.type '") + to_string(out.kind) + "'", "cross_entropy");
 }
 
 // optimizer: shared keys, then the type's own (sgd: momentum, dampening, nesterov; adam/adamw: betas, eps; lars:

@@ -13,7 +13,9 @@ namespace {
 std::vector<LayerKind> layer_kinds() {
   return {LayerKind::Flatten,   LayerKind::Linear,  LayerKind::Relu,    LayerKind::Dropout,
           LayerKind::Conv2d,    LayerKind::BatchNorm, LayerKind::MaxPool, LayerKind::AvgPool,
-          LayerKind::GlobalAvgPool, LayerKind::Add};
+          LayerKind::GlobalAvgPool, LayerKind::Add,   LayerKind::Relu6,   LayerKind::LeakyRelu,
+          LayerKind::Elu,       LayerKind::Silu,      LayerKind::Hardswish, LayerKind::Sigmoid,
+          LayerKind::Tanh};
 }
 
 // Every type-specific key and the layer types that take it.
@@ -30,6 +32,8 @@ const std::vector<std::pair<std::string, std::vector<LayerKind>>>& layer_keys() 
       {"groups", {LayerKind::Conv2d}},
       {"eps", {LayerKind::BatchNorm}},
       {"momentum", {LayerKind::BatchNorm}},
+      {"negative_slope", {LayerKind::LeakyRelu}},
+      {"alpha", {LayerKind::Elu}},
   };
   return keys;
 }
@@ -84,10 +88,21 @@ void parse_layer_params(Diagnostics& d, const YamlNode& m, const std::string& pa
       get_double(d, m, path, "eps", above(0), l.eps);
       get_double(d, m, path, "momentum", closed(0, 1), l.momentum);
       break;
+    case LayerKind::LeakyRelu:
+      get_double(d, m, path, "negative_slope", any_double(), l.negative_slope);
+      break;
+    case LayerKind::Elu:
+      get_double(d, m, path, "alpha", any_double(), l.alpha);
+      break;
     case LayerKind::Flatten:
     case LayerKind::Relu:
     case LayerKind::GlobalAvgPool:
     case LayerKind::Add:
+    case LayerKind::Relu6:
+    case LayerKind::Silu:
+    case LayerKind::Hardswish:
+    case LayerKind::Sigmoid:
+    case LayerKind::Tanh:
       break;
   }
 }

@@ -11,10 +11,12 @@
 
 #include "core/util/thread_pool.h"
 #include "runtime/backend.h"
+#include "runtime/ops/activation/activation.h"
 #include "runtime/ops/add/add.h"
 #include "runtime/ops/batchnorm/batchnorm.h"
 #include "runtime/ops/dropout/dropout.h"
 #include "runtime/ops/linear/linear.h"
+#include "runtime/ops/loss/loss.h"
 #include "runtime/ops/optim/optim.h"
 #include "runtime/ops/relu/relu.h"
 #include "runtime/ops/softmax_ce/softmax_ce.h"
@@ -149,6 +151,25 @@ class CpuBackend final : public Backend {
             accuracy_topk_cpu<T>(f(n.in[0]), ptr<int32_t>(n.in[1], slot), ls.dims[0], ls.dims[1], 5));
         return;
       }
+      case OpKind::Activation:
+        return activation_fwd_cpu<T>(n.attrs.act, n.attrs.act_param, f(n.in[0]), f(n.out[0]), shape(n.in[0]).numel());
+      case OpKind::ActivationGrad:  // dY, X or Y -> dX
+        return activation_grad_cpu<T>(n.attrs.act, n.attrs.act_param, f(n.in[0]), f(n.in[1]), f(n.out[0]),
+                                      shape(n.in[0]).numel());
+      case OpKind::Loss:
+        *f(n.out[0]) = static_cast<T>(loss_fwd_cpu<T>(loss_desc(n), f(n.in[0]), ptr<int32_t>(n.in[1], slot)));
+        return;
+      case OpKind::LossGrad:
+        return loss_grad_cpu<T>(loss_desc(n), f(n.in[0]), ptr<int32_t>(n.in[1], slot), f(n.out[0]), 1.0);
+      case OpKind::BinaryAccuracy: {  // [, top-5: every usable row, a 2-class head's top-5 holds both classes]
+        const int32_t* y = ptr<int32_t>(n.in[1], slot);
+        const int64_t rows = shape(n.in[0]).dims[0];
+        *ptr<int32_t>(n.out[0], slot) = static_cast<int32_t>(binary_accuracy_cpu<T>(f(n.in[0]), y, rows));
+        int32_t usable = 0;
+        for (int64_t r = 0; r < rows; ++r) usable += y[r] == 0 || y[r] == 1;
+        if (n.out.size() == 2) *ptr<int32_t>(n.out[1], slot) = usable;
+        return;
+      }
       case OpKind::MetricAccumulate: {
         const double b = static_cast<double>(p.batch);
         *ptr<double>(n.out[0], slot) += static_cast<double>(*f(n.in[0])) * b;
@@ -218,6 +239,11 @@ class CpuBackend final : public Backend {
     }
   }
 
+  LossDesc loss_desc(const Node& n) const {
+    const Shape& ls = shape(n.in[0]);
+    return {n.attrs.loss, ls.dims[0], ls.dims[1], n.attrs.label_smoothing,
+            n.attrs.class_weights.empty() ? nullptr : n.attrs.class_weights.data()};
+  }
   Conv2dGeom conv_geom(const Node& n, ValueId x, ValueId w) const { return conv2d_geom_of(c_.graph, n, x, w); }
   Pool2dGeom pool_geom(const Node& n, ValueId x) const { return pool2d_geom_of(c_.graph, n, x); }
 

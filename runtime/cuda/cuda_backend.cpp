@@ -27,6 +27,7 @@
 #include "runtime/ops/optim/optim_cuda.h"
 #include "runtime/ops/pool/pool_cuda.h"
 #include "runtime/ops/relu/relu_cuda.h"
+#include "runtime/ops/loss/loss_cuda.h"
 #include "runtime/ops/softmax_ce/softmax_ce_cuda.h"
 
 namespace trctl {
@@ -82,6 +83,7 @@ CudaBackend::~CudaBackend() {
   for (cudaEvent_t e : dist_events_) TRCTL_CUDA_WARN(cudaEventDestroy(e));
   gemm_.clear();
   for (void* p : scratch_) TRCTL_CUDA_WARN(cudaFree(p));
+  TRCTL_CUDA_WARN(cudaFree(class_weights_));
   for (const ReluFusion& rf : relu_fusions_) TRCTL_CUDA_WARN(cudaFree(rf.mask));
   for (auto& s : split_) {
     TRCTL_CUDA_WARN(cudaFree(s.pixels));
@@ -153,7 +155,7 @@ Status CudaBackend::init() {
   s.scaler = GradScalerState{};
   if (Status st = copy_to_device(state(), &s, sizeof s); !st.ok()) return st;
   for (const Program& p : c_.graph.programs) {
-    const size_t ce = softmax_ce_workspace_bytes(p.batch);
+    const size_t ce = std::max(softmax_ce_workspace_bytes(p.batch), loss_cuda_workspace_bytes(p.batch));
     void* buf = nullptr;
     TRCTL_CUDA_TRY(cudaMalloc(&buf, static_cast<size_t>(align_up(static_cast<int64_t>(ce)))));
     scratch_.push_back(buf);
@@ -162,6 +164,7 @@ Status CudaBackend::init() {
   exec_.assign(c_.graph.programs.size(), nullptr);
   runs_.assign(c_.graph.programs.size(), 0);
   Status st = plan_gemms();
+  if (st.ok()) st = plan_losses();
   if (st.ok()) st = plan_cnn();
   for (const Program& p : c_.graph.programs)
     for (const Node& n : p.nodes)
@@ -473,6 +476,12 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
     case OpKind::GlobalAvgPool:
     case OpKind::GlobalAvgPoolGrad:
       return lower_cnn_node(program, i, out);
+    case OpKind::Activation:
+    case OpKind::ActivationGrad:
+    case OpKind::Loss:
+    case OpKind::LossGrad:
+    case OpKind::BinaryAccuracy:
+      return lower_act_loss_node(program, i, out);
     case OpKind::OptimizerStep:
       return lower_optimizer(out);
   }

@@ -114,6 +114,9 @@ class CudaBackend final : public Backend {
   Status lower_cnn_node(int program, size_t i, std::vector<Launch>& out);
   Status lower_conv_node(const Node& n, std::vector<Launch>& out);
   Status lower_batch_norm_node(const Node& n, std::vector<Launch>& out);
+  // Activation and Loss nodes (runtime/cuda/cuda_lower_act_loss.cpp): the class weights' device copy, then launches.
+  Status plan_losses();
+  Status lower_act_loss_node(int program, size_t i, std::vector<Launch>& out);
   Status capture(int program);
   Status capture_into(int program, int slot, cudaGraphExec_t* exec);
   // Data parallelism (runtime/cuda/cuda_dist.cpp): the communicator, then per train program the bucket all-reduces
@@ -133,6 +136,7 @@ class CudaBackend final : public Backend {
   void* lowp_weights_ = nullptr;
   std::vector<void*> scratch_;                         // per program: the fused loss kernel's workspace
   std::vector<size_t> ce_ws_bytes_;
+  float* class_weights_ = nullptr;                     // weighted cross-entropy's class weights (C), device
   std::map<std::pair<int, size_t>, LtGemmPlan> gemm_;  // (program, node) -> plan
   std::map<std::pair<int, size_t>, size_t> bias_into_gemm_;  // (program, LinearGradBias node) -> its dW GEMM node
   struct ReluFusion {

@@ -80,9 +80,12 @@ inline std::string first_difference(const Spec& a, const Spec& b) {
     diff_field(o, "layer.out_features", x.out_features, y.out_features);
     diff_field(o, "layer.bias", x.bias, y.bias);
     diff_field(o, "layer.p", x.p, y.p);
+    diff_field(o, "layer.negative_slope", x.negative_slope, y.negative_slope);
+    diff_field(o, "layer.alpha", x.alpha, y.alpha);
   }
   diff_field(o, "loss.kind", a.loss.kind, b.loss.kind);
   diff_field(o, "loss.label_smoothing", a.loss.label_smoothing, b.loss.label_smoothing);
+  diff_field(o, "loss.class_weights", a.loss.class_weights, b.loss.class_weights);
   const OptimizerSpec &oa = a.optimizer, &ob = b.optimizer;
   diff_field(o, "optimizer.kind", oa.kind, ob.kind);
   diff_field(o, "optimizer.lr", oa.lr, ob.lr);
