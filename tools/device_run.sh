@@ -54,7 +54,7 @@ has_regress() { has regress && case " ${REGRESS_SUITES:-mlp cnn data kernels} " 
 if has tests; then
   if [ "${SANITIZE:-0}" = 1 ]; then san=""; else san="SKIP_SANITIZERS=1"; fi
   rm -rf /tmp/trctl_dump && mkdir -p /tmp/trctl_dump
-  env $san TEST_TIMEOUT=240 SANITIZER_TIMEOUT="${SANITIZER_TIMEOUT:-150}" TRCTL_DUMP_DIR=/tmp/trctl_dump OUT="$OUT/check" bash tools/device_check.sh "$BIN" \
+  env $san TEST_TIMEOUT="${TEST_TIMEOUT:-240}" SANITIZER_TIMEOUT="${SANITIZER_TIMEOUT:-150}" TRCTL_DUMP_DIR=/tmp/trctl_dump OUT="$OUT/check" bash tools/device_check.sh "$BIN" \
     >"$OUT/tests.log" 2>&1
   echo "tests: rc $?" >>"$SUM"
   cat "$OUT/check/summary.txt" >>"$SUM" 2>/dev/null

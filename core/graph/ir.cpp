@@ -142,6 +142,7 @@ std::string graph_dump(const Graph& g) {
       os << " = " << to_string(n.op);
       if (n.attrs.relu) os << "[relu]";
       if (n.attrs.residual) os << "[residual]";
+      if (n.attrs.accumulate) os << "[accumulate]";
       switch (n.op) {
         case OpKind::Conv2d:
         case OpKind::Conv2dGradInput:

@@ -54,7 +54,7 @@ enum class OpKind : uint8_t {
                          //   with a second output: top-5, every usable row)
   // backward
   SoftmaxCrossEntropyGrad,  // logits, labels -> dlogits (N,C) (mean over N, times the loss scale)
-  LinearGradInput,          // dY (N,M), W (M,K) -> dX (N,K)
+  LinearGradInput,          // dY (N,M), W (M,K) [, C (N,K)] -> dX (N,K) [+ C when attrs.accumulate]
   LinearGradWeight,         // dY (N,M), X (N,K) -> dW (M,K)
   LinearGradBias,           // dY (..., M) -> db (M): sums over every dim but the last (Linear and Conv2d biases)
   ReluGrad,                 // dY, Y -> dX
@@ -62,7 +62,7 @@ enum class OpKind : uint8_t {
   LossGrad,                 // logits, labels -> dlogits (N,W) (the mean's gradient, times the loss scale)
   DropoutGrad,              // dY -> dX (regenerates the mask: attrs.p, attrs.op_id)
   Add,                      // a, b -> a + b (residual sums; gradients of values used twice); attrs.relu
-  Conv2dGradInput,          // dY (N,P,Q,K), W -> dX (N,H,W,C)
+  Conv2dGradInput,          // dY (N,P,Q,K), W [, C (N,H,W,C)] -> dX (N,H,W,C) [+ C when attrs.accumulate]
   Conv2dGradWeight,         // dY (N,P,Q,K), X -> dW (K,R,S,C/groups)
   BatchNormGrad,            // dY, X, gamma, save_mean, save_invstd [, Y when attrs.relu] -> dX, dgamma, dbeta
   MaxPoolGrad,              // dY, X [, argmax] -> dX (each window's gradient to its first maximum)
@@ -97,6 +97,7 @@ struct Value {
 struct Attrs {
   bool relu = false;             // Linear, BatchNorm(Eval|Grad), Add: fused ReLU
   bool residual = false;         // BatchNorm(Eval): a residual input added before the ReLU (in[5])
+  bool accumulate = false;       // LinearGradInput, pointwise Conv2dGradInput: in[2] added to the result
   float p = 0;                   // Dropout
   uint32_t op_id = 0;            // Dropout RNG stream id (stable layer index)
   float label_smoothing = 0;     // SoftmaxCrossEntropy(Grad), Loss(Grad) weighted_cross_entropy

@@ -107,9 +107,11 @@ struct Checker {
       case OpKind::MetricAccumulate:
         arity(3, 4);
         break;
-      case OpKind::LinearGradInput:  // dY (N,M), W (M,K) -> dX (N,K)
-        if (arity(2, 1))
-          expect(in(0).dims[1] == in(1).dims[0] && out(0) == Shape{{in(0).dims[0], in(1).dims[1]}}, "bad shapes");
+      case OpKind::LinearGradInput:  // dY (N,M), W (M,K) [, C (N,K)] -> dX (N,K)
+        if (arity(n.attrs.accumulate ? 3 : 2, 1))
+          expect(in(0).dims[1] == in(1).dims[0] && out(0) == Shape{{in(0).dims[0], in(1).dims[1]}} &&
+                     (!n.attrs.accumulate || in(2) == out(0)),
+                 "bad shapes");
         break;
       case OpKind::LinearGradWeight:  // dY (N,M), X (N,K) -> dW (M,K)
         if (arity(2, 1))
@@ -124,8 +126,9 @@ struct Checker {
                                                          out(0).str() + " disagree with the geometry");
         if (n.in.size() == 3) expect(in(2) == Shape{{in(1).dims[0]}}, "b must be (K)");
         break;
-      case OpKind::Conv2dGradInput:  // dY, W -> dX
-        if (arity(2, 1)) expect(conv_shape_ok(out(0), in(1), in(0)), "bad shapes");
+      case OpKind::Conv2dGradInput:  // dY, W [, C] -> dX
+        if (arity(n.attrs.accumulate ? 3 : 2, 1))
+          expect(conv_shape_ok(out(0), in(1), in(0)) && (!n.attrs.accumulate || in(2) == out(0)), "bad shapes");
         break;
       case OpKind::Conv2dGradWeight:  // dY, X -> dW
         if (arity(2, 1)) expect(conv_shape_ok(in(1), out(0), in(0)), "bad shapes");

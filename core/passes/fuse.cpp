@@ -5,6 +5,9 @@
 // pass_fuse_bn_add (after them): a residual Add (with or without its fused ReLU) one of whose inputs is the only use
 // of a batch norm's output becomes that batch norm's epilogue, Y = relu?(BN(X) + R): the batch norm's own output
 // is never written and read back. Saves two passes over the block's output per residual block (forward and eval).
+// pass_fuse_grad_accumulate (after autodiff): a gradient sum Add(a, b) whose b is the only use of a matrix-product
+// dX node (LinearGradInput, pointwise Conv2dGradInput) and whose a exists before that node: the node computes
+// dX = dY W + a itself (cuBLASLt's C with beta = 1) and the Add disappears; the planner sees a as its input.
 #include <algorithm>
 #include <map>
 
@@ -54,6 +57,44 @@ std::map<ValueId, size_t> producers_of(const Program& p) {
 }
 
 }  // namespace
+
+bool pointwise_conv(const Node& n) {
+  const bool conv = n.op == OpKind::Conv2d || n.op == OpKind::Conv2dGradInput || n.op == OpKind::Conv2dGradWeight;
+  return conv && n.attrs.kernel == 1 && n.attrs.stride == 1 && n.attrs.pad == 0 && n.attrs.groups == 1;
+}
+
+Status pass_fuse_grad_accumulate(Graph&, Program& p) {
+  if (p.kind != ProgramKind::Train) return ok_status();
+  std::map<ValueId, int> uses;
+  for (const auto& n : p.nodes)
+    for (ValueId v : n.in) ++uses[v];
+  std::map<ValueId, size_t> producer = producers_of(p);
+  std::vector<bool> removed(p.nodes.size(), false);
+  for (size_t j = 0; j < p.nodes.size(); ++j) {
+    const Node& add = p.nodes[j];
+    if (add.op != OpKind::Add || add.attrs.relu || add.in.size() != 2 || add.in[0] == add.in[1]) continue;
+    for (int k = 0; k < 2; ++k) {
+      const ValueId b = add.in[k], a = add.in[1 - k];
+      auto pb = producer.find(b), pa = producer.find(a);
+      if (pb == producer.end() || pa == producer.end() || removed[pb->second] || uses[b] != 1) continue;
+      Node& dx = p.nodes[pb->second];
+      const bool matmul = dx.op == OpKind::LinearGradInput || (dx.op == OpKind::Conv2dGradInput && pointwise_conv(dx));
+      if (!matmul || dx.attrs.accumulate || pa->second >= pb->second) continue;  // C must exist before the product
+      dx.in.push_back(a);
+      dx.attrs.accumulate = true;
+      dx.out[0] = add.out[0];
+      dx.name += "+" + add.name;
+      producer[add.out[0]] = pb->second;  // a later sum of this sum sees where it is now made
+      removed[j] = true;
+      break;
+    }
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < p.nodes.size(); ++i)
+    if (!removed[i]) kept.push_back(std::move(p.nodes[i]));
+  p.nodes = std::move(kept);
+  return ok_status();
+}
 
 Status pass_fuse_bn_add(Graph& g, Program& p) {
   std::map<ValueId, int> uses;

@@ -1,7 +1,8 @@
 // Graph passes, each a named function over one program: fuse_linear_relu (ReLU into the GEMM epilogue),
 // fuse_norm_add_relu (ReLU into batch norm and residual adds), fuse_bn_add (a residual add, with its ReLU, into
 // the batch norm that produces one of its inputs),
-// autodiff (backward nodes from per-op rules; gradients of values used twice are summed), optimizer_insert
+// autodiff (backward nodes from per-op rules; gradients of values used twice are summed), fuse_grad_accumulate
+// (a gradient sum into the matrix-product dX node that produces one of its terms), optimizer_insert
 // (persistent optimizer state and the OptimizerStep node).
 #pragma once
 #include "core/graph/ir.h"
@@ -14,6 +15,9 @@ Status pass_fuse_linear_relu(Graph& g, Program& p);
 Status pass_fuse_norm_add_relu(Graph& g, Program& p);
 Status pass_fuse_bn_add(Graph& g, Program& p);
 Status pass_autodiff(Graph& g, Program& p);
+Status pass_fuse_grad_accumulate(Graph& g, Program& p);
+// A convolution every backend runs as a matrix product over the N*H*W rows: 1x1, stride 1, no padding, one group.
+bool pointwise_conv(const Node& n);
 // ema: one more state copy per parameter (the exponential moving average, after the optimizer's own states).
 Status pass_optimizer_insert(Graph& g, Program& p, const OptimizerSpec& opt, bool ema = false);
 

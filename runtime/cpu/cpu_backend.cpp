@@ -183,10 +183,12 @@ class CpuBackend final : public Backend {
         return softmax_ce_grad_cpu<T>(f(n.in[0]), ptr<int32_t>(n.in[1], slot), f(n.out[0]), ls.dims[0],
                                           ls.dims[1], n.attrs.label_smoothing, 1.0);
       }
-      case OpKind::LinearGradInput: {
+      case OpKind::LinearGradInput: {  // [+ C: a fused gradient sum, pass_fuse_grad_accumulate]
         const Shape& ws = shape(n.in[1]);
-        return linear_grad_input_cpu<T>(f(n.in[0]), f(n.in[1]), f(n.out[0]), shape(n.in[0]).dims[0],
-                                            ws.dims[1], ws.dims[0], &pool_);
+        linear_grad_input_cpu<T>(f(n.in[0]), f(n.in[1]), f(n.out[0]), shape(n.in[0]).dims[0], ws.dims[1],
+                                 ws.dims[0], &pool_);
+        if (n.attrs.accumulate) add_cpu<T>(f(n.out[0]), f(n.in[2]), f(n.out[0]), shape(n.out[0]).numel());
+        return;
       }
       case OpKind::LinearGradWeight: {
         const Shape& dws = shape(n.out[0]);
@@ -201,7 +203,9 @@ class CpuBackend final : public Backend {
         return conv2d_fwd_cpu<T>(conv_geom(n, n.in[0], n.in[1]), f(n.in[0]), f(n.in[1]),
                                  n.in.size() == 3 ? f(n.in[2]) : nullptr, f(n.out[0]), &pool_);
       case OpKind::Conv2dGradInput:
-        return conv2d_grad_input_cpu<T>(conv_geom(n, n.out[0], n.in[1]), f(n.in[0]), f(n.in[1]), f(n.out[0]), &pool_);
+        conv2d_grad_input_cpu<T>(conv_geom(n, n.out[0], n.in[1]), f(n.in[0]), f(n.in[1]), f(n.out[0]), &pool_);
+        if (n.attrs.accumulate) add_cpu<T>(f(n.out[0]), f(n.in[2]), f(n.out[0]), shape(n.out[0]).numel());
+        return;
       case OpKind::Conv2dGradWeight:
         return conv2d_grad_weight_cpu<T>(conv_geom(n, n.in[1], n.out[0]), f(n.in[0]), f(n.in[1]), f(n.out[0]),
                                          &pool_);

@@ -47,14 +47,6 @@ void cuda_warm_up() {
 
 namespace cuda_detail {
 
-// A 1x1 convolution with stride 1, no padding and one group in NHWC is a matrix product over the N*H*W rows:
-// Y (NHW, K) = X (NHW, C) W (K, C)^T. Such nodes run through cuBLASLt like Linear ones (dW straight into the fp32
-// gradient, the bias gradient in the GEMM's epilogue), the other convolutions through cuDNN.
-bool pointwise_conv(const Node& n) {
-  const bool conv = n.op == OpKind::Conv2d || n.op == OpKind::Conv2dGradInput || n.op == OpKind::Conv2dGradWeight;
-  return conv && n.attrs.kernel == 1 && n.attrs.stride == 1 && n.attrs.pad == 0 && n.attrs.groups == 1;
-}
-
 // The Linear-family op whose GEMM a node runs (Linear, LinearGradInput, LinearGradWeight), or the node's own op.
 OpKind gemm_role(const Node& n) {
   if (!pointwise_conv(n)) return n.op;
@@ -204,7 +196,7 @@ void CudaBackend::find_relu_fusions() {
       if (rg.op != OpKind::ReluGrad || !producer.count(rg.in[0]) || !producer.count(rg.in[1])) continue;
       const size_t gi = producer[rg.in[0]], f = producer[rg.in[1]];
       const Node &dgrad = p.nodes[gi], &fwd = p.nodes[f];
-      if (dgrad.op != OpKind::LinearGradInput || uses[rg.in[0]] != 1) continue;
+      if (dgrad.op != OpKind::LinearGradInput || dgrad.attrs.accumulate || uses[rg.in[0]] != 1) continue;
       if (fwd.op != OpKind::Linear || !fwd.attrs.relu || fwd.in.size() != 3) continue;
       if (!early_write_safe(static_cast<int>(pi), rg.out[0], gi)) continue;  // would write over a live value
       relu_fusions_.push_back({static_cast<int>(pi), f, gi, r, nullptr});
@@ -212,45 +204,8 @@ void CudaBackend::find_relu_fusions() {
   }
 }
 
-// A gradient sum y = Add(a, b) where b is the only use of a dX GEMM's output and a exists before that GEMM
-// runs: the GEMM writes y itself as D = dY W + 1 * C with C = a (cuBLASLt's beta), and the Add disappears (one
-// pass over y instead of three; ResNet blocks have one per block). Only where the plan lets the GEMM write y
-// early (memplan_early_write_safe) and the Add has no fused ReLU.
-void CudaBackend::find_accumulate_fusions() {
-  for (size_t pi = 0; pi < c_.graph.programs.size(); ++pi) {
-    const Program& p = c_.graph.programs[pi];
-    std::map<ValueId, size_t> producer;
-    std::map<ValueId, int> uses;
-    for (size_t i = 0; i < p.nodes.size(); ++i) {
-      for (ValueId v : p.nodes[i].out) producer[v] = i;
-      for (ValueId v : p.nodes[i].in) ++uses[v];
-    }
-    for (size_t j = 0; j < p.nodes.size(); ++j) {
-      const Node& add = p.nodes[j];
-      if (add.op != OpKind::Add || add.attrs.relu) continue;
-      for (int k = 0; k < 2; ++k) {
-        const ValueId b = add.in[k], a = add.in[1 - k];
-        if (!producer.count(b) || !producer.count(a) || uses[b] != 1 || a == b) continue;
-        const size_t gi = producer[b];
-        const Node& gemm = p.nodes[gi];
-        if (gemm_role(gemm) != OpKind::LinearGradInput || relu_fusion(static_cast<int>(pi), gi)) continue;
-        if (producer[a] >= gi || !early_write_safe(static_cast<int>(pi), add.out[0], gi)) continue;
-        accumulate_.push_back({static_cast<int>(pi), gi, j, a});
-        break;
-      }
-    }
-  }
-}
-
-const CudaBackend::AccumulateFusion* CudaBackend::accumulate_fusion(int program, size_t node) const {
-  for (const AccumulateFusion& f : accumulate_)
-    if (f.program == program && (f.gemm == node || f.add == node)) return &f;
-  return nullptr;
-}
-
 Status CudaBackend::plan_gemms() {
   find_relu_fusions();
-  find_accumulate_fusions();
   for (ReluFusion& rf : relu_fusions_) {
     const Shape& y = c_.graph.values[c_.graph.programs[rf.program].nodes[rf.forward].out[0]].shape;
     TRCTL_CUDA_TRY(cudaMalloc(&rf.mask, lt_gemm_relu_mask_bytes(y.dims[0], y.dims[1])));
@@ -282,7 +237,7 @@ Status CudaBackend::plan_gemms() {
         d.m = rows(n.in[0]);
         d.k = cols(n.in[0]);
         d.n = cols(n.in[1]);
-        if (accumulate_fusion(static_cast<int>(pi), i)) d.beta = 1.0f;
+        if (n.attrs.accumulate) d.beta = 1.0f;  // a gradient sum (pass_fuse_grad_accumulate): C = in[2]
       } else if (role == OpKind::LinearGradWeight) {  // dW (M,K) = dY^T (M,R) X (R,K)
         d.m = cols(n.in[0]);
         d.k = rows(n.in[0]);
@@ -357,10 +312,7 @@ Status CudaBackend::lower_gemm_node(int program, size_t i, std::vector<Launch>& 
         a.aux = rf->mask;
         a.d = at(p.nodes[rf->relu_grad].out[0]);
       }
-      if (const AccumulateFusion* af = accumulate_fusion(program, i)) {  // write the gradient sum directly
-        a.c = at(af->other);
-        a.d = at(p.nodes[af->add].out[0]);
-      }
+      if (n.attrs.accumulate) a.c = at(n.in[2]);  // D = dY W + C (beta = 1): the gradient sum
       gemm(a);
       return ok_status();
     }
@@ -464,7 +416,6 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
       return ok_status();
     }
     case OpKind::Add:
-      if (accumulate_fusion(program, i)) return ok_status();  // done by the dX GEMM (beta = 1)
       return lower_cnn_node(program, i, out);
     case OpKind::BatchNorm:
     case OpKind::BatchNormEval:

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/passes/passes.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda_context.h"
 #include "runtime/cuda/cudnn_conv.h"
@@ -35,7 +36,6 @@ static_assert(sizeof(DeviceState) <= static_cast<size_t>(kHyperBytes), "DeviceSt
 
 using Launch = std::function<Status()>;
 
-bool pointwise_conv(const Node& n);
 OpKind gemm_role(const Node& n);
 
 struct SplitData {
@@ -145,14 +145,6 @@ class CudaBackend final : public Backend {
     void* mask;                        // (N, round_up(M, 128) bits) written by the forward, read by the dX GEMM
   };
   std::vector<ReluFusion> relu_fusions_;
-  struct AccumulateFusion {
-    int program;
-    size_t gemm, add;  // node indices: the dX GEMM, the gradient-sum Add it absorbs
-    ValueId other;     // the Add's other operand, read as the GEMM's C
-  };
-  std::vector<AccumulateFusion> accumulate_;
-  void find_accumulate_fusions();
-  const AccumulateFusion* accumulate_fusion(int program, size_t node) const;
   void find_relu_fusions();
   bool early_write_safe(int program, ValueId v, size_t at) const;
   const ReluFusion* relu_fusion(int program, size_t node) const {

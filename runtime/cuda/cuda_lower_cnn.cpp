@@ -160,6 +160,8 @@ Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
     conv = [=] { return cudnn_conv_fwd(h, s, *plan, x, w, b, y, ws, wsb); };
     out.push_back(conv);
   } else if (n.op == OpKind::Conv2dGradInput) {
+    if (n.attrs.accumulate)  // pass_fuse_grad_accumulate fuses only pointwise ones, which are GEMMs
+      return Error{ErrCode::Internal, "cuda backend", "a cuDNN dgrad with a fused gradient sum: " + n.name};
     const void* dy = at(n.in[0]);
     const void* w = pad_w(weight_ptr(n.in[1]));
     void* dx = at(n.out[0]);

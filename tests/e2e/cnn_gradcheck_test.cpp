@@ -155,6 +155,45 @@ TEST_CASE("a residual block with an identity shortcut: the input gradient is the
   gradcheck_train_program(s, 2);
 }
 
+TEST_CASE("a bottleneck block with pointwise convolutions: fused residual batch norm and fused gradient sums",
+          "[e2e][gradcheck][cnn][resnet]") {
+  // stem conv0 3x3 -> bn0 -> relu0; conv1 1x1 -> bn1 -> relu1 -> conv2 3x3 -> bn2 -> relu2 -> conv3 1x1 -> bn3;
+  // shortcut ds_conv 1x1 (relu0) -> ds_bn; add [bn3, ds_bn] -> relu -> gap -> fc. relu0's gradient sums two
+  // pointwise dgrads (conv1, ds_conv): the later one absorbs the sum (pass_fuse_grad_accumulate).
+  Spec s = cnn_base_spec(3);
+  cnn_push(s, conv_layer("conv0", 4, 3, 0, 1));
+  cnn_push(s, cnn_layer(LayerKind::BatchNorm, "bn0"));
+  cnn_push(s, cnn_layer(LayerKind::Relu, "relu0"));
+  cnn_push(s, conv_layer("conv1", 3, 1));
+  cnn_push(s, cnn_layer(LayerKind::BatchNorm, "bn1"));
+  cnn_push(s, cnn_layer(LayerKind::Relu, "relu1"));
+  cnn_push(s, conv_layer("conv2", 3, 3, 0, 1));
+  cnn_push(s, cnn_layer(LayerKind::BatchNorm, "bn2"));
+  cnn_push(s, cnn_layer(LayerKind::Relu, "relu2"));
+  cnn_push(s, conv_layer("conv3", 6, 1));
+  cnn_push(s, cnn_layer(LayerKind::BatchNorm, "bn3"));
+  cnn_push(s, conv_layer("ds_conv", 6, 1, 0, 0, false, {"relu0"}));
+  cnn_push(s, cnn_layer(LayerKind::BatchNorm, "ds_bn"));
+  cnn_push(s, cnn_layer(LayerKind::Add, "add", {"bn3", "ds_bn"}));
+  cnn_push(s, cnn_layer(LayerKind::Relu, "relu3"));
+  cnn_push(s, cnn_layer(LayerKind::GlobalAvgPool, "gap"));
+  cnn_push(s, linear_layer("fc", 3));
+  {
+    Result<Compiled> c = compile_spec(s, image_data(3, 3));
+    REQUIRE(c.ok());
+    const Program& p = *c->graph.find_program("train");
+    int residual = 0, accumulate = 0;
+    for (const auto& n : p.nodes) {
+      residual += n.op == OpKind::BatchNorm && n.attrs.residual;
+      accumulate += n.op == OpKind::Conv2dGradInput && n.attrs.accumulate;
+      CHECK(n.op != OpKind::Add);  // both sums are gone: the forward one and relu0's gradient sum
+    }
+    CHECK(residual == 1);
+    CHECK(accumulate == 1);
+  }
+  gradcheck_train_program(s, 4);  // conv1, conv2, conv3, ds_conv
+}
+
 // ---- training through train_run on the synthetic dataset ----
 
 namespace {

@@ -73,7 +73,7 @@ TEST_CASE("malformed torchrun variables exit 2, each named", "[cli][dist]") {
   CHECK_THAT(r.err, Catch::Contains("MASTER_PORT: 'abc'"));
 }
 
-TEST_CASE("--gpus together with an outer launcher's WORLD_SIZE is refused (exit 2)", "[cli][dist]") {
+TEST_CASE("gpus together with an outer launcher's WORLD_SIZE is refused (exit 2)", "[cli][dist]") {
   const std::string cfg = tiny_config();
   Run r = trctl_env("WORLD_SIZE=2 RANK=0 MASTER_PORT=1", "train " + cfg + " --gpus 2");
   INFO(r.err);
