@@ -39,6 +39,7 @@ BIN=.device/bin
 DATA="$PWD/.device/data"
 mkdir -p "$OUT"
 export TRCTL_FMNIST_ROOT="$DATA"
+export TRCTL_BIN="$PWD/$BIN/trctl"  # tests that run the CLI use the device copy, not the build path baked in
 # cuDNN: the GPU machine's image has it inside PyTorch's nvidia-* wheels, not in the loader's default path.
 if ! ldconfig -p 2>/dev/null | grep -q 'libcudnn.so.9'; then
   NV=$(python3 -c "import nvidia, os; print(list(nvidia.__path__)[0])" 2>/dev/null)

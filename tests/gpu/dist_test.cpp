@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -70,9 +71,15 @@ struct Run {
   std::string err;
 };
 
+// The trctl binary: $TRCTL_BIN when set (the device copy: tools/device_run.sh sets it), else the build's.
+std::string trctl_binary() {
+  const char* env = std::getenv("TRCTL_BIN");
+  return env && *env ? env : TRCTL_BINARY;
+}
+
 Run run_trctl(const std::string& args) {
   const fs::path err = fs::temp_directory_path() / ("trctl_gpu_dist_" + std::to_string(getpid()));
-  const std::string cmd = "env -u RANK -u WORLD_SIZE -u LOCAL_RANK " + std::string(TRCTL_BINARY) + " " + args +
+  const std::string cmd = "env -u RANK -u WORLD_SIZE -u LOCAL_RANK " + trctl_binary() + " " + args +
                           " >/dev/null 2>" + err.string();
   const int st = std::system(cmd.c_str());
   Run r;
