@@ -16,14 +16,33 @@
 namespace trctl {
 namespace {
 
-Status fuse_relu_into(Program& p, const std::vector<OpKind>& producers) {
-  std::map<ValueId, int> uses;
-  for (const auto& n : p.nodes)
-    for (ValueId v : n.in) ++uses[v];
+// The node index that produces each value (programs are in topological order).
+std::map<ValueId, size_t> producers_of(const Program& p) {
   std::map<ValueId, size_t> producer;
   for (size_t i = 0; i < p.nodes.size(); ++i)
     for (ValueId v : p.nodes[i].out) producer[v] = i;
+  return producer;
+}
 
+// How many node inputs read each value.
+std::map<ValueId, int> use_counts(const Program& p) {
+  std::map<ValueId, int> uses;
+  for (const auto& n : p.nodes)
+    for (ValueId v : n.in) ++uses[v];
+  return uses;
+}
+
+// Drops the nodes a pass absorbed into others, keeping the order of the rest.
+void erase_removed(Program& p, const std::vector<bool>& removed) {
+  std::vector<Node> kept;
+  for (size_t i = 0; i < p.nodes.size(); ++i)
+    if (!removed[i]) kept.push_back(std::move(p.nodes[i]));
+  p.nodes = std::move(kept);
+}
+
+Status fuse_relu_into(Program& p, const std::vector<OpKind>& producers) {
+  std::map<ValueId, int> uses = use_counts(p);
+  std::map<ValueId, size_t> producer = producers_of(p);
   std::vector<bool> removed(p.nodes.size(), false);
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     Node& relu = p.nodes[i];
@@ -41,19 +60,8 @@ Status fuse_relu_into(Program& p, const std::vector<OpKind>& producers) {
     producer[relu.out[0]] = it->second;
     removed[i] = true;
   }
-  std::vector<Node> kept;
-  for (size_t i = 0; i < p.nodes.size(); ++i)
-    if (!removed[i]) kept.push_back(std::move(p.nodes[i]));
-  p.nodes = std::move(kept);
+  erase_removed(p, removed);
   return ok_status();
-}
-
-// The node index that produces each value (programs are in topological order).
-std::map<ValueId, size_t> producers_of(const Program& p) {
-  std::map<ValueId, size_t> producer;
-  for (size_t i = 0; i < p.nodes.size(); ++i)
-    for (ValueId v : p.nodes[i].out) producer[v] = i;
-  return producer;
 }
 
 }  // namespace
@@ -65,9 +73,7 @@ bool pointwise_conv(const Node& n) {
 
 Status pass_fuse_grad_accumulate(Graph&, Program& p) {
   if (p.kind != ProgramKind::Train) return ok_status();
-  std::map<ValueId, int> uses;
-  for (const auto& n : p.nodes)
-    for (ValueId v : n.in) ++uses[v];
+  std::map<ValueId, int> uses = use_counts(p);
   std::map<ValueId, size_t> producer = producers_of(p);
   std::vector<bool> removed(p.nodes.size(), false);
   for (size_t j = 0; j < p.nodes.size(); ++j) {
@@ -89,17 +95,12 @@ Status pass_fuse_grad_accumulate(Graph&, Program& p) {
       break;
     }
   }
-  std::vector<Node> kept;
-  for (size_t i = 0; i < p.nodes.size(); ++i)
-    if (!removed[i]) kept.push_back(std::move(p.nodes[i]));
-  p.nodes = std::move(kept);
+  erase_removed(p, removed);
   return ok_status();
 }
 
 Status pass_fuse_bn_add(Graph& g, Program& p) {
-  std::map<ValueId, int> uses;
-  for (const auto& n : p.nodes)
-    for (ValueId v : n.in) ++uses[v];
+  std::map<ValueId, int> uses = use_counts(p);
   const std::map<ValueId, size_t> producer = producers_of(p);
   auto is_bn = [](const Node& n) { return n.op == OpKind::BatchNorm || n.op == OpKind::BatchNormEval; };
   std::vector<bool> removed(p.nodes.size(), false);
@@ -133,10 +134,7 @@ Status pass_fuse_bn_add(Graph& g, Program& p) {
     bn.out[0] = add.out[0];
     removed[i] = true;
   }
-  std::vector<Node> kept;
-  for (size_t i = 0; i < p.nodes.size(); ++i)
-    if (!removed[i]) kept.push_back(std::move(p.nodes[i]));
-  p.nodes = std::move(kept);
+  erase_removed(p, removed);
   return ok_status();
 }
 
