@@ -10,6 +10,7 @@
 #include <iostream>
 #include <set>
 
+#include "apps/cli_errors.h"
 #include "core/compiler.h"
 #include "runtime/report/json.h"
 #include "runtime/train/bench_suites.h"
@@ -27,13 +28,6 @@
 namespace trctl {
 namespace {
 
-constexpr int kExitBadInput = 2;
-
-int report_errors(const std::vector<Error>& errors) {
-  for (const auto& e : errors) std::fprintf(stderr, "error: %s\n", e.str().c_str());
-  bool internal = !errors.empty() && errors.front().code == ErrCode::Internal;
-  return internal ? 1 : kExitBadInput;
-}
 
 std::shared_ptr<spdlog::logger> bench_logger() {
   auto log = spdlog::stderr_color_mt("trctl");

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <thread>
 
+#include "apps/cli_errors.h"
 #include "apps/cmd_bench.h"
 #include "dataio/cifar.h"
 #include "dataio/dts_reader.h"
@@ -20,12 +21,6 @@
 namespace trctl {
 namespace {
 
-constexpr int kExitBadInput = 2;
-
-int report(const std::vector<Error>& errors) {
-  for (const auto& e : errors) std::fprintf(stderr, "error: %s\n", e.str().c_str());
-  return !errors.empty() && errors.front().code == ErrCode::Internal ? 1 : kExitBadInput;
-}
 
 // A progress line on stderr: rewritten in place on a terminal, every 25% otherwise.
 struct Progress {
@@ -98,12 +93,12 @@ Result<std::vector<PackLevelSpec>> parse_levels(const std::vector<std::string>& 
 
 int verify(const PackArgs& a) {
   Result<std::shared_ptr<DtsFile>> f = DtsFile::open(a.verify);
-  if (!f.ok()) return report(f.errors());
+  if (!f.ok()) return report_errors(f.errors());
   Progress prog;
   const auto t0 = std::chrono::steady_clock::now();
   Status st = dts_verify(*f.value(), !a.no_decode, a.threads > 0 ? a.threads : std::thread::hardware_concurrency(),
                          [&](int64_t d, int64_t n) { prog("verify", d, n); });
-  if (!st.ok()) return report(st.errors());
+  if (!st.ok()) return report_errors(st.errors());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("ok: %s: %llu samples, %llu blocks checksummed%s in %.1f s\n", a.verify.c_str(),
               (unsigned long long)f.value()->header().sample_count, (unsigned long long)f.value()->header().block_count,
@@ -120,9 +115,9 @@ int cmd_pack_dts(const PackArgs& a) {
     return kExitBadInput;
   }
   Result<PackSource> src = open_source(a);
-  if (!src.ok()) return report(src.errors());
+  if (!src.ok()) return report_errors(src.errors());
   Result<std::vector<PackLevelSpec>> levels = parse_levels(a.levels);
-  if (!levels.ok()) return report(levels.errors());
+  if (!levels.ok()) return report_errors(levels.errors());
   PackOptions opt;
   opt.block_size = uint64_t(a.block_kib) * 1024;
   opt.reduced = levels.value();
@@ -132,7 +127,7 @@ int cmd_pack_dts(const PackArgs& a) {
   opt.progress = [&](const std::string& s, int64_t d, int64_t n) { prog(s, d, n); };
   const auto t0 = std::chrono::steady_clock::now();
   Result<PackReport> r = dts_pack(src.value(), opt, a.out);
-  if (!r.ok()) return report(r.errors());
+  if (!r.ok()) return report_errors(r.errors());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (const Error& e : r->skipped) std::fprintf(stderr, "skipped: %s\n", e.str().c_str());
   std::printf("packed %lld samples (%zu skipped) from %s into %s: %llu blocks, %.1f MiB, %.1f s (%.0f samples/s)\n",
@@ -146,7 +141,7 @@ int cmd_pack_dts(const PackArgs& a) {
 
 int cmd_dts_info(const std::string& path) {
   Result<std::shared_ptr<DtsFile>> f = DtsFile::open(path);
-  if (!f.ok()) return report(f.errors());
+  if (!f.ok()) return report_errors(f.errors());
   std::cout << dts_info(*f.value());
   return 0;
 }
@@ -157,7 +152,7 @@ int cmd_bench_data(const BenchDataArgs& a) {
   const int workers = a.workers > 0 ? a.workers : static_cast<int>(std::thread::hardware_concurrency());
   Result<std::shared_ptr<StreamSource>> src = folder ? stream_source_folder(a.source)
                                                      : stream_source_dts(a.source, a.level, a.memory, workers);
-  if (!src.ok()) return report(src.errors());
+  if (!src.ok()) return report_errors(src.errors());
   TransformSpec rrc, flip, norm;
   rrc.kind = TransformKind::RandomResizedCrop;
   rrc.size = a.size;
@@ -165,7 +160,7 @@ int cmd_bench_data(const BenchDataArgs& a) {
   norm.kind = TransformKind::Normalize;
   Result<ImagePipeline> pipe = image_pipeline_build({rrc, flip, norm}, {0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}, 3,
                                                     "bench data");
-  if (!pipe.ok()) return report(pipe.errors());
+  if (!pipe.ok()) return report_errors(pipe.errors());
   StreamLoaderOptions lo;
   lo.batch_size = a.batch;
   lo.shuffle = true;
@@ -174,7 +169,7 @@ int cmd_bench_data(const BenchDataArgs& a) {
   lo.io_threads = a.io_threads;
   lo.dtype = a.fp32 ? OutDType::F32 : OutDType::F16;
   Result<std::unique_ptr<StreamLoader>> ld = StreamLoader::create(src.value(), pipe.value(), lo);
-  if (!ld.ok()) return report(ld.errors());
+  if (!ld.ok()) return report_errors(ld.errors());
   StreamLoader& loader = *ld.value();
   // Batches run over as many epochs as needed; the clock starts after the warm-up batches.
   int64_t done = 0, images = 0;
@@ -189,7 +184,7 @@ int cmd_bench_data(const BenchDataArgs& a) {
     }
     StreamBatch batch;
     Result<bool> more = loader.next(&batch);
-    if (!more.ok()) return report(more.errors());
+    if (!more.ok()) return report_errors(more.errors());
     if (!more.value()) {
       loader.start_epoch(++epoch);
       --b;

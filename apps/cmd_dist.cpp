@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "apps/cli_errors.h"
 #include "core/spec/spec.h"
 #include "runtime/dist/rendezvous.h"
 #if defined(TRCTL_HAVE_CUDA)
@@ -23,8 +24,6 @@
 
 namespace trctl {
 namespace {
-
-constexpr int kExitBadInput = 2;
 
 std::atomic<int> g_forward_signal{0};  // a signal to pass on to the workers (the handler can reach nothing else)
 extern "C" void on_launcher_signal(int sig) { g_forward_signal.store(sig); }

@@ -4,19 +4,10 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "apps/cli_errors.h"
 #include "runtime/train/export.h"
 
 namespace trctl {
-namespace {
-
-constexpr int kExitBadInput = 2, kExitEnvironment = 1;
-
-int print_errors(const std::vector<Error>& errors, int code) {
-  for (const auto& e : errors) std::fprintf(stderr, "error: %s\n", e.str().c_str());
-  return !errors.empty() && errors.front().code == ErrCode::Internal ? 1 : code;
-}
-
-}  // namespace
 
 CLI::App* export_subcommand(CLI::App& app, ExportArgs& a) {
   CLI::App* cmd = app.add_subcommand("export", "write a checkpoint's weights as a safetensors file for PyTorch");
@@ -49,9 +40,9 @@ int cmd_export(const ExportArgs& a) {
     return kExitBadInput;
   }
   Result<ExportFile> f = export_prepare(opt);
-  if (!f.ok()) return print_errors(f.errors(), kExitBadInput);
+  if (!f.ok()) return report_errors(f.errors(), kExitBadInput);
   Status st = safetensors_write(opt.output, f->tensors, f->metadata);
-  if (!st.ok()) return print_errors(st.errors(), kExitEnvironment);
+  if (!st.ok()) return report_errors(st.errors(), kExitEnvironment);
   const ExportReport& r = f->report;
   std::printf("exported %lld tensors (%lld bytes, %s, %s weights, step %lld) from %s to %s\n",
               static_cast<long long>(r.tensors), static_cast<long long>(r.bytes), a.dtype.c_str(),

@@ -6,18 +6,13 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "apps/cli_errors.h"
 #include "runtime/report/report_plot.h"
 #include "runtime/report/report_write.h"
 
 namespace trctl {
 namespace {
 
-constexpr int kExitBadInput = 2;
-
-int report_errors(const std::vector<Error>& errors) {
-  for (const auto& e : errors) std::fprintf(stderr, "error: %s\n", e.str().c_str());
-  return !errors.empty() && errors.front().code == ErrCode::Internal ? 1 : kExitBadInput;
-}
 
 Result<std::vector<ToolResult>> read_inputs(const ReportArgs& a) {
   std::vector<ToolResult> inputs;

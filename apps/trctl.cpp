@@ -12,6 +12,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "apps/cli_errors.h"
 #include "apps/cmd_bench.h"
 #include "apps/cmd_data.h"
 #include "apps/cmd_export.h"
@@ -26,13 +27,6 @@
 namespace trctl {
 namespace {
 
-constexpr int kExitBadInput = 2;
-
-int report_errors(const std::vector<Error>& errors) {
-  for (const auto& e : errors) std::fprintf(stderr, "error: %s\n", e.str().c_str());
-  bool internal = !errors.empty() && errors.front().code == ErrCode::Internal;
-  return internal ? 1 : kExitBadInput;
-}
 
 struct SpecArgs {
   std::string config;
