@@ -41,7 +41,9 @@ class Result {
   T& value() { return std::get<0>(v_); }
   const T& value() const { return std::get<0>(v_); }
   T& operator*() { return value(); }
+  const T& operator*() const { return value(); }
   T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
   const std::vector<Error>& errors() const { return std::get<1>(v_); }
   std::string error_text() const {
     std::string s;
