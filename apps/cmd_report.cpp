@@ -41,7 +41,7 @@ Status write_report(const ReportArgs& a, const ReportDoc& doc, const std::string
   if (ec) return Error{ErrCode::Io, a.out, "cannot create the report directory: " + ec.message()};
   if (!a.no_plots) {
     Status st = report_write_file(a.out + "/plots.gp", plot_script(doc.groups));
-    if (st.ok()) st = plot_run(gnuplot, a.out, "plots.gp");
+    if (st.ok()) st = plot_run(gnuplot, a.out, "plots.gp", doc.plots);
     if (!st.ok()) return st;
   }
   Status st = report_write_file(a.out + "/report.md", report_markdown(doc));
@@ -86,8 +86,10 @@ int cmd_report(const ReportArgs& a) {
   if (!st.ok()) return report_errors(st.errors());
   int diffs = 0;
   for (const FairRow& r : doc.fairness) diffs += r.mark == FairMark::Differs;
-  std::printf("report: %s/report.md, %s/report.html%s; %zu tools, %d recipe difference%s\n", a.out.c_str(),
-              a.out.c_str(), a.no_plots ? " (no plots)" : ", 4 plots", doc.groups.size(), diffs, diffs == 1 ? "" : "s");
+  const std::string plots = a.no_plots ? " (no plots)" : ", " + std::to_string(doc.plots.size()) + " plots";
+  std::printf("report: %s/report.md, %s/report.html%s; %zu tools, %d recipe difference%s%s\n", a.out.c_str(),
+              a.out.c_str(), plots.c_str(), doc.groups.size(), diffs, diffs == 1 ? "" : "s",
+              doc.results.throughput_only ? "; throughput only (synthetic data)" : "");
   return 0;
 }
 

@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """PyTorch side of the CNN training-throughput benchmark (configs/{vgg16bn,resnet18,resnet50}.yaml's recipe).
 
-PyTorch at its strongest on one GPU: torchvision model (weights=None) in channels_last, a synthetic uint8 dataset
-resident on the GPU (a pool of 10 batches = 2,560 images, trctl's data.synthetic.train_size), normalized on the
-GPU every step, fp16 autocast with GradScaler (or bf16 without), cudnn.benchmark, TF32 allowed, fused SGD with
+PyTorch at its strongest on one GPU: torchvision model (weights=None, then trctl's init: Kaiming-uniform fan_in
+conv/linear weights, zero biases) in channels_last, a synthetic uint8 dataset resident on the GPU (--train-size
+images, default 2,560 = trctl's data.synthetic.train_size, rounded up to whole batches), normalized on the GPU
+every step, fp16 autocast with GradScaler (or bf16 without), cudnn.benchmark, TF32 allowed, fused SGD with
 Nesterov momentum and weight decay on conv/linear weights only (trctl's decay_bias_and_norm: false),
 cross-entropy with label smoothing 0.1. Mode `compiled` runs torch.compile over normalize + forward + loss (and its
 backward); the optimizer step and GradScaler stay eager (as in benchmarks/pytorch_mlp_fmnist.py).
-Timing: CUDA events around --steps steps after --warmup steps; compile time (the first step) is reported apart
-and excluded. Writes one JSON object to --json after every mode (so a later failure or timeout keeps the earlier
-results) and prints one human line per mode.
+Timing: after the first step (compilation, cuDNN autotuning; reported apart) and --warmup steps, --repeats
+windows of --steps steps, each between CUDA events with its own memory peak. Writes one JSON object to --json
+after every mode (so a later failure or timeout keeps the earlier results), prints one human line per mode, and
+with --out-dir writes DIR/torch_eager.json and DIR/torch_compiled.json in the trctl-bench-result/1 schema (one run
+per window; benchmarks/cnn_result.py, the torch-free half) for
+    trctl report RUN_DIR --vs DIR/torch_compiled.json --vs DIR/torch_eager.json -o REPORT_DIR
 """
 import argparse
 import gc
@@ -26,12 +30,11 @@ import torch
 import torch.nn as nn
 import torchvision
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cnn_result  # noqa: E402 -- the torch-free schema writer next to this file
+from cnn_result import CLASSES, LABEL_SMOOTHING, LR, MEAN, MOMENTUM, SIDE, STD, WEIGHT_DECAY  # noqa: E402
+
 MODELS = {"vgg16bn": "vgg16_bn", "resnet18": "resnet18", "resnet50": "resnet50"}
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
-POOL_BATCHES = 10
-# The recipe of configs/*.yaml: lr 0.36 at global batch 2048 scaled linearly to 256 (trctl's configs say so too).
-LR, MOMENTUM, WEIGHT_DECAY, LABEL_SMOOTHING, CLASSES, SIDE = 0.045, 0.9, 1e-4, 0.1, 1000, 224
 
 
 def log(msg):
@@ -42,10 +45,15 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", choices=sorted(MODELS), default="resnet50")
     p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--steps", type=int, default=50, help="timed steps")
+    p.add_argument("--steps", type=int, default=50, help="timed steps per window")
+    p.add_argument("--repeats", type=int, default=3, help="timed windows (the report's runs)")
     p.add_argument("--warmup", type=int, default=15, help="untimed steps before timing (after the compile step)")
+    p.add_argument("--train-size", type=int, default=2560,
+                   help="synthetic images resident on the GPU (trctl's data.synthetic.train_size), whole batches")
     p.add_argument("--mode", choices=["eager", "compiled", "both"], default="both")
     p.add_argument("--json", default="", help="write the result object here (rewritten after every mode)")
+    p.add_argument("--out-dir", default="",
+                   help="write torch_eager.json and torch_compiled.json (trctl-bench-result/1) into this folder")
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--amp", choices=["fp16", "bf16", "none"], default="fp16")
     p.add_argument("--compile-modes", default="max-autotune,default",
@@ -62,20 +70,72 @@ def setup_backends():
     torch.set_float32_matmul_precision("high")
 
 
-def make_pool(batch, dev):
+def pool_batches(args):
+    return max(1, -(-args.train_size // args.batch))
+
+
+def make_pool(batch, n_batches, dev):
     """(P, B, H, W, C) uint8 images and (P, B) int64 labels, resident on the GPU (trctl stores samples NHWC)."""
     g = torch.Generator(device=dev)
     g.manual_seed(0)
-    images = torch.randint(0, 256, (POOL_BATCHES, batch, SIDE, SIDE, 3), dtype=torch.uint8, device=dev, generator=g)
-    labels = torch.randint(0, CLASSES, (POOL_BATCHES, batch), dtype=torch.int64, device=dev, generator=g)
+    images = torch.randint(0, 256, (n_batches, batch, SIDE, SIDE, 3), dtype=torch.uint8, device=dev, generator=g)
+    labels = torch.randint(0, CLASSES, (n_batches, batch), dtype=torch.int64, device=dev, generator=g)
     return images, labels
+
+
+def init_like_trctl(model):
+    """trctl's kaiming_uniform_fan_in (bound sqrt(6/fan_in)) on conv/linear weights, zero biases; batch norm 1/0."""
+    for m in model.modules():
+        if isinstance(m, (nn.Conv2d, nn.Linear)):
+            nn.init.kaiming_uniform_(m.weight, mode="fan_in", nonlinearity="relu")
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
 
 
 def make_model(name, memory_format, dev):
     model = getattr(torchvision.models, MODELS[name])(weights=None)
     if name == "vgg16bn":
         model.avgpool = nn.Identity()  # AdaptiveAvgPool2d((7, 7)) on a 7x7 map: the identity (trctl omits it too)
+    init_like_trctl(model)
     return model.to(dev).to(memory_format=memory_format).train()
+
+
+# torchvision modules as trctl's layer types (configs/*.yaml are generated layer for layer from these models).
+TRCTL_TYPES = {nn.Conv2d: "conv2d", nn.BatchNorm2d: "batch_norm", nn.ReLU: "relu", nn.MaxPool2d: "max_pool",
+               nn.AdaptiveAvgPool2d: "global_avg_pool", nn.Linear: "linear", nn.Dropout: "dropout"}
+
+
+def model_facts(name, dev):
+    """The model in trctl's words, traced by one forward pass: every call of a leaf module is a layer (ResNet's
+    ReLU module runs 2 or 3 times per block, as trctl's config has 2 or 3 relu layers), each residual block adds
+    an `add`, VGG's torch.flatten before the classifier a `flatten`; parameter and weight-decay tensor counts."""
+    model = make_model(name, torch.contiguous_format, dev).eval()
+    counts, hooks = {}, []
+
+    def seen(kind):
+        counts[kind] = counts.get(kind, 0) + 1  # dicts keep the order of first use
+
+    for m in model.modules():
+        kind = next((t for cls, t in TRCTL_TYPES.items() if type(m) is cls), None)
+        if kind is not None:
+            hooks.append(m.register_forward_hook(lambda mod, i, o, kind=kind: seen(kind)))
+        elif type(m).__name__ in ("BasicBlock", "Bottleneck"):
+            hooks.append(m.register_forward_hook(lambda mod, i, o: seen("add")))
+    if name == "vgg16bn":
+        hooks.append(model.classifier.register_forward_pre_hook(lambda mod, i: seen("flatten")))
+    with torch.no_grad():
+        model(torch.zeros(1, 3, SIDE, SIDE, device=dev))
+    for h in hooks:
+        h.remove()
+    params = list(model.parameters())
+    facts = {"layer_counts": list(counts.items()), "parameters": sum(p.numel() for p in params),
+             "decay_tensors": sum(1 for p in params if p.ndim > 1),
+             "no_decay_tensors": sum(1 for p in params if p.ndim <= 1)}
+    del model
+    return facts
 
 
 def make_optimizer(model):
@@ -155,12 +215,10 @@ def first_step(train, pool, timeout_s):
     return time.perf_counter() - t0
 
 
-def measure(args, train, pool, first_s):
-    """Warm-up, then --steps timed steps between CUDA events; memory peaks over the timed region."""
+def timed_window(args, train, pool, first_index):
+    """--steps steps between CUDA events, the memory peaks of just these steps; (window dict, last loss)."""
     images, labels = pool
     n_pool = images.shape[0]
-    for i in range(1, args.warmup + 1):
-        train.step(images[i % n_pool], labels[i % n_pool])
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -168,22 +226,41 @@ def measure(args, train, pool, first_s):
     start.record()
     loss = None
     for i in range(args.steps):
-        k = (args.warmup + 1 + i) % n_pool
+        k = (first_index + i) % n_pool
         loss = train.step(images[k], labels[k])
     end.record()
     torch.cuda.synchronize()
     wall_s = time.perf_counter() - t0
     ms = start.elapsed_time(end)
+    return {"steps": args.steps, "ms": ms, "img_per_s": args.batch * args.steps / (ms / 1e3),
+            "ms_per_step": ms / args.steps, "wall_ms_per_step": 1e3 * wall_s / args.steps,
+            "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+            "peak_reserved_bytes": torch.cuda.max_memory_reserved()}, loss
+
+
+def measure(args, train, pool, first_s):
+    """Warm-up, then --repeats windows of --steps timed steps; the totals over all windows as before."""
+    images, labels = pool
+    n_pool = images.shape[0]
+    for i in range(1, args.warmup + 1):
+        train.step(images[i % n_pool], labels[i % n_pool])
+    windows, loss = [], None
+    for r in range(max(1, args.repeats)):
+        w, loss = timed_window(args, train, pool, args.warmup + 1 + r * args.steps)
+        windows.append(w)
+    ms = sum(w["ms"] for w in windows)
+    steps = args.steps * len(windows)
     last_loss = float(loss.detach().float().item())
     return {
-        "img_per_s": args.batch * args.steps / (ms / 1e3),
-        "ms_per_step": ms / args.steps,
-        "wall_ms_per_step": 1e3 * wall_s / args.steps,
-        "timed_steps": args.steps,
+        "img_per_s": args.batch * steps / (ms / 1e3),
+        "ms_per_step": ms / steps,
+        "wall_ms_per_step": sum(w["wall_ms_per_step"] for w in windows) / len(windows),
+        "timed_steps": steps,
         "warmup_steps": args.warmup,
         "first_step_s": first_s,
-        "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
-        "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+        "windows": windows,
+        "peak_allocated_bytes": max(w["peak_allocated_bytes"] for w in windows),
+        "peak_reserved_bytes": max(w["peak_reserved_bytes"] for w in windows),
         "last_loss": last_loss,
         "loss_finite": math.isfinite(last_loss),
         "loss_scale_end": float(train.scaler.get_scale()) if args.amp == "fp16" else None,
@@ -257,14 +334,15 @@ def env_info():
     return info
 
 
-def recipe(args):
+def legacy_recipe(args):
+    """The recipe as the combined --json file has always stated it."""
     return {
         "model": f"torchvision.models.{MODELS[args.model]}(weights=None)"
                  + ("; avgpool (AdaptiveAvgPool2d 7x7 on a 7x7 map) replaced by Identity" if args.model == "vgg16bn"
                     else ""),
-        "init": "torchvision's own (differs from trctl's kaiming_uniform_fan_in; no effect on throughput)",
-        "input": f"{SIDE}x{SIDE}x3 uint8, {POOL_BATCHES} random batches resident on the GPU, random labels in "
-                 f"[0, {CLASSES})",
+        "init": "trctl's kaiming_uniform_fan_in on conv/linear weights, zero biases, batch norm 1/0",
+        "input": f"{SIDE}x{SIDE}x3 uint8, {pool_batches(args)} random batches resident on the GPU, random labels "
+                 f"in [0, {CLASSES})",
         "normalization": {"mean": MEAN, "std": STD, "where": "GPU, every step, x/255 then (x - mean) / std"},
         "batch": args.batch,
         "memory_format": "channels_last" if args.channels_last else "contiguous",
@@ -279,7 +357,8 @@ def recipe(args):
         "tf32": True,
         "compile_modes_tried": args.compile_modes,
         "compiled_region": "normalize + forward + loss (+ its backward); optimizer step and GradScaler eager",
-        "timing": "CUDA events around the timed steps; the first step (compile, cudnn autotuning) excluded",
+        "timing": "CUDA events around each of --repeats windows of --steps steps; the first step (compile, cudnn "
+                  "autotuning) and --warmup steps excluded",
     }
 
 
@@ -311,9 +390,29 @@ def main():
     dev = torch.device("cuda")
     torch.manual_seed(0)
     setup_backends()
-    pool = make_pool(args.batch, dev)
-    out = {"model": args.model, "batch": args.batch, "results": {}, "recipe": recipe(args), "env": env_info(),
+    pool = make_pool(args.batch, pool_batches(args), dev)
+    env = env_info()
+    out = {"model": args.model, "batch": args.batch, "results": {}, "recipe": legacy_recipe(args), "env": env,
            "pool_bytes": pool[0].numel() + pool[1].numel() * 8}
+    facts = None
+    if args.out_dir:
+        try:
+            facts = model_facts(args.model, dev)
+            out["model_facts"] = facts
+        except Exception as e:  # noqa: BLE001 -- the measurement still runs; the schema files are not written
+            log(f"model_facts failed ({type(e).__name__}: {e}); no --out-dir files")
+        free_memory()
+
+    def write_schema_files():  # after every mode, as --json: a later timeout keeps the modes measured so far
+        if not args.out_dir or facts is None:
+            return
+        cfg = {"model": args.model, "batch": args.batch, "train_images": pool_batches(args) * args.batch,
+               "steps": args.steps, "warmup": args.warmup, "repeats": max(1, args.repeats), "amp": args.amp,
+               "channels_last": args.channels_last,
+               "tf32": torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32}
+        for path in cnn_result.write_results(args.out_dir, cfg, facts, env, out["results"]):
+            log(f"wrote {path}")
+
     modes = ["eager", "compiled"] if args.mode == "both" else [args.mode]
     for mode in modes:
         log(f"{args.model} {mode}: batch {args.batch}, {args.warmup} warm-up + {args.steps} timed steps ...")
@@ -326,6 +425,7 @@ def main():
         out["results"][mode] = res
         log(human_line(args.model, mode, res))
         write_json(args, out)
+        write_schema_files()
     if "eager" in out["results"] and "compiled" in out["results"]:
         e, c = out["results"]["eager"], out["results"]["compiled"]
         if "img_per_s" in e and "img_per_s" in c:

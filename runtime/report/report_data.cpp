@@ -3,6 +3,7 @@
 #include "runtime/report/report_data.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -168,7 +169,9 @@ Result<RunData> run_from_json(const JsonNode& r, const std::string& path, size_t
                                                     {"best_val_top1", &run.best_val_top1},
                                                     {"epochs_per_s_steady", &run.epochs_per_s_steady},
                                                     {"images_per_s_steady", &run.images_per_s_steady},
-                                                    {"seconds", &run.seconds}};
+                                                    {"seconds", &run.seconds},
+                                                    {"ms_per_step", &run.ms_per_step},
+                                                    {"peak_memory_bytes", &run.peak_memory_bytes}};
   for (const auto& [key, dst] : fields) {
     Status st = get_number(r, key, path, ctx, dst);
     if (!st.ok()) return st.errors();
@@ -184,6 +187,24 @@ Result<RunData> run_from_json(const JsonNode& r, const std::string& path, size_t
   }
   report_run_finalize(run);
   return run;
+}
+
+// plan.txt's "memory plan (N bytes):" line: the bytes the memory plan places; NaN without one.
+double plan_bytes(const std::string& plan) {
+  const std::string tag = "\nmemory plan (";
+  const size_t at = plan.find(tag);
+  if (at == std::string::npos) return kNoFigure;
+  char* end = nullptr;
+  const double v = std::strtod(plan.c_str() + at + tag.size(), &end);
+  return end && std::strncmp(end, " bytes)", 7) == 0 ? v : kNoFigure;
+}
+
+bool starts_with_nocase(const std::string& s, const char* prefix) {
+  const size_t first = s.find_first_not_of(" \t");
+  if (first == std::string::npos) return false;
+  for (size_t i = 0; prefix[i]; ++i)
+    if (first + i >= s.size() || std::tolower(static_cast<unsigned char>(s[first + i])) != prefix[i]) return false;
+  return true;
 }
 
 }  // namespace
@@ -223,7 +244,14 @@ Result<ToolResult> report_read_run_dir(const std::string& dir) {
   run.source = dir;
   run.epochs = std::move(epochs.value());
   report_run_finalize(run);
+  run.peak_memory_bytes = plan_bytes(plan);
+  const bool has_memory = std::isfinite(run.peak_memory_bytes);
   t.runs.push_back(std::move(run));
+  report_tool_finish(t);
+  if (has_memory && t.synthetic)  // the memory column of a throughput report says what it counts
+    t.recipe.push_back({"memory_measure", "the memory plan (plan.txt: weights, gradients, optimizer state, inputs, "
+                                          "activations); without the AMP weight copy, workspaces, resident data and "
+                                          "the CUDA context"});
   return t;
 }
 
@@ -255,7 +283,31 @@ Result<ToolResult> report_read_result_json(const std::string& path) {
     if (!r.ok()) return r.errors();
     t.runs.push_back(std::move(r.value()));
   }
+  report_tool_finish(t);
   return t;
+}
+
+void report_tool_finish(ToolResult& t) {
+  const std::string* dataset = recipe_find(t.recipe, "dataset");
+  t.synthetic = dataset && starts_with_nocase(*dataset, "synthetic");
+  const std::string* batch_text = recipe_find(t.recipe, "batch_size");
+  const double batch = batch_text ? std::strtod(batch_text->c_str(), nullptr) : 0;
+  for (RunData& r : t.runs) {
+    if (t.synthetic) {  // random labels: an accuracy would be a claim about nothing
+      for (EpochPoint& e : r.epochs) e.train_top1 = e.val_top1 = kNoFigure;
+      r.final_val_top1 = r.best_val_top1 = kNoFigure;
+    }
+    if (!std::isfinite(r.ms_per_step) && batch > 0 && std::isfinite(r.images_per_s_steady) &&
+        r.images_per_s_steady > 0)
+      r.ms_per_step = 1000 * batch / r.images_per_s_steady;
+  }
+}
+
+bool report_throughput_only(const std::vector<ToolResult>& groups) {
+  if (groups.empty()) return false;
+  for (const ToolResult& g : groups)
+    if (!g.synthetic) return false;
+  return true;
 }
 
 void report_run_finalize(RunData& run) {
@@ -304,6 +356,7 @@ std::vector<ToolResult> report_group(std::vector<ToolResult> inputs) {
                          g->runs.front().source + ") vs '" + (b ? *b : "-") + "' (" + in.runs.front().source +
                          ")");
     }
+    g->synthetic = g->synthetic || in.synthetic;
     for (RunData& r : in.runs) g->runs.push_back(std::move(r));
   }
   auto ref = std::find_if(groups.begin(), groups.end(), [](const ToolResult& g) { return g.tool == "trctl"; });

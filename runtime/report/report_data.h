@@ -27,6 +27,8 @@ struct RunData {
   double epochs_per_s_steady = kNoFigure;  // (epochs - 1) / seconds of epochs 2..N: epoch 1 holds compile/capture
   double images_per_s_steady = kNoFigure;  // training images/s over epochs 2..N (epoch 1 when it is the only one)
   double seconds = kNoFigure;              // sum of the epochs' seconds
+  double ms_per_step = kNoFigure;          // stated, else 1000 * batch size / images_per_s_steady
+  double peak_memory_bytes = kNoFigure;    // each tool's own measure (recipe item memory_measure)
 };
 
 struct RecipeItem {
@@ -40,6 +42,9 @@ struct ToolResult {
   std::vector<RecipeItem> recipe;
   std::vector<RunData> runs;
   std::vector<std::string> notes;  // e.g. runs of one group whose recipes differ
+  // Trained on synthetic data (random images and labels; the recipe's dataset starts with "synthetic"): a
+  // throughput measurement whose accuracies mean nothing, so the readers drop them (report_tool_finish).
+  bool synthetic = false;
 };
 
 // A trctl run directory: config.resolved.yaml (the recipe, with plan.txt when present), metrics.jsonl's epoch
@@ -48,6 +53,13 @@ Result<ToolResult> report_read_run_dir(const std::string& dir);
 
 // A result file in the trctl-bench-result schema (any tool). Errors name the file and the offset or JSON path.
 Result<ToolResult> report_read_result_json(const std::string& path);
+
+// What every reader does last: marks a synthetic-data input and drops its accuracies (top-1 per epoch, final,
+// best), and fills each run's ms_per_step from the recipe's batch_size where the run does not state it.
+void report_tool_finish(ToolResult& t);
+
+// True when there are inputs and every one trained on synthetic data: the report then shows throughput only.
+bool report_throughput_only(const std::vector<ToolResult>& groups);
 
 // Sorts a run's epochs (a repeated epoch keeps its last record) and computes its figures from them.
 void report_run_finalize(RunData& run);

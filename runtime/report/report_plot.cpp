@@ -33,6 +33,7 @@ struct Figure {
   const char* title;
   const char* ylabel;
   std::vector<Series> series;
+  bool rate = false;  // images/s: from zero, or logarithmic when the series span more than a factor of 10
 };
 
 const std::vector<Figure>& figures() {
@@ -42,8 +43,16 @@ const std::vector<Figure>& figures() {
       {"accuracy.png", "Top-1 accuracy per epoch (solid: train, dashed: validation)", "top-1 (%)",
        {{kTrainTop1, "train", 1}, {kValTop1, "val", 2}}},
       {"lr.png", "Learning rate per epoch", "learning rate", {{kLr, "lr", 1}}},
-      {"throughput.png", "Training throughput per epoch", "images/s", {{kImagesPerS, "images/s", 1}}},
+      {"throughput.png", "Training throughput per epoch", "images/s", {{kImagesPerS, "images/s", 1}}, true},
   };
+  return f;
+}
+
+// A throughput report's per-epoch figure (runs with epoch records only); its bar chart is write_bars'.
+const Figure& epoch_throughput_figure() {
+  static const Figure f = {"throughput_epochs.png",
+                           "Training throughput per epoch (runs with epoch records; epoch 1 holds graph capture)",
+                           "images/s", {{kImagesPerS, "images/s", 1}}, true};
   return f;
 }
 
@@ -149,12 +158,12 @@ std::vector<std::string> plot_clauses(const std::vector<ToolResult>& groups, con
 
 void write_figure(std::ostringstream& os, const std::vector<ToolResult>& groups, const Figure& f) {
   const std::vector<std::string> clauses = plot_clauses(groups, f);
-  const bool log = std::string(f.file) == "throughput.png" && wide_range(groups, kImagesPerS);
+  const bool log = f.rate && wide_range(groups, kImagesPerS);
   os << "\nset output " << quoted(f.file) << "\n";
   os << "set title " << quoted(f.title + std::string(log ? " (log scale)" : "")) << "\n";
   os << "set xlabel \"epoch\"\nset ylabel " << quoted(f.ylabel) << "\n";
   os << (log ? "set logscale y\n" : "unset logscale y\n");
-  const bool from_zero = !log && std::string(f.file) == "throughput.png";  // a rate's ratio reads off the bars
+  const bool from_zero = !log && f.rate;  // a rate's ratio reads off the axis
   os << (from_zero ? "set yrange [0:*]\n" : "set yrange [*:*]\n");
   if (clauses.empty()) {  // an empty figure still says so rather than leaving a file out
     os << "set xrange [0:1]\nset yrange [0:1]\n";
@@ -165,6 +174,36 @@ void write_figure(std::ostringstream& os, const std::vector<ToolResult>& groups,
     for (size_t i = 0; i < clauses.size(); ++i) os << (i ? ", \\\n     " : "") << clauses[i];
     os << "\n";
   }
+  os << "set output\n";
+}
+
+// throughput.png of a throughput report: one bar per group at its median steady images/s, whiskers from the
+// lowest to the highest run, the median written above; a group without the figure has no bar.
+void write_bars(std::ostringstream& os, const std::vector<ToolResult>& groups) {
+  std::string xtics, clauses;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    xtics += (g ? ", " : "") + quoted(groups[g].name) + " " + std::to_string(g);
+    std::vector<double> ips;
+    for (const RunData& r : groups[g].runs) ips.push_back(r.images_per_s_steady);
+    const Spread s = spread_of(ips);
+    if (s.n == 0) continue;
+    char row[160];
+    std::snprintf(row, sizeof row, "%zu %.9g %.9g %.9g 0.3\n", g, s.median, s.min, s.max);
+    os << "$bars" << g << " << EOD\n" << row << "EOD\n";
+    const std::string block = "$bars" + std::to_string(g);
+    clauses += std::string(clauses.empty() ? "" : ", \\\n     ") + block +
+               " using 1:2:3:4:5 with boxerrorbars lc rgb \"" + kColors[g % (sizeof kColors / sizeof kColors[0])] +
+               "\" notitle, \\\n     " + block + " using 1:4:(sprintf(\"%.0f\", $2)) with labels offset 0,1 notitle";
+  }
+  os << "\nset output \"throughput.png\"\n";
+  os << "set title \"Training throughput, steady (bar: median images/s; whiskers: lowest and highest run)\"\n";
+  os << "set xlabel \"\"\nset ylabel \"images/s\"\nunset logscale y\nset yrange [0:*]\n";
+  os << "set xrange [-0.6:" << groups.size() - 0.4 << "]\nset xtics (" << xtics << ")\n";
+  os << "set style fill solid 0.6 border -1\nset offsets 0, 0, graph 0.1, 0\n";
+  if (clauses.empty())
+    os << "set label 1 \"no data in the inputs\" at graph 0.5, 0.5 center\nplot 2 notitle\nunset label 1\n";
+  else
+    os << "plot " << clauses << "\n";
   os << "set output\n";
 }
 
@@ -191,7 +230,13 @@ bool png_file(const std::string& path) {
 
 }  // namespace
 
-std::vector<PlotRef> plot_refs() {
+std::vector<PlotRef> plot_refs(bool throughput_only) {
+  if (throughput_only)
+    return {{"throughput.png", "Throughput",
+             "steady training images/s of each tool (bar: the median of its runs, whiskers: the lowest and highest "
+             "run)"},
+            {"throughput_epochs.png", "Throughput per epoch",
+             "training images/s of each epoch, for the runs with epoch records (epoch 1 holds graph capture)"}};
   return {{"loss.png", "Loss",
            "train and validation loss per epoch (each tool's validation loss as its recipe states)"},
           {"accuracy.png", "Accuracy", "train and validation top-1 per epoch (train top-1 where the tool records it)"},
@@ -226,11 +271,17 @@ std::string plot_script(const std::vector<ToolResult>& groups) {
   os << "set format y \"%g\"\n";
   os << (last_epoch(groups) <= 20 ? "set xtics 1\n\n" : "set xtics autofreq\n\n");  // whole epochs on short runs
   write_blocks(os, groups);
+  if (report_throughput_only(groups)) {  // synthetic data: no loss or accuracy figure
+    write_figure(os, groups, epoch_throughput_figure());
+    write_bars(os, groups);
+    return os.str();
+  }
   for (const Figure& f : figures()) write_figure(os, groups, f);
   return os.str();
 }
 
-Status plot_run(const std::string& gnuplot, const std::string& dir, const std::string& script_name) {
+Status plot_run(const std::string& gnuplot, const std::string& dir, const std::string& script_name,
+                const std::vector<PlotRef>& refs) {
   const std::string log = dir + "/gnuplot.log";
   const pid_t pid = ::fork();
   if (pid < 0) return Error{ErrCode::Io, "gnuplot", std::string("cannot start: ") + std::strerror(errno)};
@@ -249,7 +300,7 @@ Status plot_run(const std::string& gnuplot, const std::string& dir, const std::s
     return Error{ErrCode::Internal, dir + "/" + script_name,
                  "gnuplot (" + gnuplot + ") failed with status " + std::to_string(WEXITSTATUS(status)) +
                      "; its output (" + log + "):\n" + log_tail(log)};
-  for (const PlotRef& p : plot_refs())
+  for (const PlotRef& p : refs)
     if (!png_file(dir + "/" + p.file))
       return Error{ErrCode::Internal, dir + "/" + p.file, "gnuplot did not write this PNG; its output:\n" +
                                                               log_tail(log)};

@@ -14,17 +14,20 @@ struct PlotRef {
   std::string caption;  // one line under the image
 };
 
-// loss.png, accuracy.png, lr.png, throughput.png, in this order.
-std::vector<PlotRef> plot_refs();
+// loss.png, accuracy.png, lr.png, throughput.png, in this order; for a throughput report (every input on
+// synthetic data) throughput.png (bars) and throughput_epochs.png.
+std::vector<PlotRef> plot_refs(bool throughput_only);
 
 // gnuplot itself: $TRCTL_GNUPLOT when set, else `gnuplot` on PATH; an error saying how to install it otherwise.
 Result<std::string> gnuplot_find();
 
-// The script that writes plot_refs()' files into the current directory (gnuplot >= 5: inline data blocks).
+// The script that writes plot_refs(report_throughput_only(groups))' files into the current directory
+// (gnuplot >= 5: inline data blocks).
 std::string plot_script(const std::vector<ToolResult>& groups);
 
 // Runs `gnuplot SCRIPT` with `dir` as its working directory (its output in dir/gnuplot.log) and checks that
-// every PNG was written and starts with the PNG signature.
-Status plot_run(const std::string& gnuplot, const std::string& dir, const std::string& script_name);
+// every PNG of `refs` was written and starts with the PNG signature.
+Status plot_run(const std::string& gnuplot, const std::string& dir, const std::string& script_name,
+                const std::vector<PlotRef>& refs);
 
 }  // namespace trctl

@@ -33,11 +33,13 @@ const std::vector<RecipeKey>& recipe_keys() {
       {"validation", "validation", true},
       {"precision", "precision", true},
       {"tf32", "TF32", true},
+      {"memory_format", "memory format", true},
       {"graph_mode", "graph mode", true},
       {"compile_excluded", "compile-time exclusion", true},
       {"epoch_time", "epoch time covers", true},
       {"data_loading", "data loading", true},
       {"runs", "number of runs", true},
+      {"memory_measure", "peak memory measure", false},
       {"seed", "seed", false},
   };
   return keys;
@@ -157,6 +159,15 @@ std::string model_text(const YAML::Node& layers) {
   return out;
 }
 
+// Convolution or pooling layers: an image model, whose activations trctl keeps NHWC (PyTorch's channels_last).
+bool image_layers(const YAML::Node& layers) {
+  for (const auto& l : layers) {
+    const std::string type = l["type"] ? l["type"].Scalar() : "";
+    if (type == "conv2d" || type.find("pool") != std::string::npos) return true;
+  }
+  return false;
+}
+
 std::string optimizer_text(const YAML::Node& o, const YAML::Node& train) {
   const std::string type = text(o, "type");
   std::string s = type + " lr=" + text(o, "lr");
@@ -196,10 +207,10 @@ std::string schedule_text(const YAML::Node& s) {
 std::string dataset_text(const YAML::Node& d) {
   const std::string ds = text(d, "dataset");
   std::string s = ds;
-  if (ds == "synthetic") {
+  if (ds == "synthetic") {  // the validation images are counted in the "validation" item
     const YAML::Node y = d["synthetic"];
     s += " " + text(y, "height") + "x" + text(y, "width") + "x" + text(y, "channels") + ", " + text(y, "classes") +
-         " classes, " + text(y, "train_size") + " train / " + text(y, "val_size") + " val";
+         " classes, " + text(y, "train_size") + " train images";
   }
   if (ds == "dts" && number(d, "dts_level") > 0) s += ", level " + text(d, "dts_level");
   if (number(d, "train_subset") > 0) s += ", train subset " + text(d, "train_subset");
@@ -273,11 +284,14 @@ std::vector<RecipeItem> items_of(const YAML::Node& y, const PlanFacts& plan) {
   const YAML::Node norm = d["normalization"];
   r.push_back({"normalization", "mean=" + render(norm["mean"]) + " std=" + render(norm["std"])});
   const int every = static_cast<int>(number(t, "validate_every"));
+  const std::string val_images =
+      text(d, "dataset") == "synthetic" ? ", " + text(d["synthetic"], "val_size") + " synthetic images" : "";
   r.push_back({"validation", (every <= 1 ? std::string("every epoch") : "every " + std::to_string(every) +
                                                                             " epochs and the last") +
-                                 ", batch " + text(d, "val_batch_size") + ", transforms: " +
+                                 val_images + ", batch " + text(d, "val_batch_size") + ", transforms: " +
                                  transforms_text(d["val_transforms"])});
   add_backend_items(r, t, be);
+  if (image_layers(m["layers"])) r.push_back({"memory_format", "channels_last (NHWC)"});
   r.push_back({"data_loading", data_loading_text(d, be)});
   r.push_back({"seed", text(y, "seed")});
   return r;

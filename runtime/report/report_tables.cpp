@@ -40,7 +40,14 @@ std::vector<std::string> row_keys(const std::vector<ToolResult>& groups) {
   return keys;
 }
 
-FairRow fair_row(const std::vector<ToolResult>& groups, const std::string& key) {
+// Items that leave the work of a training step unchanged: not compared when only images/s is reported.
+bool throughput_neutral(const std::string& key) {
+  for (const char* k : {"epochs", "lr_schedule", "val_loss", "validation", "epoch_time"})
+    if (key == k) return true;
+  return false;
+}
+
+FairRow fair_row(const std::vector<ToolResult>& groups, const std::string& key, bool throughput_only) {
   FairRow row;
   row.key = key;
   const RecipeKey* rk = recipe_key(key);
@@ -54,6 +61,11 @@ FairRow fair_row(const std::vector<ToolResult>& groups, const std::string& key) 
   row.differs.assign(groups.size(), false);
   if (rk && !rk->compared) {
     row.mark = FairMark::Informational;
+    return row;
+  }
+  if (throughput_only && throughput_neutral(key)) {
+    row.mark = FairMark::Informational;
+    row.marker = "throughput report: no effect on a training step";
     return row;
   }
   const std::string ref = normalized(row.values[0]);
@@ -89,12 +101,12 @@ std::string cell(const Spread& s, const char* f, const std::string& unit = "") {
 }
 
 struct GroupFigures {
-  Spread steady, images, final_top1, best_top1, tta_seconds, tta_epochs;
+  Spread steady, images, final_top1, best_top1, tta_seconds, tta_epochs, ms_per_step, memory;
   int reached = 0, runs = 0;
 };
 
 GroupFigures figures_of(const ToolResult& g, double threshold) {
-  std::vector<double> steady, images, fin, best, tta_s, tta_e;
+  std::vector<double> steady, images, fin, best, tta_s, tta_e, ms, mem;
   GroupFigures f;
   f.runs = static_cast<int>(g.runs.size());
   for (const RunData& r : g.runs) {
@@ -102,7 +114,9 @@ GroupFigures figures_of(const ToolResult& g, double threshold) {
     images.push_back(r.images_per_s_steady);
     fin.push_back(100 * r.final_val_top1);
     best.push_back(100 * r.best_val_top1);
-    if (!std::isfinite(threshold)) continue;
+    ms.push_back(r.ms_per_step);
+    mem.push_back(r.peak_memory_bytes);
+    if (!std::isfinite(threshold) || g.synthetic) continue;
     const TimeToAccuracy t = time_to_accuracy(r, threshold);
     if (!t.reached) continue;
     ++f.reached;
@@ -115,7 +129,21 @@ GroupFigures figures_of(const ToolResult& g, double threshold) {
   f.best_top1 = spread_of(best);
   f.tta_seconds = spread_of(tta_s);
   f.tta_epochs = spread_of(tta_e);
+  f.ms_per_step = spread_of(ms);
+  f.memory = spread_of(mem);
   return f;
+}
+
+// Bytes in GiB (two decimals) from 1 GiB up, else in MiB.
+std::string memory_cell(const Spread& s) {
+  if (s.n == 0) return "—";
+  const bool gib = s.median >= 1073741824.0;
+  Spread scaled = s;
+  const double unit = gib ? 1073741824.0 : 1048576.0;
+  scaled.median /= unit;
+  scaled.min /= unit;
+  scaled.max /= unit;
+  return cell(scaled, gib ? "%.2f" : "%.0f", gib ? " GiB" : " MiB");
 }
 
 std::string tta_cell(const GroupFigures& f, const Spread& s, const char* format, const std::string& unit) {
@@ -140,7 +168,8 @@ std::string points(const Spread& a, const Spread& b) {
 std::vector<FairRow> report_fairness(const std::vector<ToolResult>& groups) {
   std::vector<FairRow> rows;
   if (groups.empty()) return rows;
-  for (const std::string& key : row_keys(groups)) rows.push_back(fair_row(groups, key));
+  const bool throughput_only = report_throughput_only(groups);
+  for (const std::string& key : row_keys(groups)) rows.push_back(fair_row(groups, key, throughput_only));
   return rows;
 }
 
@@ -155,7 +184,33 @@ double report_default_threshold(const std::vector<ToolResult>& groups) {
   return std::isfinite(lowest) ? lowest - 0.01 : kNoFigure;
 }
 
+namespace {
+
+// Throughput only: images/s and ms/step with their ratios; memory in each tool's own measure, never divided.
+ResultsTable throughput_results(const std::vector<ToolResult>& groups) {
+  ResultsTable t;
+  t.throughput_only = true;
+  t.header = {"tool", "runs", "images/s (steady)", "ms/step (steady)", "peak memory"};
+  std::vector<GroupFigures> figs;
+  for (const ToolResult& g : groups) {
+    const GroupFigures f = figures_of(g, kNoFigure);
+    figs.push_back(f);
+    t.rows.push_back({g.name, std::to_string(f.runs), cell(f.images, "%.0f"), cell(f.ms_per_step, "%.2f"),
+                      memory_cell(f.memory)});
+    t.ratio_row.push_back(false);
+  }
+  for (size_t i = 1; i < groups.size(); ++i) {
+    t.rows.push_back({groups[0].name + " / " + groups[i].name, "", ratio(figs[0].images, figs[i].images),
+                      ratio(figs[0].ms_per_step, figs[i].ms_per_step), "—"});
+    t.ratio_row.push_back(true);
+  }
+  return t;
+}
+
+}  // namespace
+
 ResultsTable report_results(const std::vector<ToolResult>& groups, double threshold) {
+  if (report_throughput_only(groups)) return throughput_results(groups);
   ResultsTable t;
   t.threshold = threshold;
   const std::string pct = std::isfinite(threshold) ? fmt("%.2f", 100 * threshold) + " %" : "—";
@@ -165,9 +220,15 @@ ResultsTable report_results(const std::vector<ToolResult>& groups, double thresh
   for (const ToolResult& g : groups) {
     const GroupFigures f = figures_of(g, threshold);
     figs.push_back(f);
-    t.rows.push_back({g.name, std::to_string(f.runs), cell(f.steady, "%.2f"), cell(f.images, "%.0f"),
-                      cell(f.final_top1, "%.2f", " %"), cell(f.best_top1, "%.2f", " %"),
-                      tta_cell(f, f.tta_seconds, "%.2f", " s"), tta_cell(f, f.tta_epochs, "%.0f", "")});
+    if (g.synthetic) {  // in a report with real-data runs: its throughput, never its accuracy
+      const std::string syn = "synthetic data";
+      t.rows.push_back({g.name, std::to_string(f.runs), cell(f.steady, "%.2f"), cell(f.images, "%.0f"), syn, syn,
+                        syn, syn});
+    } else {
+      t.rows.push_back({g.name, std::to_string(f.runs), cell(f.steady, "%.2f"), cell(f.images, "%.0f"),
+                        cell(f.final_top1, "%.2f", " %"), cell(f.best_top1, "%.2f", " %"),
+                        tta_cell(f, f.tta_seconds, "%.2f", " s"), tta_cell(f, f.tta_epochs, "%.0f", "")});
+    }
     t.ratio_row.push_back(false);
   }
   for (size_t i = 1; i < groups.size(); ++i) {

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <iterator>
 #include <cstring>
 #include <sstream>
 
@@ -22,6 +23,29 @@ const char* const kDefinitions[] = {
     "divides the reference's medians by the other tool's (for times, below 1 means the reference is faster) and "
     "gives accuracy differences in points.",
 };
+
+const char* const kThroughputDefinitions[] = {
+    "*throughput report*: every input trained on synthetic data (random images and labels), so accuracies mean "
+    "nothing and none is shown; recipe items that do not change a training step (epochs, lr schedule, "
+    "validation) are not compared.",
+    "*images/s (steady)*: training images per second of training time (validation excluded); for a run with "
+    "epoch records over epochs 2..N (epoch 1 holds trctl's graph capture), else the figure the result states "
+    "(benchmarks/pytorch_cnn.py: one run per timed window of steps, after the first step — compilation, cuDNN "
+    "autotuning — and the warm-up steps).",
+    "*ms/step*: the figure a result states, else 1000 × batch size / images/s.",
+    "*peak memory*: each tool's own measure (the fairness table's peak memory measure), not divided in the "
+    "ratio rows.",
+    "Each figure is the median over a tool's runs, with (min–max) when there is more than one run; a ratio row "
+    "divides the reference's medians by the other tool's (images/s above 1 and ms/step below 1 mean the reference "
+    "is faster).",
+};
+
+// The definitions under the results table of this kind of report.
+std::vector<const char*> definitions(const ReportDoc& d) {
+  if (d.results.throughput_only)
+    return {std::begin(kThroughputDefinitions), std::end(kThroughputDefinitions)};
+  return {std::begin(kDefinitions), std::end(kDefinitions)};
+}
 
 std::string md_cell(const std::string& s) {
   std::string out;
@@ -72,6 +96,14 @@ std::string threshold_text(const ReportDoc& d) {
   return buf;
 }
 
+// The sentence under "## Results".
+std::string results_intro(const ReportDoc& d) {
+  if (d.results.throughput_only)
+    return "Median of N runs (min–max). Throughput only: every input trained on synthetic data, so no accuracy is "
+           "shown.";
+  return "Median of N runs (min–max). Time-to-accuracy threshold: " + threshold_text(d) + ".";
+}
+
 std::vector<std::string> differing_labels(const ReportDoc& d) {
   std::vector<std::string> out;
   for (const FairRow& r : d.fairness)
@@ -90,7 +122,7 @@ std::string mark_text(const FairRow& r) {
     case FairMark::Same: return "=";
     case FairMark::Differs: return "≠ " + r.marker;
     case FairMark::Unknown: return "? " + r.marker;
-    case FairMark::Informational: return "(info)";
+    case FairMark::Informational: return r.marker.empty() ? "(info)" : "(info: " + r.marker + ")";
   }
   return "";
 }
@@ -134,7 +166,7 @@ void md_fairness(std::ostringstream& os, const ReportDoc& d) {
 
 void md_results(std::ostringstream& os, const ReportDoc& d) {
   const ResultsTable& t = d.results;
-  os << "## Results\n\nMedian of N runs (min–max). Time-to-accuracy threshold: " << threshold_text(d) << ".\n\n|";
+  os << "## Results\n\n" << results_intro(d) << "\n\n|";
   for (const std::string& h : t.header) os << " " << md_cell(h) << " |";
   os << "\n|";
   for (size_t i = 0; i < t.header.size(); ++i) os << (i ? "---:|" : "---|");
@@ -148,7 +180,7 @@ void md_results(std::ostringstream& os, const ReportDoc& d) {
     os << "\n";
   }
   os << "\n";
-  for (const char* def : kDefinitions) os << "- " << def << "\n";
+  for (const char* def : definitions(d)) os << "- " << def << "\n";
   os << "\n";
 }
 
@@ -206,8 +238,7 @@ void html_fairness(std::ostringstream& os, const ReportDoc& d) {
 
 void html_results(std::ostringstream& os, const ReportDoc& d) {
   const ResultsTable& t = d.results;
-  os << "<h2>Results</h2>\n<p>Median of N runs (min–max). Time-to-accuracy threshold: "
-     << html_escape(threshold_text(d)) << ".</p>\n<table>\n<tr>";
+  os << "<h2>Results</h2>\n<p>" << html_escape(results_intro(d)) << "</p>\n<table>\n<tr>";
   for (const std::string& h : t.header) os << "<th>" << html_escape(h) << "</th>";
   os << "</tr>\n";
   for (size_t r = 0; r < t.rows.size(); ++r) {
@@ -217,7 +248,7 @@ void html_results(std::ostringstream& os, const ReportDoc& d) {
     os << "</tr>\n";
   }
   os << "</table>\n<ul>\n";
-  for (const char* def : kDefinitions) os << "<li>" << html_emph(def) << "</li>\n";
+  for (const char* def : definitions(d)) os << "<li>" << html_emph(def) << "</li>\n";
   os << "</ul>\n";
 }
 
@@ -229,7 +260,7 @@ ReportDoc report_build(std::vector<ToolResult> groups, double tta, bool with_plo
   d.threshold_given = std::isfinite(tta);
   d.fairness = report_fairness(d.groups);
   d.results = report_results(d.groups, d.threshold_given ? tta : report_default_threshold(d.groups));
-  if (with_plots) d.plots = plot_refs();
+  if (with_plots) d.plots = plot_refs(d.results.throughput_only);
   return d;
 }
 

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -106,6 +107,50 @@ fs::path write_run_dir(const fs::path& dir, const std::vector<std::pair<double, 
     out.epoch(r);
   }
   return dir;
+}
+
+const std::string kVggConfig = std::string(TRCTL_SOURCE_DIR) + "/configs/vgg16bn.yaml";
+
+// A run directory of configs/vgg16bn.yaml on synthetic data (the cnn stage's overrides), one epoch per images/s
+// value, a random-label val top-1 of 1.23 %, and a plan.txt that states only the planned bytes.
+fs::path write_synthetic_run_dir(const fs::path& dir, const std::vector<double>& images_per_s, double plan_bytes) {
+  fs::create_directories(dir);
+  Result<Spec> spec = spec_load(kVggConfig, {"train.device=cuda", "train.epochs=3", "data.synthetic.train_size=6400"});
+  REQUIRE(spec.ok());
+  std::ofstream(dir / "config.resolved.yaml") << spec_to_yaml(spec.value());
+  std::ofstream(dir / "plan.txt") << "# after memplan\nmemory plan (" << static_cast<long long>(plan_bytes)
+                                  << " bytes):\n  region weights 0 bytes\n";
+  RunOutputs out;
+  REQUIRE(out.open(dir.string()).ok());
+  double t = 0;
+  for (size_t i = 0; i < images_per_s.size(); ++i) {
+    EpochRecord r;
+    r.epoch = static_cast<int>(i + 1);
+    r.step = 25 * r.epoch;
+    r.lr = 0.0045 * r.epoch;
+    r.train_loss = r.val_loss = 6.9;
+    r.train_top1 = 0.0011;
+    r.val_top1 = 0.0123;
+    r.images_per_s = images_per_s[i];
+    r.epoch_seconds = 6400 / images_per_s[i] + 0.2;
+    r.seconds = t += r.epoch_seconds;
+    out.epoch(r);
+  }
+  return dir;
+}
+
+// A throughput result as benchmarks/pytorch_cnn.py --out-dir writes it, reduced to what the report reads: one run
+// per timed window (images/s and peak memory; no ms_per_step, so the report derives it from the batch size).
+void write_throughput_json(const fs::path& path, const std::string& name, const std::vector<double>& images_per_s) {
+  std::ofstream f(path);
+  f << R"({"schema": "trctl-bench-result/1", "tool": "pytorch", "name": ")" << name << R"(",
+  "recipe": {"dataset": "synthetic 224x224x3, 1000 classes, 6400 train images", "batch_size": 256,
+             "epochs": "3 timed windows", "memory_measure": "torch.cuda.max_memory_allocated"},
+  "runs": [)";
+  for (size_t i = 0; i < images_per_s.size(); ++i)
+    f << (i ? ", " : "") << R"({"images_per_s_steady": )" << images_per_s[i]
+      << R"(, "peak_memory_bytes": 536870912, "window": )" << i + 1 << "}";
+  f << "]}\n";
 }
 
 // One real CPU run of the benchmark MLP (2 epochs on 2000 images, about 3 s) under `root`; its run directory.
@@ -222,13 +267,89 @@ TEST_CASE("trctl's recipe states every documented fairness item", "[report]") {
   REQUIRE(r.ok());
   for (const RecipeKey& k : recipe_keys()) {
     INFO(k.key);
-    if (std::string(k.key) != "runs") CHECK(recipe_find(r.value(), k.key));  // "runs" is the report's count
+    // "runs" is the report's count; an MLP has no image memory format; the memory measure comes with the plan's
+    // bytes of a synthetic-data run (report_read_run_dir), not from the recipe.
+    const std::string key = k.key;
+    if (key != "runs" && key != "memory_format" && key != "memory_measure") CHECK(recipe_find(r.value(), k.key));
   }
   CHECK(*recipe_find(r.value(), "parameters") == "803840");
   CHECK(*recipe_find(r.value(), "weight_decay") == "0.0001 decoupled on 1 tensors, 0 on 1");
   CHECK(*recipe_find(r.value(), "precision") == "fp16 AMP, dynamic loss scaling, fp32 master weights");
   CHECK(*recipe_find(r.value(), "graph_mode") == "CUDA graph: whole step (augmentation, forward, backward, optimizer)");
   CHECK(*recipe_find(r.value(), "data_loading") == "GPU-resident dataset, augmentation on the GPU");
+}
+
+TEST_CASE("trctl's recipe of a synthetic CNN run: the training images in the dataset, NHWC memory format",
+          "[report]") {
+  Result<Spec> spec = spec_load(kVggConfig, {"train.device=cuda", "data.synthetic.train_size=6400"});
+  REQUIRE(spec.ok());
+  Result<std::vector<RecipeItem>> r = recipe_from_trctl(spec_to_yaml(spec.value()), "config.resolved.yaml", "");
+  REQUIRE(r.ok());
+  CHECK(*recipe_find(r.value(), "dataset") == "synthetic 224x224x3, 1000 classes, 6400 train images");
+  CHECK(*recipe_find(r.value(), "validation") == "every epoch, 512 synthetic images, batch 256, transforms: normalize");
+  CHECK(*recipe_find(r.value(), "memory_format") == "channels_last (NHWC)");
+  CHECK(*recipe_find(r.value(), "model") ==
+        "52 layers: 13 conv2d, 13 batch_norm, 15 relu, 5 max_pool, 1 flatten, 3 linear, 2 dropout");
+}
+
+TEST_CASE("synthetic-data runs give a throughput report: images/s, ms/step and peak memory, no accuracy",
+          "[report][cli]") {
+  const fs::path d = temp_dir("throughput");
+  // epochs 2..3 at 3000 and 3000 img/s: 3000 steady, 1000 * 256 / 3000 = 85.33 ms/step; val top-1 0.0123 (random)
+  write_synthetic_run_dir(d / "trctl_vgg", {2000, 3000, 3000}, 2.0 * 1073741824);
+  write_throughput_json(d / "eager.json", "pytorch eager", {1000, 1200, 1100});
+  Run r = run_trctl("report " + (d / "trctl_vgg").string() + " --vs " + (d / "eager.json").string() + " -o " +
+                    (d / "rep").string() + " --no-plots");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("throughput only (synthetic data)"));
+  const std::string md = slurp(d / "rep" / "report.md");
+  CHECK_THAT(md, Catch::Contains("Throughput only: every input trained on synthetic data"));
+  CHECK_THAT(md, Catch::Contains("| tool | runs | images/s (steady) | ms/step (steady) | peak memory |"));
+  CHECK_THAT(md, Catch::Contains("| trctl | 1 | 3000 | 85.33 | 2.00 GiB |"));
+  // No ms_per_step in the result: 1000 * batch 256 / images/s; memory as stated.
+  CHECK_THAT(md, Catch::Contains("| pytorch eager | 3 | 1100 (1000–1200) | 232.73 (213.33–256.00) | "
+                                 "512 MiB (512–512) |"));
+  CHECK_THAT(md, Catch::Contains("| *trctl / pytorch eager* | — | 2.73× | 0.37× | — |"));
+  CHECK_THAT(md, !Catch::Contains("top-1") && !Catch::Contains("1.23") && !Catch::Contains("epochs/s"));
+  CHECK_THAT(md, Catch::Contains("| epochs | 3 | 3 timed windows | (info: throughput report: no effect on a training "
+                                 "step) |"));
+  CHECK_THAT(md, Catch::Contains("| peak memory measure | the memory plan (plan.txt"));
+  CHECK_THAT(slurp(d / "rep" / "report.html"), !Catch::Contains("top-1"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("a synthetic-data input next to real-data runs shows its throughput and no accuracy", "[report][cli]") {
+  const fs::path d = temp_dir("mixed");
+  write_run_dir(d / "mlp", {{0.80, 2.0}, {0.85, 1.0}});
+  write_throughput_json(d / "syn.json", "pytorch synthetic", {5000});
+  Run r = run_trctl("report " + (d / "mlp").string() + " --vs " + (d / "syn.json").string() + " -o " +
+                    (d / "rep").string() + " --no-plots");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const std::string md = slurp(d / "rep" / "report.md");
+  CHECK_THAT(md, Catch::Contains("Time-to-accuracy threshold: 84.00 %"));  // the real-data run's final - 1 pt
+  CHECK_THAT(md, Catch::Contains("| pytorch synthetic | 1 | — | 5000 | synthetic data | synthetic data | synthetic "
+                                 "data | synthetic data |"));
+  CHECK_THAT(md, Catch::Contains("| *trctl / pytorch synthetic* | — | — | 12.00× | — | — | — | — |"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("a synthetic run dir read alone: accuracies dropped, ms/step and the planned bytes kept", "[report]") {
+  const fs::path d = temp_dir("synread");
+  write_synthetic_run_dir(d / "run", {2000, 4000, 4000}, 1e9);
+  Result<ToolResult> t = report_read_run_dir((d / "run").string());
+  REQUIRE(t.ok());
+  CHECK(t->synthetic);
+  const RunData& run = t->runs.at(0);
+  CHECK_FALSE(std::isfinite(run.final_val_top1));
+  CHECK_FALSE(std::isfinite(run.best_val_top1));
+  for (const EpochPoint& e : run.epochs) CHECK_FALSE((std::isfinite(e.val_top1) || std::isfinite(e.train_top1)));
+  CHECK(run.images_per_s_steady == Approx(4000));
+  CHECK(run.ms_per_step == Approx(64.0));
+  CHECK(run.peak_memory_bytes == Approx(1e9));
+  CHECK(report_throughput_only({t.value()}));
+  fs::remove_all(d);
 }
 
 TEST_CASE("bad inputs exit 2 with a message naming the file", "[report][cli]") {
@@ -315,4 +436,41 @@ TEST_CASE("the plot script overlays every tool's runs on the same axes", "[repor
   CHECK_THAT(gp, !Catch::Contains("using 1:4"));
   for (const char* png : {"loss.png", "accuracy.png", "lr.png", "throughput.png"})
     CHECK_THAT(gp, Catch::Contains(std::string("set output \"") + png + "\""));
+}
+
+TEST_CASE("a throughput report's plots: bars of steady images/s and images/s per epoch, no accuracy", "[report]") {
+  ToolResult a, b;
+  a.tool = a.name = "trctl";
+  b.tool = "pytorch";
+  b.name = "pytorch eager";
+  a.synthetic = b.synthetic = true;
+  RunData ra;
+  ra.source = "trctl_vgg";
+  for (int e = 1; e <= 3; ++e) {
+    EpochPoint p;
+    p.epoch = e;
+    p.train_loss = 6.9;
+    p.images_per_s = e == 1 ? 2000 : 3600;
+    ra.epochs.push_back(p);
+  }
+  report_run_finalize(ra);
+  a.runs = {ra};
+  for (double ips : {1200.0, 1100.0, 1300.0}) {
+    RunData rb;
+    rb.source = "torch_eager.json";
+    rb.images_per_s_steady = ips;
+    b.runs.push_back(rb);
+  }
+  const std::string gp = plot_script({a, b});
+  CHECK_THAT(gp, Catch::Contains("set output \"throughput.png\"") &&
+                     Catch::Contains("set output \"throughput_epochs.png\""));
+  CHECK_THAT(gp, !Catch::Contains("accuracy.png") && !Catch::Contains("loss.png") && !Catch::Contains("lr.png"));
+  CHECK_THAT(gp, Catch::Contains("$bars0 << EOD\n0 3600 3600 3600 0.3\nEOD"));
+  CHECK_THAT(gp, Catch::Contains("$bars1 << EOD\n1 1200 1100 1300 0.3\nEOD"));  // median, min, max
+  CHECK_THAT(gp, Catch::Contains("set xtics (\"trctl\" 0, \"pytorch eager\" 1)"));
+  const std::vector<PlotRef> refs = plot_refs(true);
+  REQUIRE(refs.size() == 2);
+  CHECK(refs[0].file == "throughput.png");
+  CHECK(refs[1].file == "throughput_epochs.png");
+  CHECK(plot_refs(false).size() == 4);
 }
