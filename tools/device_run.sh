@@ -8,13 +8,17 @@
 #   kernels   trctl bench kernels (every CUDA kernel against the card's measured ceilings), JSON too
 #   torch     PyTorch side by side: recipe gpu (100 epochs, torch.compile) and recipe dataloader (DL_EPOCHS, default 3)
 #   cnn       CNN throughput, synthetic GPU-resident data, batch 256, fp16 AMP: trctl (CNN_EPOCHS epochs of
-#             CNN_TRAIN images; epochs 2.. are steady) then PyTorch eager + torch.compile (benchmarks/pytorch_cnn.py),
-#             for each of CNN_MODELS (default "resnet50 vgg16bn resnet18")
+#             CNN_TRAIN images; epochs 2.. are steady) then PyTorch eager + torch.compile (benchmarks/pytorch_cnn.py,
+#             the same CNN_TRAIN images resident, CNN_TORCH_REPEATS timed windows of 50 steps), for each of
+#             CNN_MODELS (default "resnet50 vgg16bn resnet18"), then `trctl report` of the three (a throughput
+#             report, docs/report.md) into cnn/report_<model>/ of cnn.tar.gz, its results table in summary.txt
+#             (without gnuplot on the device: --no-plots; `trctl report` here in the unpacked cnn/ redraws them)
 #             CNN_EXTRA: more trctl overrides (e.g. train.deterministic=false)
 #   cnnacc    configs/cnn_fmnist.yaml trained to the end (test accuracy; CNNACC_EPOCHS to change)
 #   autotune  trctl bench CFG --autotune for each of CNN_MODELS (the cache in $TRCTL_AUTOTUNE_CACHE, used by the
 #             stages after it; without this stage runs use cuDNN's heuristics)
-#   layers    trctl bench CFG --layers for each of CNN_MODELS: per-node times of the train step
+#   layers    trctl bench CFG --layers for each of LAYER_MODELS (default: mlp, then CNN_MODELS): per-node times of
+#             the train step next to its captured replay; mlp = configs/mlp_fmnist.yaml on the real Fashion-MNIST
 #   data      the data pipeline (issue 5): a generated ImageNet-like JPEG folder (DATA_IMAGES, default 20000,
 #             1000 classes, ~500x375), packed to DTS at full size and at level 160:90; trctl bench data
 #             (RandomResizedCrop 224 + flip + normalize to fp16, 16 workers) from the reduced level streamed and in
@@ -25,9 +29,12 @@
 #   regress   the GPU suites with --json (trctl-bench/1) compared with benchmarks/baselines/gpu_*.json by
 #             tools/regress (docs/bench.md), for each of REGRESS_SUITES (default "mlp cnn data kernels"): mlp (bench
 #             --epochs 100, fp16), cnn (autotune, then bench --epochs 3 for each of CNN_MODELS), data (bench data
-#             from the level-160 DTS; generates the JPEG folder as the data stage does), kernels (bench kernels: no
-#             baseline yet, its JSON is kept for the first --update). Results and tables in regress.tar.gz; the
-#             script's exit code is 1 when a suite regressed (tools/device_regress.sh runs this stage alone)
+#             from the level-160 DTS with REGRESS_DATA_WORKERS, default 16 as in the baseline; generates the JPEG
+#             folder as the data stage does), kernels (bench kernels: compared once benchmarks/baselines/
+#             gpu_kernels.json exists; until then its JSON is checked against the schema and kept for the first
+#             --update, whose command summary.txt prints). Results and tables in regress.tar.gz; the script's exit
+#             code is 1 when a suite regressed, 2 when a suite gave no well-formed result (tools/device_regress.sh
+#             runs this stage alone)
 # Everything lands in $OUT (at most 8 files come back): summary.txt last.
 set -u
 cd "$(dirname "$0")/.."
@@ -112,11 +119,16 @@ if has autotune; then
 fi
 
 if has layers; then
-  for m in ${LAYER_MODELS:-${CNN_MODELS:-resnet50 vgg16bn resnet18}}; do
-    timeout 240 "$BIN/trctl" bench "configs/$m.yaml" --layers --reps ${LAYER_REPS:-10} data.synthetic.train_size=1024 \
-      data.synthetic.val_size=256 --json "/tmp/prof/layers_$m.json" >"/tmp/prof/layers_$m.txt" 2>&1
+  for m in ${LAYER_MODELS:-mlp ${CNN_MODELS:-resnet50 vgg16bn resnet18}}; do
+    case "$m" in  # the MLP on its real data (resident on the GPU); the CNNs on a small synthetic set
+      mlp) cfg=configs/mlp_fmnist.yaml; data_args="data.root=$DATA" ;;
+      *) cfg="configs/$m.yaml"; data_args="data.synthetic.train_size=1024 data.synthetic.val_size=256" ;;
+    esac
+    timeout 240 "$BIN/trctl" bench "$cfg" --layers --reps ${LAYER_REPS:-10} $data_args \
+      --json "/tmp/prof/layers_$m.json" >"/tmp/prof/layers_$m.txt" 2>&1
     echo "trctl layers $m: rc $?" >>"$SUM"
-    grep -E 'step \(captured|^  ' "/tmp/prof/layers_$m.txt" | head -n 16 | sed 's/^/    /' >>"$SUM"
+    # the replay next to the node sum, then the op kinds by time
+    grep -E 'step \(captured|^graph replay vs|^  ' "/tmp/prof/layers_$m.txt" | head -n 17 | sed 's/^/    /' >>"$SUM"
   done
 fi
 if has autotune || has layers; then tar czf "$OUT/prof.tar.gz" -C /tmp prof; fi
@@ -124,17 +136,32 @@ if has autotune || has layers; then tar czf "$OUT/prof.tar.gz" -C /tmp prof; fi
 if has cnn; then
   rm -rf /tmp/cnn && mkdir -p /tmp/cnn
   export PYTHONUNBUFFERED=1
+  # trctl report draws its PNGs with gnuplot, which the device image may lack: then report.md/html without them.
+  if command -v gnuplot >/dev/null 2>&1 || [ -n "${TRCTL_GNUPLOT:-}" ]; then CNN_PLOTS=""; else CNN_PLOTS="--no-plots"; fi
   for m in ${CNN_MODELS:-resnet50 vgg16bn resnet18}; do
     timeout "${CNN_TRCTL_TIMEOUT:-150}" "$BIN/trctl" train "configs/$m.yaml" train.epochs="${CNN_EPOCHS:-3}" \
       data.synthetic.train_size="${CNN_TRAIN:-6400}" data.synthetic.val_size=512 run.out_dir=/tmp/cnn \
       run.name="trctl_$m" run.progress=off ${CNN_EXTRA:-} >"/tmp/cnn/trctl_$m.log" 2>&1
     echo "trctl $m: rc $? :: $(grep -E 'device memory' "/tmp/cnn/trctl_$m.log" | sed 's/.*device memory/device memory/')" >>"$SUM"
     grep -E 'epoch [0-9]+/|^done|error' "/tmp/cnn/trctl_$m.log" | sed 's/^/    /' >>"$SUM"
-    [ "${CNN_TORCH:-1}" = 1 ] || continue
-    timeout "${CNN_TORCH_TIMEOUT:-300}" python3 benchmarks/pytorch_cnn.py --model "$m" --mode "${CNN_TORCH_MODE:-both}" \
-      --compile-modes "${CNN_COMPILE_MODES:-default}" --json "/tmp/cnn/torch_$m.json" >"/tmp/cnn/torch_$m.log" 2>&1
-    echo "torch $m: rc $?" >>"$SUM"
-    grep -vE '^\s*$' "/tmp/cnn/torch_$m.log" | tail -n 6 | sed 's/^/    /' >>"$SUM"
+    if [ "${CNN_TORCH:-1}" = 1 ]; then
+      timeout "${CNN_TORCH_TIMEOUT:-300}" python3 benchmarks/pytorch_cnn.py --model "$m" --mode "${CNN_TORCH_MODE:-both}" \
+        --compile-modes "${CNN_COMPILE_MODES:-default}" --train-size "${CNN_TRAIN:-6400}" \
+        --repeats "${CNN_TORCH_REPEATS:-3}" --json "/tmp/cnn/torch_$m.json" --out-dir "/tmp/cnn/torch_$m" \
+        >"/tmp/cnn/torch_$m.log" 2>&1
+      echo "torch $m: rc $?" >>"$SUM"
+      grep -vE '^\s*$' "/tmp/cnn/torch_$m.log" | grep -v '^{' | tail -n 6 | sed 's/^/    /' >>"$SUM"
+    fi
+    # The throughput report: trctl's run dir vs each PyTorch mode that measured (a failed mode writes no file).
+    # Run from /tmp/cnn so that it names its inputs relatively: in the unpacked cnn/ here the same command works.
+    vs=""
+    for mode in compiled eager; do
+      [ -f "/tmp/cnn/torch_$m/torch_$mode.json" ] && vs="$vs --vs torch_$m/torch_$mode.json"
+    done
+    (cd /tmp/cnn && "$TRCTL_BIN" report "trctl_$m" $vs -o "report_$m" $CNN_PLOTS) >"/tmp/cnn/report_$m.log" 2>&1
+    echo "trctl report $m: rc $? :: $(tail -n 1 "/tmp/cnn/report_$m.log")" >>"$SUM"
+    [ -z "$CNN_PLOTS" ] || echo "    no gnuplot here; with PNGs, in the unpacked cnn/: trctl report trctl_$m$vs -o report_$m" >>"$SUM"
+    sed -n '/^## Results/,/^- /p' "/tmp/cnn/report_$m/report.md" 2>/dev/null | grep '^|' | sed 's/^/    /' >>"$SUM"
   done
   tar czf "$OUT/cnn.tar.gz" -C /tmp cnn
 fi
@@ -231,6 +258,12 @@ if has regress; then
   rm -rf "$R" && mkdir -p "$R"
   REGRESS_RC=0
   compare() {  # compare RESULT BASELINE: the table into the summary, the worst exit code kept
+    if [ ! -s "$1" ]; then  # the bench command failed or timed out: no figures to compare (exit 2, not "ok")
+      echo "regress $2: no result ($1 missing); the end of ${1%.json}.log:" >>"$SUM"
+      tail -n 5 "${1%.json}.log" 2>/dev/null | sed 's/^/    /' >>"$SUM"
+      [ "$REGRESS_RC" -lt 2 ] && REGRESS_RC=2
+      return
+    fi
     python3 tools/regress "$1" "benchmarks/baselines/$2" >"$R/${2%.json}.regress.txt" 2>&1
     local rc=$?
     echo "regress $2: rc $rc" >>"$SUM"
@@ -245,8 +278,10 @@ if has regress; then
   fi
   if has_regress cnn; then
     for m in ${CNN_MODELS:-resnet50 vgg16bn resnet18}; do
+      # the baselines were measured with autotuned cuDNN algorithms (TRCTL_AUTOTUNE_CACHE, set above)
       timeout 240 "$BIN/trctl" bench "configs/$m.yaml" --autotune data.synthetic.train_size=512 \
         data.synthetic.val_size=256 >"$R/autotune_$m.log" 2>&1
+      echo "trctl bench $m --autotune: rc $?" >>"$SUM"
       timeout "${CNN_TRCTL_TIMEOUT:-150}" "$BIN/trctl" bench "configs/$m.yaml" --epochs 3 \
         data.synthetic.train_size=6400 data.synthetic.val_size=512 --json "$R/train_$m.json" >"$R/train_$m.log" 2>&1
       echo "trctl bench $m --epochs 3: rc $?" >>"$SUM"
@@ -255,15 +290,27 @@ if has regress; then
   fi
   if has_regress data; then
     sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null
-    timeout 200 "$BIN/trctl" bench data /tmp/jf_train.dts --level 160 --workers "${DATA_WORKERS:-$(nproc)}" \
+    echo "page cache dropped: $([ $? = 0 ] && echo yes || echo no)" >>"$SUM"
+    # 16 workers: the baseline's (run 16 on the 16-core H200 machine), whatever this machine has
+    timeout 200 "$BIN/trctl" bench data /tmp/jf_train.dts --level 160 --workers "${REGRESS_DATA_WORKERS:-16}" \
       --batches 100 --warmup 10 --json "$R/data_dts160.json" >"$R/data_dts160.log" 2>&1
     echo "trctl bench data dts160: rc $?" >>"$SUM"
     compare "$R/data_dts160.json" gpu_data_dts160.json
   fi
   if has_regress kernels; then
     timeout 120 "$BIN/trctl" bench kernels --json "$R/kernels.json" >"$R/kernels.log" 2>&1
-    echo "trctl bench kernels: rc $? (no baseline yet: accept with tools/regress $R/kernels.json benchmarks/baselines/gpu_kernels.json --update)" >>"$SUM"
-    [ -f benchmarks/baselines/gpu_kernels.json ] && compare "$R/kernels.json" gpu_kernels.json
+    echo "trctl bench kernels: rc $?" >>"$SUM"
+    if [ -f benchmarks/baselines/gpu_kernels.json ]; then
+      compare "$R/kernels.json" gpu_kernels.json
+    elif [ ! -s "$R/kernels.json" ]; then
+      compare "$R/kernels.json" gpu_kernels.json  # says "no result" with the log's end
+    else  # no baseline yet: the result compared with itself checks it against the schema (exit 2 if malformed)
+      python3 tools/regress "$R/kernels.json" "$R/kernels.json" >"$R/kernels.selfcheck.txt" 2>&1
+      rc=$?
+      echo "regress gpu_kernels.json: no baseline yet; kernels.json $([ $rc = 0 ] && echo "well-formed, $(tail -n 1 "$R/kernels.selfcheck.txt" | grep -oE '[0-9]+ metrics')" || echo "MALFORMED (rc $rc)")" >>"$SUM"
+      [ $rc = 0 ] || { sed 's/^/    /' "$R/kernels.selfcheck.txt" | tail -n 5 >>"$SUM"; [ "$REGRESS_RC" -lt 2 ] && REGRESS_RC=2; }
+      [ $rc = 0 ] && echo "    first baseline, here: tar xzf regress.tar.gz && python3 tools/regress regress/kernels.json benchmarks/baselines/gpu_kernels.json --update --tol 10%" >>"$SUM"
+    fi
   fi
   echo "regress: $([ "$REGRESS_RC" = 0 ] && echo ok || echo FAILED) (rc $REGRESS_RC)" >>"$SUM"
   tar czf "$OUT/regress.tar.gz" -C /tmp regress

@@ -1,6 +1,6 @@
-// Text and trctl-bench/1 forms of a StepProfile (trctl bench CFG --layers): the step's replay time, time per op
-// kind and the slowest nodes, each with achieved TFLOP/s or GB/s and its share of the H200 ceilings measured on
-// the card.
+// Text and trctl-bench/1 forms of a StepProfile (trctl bench CFG --layers): the step's replay time next to the sum
+// of its nodes run one by one (what the graph saves), time per op kind and the slowest nodes, each with achieved
+// TFLOP/s or GB/s and its share of the H200 ceilings measured on the card.
 #pragma once
 #include <string>
 

@@ -1,5 +1,6 @@
 // `trctl bench compile` and `trctl bench CFG` on the CPU write trctl-bench/1 (docs/bench.md): the schema's fields,
-// positive figures, exact flags on the compile figures, the CPU step's reference ratio; and the reader's checks.
+// positive figures, exact flags on the compile figures, the CPU step's reference ratio; the reader's checks; the
+// --layers table's replay-vs-node-sum line.
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
@@ -11,6 +12,7 @@
 #include <map>
 
 #include "runtime/report/bench_result.h"
+#include "runtime/train/profile_report.h"
 
 namespace fs = std::filesystem;
 using namespace trctl;
@@ -154,4 +156,20 @@ TEST_CASE("a bench result survives writing and reading", "[bench]") {
   CHECK(r->metrics[1].value == 9.25);
   CHECK_FALSE(r->metrics[2].check);
   fs::remove_all(d);
+}
+
+TEST_CASE("the layers table puts the graph replay next to the node sum and says what the graph saves", "[bench]") {
+  StepProfile p;
+  p.graph_ms = 0.5;
+  p.reps = 10;
+  p.nodes = {{"augment", "batch_fetch", "(200, 28, 28, 1)", 0.25, 0, 1e6},
+             {"fc1+relu1", "linear", "(200, 1024)", 0.5, 3.2e8, 0},
+             {"optimizer", "adamw", "(1462538)", 0.25, 0, 2e7}};
+  const std::string t = profile_table(p, 200, 5);
+  CHECK_THAT(t, Catch::StartsWith("step (captured graph replay): 0.500 ms = 400000 img/s at batch 200; nodes run "
+                                  "one by one: 1.000 ms (3 nodes, 10 reps each)\n"));
+  CHECK_THAT(t, Catch::Contains("\ngraph replay vs node sum: 0.500 ms vs 1.000 ms = 0.50; the graph saves 0.500 ms "
+                                "per step"));
+  p.graph_ms = 1.5;  // slower than its nodes (e.g. a capture that serialised streams): said so, not hidden
+  CHECK_THAT(profile_table(p, 200, 5), Catch::Contains("= 1.50; the graph costs 0.500 ms per step"));
 }

@@ -67,5 +67,20 @@ try:
 finally:
     shutil.rmtree(tmp)
 
+# --update of a baseline that does not exist yet (bench kernels' first one): created with --tol as its tolerance.
+tmp = tempfile.mkdtemp()
+try:
+    base = os.path.join(tmp, "gpu_first.json")
+    rc, out, err = run(os.path.join(FIX, "result_ok.json"), base, "--update", "--tol", "10%")
+    rc2, out2, err2 = run(os.path.join(FIX, "result_ok.json"), base)
+    text = open(base).read() if os.path.exists(base) else ""
+    ok = rc == 0 and rc2 == 0 and '"tolerance": "10%"' in text and '"provenance"' in text and "10%" in out2
+    print("%s: --update --tol creates a first baseline with that tolerance" % ("ok  " if ok else "FAIL"))
+    if not ok:
+        failures.append("--update of a new baseline")
+        print("  rc %d / %d\n%s%s%s%s\n%s" % (rc, rc2, out, err, out2, err2, text))
+finally:
+    shutil.rmtree(tmp)
+
 print("%d failed" % len(failures))
 sys.exit(1 if failures else 0)
