@@ -1,5 +1,6 @@
 // spec_parse / spec_load: YAML text → located tree → overrides applied → every section read and checked, all
 // errors collected; also the readers of the small sections (loss, optimizer, scheduler, train, run).
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -14,6 +15,25 @@ namespace trctl {
 namespace spec_detail {
 
 constexpr size_t kMaxSpecBytes = size_t{1} << 20;  // 1 MiB: far above any real recipe, bounds parser work
+
+namespace {
+
+// Where the byte at `offset` of `text` stands: 1-based line and column, columns counted in bytes as the parser's
+// other locations are. For the size-limit error, which points at the first byte past the limit.
+YamlLoc loc_of_byte(const std::string& text, size_t offset, int source) {
+  const size_t nl = offset == 0 ? std::string::npos : text.rfind('\n', offset - 1);
+  const size_t line_start = nl == std::string::npos ? 0 : nl + 1;
+  const auto lines = std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(line_start), '\n');
+  return YamlLoc{source, static_cast<int>(lines) + 1, static_cast<int>(offset - line_start) + 1};
+}
+
+// "the limit is 1 MiB (1048576 bytes), crossed here at byte 1048577": the message is located at that byte.
+std::string size_limit_text() {
+  return "the limit is 1 MiB (" + std::to_string(kMaxSpecBytes) + " bytes), crossed here at byte " +
+         std::to_string(kMaxSpecBytes + 1);
+}
+
+}  // namespace
 
 // loss: type, and cross_entropy's label_smoothing and class_weights (refused for the other types). The number of
 // class weights is checked against the dataset's classes when the graph is built.
@@ -221,9 +241,8 @@ Result<Spec> spec_parse(const std::string& yaml_text, const std::string& file_na
   using namespace spec_detail;
   Diagnostics d(file_name);
   if (yaml_text.size() > kMaxSpecBytes) {
-    d.error_unlocated(ErrCode::Invalid, 0,
-                      "spec is " + std::to_string(yaml_text.size()) + " bytes; the limit is 1 MiB (" +
-                          std::to_string(kMaxSpecBytes) + " bytes)");
+    d.error(ErrCode::Invalid, loc_of_byte(yaml_text, kMaxSpecBytes, 0),
+            "spec is " + std::to_string(yaml_text.size()) + " bytes; " + size_limit_text());
     return d.take();
   }
   YamlNode root;
@@ -259,9 +278,12 @@ Result<Spec> spec_load(const std::string& path, const std::vector<std::string>& 
   in.read(&text[0], static_cast<std::streamsize>(text.size()));
   if (in.bad()) return Error{ErrCode::Io, path, "cannot read the spec file"};
   text.resize(static_cast<size_t>(in.gcount()));
-  if (text.size() > limit)
-    return Error{ErrCode::Invalid, path, "spec file is larger than the 1 MiB limit (" + std::to_string(limit) +
-                                             " bytes)"};
+  if (text.size() > limit) {  // located at the first byte past the limit (the file's size is not read)
+    spec_detail::Diagnostics d(path);
+    d.error(ErrCode::Invalid, spec_detail::loc_of_byte(text, limit, 0),
+            "spec file is too large: " + spec_detail::size_limit_text());
+    return d.take();
+  }
   return spec_parse(text, path, overrides);
 }
 

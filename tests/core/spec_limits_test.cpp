@@ -1,9 +1,14 @@
 // The spec loader's resource limits on hostile YAML: alias bombs, 10,000-deep nesting (flow and block style),
-// 2 MiB scalars and maps of 100,000 keys are rejected (or reported) with located errors, each well under a second
-// and without exhausting the stack or memory. (The loader's fuzz target is tests/fuzz/fuzz_spec.cpp.)
+// 2 MiB scalars (the 1 MiB limit, located at the byte that crosses it) and maps of 100,000 keys are rejected (or
+// reported) with located errors, each well under a second and without exhausting the stack or memory. (The
+// loader's fuzz target is tests/fuzz/fuzz_spec.cpp.)
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "core/spec/spec.h"
@@ -110,15 +115,55 @@ TEST_CASE("block maps nested 1,000 deep by indentation are rejected at level 33 
   CHECK(s < kBoundSeconds);
 }
 
-TEST_CASE("a 2 MiB scalar in the spec is refused by the size limit before parsing") {
+TEST_CASE("a 2 MiB scalar in the spec is refused by the size limit before parsing, at the byte past the limit") {
   double s = 0;
-  Result<Spec> r = timed_parse("run: {name: " + std::string(size_t(2) << 20, 'x') + "}\n" + kModel, &s);
+  const std::string yaml = "run: {name: " + std::string(size_t(2) << 20, 'x') + "}\n" + kModel;
+  Result<Spec> r = timed_parse(yaml, &s);
   REQUIRE_FALSE(r.ok());
   REQUIRE(r.errors().size() == 1);
   CHECK(r.errors()[0].code == ErrCode::Invalid);
-  CHECK(has_error(r, "test.yaml: spec is "));
-  CHECK(has_error(r, "the limit is 1 MiB"));
+  // Byte 1,048,577 (offset 1 MiB) is on line 1, column 1,048,577.
+  CHECK(r.errors()[0].str() == "test.yaml:1:1048577: spec is " + std::to_string(yaml.size()) +
+                                   " bytes; the limit is 1 MiB (1048576 bytes), crossed here at byte 1048577");
   CHECK(s < kBoundSeconds);
+}
+
+TEST_CASE("a spec of many lines over the size limit is located at the line and column of the byte at 1 MiB") {
+  // Lines 1-5 (the model, then "data:") are 84 bytes; from line 6 on, 32-byte comment lines. Offset 1,048,576 is
+  // 1,048,492 bytes into those: 32,765 whole lines and 12 bytes, so line 6 + 32,765 = 32,771, column 13.
+  std::string lines = kModel + "data:\n";
+  REQUIRE(lines.size() == 84);
+  while (lines.size() < (size_t(3) << 20)) lines += "  # " + std::string(27, 'c') + "\n";
+  double s = 0;
+  Result<Spec> r = timed_parse(lines, &s);
+  REQUIRE(r.errors().size() == 1);
+  INFO(r.errors()[0].str());
+  CHECK(has_error(r, "test.yaml:32771:13: spec is " + std::to_string(lines.size()) + " bytes"));
+  CHECK(s < kBoundSeconds);
+  // Exactly 1 MiB is accepted by the size check (the YAML is only comments after data:, which must be a map).
+  lines.resize(size_t(1) << 20);
+  lines.back() = '\n';
+  Result<Spec> at_limit = parse(lines);
+  CHECK(count_errors(at_limit, "the limit is 1 MiB") == 0);
+}
+
+TEST_CASE("a spec file over the size limit is refused without being read whole, located at the byte at 1 MiB") {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("trctl_big_spec_" + std::to_string(::getpid()) + ".yaml")).string();
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << kModel;
+    f << "# " << std::string((size_t(1) << 20) + 100 - kModel.size(), 'z') << "\n";  // line 5 crosses the limit
+  }
+  Result<Spec> r = spec_load(path);
+  std::filesystem::remove(path);
+  REQUIRE_FALSE(r.ok());
+  REQUIRE(r.errors().size() == 1);
+  CHECK(r.errors()[0].code == ErrCode::Invalid);
+  const size_t col = (size_t(1) << 20) - kModel.size() + 1;
+  CHECK(r.errors()[0].str() == path + ":5:" + std::to_string(col) +
+                                   ": spec file is too large: the limit is 1 MiB (1048576 bytes), crossed here at "
+                                   "byte 1048577");
 }
 
 TEST_CASE("a 2 MiB scalar in an override is refused by the same limit, located in the override") {
