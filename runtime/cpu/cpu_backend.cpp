@@ -325,12 +325,7 @@ class CpuBackend final : public Backend {
   // AveragedModel with get_ema_multi_avg_fn: the first update copies the parameters, later ones
   // ema.lerp_(param, 1 - decay). The EMA is the optimizer-state copy after the moments.
   void ema_update(const float* w, float* ema, int64_t n) {
-    if (updates_ == 1) {
-      std::copy(w, w + n, ema);
-      return;
-    }
-    const float a = static_cast<float>(1.0 - c_.spec.train.ema_decay);
-    for (int64_t i = 0; i < n; ++i) ema[i] += a * (w[i] - ema[i]);
+    ema_update_cpu(c_.spec.train.ema_decay, updates_ == 1, w, ema, n);
   }
 
  public:

@@ -1,5 +1,5 @@
-// LARS (timm's Lars) and global-norm gradient clipping (torch.nn.utils.clip_grad_norm_) vs values computed by hand
-// in double from those rules.
+// LARS (timm's Lars), global-norm gradient clipping (torch.nn.utils.clip_grad_norm_) and the weights' EMA
+// (AveragedModel's lerp) vs values computed by hand from those rules.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -83,4 +83,14 @@ TEST_CASE("gradient clipping scales to max_norm / (norm + 1e-6) and never up", "
   CHECK(grad_clip_factor(n, 1.0) == Approx(1.0 / (5.0 + 1e-6)).epsilon(1e-7));
   CHECK(grad_clip_factor(n, 10.0) == 1.0f);
   CHECK(grad_clip_factor(0.0, 1.0) == 1.0f);
+}
+
+TEST_CASE("the EMA copies the weights on the first update and lerps toward them with weight 1 - decay after",
+          "[ops][optim][ema]") {
+  const std::vector<float> w1 = {1.0f, -2.0f, 0.5f}, w2 = {3.0f, 0.0f, 0.5f};
+  std::vector<float> ema = {7.0f, 7.0f, 7.0f};  // stale: the first update overwrites it
+  ema_update_cpu(0.75, true, w1.data(), ema.data(), 3);
+  CHECK(ema == w1);
+  ema_update_cpu(0.75, false, w2.data(), ema.data(), 3);
+  CHECK(ema == std::vector<float>{1.5f, -1.5f, 0.5f});  // w1 + 0.25 (w2 - w1), exact in float
 }

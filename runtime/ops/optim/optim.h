@@ -43,4 +43,9 @@ void lars_step_cpu(const OptimScalars& s, bool adapt, float* p, const float* g, 
 double grad_global_norm_cpu(const float* g, int64_t n);
 float grad_clip_factor(double total_norm, double max_norm);
 
+// The weights' exponential moving average (torch.optim.swa_utils.AveragedModel with get_ema_multi_avg_fn): the
+// first update (`first`) copies w, later ones ema.lerp_(w, 1 - decay) as ema += (float)(1 - decay) * (w - ema).
+// w, ema (n).
+void ema_update_cpu(double decay, bool first, const float* w, float* ema, int64_t n);
+
 }  // namespace trctl

@@ -109,6 +109,15 @@ float grad_clip_factor(double total_norm, double max_norm) {
   return std::min(coef, 1.0f);
 }
 
+void ema_update_cpu(double decay, bool first, const float* w, float* ema, int64_t n) {
+  if (first) {
+    std::copy(w, w + n, ema);
+    return;
+  }
+  const float a = static_cast<float>(1.0 - decay);
+  for (int64_t i = 0; i < n; ++i) ema[i] += a * (w[i] - ema[i]);
+}
+
 void optim_step_cpu(const OptimScalars& s, bool decay, float* p, const float* g, float* state0, float* state1,
                     int64_t n, ThreadPool* pool) {
   auto range = [&](int64_t b, int64_t e) {
