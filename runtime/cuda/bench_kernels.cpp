@@ -17,6 +17,7 @@
 #include "runtime/ops/cast/cast_cuda.h"
 #include "runtime/ops/dropout/dropout_cuda.h"
 #include "runtime/ops/optim/optim_cuda.h"
+#include "runtime/ops/optim/optim_extra_cuda.h"
 #include "runtime/ops/relu/relu_cuda.h"
 #include "runtime/ops/softmax_ce/softmax_ce_cuda.h"
 #include "runtime/report/json.h"
@@ -114,6 +115,40 @@ struct Bench {
   }
 };
 
+// Gradient clipping's norm, the EMA and LARS over the n-float region (LARS as one tensor: its chunked norms, then
+// the update). h: an advanced hyper block (step >= 2, so the EMA and the momentum buffer take their general path).
+Status bench_optim_extra(Bench& b, const std::string& sz, int64_t n, const OptHyper* h, float* p, const float* g,
+                         float* buf, float* ema) {
+  const cudaStream_t s = b.ctx.stream;
+  const double bw = b.copy_gbs;
+  DeviceBuffer ws, clip, tensors, chunks, norms;
+  TRCTL_CUDA_TRY(cudaMalloc(&ws.p, grad_global_norm_workspace_bytes(n)));
+  TRCTL_CUDA_TRY(cudaMalloc(&clip.p, sizeof(GradClipState)));
+  Status st = b.add("grad_global_norm f32", sz, 4.0 * n, false, bw, [&] {
+    return grad_global_norm_cuda(s, h, g, n, 1.0, ws.p, static_cast<GradClipState*>(clip.p));
+  });
+  if (st.ok()) st = b.add("ema_update over a region", sz, 12.0 * n, false, bw, [&] { return ema_update_cuda(s, h, p, ema, n, 0.999); });
+  if (!st.ok()) return st;
+  LarsTensor t;
+  t.n = n;
+  t.adapt = 1;
+  Result<LarsTables> lt = lars_tables({t});
+  if (!lt.ok()) return lt.errors();
+  const size_t tb = lt->tensors.size() * sizeof(LarsTensor), cb = lt->chunks.size() * sizeof(LarsChunk);
+  const int32_t count = static_cast<int32_t>(lt->chunks.size());
+  TRCTL_CUDA_TRY(cudaMalloc(&tensors.p, tb));
+  TRCTL_CUDA_TRY(cudaMalloc(&chunks.p, cb));
+  TRCTL_CUDA_TRY(cudaMalloc(&norms.p, lars_workspace_bytes(count)));
+  TRCTL_CUDA_TRY(cudaMemcpy(tensors.p, lt->tensors.data(), tb, cudaMemcpyHostToDevice));
+  TRCTL_CUDA_TRY(cudaMemcpy(chunks.p, lt->chunks.data(), cb, cudaMemcpyHostToDevice));
+  const LarsDevice d{static_cast<const LarsTensor*>(tensors.p), static_cast<const LarsChunk*>(chunks.p), count,
+                     static_cast<double*>(norms.p)};
+  // p and g read twice (norms, update), buf read and written, p written
+  return b.add("lars over a region (one tensor)", sz, 28.0 * n, false, bw, [&] {
+    return lars_step_cuda(s, h, d, LarsConsts{}, p, g, buf);
+  });
+}
+
 }  // namespace
 
 Result<std::vector<KernelBenchRow>> cuda_bench_kernels() {
@@ -170,6 +205,9 @@ Result<std::vector<KernelBenchRow>> cuda_bench_kernels() {
     return optimizer_step_cuda(s, CudaOptimizer::AdamW, h, static_cast<float*>(y.p), static_cast<const float*>(g.p),
                                static_cast<float*>(m.p), static_cast<float*>(v.p), n, n / 2);
   });
+  if (st.ok()) st = opt_hyper_advance_cuda(s, h, nullptr, nullptr, nullptr, 0);  // step 2 for the extras
+  if (st.ok()) st = bench_optim_extra(b, sz, n, h, static_cast<float*>(y.p), static_cast<const float*>(g.p),
+                                      static_cast<float*>(m.p), static_cast<float*>(v.p));
   const int64_t rows = 65536, cols = 1024;
   if (st.ok()) st = b.add("bias_grad f32", "65536x1024", 4.0 * rows * cols, false, bw, [&] {
     return bias_grad_cuda(s, x.p, GpuDType::F32, rows, cols, 0, static_cast<float*>(y.p), false);
