@@ -6,7 +6,7 @@ namespace trctl {
 const std::vector<std::string>& compiler_stages() {
   static const std::vector<std::string> stages = {"graph_build", "fuse_linear_relu", "fuse_norm_add_relu",
                                                   "fuse_bn_add", "autodiff", "fuse_grad_accumulate",
-                                                  "optimizer_insert", "memplan"};
+                                                  "accumulate_insert", "optimizer_insert", "memplan"};
   return stages;
 }
 
@@ -55,6 +55,7 @@ Result<Compiled> compile_spec(const Spec& spec, const DataShape& data, const Com
       {"fuse_bn_add", pass_fuse_bn_add},
       {"autodiff", pass_autodiff},
       {"fuse_grad_accumulate", pass_fuse_grad_accumulate},
+      {"accumulate_insert", pass_accumulate_insert},
       {"optimizer_insert",
        [&](Graph& gr, Program& p) { return pass_optimizer_insert(gr, p, spec.optimizer, spec.train.ema_decay > 0); }},
   };

@@ -1,5 +1,5 @@
-// The compiler pipeline: spec -> graph_build -> (per program) fuse_linear_relu -> fuse_norm_add_relu -> autodiff
-// -> optimizer_insert
+// The compiler pipeline: spec -> graph_build -> (per program) fuse_linear_relu -> fuse_norm_add_relu -> fuse_bn_add
+// -> autodiff -> fuse_grad_accumulate -> accumulate_insert -> optimizer_insert
 // -> graph_verify -> memplan_build. Each stage is a named function; compile_spec runs them in order and can hand
 // the state after any stage to a dump callback (`trctl compile CFG --dump=after:STAGE`).
 #pragma once
@@ -33,8 +33,8 @@ struct Compiled {
   std::vector<std::string> stages;  // names of the stages that ran, in order
 };
 
-// Stage names, in order: "graph_build", "fuse_linear_relu", "fuse_norm_add_relu", "autodiff", "optimizer_insert",
-// "memplan".
+// Stage names, in order: "graph_build", "fuse_linear_relu", "fuse_norm_add_relu", "fuse_bn_add", "autodiff",
+// "fuse_grad_accumulate", "accumulate_insert" (a no-op without train.accumulate_steps), "optimizer_insert", "memplan".
 const std::vector<std::string>& compiler_stages();
 
 // Called after each stage with its name and the state so far (the plan is valid only after "memplan").

@@ -69,7 +69,10 @@ class Backend {
   virtual void set_step(int64_t step) = 0;
 
   // Runs one program over the batch in `slot`. A train program increments the step, runs forward, backward and
-  // the optimizer; an eval program runs forward and the metrics.
+  // the optimizer; an eval program runs forward and the metrics. With train.accumulate_steps k > 1 a micro-batch
+  // program (Program::micro) runs forward and backward and adds its gradients into the accumulators without
+  // incrementing the step (step() counts optimizer steps); the train program after it (at most k - 1 of them)
+  // adds the accumulators in and steps.
   virtual Status run(int program, int slot) = 0;
 
   // Loss of the last run of `program`, and its epoch accumulators (reset by reset_metrics). Reading them may

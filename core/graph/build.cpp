@@ -390,11 +390,14 @@ Result<Graph> graph_build(const Spec& spec, const DataShape& data, DType compute
   g.in_w = data.w;
   g.in_c = data.c;
   g.num_classes = data.num_classes;
+  g.accumulate_steps = spec.train.accumulate_steps;
   std::vector<std::pair<std::string, int64_t>> plan;  // program name, batch
   const int64_t b = spec.data.batch_size;
   const int64_t vb = spec.data.val_batch_size > 0 ? spec.data.val_batch_size : b;
   if (data.train_n / b > 0) plan.emplace_back("train", b);
   if (data.train_n % b != 0 && !spec.data.drop_last) plan.emplace_back("train_last", data.train_n % b);
+  // Gradient accumulation: full micro-batches that are not an optimizer step's last (the epoch's last batch is).
+  if (g.accumulate_steps > 1 && data.train_n / b > 0) plan.emplace_back("train_micro", b);
   if (plan.empty())
     return Error{ErrCode::Invalid, spec.source,
                  "no training batch: " + std::to_string(data.train_n) + " samples, batch_size " +
@@ -407,6 +410,7 @@ Result<Graph> graph_build(const Spec& spec, const DataShape& data, DType compute
     Program p;
     p.name = name;
     p.kind = name.rfind("train", 0) == 0 ? ProgramKind::Train : ProgramKind::Eval;
+    p.micro = name == "train_micro";
     p.batch = batch;
     Value in;
     in.name = name + "/input";

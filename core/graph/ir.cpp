@@ -39,6 +39,7 @@ const char* to_string(Role r) {
     case Role::Activation: return "activation";
     case Role::Result: return "result";
     case Role::Buffer: return "buffer";
+    case Role::GradAccum: return "grad_accum";
   }
   return "?";
 }
@@ -76,6 +77,7 @@ const char* to_string(OpKind k) {
     case OpKind::MaxPoolGrad: return "max_pool_grad";
     case OpKind::AvgPoolGrad: return "avg_pool_grad";
     case OpKind::GlobalAvgPoolGrad: return "global_avg_pool_grad";
+    case OpKind::GradAccumulate: return "grad_accumulate";
     case OpKind::OptimizerStep: return "optimizer_step";
   }
   return "?";
@@ -119,20 +121,22 @@ std::string graph_dump(const Graph& g) {
   std::ostringstream os;
   os << "graph: sample (H, W, C) = (" << g.in_h << ", " << g.in_w << ", " << g.in_c << "), classes "
      << g.num_classes << "; compute " << to_string(g.compute) << ", activations stored as " << to_string(g.storage)
+     << (g.accumulate_steps > 1 ? "; accumulate_steps " + std::to_string(g.accumulate_steps) : std::string())
      << "\n";
   os << "params:\n";
   for (const auto& p : g.params) {
     os << "  " << p.name << " " << g.values[p.value].shape.str() << (p.decay ? " decay" : " no_decay")
        << " grad=%" << p.grad;
     for (ValueId s : p.state) os << " state=%" << s;
+    if (p.accum != kNoValue) os << " accum=%" << p.accum;
     os << "\n";
   }
   if (!g.buffers.empty()) os << "buffers:\n";
   for (const auto& b : g.buffers)
     os << "  " << b.name << " " << g.values[b.value].shape.str() << " init=" << b.init << " %" << b.value << "\n";
   for (const auto& pr : g.programs) {
-    os << "program " << pr.name << " (" << (pr.kind == ProgramKind::Train ? "train" : "eval") << ", batch "
-       << pr.batch << ", " << pr.nodes.size() << " nodes):\n";
+    os << "program " << pr.name << " (" << (pr.kind == ProgramKind::Train ? "train" : "eval")
+       << (pr.micro ? " micro-batch" : "") << ", batch " << pr.batch << ", " << pr.nodes.size() << " nodes):\n";
     for (const auto& n : pr.nodes) {
       os << "  ";
       for (size_t i = 0; i < n.out.size(); ++i) {
@@ -143,6 +147,8 @@ std::string graph_dump(const Graph& g) {
       if (n.attrs.relu) os << "[relu]";
       if (n.attrs.residual) os << "[residual]";
       if (n.attrs.accumulate) os << "[accumulate]";
+      if (n.op == OpKind::GradAccumulate) os << (n.attrs.flush ? "[flush]" : "[add]");
+      if (n.attrs.grad_scale != 1.0f) os << "[grad_scale=" << n.attrs.grad_scale << "]";  // 1/accumulate_steps
       switch (n.op) {
         case OpKind::Conv2d:
         case OpKind::Conv2dGradInput:

@@ -24,6 +24,8 @@ enum class Role : uint8_t {
   Activation,  // transient: arena, reused by liveness
   Result,      // per-step loss / correct count and epoch accumulators: region results (never reused)
   Buffer,      // persistent non-trainable state (batch-norm running statistics): region buffers
+  GradAccum,   // a Param's gradient summed over the micro-batches of one optimizer step (train.accumulate_steps
+               //   > 1): region grads, after the gradient layout (MemoryPlan::grad_accum_offset + the grad's offset)
 };
 const char* to_string(Role r);
 
@@ -69,6 +71,9 @@ enum class OpKind : uint8_t {
   AvgPoolGrad,              // dY -> dX
   GlobalAvgPoolGrad,        // dY (N,C) -> dX (N,H,W,C)
   // update
+  GradAccumulate,           // grads..., accumulators... (Role::GradAccum, same order) -> accumulators (micro
+                            //   programs: acc += grad) or grads..., accumulators... (attrs.flush: grad += acc,
+                            //   acc = 0, before the OptimizerStep); one pass over the Grads region's two layouts
   OptimizerStep,            // all grads -> all params, in place (optimizer kind/hyper-parameters from the plan)
 };
 const char* to_string(OpKind k);
@@ -101,6 +106,9 @@ struct Attrs {
   float p = 0;                   // Dropout
   uint32_t op_id = 0;            // Dropout RNG stream id (stable layer index)
   float label_smoothing = 0;     // SoftmaxCrossEntropy(Grad), Loss(Grad) weighted_cross_entropy
+  float grad_scale = 1;          // SoftmaxCrossEntropy(Grad), Loss(Grad): the logits' gradient times this (1/k with
+                                 //   train.accumulate_steps k: (loss / k).backward())
+  bool flush = false;            // GradAccumulate: add the accumulators into the gradients and clear them
   ActKind act = ActKind::Silu;   // Activation(Grad)
   float act_param = 0;           // Activation(Grad): LeakyReLU's negative_slope, ELU's alpha
   LossFn loss = LossFn::Mse;     // Loss(Grad)
@@ -124,6 +132,7 @@ struct ParamInfo {
   ValueId value = kNoValue;       // Role::Param
   ValueId grad = kNoValue;        // Role::Grad
   std::vector<ValueId> state;     // Role::OptState (adam: m, v; sgd with momentum: buf)
+  ValueId accum = kNoValue;       // Role::GradAccum (train.accumulate_steps > 1)
   bool decay = true;              // weight decay applies (false for biases and norm parameters)
   int64_t fan_in = 0;             // for initialisation
   enum class Init : uint8_t { Kaiming, Zeros, Ones } init = Init::Kaiming;
@@ -139,8 +148,12 @@ struct BufferInfo {
 enum class ProgramKind : uint8_t { Train, Eval };
 
 struct Program {
-  std::string name;               // "train", "train_last", "eval", "eval_last"
+  std::string name;               // "train", "train_last", "eval", "eval_last"; "train_micro" (micro)
   ProgramKind kind = ProgramKind::Train;
+  // train.accumulate_steps k > 1: "train_micro" runs a micro-batch (forward, backward, gradients added into the
+  // accumulators, no optimizer); "train" and "train_last" are then the flush steps (the accumulators added into
+  // their gradients, the optimizer step). The trainer runs k - 1 micro programs before each flush.
+  bool micro = false;
   int64_t batch = 0;
   std::vector<Node> nodes;        // topological order
   ValueId input = kNoValue, label = kNoValue, logits = kNoValue;
@@ -160,6 +173,7 @@ struct Graph {
   // What inputs and activations of the compute dtype are stored as: the compute dtype, or F16/BF16 when a backend
   // runs them in AMP (the CUDA backend); parameters, gradients and optimizer state stay in the compute dtype.
   DType storage = DType::F32;
+  int accumulate_steps = 1;  // train.accumulate_steps: micro-batches per optimizer step
 
   ValueId add_value(Value v);
   const Program* find_program(const std::string& name) const;

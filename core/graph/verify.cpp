@@ -169,6 +169,16 @@ struct Checker {
         if (arity(1, 1))
           expect(out(0).dims.size() == 4 && in(0) == Shape{{out(0).dims[0], out(0).dims[3]}}, "bad shapes");
         break;
+      case OpKind::GradAccumulate: {  // grads..., accumulators... -> [grads...,] accumulators...
+        const size_t k = n.in.size() / 2;
+        expect(n.in.size() % 2 == 0 && n.out.size() == (n.attrs.flush ? 2 * k : k),
+               "expected one accumulator per gradient, in and out");
+        for (size_t i = 0; i < k && n.in.size() % 2 == 0; ++i) {
+          expect(in(i) == in(k + i) && g.values[n.in[k + i]].role == Role::GradAccum, "gradient/accumulator pair");
+          if (i < n.out.size()) expect(n.out[i] == n.in[n.attrs.flush ? i : k + i], "outputs are the inputs, in place");
+        }
+        break;
+      }
       case OpKind::OptimizerStep:
         expect(n.in.size() == n.out.size(), "one grad per param");
         for (size_t i = 0; i < n.in.size() && i < n.out.size(); ++i) expect(in(i) == out(i), "grad/param shape");

@@ -78,6 +78,19 @@ void place_persistent(const Graph& g, MemoryPlan& m) {
   m.region_bytes[static_cast<int>(Region::Buffers)] = boff;
 }
 
+// The gradient accumulators: a second copy of the gradient layout after the first, in the Grads region.
+void place_grad_accumulators(const Graph& g, MemoryPlan& m) {
+  bool any = false;
+  for (const auto& p : g.params) any |= p.accum != kNoValue;
+  if (!any) return;
+  int64_t& grads = m.region_bytes[static_cast<int>(Region::Grads)];
+  m.grad_accum_offset = grads;
+  for (const auto& p : g.params)
+    if (p.accum != kNoValue && p.grad != kNoValue)
+      m.values[p.accum] = {Region::Grads, grads + m.values[p.grad].offset, g.values[p.accum].bytes()};
+  grads *= 2;
+}
+
 void place_inputs_results(const Graph& g, MemoryPlan& m) {
   int64_t max_in = 0, max_lab = 0;
   for (const auto& p : g.programs) {
@@ -155,6 +168,7 @@ Result<MemoryPlan> memplan_build(const Graph& g) {
   MemoryPlan m;
   m.values.resize(g.values.size());
   place_persistent(g, m);
+  place_grad_accumulators(g, m);
   place_inputs_results(g, m);
   compute_liveness(g, m);
   place_activations(g, m);
@@ -186,6 +200,10 @@ Status memplan_verify(const Graph& g, const MemoryPlan& m) {
   for (const auto& prm : g.params) {
     if (prm.grad != kNoValue && m.values[prm.grad].offset != m.values[prm.value].offset)
       fail(prm.grad, "grad offset differs from its weight");
+    if (prm.accum != kNoValue &&
+        (m.grad_accum_offset <= 0 || prm.grad == kNoValue ||
+         m.values[prm.accum].offset != m.grad_accum_offset + m.values[prm.grad].offset))
+      fail(prm.accum, "gradient accumulator not in the second gradient layout");
     for (size_t s = 0; s < prm.state.size(); ++s)
       if (m.values[prm.state[s]].offset != static_cast<int64_t>(s) * m.weights_bytes + m.values[prm.value].offset)
         fail(prm.state[s], "optimizer state not in the weight layout");
@@ -230,6 +248,9 @@ std::string memplan_dump(const Graph& g, const MemoryPlan& m) {
   }
   os << "  inputs: 2 slots (A/B) of " << m.input_slot_bytes << " bytes; weights with decay: [0, "
      << m.weights_decay_bytes << ")\n";
+  if (m.grad_accum_offset > 0)
+    os << "  grads: gradients [0, " << m.grad_accum_offset << "), accumulators [" << m.grad_accum_offset << ", "
+       << 2 * m.grad_accum_offset << ")\n";
   os << "  activations: " << m.region_bytes[static_cast<int>(Region::Activations)] << " bytes planned, "
      << m.activation_naive_bytes << " bytes without reuse\n";
   os << "values:\n";

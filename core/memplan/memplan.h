@@ -37,6 +37,9 @@ struct MemoryPlan {
   int64_t input_slot_bytes = 0;                // Inputs holds 2 slots of this size; slot s adds s * this
   int64_t weights_decay_bytes = 0;             // [0, this) of Weights holds the parameters with weight decay
   int64_t weights_bytes = 0;                   // one copy of the weight layout (Grads, each OptState copy)
+  // Gradient accumulation (Role::GradAccum values): 0 = none; else Grads holds the gradients in [0, this) and their
+  // accumulators at the same offsets plus this, in [this, 2 * this) (GradAccumulate is one pass over both).
+  int64_t grad_accum_offset = 0;
   int64_t activation_naive_bytes = 0;          // sum of all activations without reuse
   int64_t total_bytes() const;
   bool placed(ValueId v) const { return values[v].offset >= 0; }

@@ -101,6 +101,11 @@ struct Autodiff {
     bwd.push_back(std::move(b));
   }
 
+  // Gradient accumulation over k micro-batches differentiates loss / k (the logged loss stays the batch mean).
+  float loss_grad_scale() const {
+    return g.accumulate_steps > 1 ? 1.0f / static_cast<float>(g.accumulate_steps) : 1.0f;
+  }
+
   void mark_needs_grad() {
     for (const auto& prm : g.params) needs_grad.insert(prm.value);
     for (const auto& n : p.nodes) {
@@ -117,12 +122,16 @@ struct Autodiff {
       case OpKind::SoftmaxCrossEntropy: {
         Attrs a;
         a.label_smoothing = n.attrs.label_smoothing;
+        a.grad_scale = loss_grad_scale();
         contribute(n.in[0], OpKind::SoftmaxCrossEntropyGrad, {n.in[0], n.in[1]}, nm + ".grad", a);
         return;
       }
-      case OpKind::Loss:
-        contribute(n.in[0], OpKind::LossGrad, {n.in[0], n.in[1]}, nm + ".grad", n.attrs);
+      case OpKind::Loss: {
+        Attrs a = n.attrs;
+        a.grad_scale = loss_grad_scale();
+        contribute(n.in[0], OpKind::LossGrad, {n.in[0], n.in[1]}, nm + ".grad", a);
         return;
+      }
       case OpKind::Accuracy:
       case OpKind::BinaryAccuracy:
       case OpKind::MetricAccumulate:
@@ -234,7 +243,7 @@ int optimizer_state_count(const OptimizerSpec& opt) {
 }
 
 Status pass_optimizer_insert(Graph& g, Program& p, const OptimizerSpec& opt, bool ema) {
-  if (p.kind != ProgramKind::Train) return ok_status();
+  if (p.kind != ProgramKind::Train || p.micro) return ok_status();  // a micro-batch only accumulates
   const int k = optimizer_state_count(opt) + (ema ? 1 : 0);
   const int moments = optimizer_state_count(opt);
   Node step;

@@ -165,6 +165,11 @@ struct TrainSpec {
   Precision precision = Precision::Fp32;
   DeviceKind device = DeviceKind::Auto;
   int threads = 0;              // CPU backend compute threads; 0 = hardware concurrency
+  // Gradient accumulation: micro-batches (data.batch_size samples each) per optimizer step, as PyTorch's
+  // (loss / k).backward() loop: gradients are summed over k micro-batches, the optimizer steps after every k-th
+  // and after the epoch's last (with the micro-batches it has, still / k). Steps (Backend::step(), metrics.jsonl,
+  // checkpoints, debug.inject_nonfinite_grad_steps) count optimizer steps. 1..65536; 1 = off.
+  int accumulate_steps = 1;
   bool deterministic = true;
   int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
   int validate_every = 1;       // validation after every N-th epoch and after the last; >= 1

@@ -310,6 +310,8 @@ std::string spec_to_yaml(const Spec& spec) {
   y += std::string("  precision: ") + to_string(spec.train.precision) + "\n";
   y += std::string("  device: ") + to_string(spec.train.device) + "\n";
   y += "  threads: " + std::to_string(spec.train.threads) + "\n";
+  if (spec.train.accumulate_steps > 1)  // written only when set: specs without it keep their checkpoint hash
+    y += "  accumulate_steps: " + std::to_string(spec.train.accumulate_steps) + "\n";
   y += std::string("  deterministic: ") + boolean(spec.train.deterministic) + "\n";
   y += "  checkpoint_every: " + std::to_string(spec.train.checkpoint_every) + "\n";
   y += "  validate_every: " + std::to_string(spec.train.validate_every) + "\n";

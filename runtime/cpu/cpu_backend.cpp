@@ -15,6 +15,7 @@
 #include "runtime/ops/add/add.h"
 #include "runtime/ops/batchnorm/batchnorm.h"
 #include "runtime/ops/dropout/dropout.h"
+#include "runtime/ops/grad_accum/grad_accum.h"
 #include "runtime/ops/linear/linear.h"
 #include "runtime/ops/loss/loss.h"
 #include "runtime/ops/optim/optim.h"
@@ -77,11 +78,24 @@ class CpuBackend final : public Backend {
 
   void set_lr(double lr) override { lr_ = lr; }
   int64_t step() const override { return step_; }
-  void set_step(int64_t step) override { step_ = updates_ = step; }
+  void set_step(int64_t step) override {
+    step_ = updates_ = step;
+    micro_ = 0;
+  }
 
   Status run(int program, int slot) override {
     const Program& p = c_.graph.programs[program];
-    if (p.kind == ProgramKind::Train) ++step_;
+    if (p.kind == ProgramKind::Train) {  // step_ counts optimizer steps: a micro-batch program does not advance it
+      // Dropout's key: micro-batch j (0-based) of optimizer step s (1-based) draws with (s - 1) * k + j + 1, so each
+      // micro-batch has its own masks and a run resumed at an optimizer step draws the same ones (k = 1: s).
+      dropout_key_ = static_cast<uint32_t>(step_ * c_.graph.accumulate_steps + micro_ + 1);
+      if (p.micro) {
+        ++micro_;
+      } else {
+        ++step_;
+        micro_ = 0;
+      }
+    }
     if (c_.graph.compute == DType::F64) {
       for (const Node& n : p.nodes) execute<double>(p, n, slot);
       last_loss_[program] = *ptr<double>(p.loss, slot);
@@ -136,7 +150,7 @@ class CpuBackend final : public Backend {
       case OpKind::Dropout:
       case OpKind::DropoutGrad:
         return dropout_fwd_cpu<T>(f(n.in[0]), f(n.out[0]), shape(n.in[0]).numel(), n.attrs.p, seed_,
-                                      n.attrs.op_id, static_cast<uint32_t>(step_));
+                                      n.attrs.op_id, dropout_key_);
       case OpKind::SoftmaxCrossEntropy: {
         const Shape& ls = shape(n.in[0]);
         *f(n.out[0]) = static_cast<T>(softmax_ce_fwd_cpu<T>(
@@ -160,7 +174,8 @@ class CpuBackend final : public Backend {
         *f(n.out[0]) = static_cast<T>(loss_fwd_cpu<T>(loss_desc(n), f(n.in[0]), ptr<int32_t>(n.in[1], slot)));
         return;
       case OpKind::LossGrad:
-        return loss_grad_cpu<T>(loss_desc(n), f(n.in[0]), ptr<int32_t>(n.in[1], slot), f(n.out[0]), 1.0);
+        return loss_grad_cpu<T>(loss_desc(n), f(n.in[0]), ptr<int32_t>(n.in[1], slot), f(n.out[0]),
+                                n.attrs.grad_scale);
       case OpKind::BinaryAccuracy: {  // [, top-5: every usable row, a 2-class head's top-5 holds both classes]
         const int32_t* y = ptr<int32_t>(n.in[1], slot);
         const int64_t rows = shape(n.in[0]).dims[0];
@@ -181,7 +196,7 @@ class CpuBackend final : public Backend {
       case OpKind::SoftmaxCrossEntropyGrad: {
         const Shape& ls = shape(n.in[0]);
         return softmax_ce_grad_cpu<T>(f(n.in[0]), ptr<int32_t>(n.in[1], slot), f(n.out[0]), ls.dims[0],
-                                          ls.dims[1], n.attrs.label_smoothing, 1.0);
+                                          ls.dims[1], n.attrs.label_smoothing, n.attrs.grad_scale);
       }
       case OpKind::LinearGradInput: {  // [+ C: a fused gradient sum, pass_fuse_grad_accumulate]
         const Shape& ws = shape(n.in[1]);
@@ -237,6 +252,14 @@ class CpuBackend final : public Backend {
         add_cpu<T>(f(n.in[0]), f(n.in[1]), f(n.out[0]), shape(n.in[0]).numel());
         if (n.attrs.relu) relu_fwd_cpu<T>(f(n.out[0]), f(n.out[0]), shape(n.out[0]).numel());
         return;
+      case OpKind::GradAccumulate: {  // one pass over the gradient layout and its accumulator copy after it
+        const int64_t off = c_.plan.grad_accum_offset, cnt = off / static_cast<int64_t>(sizeof(T));
+        T* g = reinterpret_cast<T*>(region(Region::Grads));
+        T* acc = reinterpret_cast<T*>(region(Region::Grads) + off);
+        if (n.attrs.flush) grad_accum_flush_cpu<T>(g, acc, cnt);
+        else grad_accum_add_cpu<T>(g, acc, cnt);
+        return;
+      }
       case OpKind::OptimizerStep:
         if (c_.graph.compute != DType::F32) throw std::logic_error("the optimizer runs on F32 plans only");
         return optimizer_step();
@@ -339,6 +362,7 @@ class CpuBackend final : public Backend {
   Status restore_state(const TrainState& s) override {
     step_ = s.step;
     updates_ = s.updates();
+    micro_ = 0;  // checkpoints are taken between optimizer steps: the accumulators are empty
     return ok_status();
   }
 
@@ -360,6 +384,8 @@ class CpuBackend final : public Backend {
   std::vector<double> last_loss_;
   double lr_ = 0;
   int64_t step_ = 0;
+  int64_t micro_ = 0;    // micro-batches run since the last optimizer step (train.accumulate_steps)
+  uint32_t dropout_key_ = 0;  // the running train step's dropout key (see run())
   int64_t updates_ = 0;  // optimizer updates applied (step_ minus the skipped steps; Adam's t, the EMA's count)
   int64_t skipped_ = 0;
 };

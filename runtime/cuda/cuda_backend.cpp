@@ -23,6 +23,7 @@
 #include "runtime/ops/bias_grad/bias_grad_cuda.h"
 #include "runtime/ops/cast/cast_cuda.h"
 #include "runtime/ops/dropout/dropout_cuda.h"
+#include "runtime/ops/grad_accum/grad_accum_cuda.h"
 #include "runtime/ops/batchnorm/batchnorm_cuda.h"
 #include "runtime/ops/optim/optim_cuda.h"
 #include "runtime/ops/pool/pool_cuda.h"
@@ -379,7 +380,8 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
     }
     case OpKind::Dropout:
     case OpKind::DropoutGrad: {
-      const DropoutParams prm = dropout_params(n.attrs.p, seed_, n.attrs.op_id, &state()->step);
+      const uint32_t* key = c_.graph.accumulate_steps > 1 ? &state()->key : &state()->step;  // see step_book
+      const DropoutParams prm = dropout_params(n.attrs.p, seed_, n.attrs.op_id, key);
       const void* x = at(n.in[0]);
       void* y = at(n.out[0]);
       const int64_t cnt = numel(n.in[0]);
@@ -403,6 +405,7 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
           if (!early_write_safe(program, g.out[0], i))
             return Error{ErrCode::Internal, "cuda backend", "the plan shares the gradient of the logits with a live value"};
           a.dlogits = at(g.out[0]);
+          a.grad_scale = g.attrs.grad_scale;  // 1 / train.accumulate_steps
         }
       a.dlogits_type = act;
       a.workspace = scratch_[program];
@@ -433,6 +436,15 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
     case OpKind::LossGrad:
     case OpKind::BinaryAccuracy:
       return lower_act_loss_node(program, i, out);
+    case OpKind::GradAccumulate: {  // one launch over the gradient layout and the accumulators' copy after it
+      char* grads = region_[static_cast<int>(Region::Grads)];
+      float* g = reinterpret_cast<float*>(grads);
+      float* acc = reinterpret_cast<float*>(grads + c_.plan.grad_accum_offset);
+      const int64_t cnt = c_.plan.grad_accum_offset / 4;
+      const bool flush = n.attrs.flush;
+      out.push_back([s, g, acc, cnt, flush] { return grad_accumulate_cuda(s, g, acc, cnt, flush); });
+      return ok_status();
+    }
     case OpKind::OptimizerStep:
       return lower_optimizer(out);
   }
@@ -482,13 +494,30 @@ Status CudaBackend::lower_optimizer(std::vector<Launch>& out) {
   return ok_status();
 }
 
+// A train step counts itself (an optimizer step: not a micro-batch; dropout's key without accumulation) and clears
+// found_inf; with train.accumulate_steps k > 1 it also computes its micro-batch's dropout key (as the CPU backend's
+// run(): (optimizer steps done) * k + (micro-batches of this step before it) + 1) and counts the micro-batches.
+StepBookkeeping CudaBackend::step_book(const Program& p) const {
+  StepBookkeeping book;
+  if (p.kind != ProgramKind::Train) return book;
+  DeviceState* st = state();
+  if (!p.micro) book.step = &st->step;
+  book.clear = &st->scaler.found_inf;
+  if (c_.graph.accumulate_steps > 1) {
+    book.key = &st->key;
+    book.micro = &st->micro;
+    book.steps = &st->step;
+    book.accumulate = static_cast<uint32_t>(c_.graph.accumulate_steps);
+    book.flush = !p.micro;
+  }
+  return book;
+}
+
 // The step's first launch: gather the program's batch from the resident split and transform it.
 Result<Launch> CudaBackend::batch_fetch(int program) {
   const Program& p = c_.graph.programs[program];
   if (fed_) {  // the batch is already in the input slot (load_batch): only the step's bookkeeping
-    StepBookkeeping book;
-    if (p.kind == ProgramKind::Train) book.step = &state()->step;
-    if (p.kind == ProgramKind::Train) book.clear = &state()->scaler.found_inf;
+    const StepBookkeeping book = step_book(p);
     const cudaStream_t s = ctx_.stream;
     return Launch([s, book] { return step_bookkeeping_cuda(s, book); });
   }
@@ -505,9 +534,7 @@ Result<Launch> CudaBackend::batch_fetch(int program) {
   const GpuDType act = act_type();
   const uint64_t seed = seed_;
   const int64_t batch = p.batch;
-  StepBookkeeping book;  // a train step also counts itself (dropout's key) and clears found_inf
-  if (p.kind == ProgramKind::Train) book.step = &st->step;
-  if (p.kind == ProgramKind::Train) book.clear = &st->scaler.found_inf;
+  const StepBookkeeping book = step_book(p);
   return Launch([s, pipe, rs, seed, batch, x, act, y, book] {
     return augment_batch_cuda(s, pipe, rs, seed, batch, x, act, y, book);
   });
@@ -614,7 +641,7 @@ Status CudaBackend::run(int program, int slot) {
   TRCTL_CUDA_TRY(cudaGraphLaunch(e, ctx_.stream));
   TRCTL_CUDA_TRY(cudaEventRecord(step_done_[slot], ctx_.stream));
   ++runs_[program];
-  if (c_.graph.programs[program].kind == ProgramKind::Train) ++step_;
+  if (c_.graph.programs[program].kind == ProgramKind::Train && !c_.graph.programs[program].micro) ++step_;
   if (comm_) dist_note_launch(program);
   return ok_status();
 }
@@ -627,7 +654,7 @@ Status CudaBackend::run_resident(int program, DataSplit) {
   }
   TRCTL_CUDA_TRY(cudaGraphLaunch(exec_[program], ctx_.stream));
   ++runs_[program];
-  if (c_.graph.programs[program].kind == ProgramKind::Train) ++step_;
+  if (c_.graph.programs[program].kind == ProgramKind::Train && !c_.graph.programs[program].micro) ++step_;
   if (comm_) dist_note_launch(program);
   return ok_status();
 }
@@ -699,6 +726,7 @@ Status CudaBackend::restore_state(const TrainState& t) {
   TRCTL_CUDA_TRY(cudaMemcpy(&h, state(), sizeof h, cudaMemcpyDeviceToHost));
   step_ = t.step;
   h.step = static_cast<uint32_t>(t.step);
+  h.micro = 0;  // checkpoints are taken between optimizer steps: no micro-batch of the next one has run
   h.opt.iter = static_cast<uint32_t>(t.step);
   h.opt.step = static_cast<int32_t>(t.updates());
   if (scaled() && t.step > 0) {  // an fp32 checkpoint (scale 1) resumed under fp16 keeps the fresh scaler

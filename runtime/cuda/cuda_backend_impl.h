@@ -27,10 +27,12 @@ namespace trctl::cuda_detail {
 struct DeviceState {
   OptHyper opt;
   GradScalerState scaler;
-  uint32_t step;        // training iterations; the current one during a step (dropout key)
+  uint32_t step;        // optimizer steps; the current one during a step (dropout's key without accumulation)
   uint32_t cursor[2];   // per DataSplit: position in the epoch order
   uint32_t epoch[2];    // per DataSplit: the epoch key of the transforms
   int32_t bad_labels;   // labels outside [0, C) seen by the loss
+  uint32_t micro;       // train.accumulate_steps > 1: micro-batches run of the current optimizer step
+  uint32_t key;         // ... and the dropout key of the running micro-batch (StepBookkeeping)
 };
 static_assert(sizeof(DeviceState) <= static_cast<size_t>(kHyperBytes), "DeviceState must fit the Hyper region");
 
@@ -101,6 +103,7 @@ class CudaBackend final : public Backend {
   Status refresh_lowp_weights();
   Status copy_to_device(void* dst, const void* src, size_t bytes);
   Status plan_gemms();
+  StepBookkeeping step_book(const Program& p) const;
   Result<Launch> batch_fetch(int program);
   Result<std::vector<Launch>> lower(int program);
   Status lower_node(int program, size_t i, std::vector<Launch>& out);

@@ -68,6 +68,7 @@ Status CudaBackend::lower_act_loss_node(int program, size_t i, std::vector<Launc
             return Error{ErrCode::Internal, "cuda backend",
                          "loss: the plan shares the gradient of the logits with a live value"};
           a.dlogits = at(g.out[0]);
+          a.grad_scale = g.attrs.grad_scale;  // 1 / train.accumulate_steps
         }
       a.dlogits_type = act;
       a.workspace = scratch_[program];

@@ -41,26 +41,48 @@ struct StepLog {
   Clock::time_point t_log = Clock::now();
   int64_t images_log = 0;
 
-  void after_step(int prog, int64_t batch) {
+  // After every batch; `step_end`: the batch ended an optimizer step (always, without gradient accumulation).
+  void after_step(int prog, int64_t batch, bool step_end = true) {
     images_log += batch;
-    if (!train || be.step() % c.spec.run.log_interval != 0) return;
+    if (!train || !step_end || be.step() % c.spec.run.log_interval != 0) return;
     out.step(epoch, be.step(), be.last_loss(prog), lr, images_log / since(t_log), since(t_run));
     t_log = Clock::now();
     images_log = 0;
   }
 };
 
-// Called after each step with (batches done in the epoch, batches in it); false stops the epoch there.
+// Called after each optimizer step with (batches done in the epoch, batches in it); false stops the epoch there.
 using StepControl = std::function<bool(int64_t, int64_t)>;
+
+// Gradient accumulation (train.accumulate_steps k): which train programs an epoch runs. Batch i (0-based) of an
+// epoch of `total` ends an optimizer step when i + 1 is a multiple of k or the epoch's last batch; the others run
+// the micro-batch program (always a full batch: a partial one is the epoch's last). Epochs start at a step boundary,
+// and a stop (signal, mid-epoch checkpoint) comes only after a step's last batch, so no accumulator is ever saved.
+struct EpochPrograms {
+  int full = -1, last = -1, micro = -1;
+  int k = 1;
+  EpochPrograms(const Compiled& c, bool train)
+      : full(program_index(c, train ? "train" : "eval")),
+        last(program_index(c, train ? "train_last" : "eval_last")),
+        micro(train ? program_index(c, "train_micro") : -1),
+        k(train ? c.graph.accumulate_steps : 1) {}
+  bool step_end(int64_t i, int64_t total) const { return k <= 1 || (i + 1) % k == 0 || i + 1 >= total; }
+  // The program for batch i, given the one its size picks (full or last); -1 when there is none.
+  int pick(int by_size, int64_t i, int64_t total) const {
+    if (step_end(i, total)) return by_size;
+    return by_size == full ? micro : -1;
+  }
+};
 
 // Runs every batch of one epoch through the program matching its size, after skipping the first `skip` (a run
 // resumed mid-epoch); returns images processed.
 Result<int64_t> run_epoch(Backend& be, const Compiled& c, HostFeed& loader, bool train, int epoch, double lr,
                           RunOutputs& out, const StepControl& on_step, Clock::time_point t_run, int64_t skip = 0) {
-  const int full = program_index(c, train ? "train" : "eval");
-  const int last = program_index(c, train ? "train_last" : "eval_last");
+  const EpochPrograms tp(c, train);
+  const int full = tp.full, last = tp.last;
   HostBatch b;
   int64_t images = 0, i = 0;
+  bool open_step = false;  // micro-batches run since the last optimizer step
   const int64_t total = loader.batches_per_epoch();
   StepLog log{be, c, out, train, epoch, lr, t_run};
   for (; i < skip; ++i) {
@@ -72,7 +94,8 @@ Result<int64_t> run_epoch(Backend& be, const Compiled& c, HostFeed& loader, bool
     Result<bool> more = loader.next(&b);
     if (!more.ok()) return more.errors();
     if (!more.value()) break;
-    int prog = (full >= 0 && b.size == c.graph.programs[full].batch) ? full : last;
+    const bool step_end = tp.step_end(i, total);
+    const int prog = tp.pick((full >= 0 && b.size == c.graph.programs[full].batch) ? full : last, i, total);
     if (prog < 0) return Error{ErrCode::Internal, "trainer", "no program for a batch of " + std::to_string(b.size)};
     const int slot = static_cast<int>(i % 2);
     Status st = be.load_batch(prog, slot, b.x, b.y, b.size);
@@ -80,9 +103,12 @@ Result<int64_t> run_epoch(Backend& be, const Compiled& c, HostFeed& loader, bool
     if (!st.ok()) return st.errors();
     images += b.size;
     ++i;
-    log.after_step(prog, b.size);
-    if (on_step && !on_step(i, total)) break;
+    open_step = !step_end;
+    log.after_step(prog, b.size, step_end);
+    if (step_end && on_step && !on_step(i, total)) break;
   }
+  if (open_step)  // the loader yielded fewer batches than batches_per_epoch() said
+    return Error{ErrCode::Internal, "trainer", "the epoch's data ended inside an accumulated optimizer step"};
   return images;
 }
 
@@ -91,8 +117,8 @@ Result<int64_t> run_epoch_resident(Backend& be, const Compiled& c, DataSplit spl
                                    int epoch, double lr, RunOutputs& out, const StepControl& on_step,
                                    Clock::time_point t_run, int64_t skip = 0, const DistEnv* shard = nullptr) {
   const bool train = split == DataSplit::Train;
-  const int full = program_index(c, train ? "train" : "eval");
-  const int last = program_index(c, train ? "train_last" : "eval_last");
+  const EpochPrograms tp(c, train);
+  const int full = tp.full, last = tp.last;
   std::vector<int64_t> order = loader_epoch_order(n, shuffle, c.spec.seed, static_cast<uint32_t>(epoch));
   if (shard) {  // data parallelism: this rank's shard of the (seed, epoch) order (runtime/dist/shard.h)
     order = dist_shard_order(order, shard->rank, shard->world_size);
@@ -107,13 +133,15 @@ Result<int64_t> run_epoch_resident(Backend& be, const Compiled& c, DataSplit spl
   int64_t images = 0;
   if (skip > 0 && !(st = be.seek_resident(split, std::min(skip, nfull) * fb)).ok()) return st.errors();
   for (int64_t i = skip; i < total; ++i) {
-    const int prog = i < nfull ? full : last;
+    const bool step_end = tp.step_end(i, total);
+    const int prog = tp.pick(i < nfull ? full : last, i, total);
+    if (prog < 0) return Error{ErrCode::Internal, "trainer", "no program for batch " + std::to_string(i)};
     st = be.run_resident(prog, split);
     if (!st.ok()) return st.errors();
     const int64_t b = c.graph.programs[prog].batch;
     images += b;
-    log.after_step(prog, b);
-    if (on_step && !on_step(i + 1, total)) break;
+    log.after_step(prog, b, step_end);
+    if (step_end && on_step && !on_step(i + 1, total)) break;
   }
   return images;
 }
@@ -169,11 +197,12 @@ Result<bool> use_cuda(const Spec& spec, const GpuBackendFactory& gpu) {
   return d == DeviceKind::Cuda || (d == DeviceKind::Auto && have_gpu);
 }
 
-// Mean loss, top-1 and top-5 of a split's epoch, over its full and partial-batch programs.
+// Mean loss, top-1 and top-5 of a split's epoch, over its full and partial-batch programs (and the micro-batch one
+// of gradient accumulation: its loss is the batch mean, not divided by accumulate_steps).
 ProgramMetrics split_metrics(Backend& be, const Compiled& c, bool train, double* loss, double* top1,
                              double* top5 = nullptr) {
   ProgramMetrics m;
-  for (const char* nm : {train ? "train" : "eval", train ? "train_last" : "eval_last"}) {
+  for (const char* nm : {train ? "train" : "eval", train ? "train_last" : "eval_last", train ? "train_micro" : ""}) {
     const int pi = program_index(c, nm);
     if (pi < 0) continue;
     const ProgramMetrics x = be.metrics(pi);
@@ -376,7 +405,9 @@ Result<RunSetup> run_setup(const Spec& spec, const TrainOptions& opt, spdlog::lo
     const char* no = !cuda.value() ? "on the cpu backend (it needs train.device: cuda)"
                      : data->streamed ? "of a streamed dataset (dts, image_folder) yet"
                      : spec.train.early_stopping_patience > 0 ? "with train.early_stopping_patience yet"
-                                                               : nullptr;
+                     // the bucket all-reduces would need to skip the micro-batches and follow the flush's accumulate
+                     : spec.train.accumulate_steps > 1 ? "with train.accumulate_steps > 1 yet"
+                                                       : nullptr;
     if (no) return Error{ErrCode::NotSupported, spec.source, std::string("distributed training is not supported ") + no};
     shape.train_n = dist_shard_size(shape.train_n, opt.dist.world_size);  // each rank compiles its shard's batches
   }

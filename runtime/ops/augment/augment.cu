@@ -82,6 +82,10 @@ __global__ void augment_kernel(GpuPipeline p, ResidentSplit split, uint64_t seed
 
 __global__ void cursor_advance_kernel(uint32_t* cursor, uint32_t delta, StepBookkeeping book) {
   if (cursor) *cursor += delta;
+  if (book.key) {  // before `step` advances: it may be the same counter as `steps`
+    *book.key = *book.steps * book.accumulate + *book.micro + 1;
+    *book.micro = book.flush ? 0u : *book.micro + 1;
+  }
   if (book.step) *book.step += 1;
   if (book.clear) *book.clear = 0;
 }
@@ -116,6 +120,7 @@ Status augment_batch_cuda(cudaStream_t stream, const GpuPipeline& p, const Resid
                           int64_t batch, void* x, GpuDType x_type, int32_t* y, const StepBookkeeping& book) {
   TRCTL_CUDA_ARG_CHECK(batch > 0 && batch < (int64_t{1} << 31) && split.n > 0 && x && y && split.cursor && split.epoch,
                        "augment_batch_cuda: bad arguments");
+  TRCTL_CUDA_ARG_CHECK(!book.key || (book.micro && book.steps), "augment_batch_cuda: key without micro or steps");
   const unsigned grid = static_cast<unsigned>(batch), block = 256;
   switch (x_type) {
     case GpuDType::F32:
@@ -135,6 +140,7 @@ Status augment_batch_cuda(cudaStream_t stream, const GpuPipeline& p, const Resid
 }
 
 Status step_bookkeeping_cuda(cudaStream_t stream, const StepBookkeeping& book) {
+  TRCTL_CUDA_ARG_CHECK(!book.key || (book.micro && book.steps), "step_bookkeeping_cuda: key without micro or steps");
   cursor_advance_kernel<<<1, 1, 0, stream>>>(nullptr, 0, book);
   return TRCTL_CUDA_LAUNCH_STATUS("cursor_advance_kernel");
 }

@@ -40,8 +40,17 @@ struct ResidentSplit {
 
 // Per-step bookkeeping folded into the kernel that advances the cursor (one graph node instead of three).
 struct StepBookkeeping {
-  uint32_t* step = nullptr;   // += 1 when given (the training step counter that dropout reads)
+  uint32_t* step = nullptr;   // += 1 when given (the optimizer step counter; dropout's key without accumulation)
   int32_t* clear = nullptr;   // = 0 when given (AMP's found_inf flag, set later by the non-finite check)
+  // Gradient accumulation over `accumulate` micro-batches per optimizer step (train.accumulate_steps > 1): first
+  // *key = *steps * accumulate + *micro + 1 (dropout's key of this micro-batch: *steps optimizer steps done, *micro
+  // micro-batches of the current one), then *micro = flush ? 0 : *micro + 1, then `step` as above. All three given
+  // or none; `steps` is the counter that `step` (given on flush steps only) advances.
+  uint32_t* key = nullptr;
+  uint32_t* micro = nullptr;
+  const uint32_t* steps = nullptr;
+  uint32_t accumulate = 1;
+  bool flush = false;
 };
 
 // x (batch, out_h, out_w, c) x_type, y (batch) i32; then advances *cursor by batch and does `book`. Two launches:

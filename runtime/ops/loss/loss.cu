@@ -54,7 +54,8 @@ __global__ void __launch_bounds__(kReduceThreads)
 template <LossFn F, class TL, class TG>
 __global__ void __launch_bounds__(kRowsPerBlock * 32)
     loss_rows_kernel(const TL* __restrict__ logits, const int32_t* __restrict__ labels, int64_t rows, int64_t width,
-                     float eps, const float* __restrict__ cw, const float* loss_scale, const double* denom_dev,
+                     float eps, const float* __restrict__ cw, const float* loss_scale, float grad_scale,
+                     const double* denom_dev,
                      double denom_const, TG* __restrict__ dlogits, float* __restrict__ row_loss,
                      int32_t* __restrict__ row_flags) {
   const int lane = threadIdx.x & 31;
@@ -65,7 +66,8 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
   const int32_t y = labels[row];
   const bool bad = !label_usable(F, y, W);
   const double denom = denom_dev ? *denom_dev : denom_const;
-  const float gscale = denom > 0.0 ? static_cast<float>((loss_scale ? *loss_scale : 1.0f) / denom) : 0.0f;
+  const float gscale =
+      denom > 0.0 ? static_cast<float>(((loss_scale ? *loss_scale : 1.0f) * grad_scale) / denom) : 0.0f;
 
   // Accuracy: logits strictly greater than the label's, and equal ones before it (first maximum wins).
   int greater = 0, tied_before = 0;
@@ -234,7 +236,7 @@ Status loss_cuda(cudaStream_t stream, const LossCudaArgs& a) {
         using TG = typename decltype(tg)::type;
         loss_rows_kernel<F, TL, TG><<<grid, kRowsPerBlock * 32, 0, stream>>>(
             static_cast<const TL*>(a.logits), a.labels, a.rows, a.width, a.label_smoothing, a.class_weights,
-            a.loss_scale, denom_dev, denom_const, static_cast<TG*>(a.dlogits), row_loss, row_flags);
+            a.loss_scale, a.grad_scale, denom_dev, denom_const, static_cast<TG*>(a.dlogits), row_loss, row_flags);
         return TRCTL_CUDA_LAUNCH_STATUS("loss_rows_kernel");
       });
     });

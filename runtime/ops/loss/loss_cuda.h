@@ -27,6 +27,7 @@ struct LossCudaArgs {
   float label_smoothing = 0.0f;       // weighted cross-entropy
   const float* class_weights = nullptr;  // device (W), weighted cross-entropy
   const float* loss_scale = nullptr;  // device (1), read per launch; null = 1
+  float grad_scale = 1.0f;            // dlogits also times this (1 / train.accumulate_steps)
   void* dlogits = nullptr;            // (N, W) dlogits_type; null = forward only (evaluation)
   GpuDType dlogits_type = GpuDType::F32;
   void* workspace = nullptr;          // loss_cuda_workspace_bytes(N), device

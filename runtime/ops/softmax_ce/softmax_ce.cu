@@ -23,7 +23,8 @@ __device__ __forceinline__ void argmax_merge(float& v, int& i, float ov, int oi)
 template <class TL, class TG>
 __global__ void __launch_bounds__(kRowsPerBlock * 32)
     softmax_ce_rows_kernel(const TL* __restrict__ logits, const int32_t* __restrict__ labels, int64_t rows,
-                           int64_t classes, float eps, const float* loss_scale, TG* __restrict__ dlogits,
+                           int64_t classes, float eps, const float* loss_scale, float grad_scale,
+                           TG* __restrict__ dlogits,
                            float* __restrict__ row_loss, int32_t* __restrict__ row_flags) {
   const int lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
@@ -74,7 +75,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
   if (dlogits == nullptr) return;
   // Pass 3: gradient row.
   TG* g = dlogits + row * classes;
-  const float gscale = (loss_scale ? *loss_scale : 1.0f) / static_cast<float>(rows);
+  const float gscale = ((loss_scale ? *loss_scale : 1.0f) * grad_scale) / static_cast<float>(rows);
   const float inv_s = 1.0f / s;
   const float off = eps / static_cast<float>(C);
   for (int c = lane; c < C; c += 32) {
@@ -133,7 +134,7 @@ template <class TL, class TG>
 void launch_rows(cudaStream_t stream, const SoftmaxCeArgs& a, float* row_loss, int32_t* row_flags) {
   const unsigned grid = static_cast<unsigned>((a.rows + kRowsPerBlock - 1) / kRowsPerBlock);
   softmax_ce_rows_kernel<TL, TG><<<grid, kRowsPerBlock * 32, 0, stream>>>(
-      static_cast<const TL*>(a.logits), a.labels, a.rows, a.classes, a.label_smoothing, a.loss_scale,
+      static_cast<const TL*>(a.logits), a.labels, a.rows, a.classes, a.label_smoothing, a.loss_scale, a.grad_scale,
       static_cast<TG*>(a.dlogits), row_loss, row_flags);
 }
 

@@ -1,7 +1,7 @@
 // Softmax cross-entropy with label smoothing, forward and backward fused, with top-1 accuracy, on the GPU.
 // Per row n of logits (N, C): logp = x - max - log(sum exp(x - max));
 //   loss_n = (1 - eps) * (-logp[y_n]) + eps * mean_c(-logp[c]);            loss = (1/N) * sum_n loss_n
-//   dlogits[n][c] = (softmax[n][c] - ((1 - eps) * [c == y_n] + eps / C)) * (loss_scale / N)
+//   dlogits[n][c] = (softmax[n][c] - ((1 - eps) * [c == y_n] + eps / C)) * (loss_scale * grad_scale / N)
 //   correct: argmax_c x[n][c] == y_n, first maximum wins on ties.
 //   correct5: fewer than min(5, C) logits of the row strictly greater than x[n][y_n] (top-5 with ties counted
 //   for the label; accuracy_topk_cpu's rule).
@@ -27,6 +27,7 @@ struct SoftmaxCeArgs {
   int64_t classes = 0;              // C
   float label_smoothing = 0.0f;     // eps
   const float* loss_scale = nullptr;  // device (1), read per launch; null = 1
+  float grad_scale = 1.0f;          // dlogits also times this (1 / train.accumulate_steps)
   void* dlogits = nullptr;          // (N, C) dlogits_type; null = forward only (evaluation)
   GpuDType dlogits_type = GpuDType::F32;
   void* workspace = nullptr;        // softmax_ce_workspace_bytes(N), device
