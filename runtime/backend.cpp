@@ -17,8 +17,7 @@ namespace {
 template <class T>
 void init_into(const Compiled& c, uint64_t seed, std::byte* region) {
   const Graph& g = c.graph;
-  for (size_t pi = 0; pi < g.params.size(); ++pi) {
-    const ParamInfo& p = g.params[pi];
+  for (const ParamInfo& p : g.params) {
     const Value& v = g.values[p.value];
     T* dst = reinterpret_cast<T*>(region + c.plan.values[p.value].offset);
     if (p.init != ParamInfo::Init::Kaiming) {  // biases and norm shifts 0, norm scales 1 (PyTorch's defaults)
@@ -26,7 +25,7 @@ void init_into(const Compiled& c, uint64_t seed, std::byte* region) {
       continue;
     }
     const double bound = std::sqrt(6.0 / static_cast<double>(p.fan_in));
-    PhiloxStream rng(seed, static_cast<uint32_t>(RngPurpose::Init), static_cast<uint32_t>(pi), 0);
+    PhiloxStream rng(seed, static_cast<uint32_t>(RngPurpose::Init), static_cast<uint32_t>(p.init_index), 0);
     for (int64_t i = 0; i < v.shape.numel(); ++i)
       dst[i] = static_cast<T>((2.0 * rng.uniform_double() - 1.0) * bound);
   }

@@ -62,7 +62,10 @@ class Backend {
   virtual void* host_alloc(size_t bytes);
   virtual void host_free(void* p);
 
-  // Learning rate used by the following train steps (kept in the hyper-parameter block).
+  // Learning rates used by the following train steps, one per optimizer parameter group (Graph::param_groups, in
+  // order; the trainer computes them with param_group_lrs), kept in the hyper-parameter block.
+  virtual void set_lrs(const std::vector<double>& lrs) = 0;
+  // Every group at `lr` (tests; equal to set_lrs when no group overrides the optimizer's lr).
   virtual void set_lr(double lr) = 0;
   // Number of optimizer steps taken so far (the next train step is step() + 1); set_step for resume and tests.
   virtual int64_t step() const = 0;

@@ -1,5 +1,6 @@
 // graph_build: forward programs from the spec's layers, with shape inference and located errors.
 #include "core/graph/build.h"
+#include "core/graph/param_groups.h"
 
 #include <algorithm>
 #include <map>
@@ -355,12 +356,6 @@ struct ForwardBuilder {
   }
 };
 
-// Decayed parameters first, so that the optimizer updates two contiguous ranges.
-void order_params(Graph& g) {
-  std::stable_partition(g.params.begin(), g.params.end(), [](const ParamInfo& p) { return p.decay; });
-  for (size_t i = 0; i < g.params.size(); ++i) g.values[g.params[i].value].param = static_cast<int32_t>(i);
-}
-
 // The logits the loss needs: (N, classes); bce_with_logits also takes (N, 1) for 2-class data (labels 0/1);
 // cross_entropy's class_weights, one per class.
 Status check_loss_head(const Spec& spec, const DataShape& data, const Shape& ls) {
@@ -432,7 +427,8 @@ Result<Graph> graph_build(const Spec& spec, const DataShape& data, DType compute
     g.programs.push_back(std::move(p));
   }
   if (g.params.empty()) return Error{ErrCode::Invalid, spec.source, "the model has no trainable parameters"};
-  order_params(g);
+  Status groups = assign_param_groups(spec, g);  // group by group, frozen parameters last
+  if (!groups.ok()) return groups.errors();
   return g;
 }
 

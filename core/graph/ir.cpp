@@ -127,6 +127,11 @@ std::string graph_dump(const Graph& g) {
   for (const auto& p : g.params) {
     os << "  " << p.name << " " << g.values[p.value].shape.str() << (p.decay ? " decay" : " no_decay")
        << " grad=%" << p.grad;
+    if (p.frozen) os << " frozen";  // a spec group or frozen parameters only: default plans print as before
+    else if (p.group >= 0 && p.group < static_cast<int32_t>(g.param_groups.size()) &&
+             g.param_groups[p.group].name.rfind("default", 0) != 0)
+      os << " group=" << g.param_groups[p.group].name << " lr=" << g.param_groups[p.group].lr
+         << " wd=" << g.param_groups[p.group].weight_decay;
     for (ValueId s : p.state) os << " state=%" << s;
     if (p.accum != kNoValue) os << " accum=%" << p.accum;
     os << "\n";

@@ -134,8 +134,20 @@ struct ParamInfo {
   std::vector<ValueId> state;     // Role::OptState (adam: m, v; sgd with momentum: buf)
   ValueId accum = kNoValue;       // Role::GradAccum (train.accumulate_steps > 1)
   bool decay = true;              // weight decay applies (false for biases and norm parameters)
+  bool frozen = false;            // model.freeze: no gradient, no update (the parameters after the trainable ones)
+  int32_t group = 0;              // index into Graph::param_groups (trainable parameters)
+  int32_t init_index = 0;         // RNG stream of its initialisation: its index in the order without groups and
+                                  // freezing (decayed first), so that neither changes the initial weights
   int64_t fan_in = 0;             // for initialisation
   enum class Init : uint8_t { Kaiming, Zeros, Ones } init = Init::Kaiming;
+};
+
+// An optimizer parameter group as the optimizer runs it: the trainable parameters of one (spec group, decay)
+// pair, contiguous in Graph::params order (core/graph/param_groups.h).
+struct ParamGroupInfo {
+  std::string name;          // "default", "default.no_decay", "param_groups[1]", "param_groups[1].no_decay"
+  double lr = 0;             // base learning rate (the scheduler's base for this group)
+  double weight_decay = 0;   // 0 for the no-decay half
 };
 
 // A persistent non-trainable tensor (batch-norm running mean / variance), saved in checkpoints.
@@ -164,7 +176,8 @@ struct Program {
 
 struct Graph {
   std::vector<Value> values;
-  std::vector<ParamInfo> params;  // decayed parameters first, then the rest (contiguous update ranges)
+  std::vector<ParamInfo> params;  // trainable parameters by group (contiguous update ranges), then the frozen ones
+  std::vector<ParamGroupInfo> param_groups;
   std::vector<BufferInfo> buffers;
   std::vector<Program> programs;
   int64_t in_h = 0, in_w = 0, in_c = 0;  // sample shape (H, W, C)

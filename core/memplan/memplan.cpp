@@ -48,20 +48,21 @@ ValueId root_of(const Graph& g, ValueId v) {
 
 void place_persistent(const Graph& g, MemoryPlan& m) {
   int64_t off = 0;
-  bool seen_no_decay = false;
+  m.update_ranges.clear();
   for (const auto& p : g.params) {
-    if (!p.decay && !seen_no_decay) {
-      m.weights_decay_bytes = off;
-      seen_no_decay = true;
+    if (!p.frozen) {  // trainable parameters come first, group by group (assign_param_groups)
+      if (m.update_ranges.empty() || m.update_ranges.back().group != p.group)
+        m.update_ranges.push_back({off, off, p.group});
     }
     m.values[p.value] = {Region::Weights, off, g.values[p.value].bytes()};
     if (p.grad != kNoValue) m.values[p.grad] = {Region::Grads, off, g.values[p.grad].bytes()};
     off = align_up(off + g.values[p.value].bytes());
+    if (!p.frozen) m.update_ranges.back().end = off;
   }
-  if (!seen_no_decay) m.weights_decay_bytes = off;
+  m.trainable_bytes = m.update_ranges.empty() ? 0 : m.update_ranges.back().end;
   m.weights_bytes = off;
   m.region_bytes[static_cast<int>(Region::Weights)] = off;
-  m.region_bytes[static_cast<int>(Region::Grads)] = off;
+  m.region_bytes[static_cast<int>(Region::Grads)] = m.trainable_bytes;
   size_t states = 0;
   for (const auto& p : g.params) {
     states = std::max(states, p.state.size());
@@ -197,7 +198,21 @@ Status memplan_verify(const Graph& g, const MemoryPlan& m) {
     if (p.region == Region::Inputs) cap = m.input_slot_bytes;
     if (p.offset + p.bytes > cap) fail(v, "out of its region's bounds");
   }
+  int64_t at = 0;  // the update ranges tile [0, trainable_bytes) in order; a group's parameters lie in its range
+  for (const UpdateRange& r : m.update_ranges) {
+    if (r.begin != at || r.end < r.begin || r.group < 0 || r.group >= static_cast<int32_t>(g.param_groups.size()))
+      errs.push_back(Error{ErrCode::Internal, "memplan", "optimizer update ranges do not tile the trainable weights"});
+    at = r.end;
+  }
+  if (at != m.trainable_bytes)
+    errs.push_back(Error{ErrCode::Internal, "memplan", "optimizer update ranges end before the trainable weights"});
   for (const auto& prm : g.params) {
+    const int64_t off = m.values[prm.value].offset;
+    bool in_range = false;
+    for (const UpdateRange& r : m.update_ranges) in_range |= r.group == prm.group && off >= r.begin && off < r.end;
+    if (prm.frozen ? off < m.trainable_bytes || prm.grad != kNoValue : !in_range)
+      fail(prm.value, prm.frozen ? "frozen parameter inside the trainable range or with a gradient"
+                                 : "parameter outside its group's update range");
     if (prm.grad != kNoValue && m.values[prm.grad].offset != m.values[prm.value].offset)
       fail(prm.grad, "grad offset differs from its weight");
     if (prm.accum != kNoValue &&
@@ -246,8 +261,11 @@ std::string memplan_dump(const Graph& g, const MemoryPlan& m) {
                   static_cast<long long>(m.region_bytes[r]));
     os << buf;
   }
-  os << "  inputs: 2 slots (A/B) of " << m.input_slot_bytes << " bytes; weights with decay: [0, "
-     << m.weights_decay_bytes << ")\n";
+  os << "  inputs: 2 slots (A/B) of " << m.input_slot_bytes << " bytes; optimizer groups:";
+  for (const UpdateRange& r : m.update_ranges)
+    os << " [" << r.begin << ", " << r.end << ") " << g.param_groups[static_cast<size_t>(r.group)].name;
+  if (m.trainable_bytes < m.weights_bytes) os << "; frozen: [" << m.trainable_bytes << ", " << m.weights_bytes << ")";
+  os << "\n";
   if (m.grad_accum_offset > 0)
     os << "  grads: gradients [0, " << m.grad_accum_offset << "), accumulators [" << m.grad_accum_offset << ", "
        << 2 * m.grad_accum_offset << ")\n";

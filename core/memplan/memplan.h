@@ -22,7 +22,7 @@ constexpr int64_t kAlign = 256;
 inline int64_t align_up(int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
 // Bytes reserved for the backend's hyper-parameter block (learning rate, step, loss scale, ...).
-constexpr int64_t kHyperBytes = 256;
+constexpr int64_t kHyperBytes = 1024;  // the CUDA DeviceState: step scalars and 16 optimizer groups
 
 struct Placement {
   Region region = Region::Activations;
@@ -31,12 +31,19 @@ struct Placement {
   int64_t first = -1, last = -1;  // liveness (global node positions) for activations
 };
 
+// A contiguous range of the weight layout that one optimizer parameter group owns (Graph::param_groups[group]).
+struct UpdateRange {
+  int64_t begin = 0, end = 0;  // bytes; end is aligned (the padding after a parameter is zero in weights and grads)
+  int32_t group = 0;
+};
+
 struct MemoryPlan {
   std::vector<Placement> values;               // per ValueId
   std::array<int64_t, kRegionCount> region_bytes{};
   int64_t input_slot_bytes = 0;                // Inputs holds 2 slots of this size; slot s adds s * this
-  int64_t weights_decay_bytes = 0;             // [0, this) of Weights holds the parameters with weight decay
-  int64_t weights_bytes = 0;                   // one copy of the weight layout (Grads, each OptState copy)
+  std::vector<UpdateRange> update_ranges;      // the trainable parameters, group by group, from 0 to trainable_bytes
+  int64_t trainable_bytes = 0;                 // [0, this) of Weights is updated (and has Grads); frozen ones after
+  int64_t weights_bytes = 0;                   // one copy of the weight layout (Weights, each OptState copy)
   // Gradient accumulation (Role::GradAccum values): 0 = none; else Grads holds the gradients in [0, this) and their
   // accumulators at the same offsets plus this, in [this, 2 * this) (GradAccumulate is one pass over both).
   int64_t grad_accum_offset = 0;

@@ -1,6 +1,7 @@
 // pass_autodiff: reverse-mode differentiation of one train program. Walks the forward nodes backwards, applies
 // each op's rule, and sums the contributions to values used more than once. Parameter gradients are written into
-// their Role::Grad values; only values that depend on a parameter get gradients.
+// their Role::Grad values; only values that depend on a trainable parameter get gradients (a frozen parameter
+// (model.freeze) gets none, nor do the activations before the first trainable layer).
 #include <array>
 #include <map>
 #include <set>
@@ -97,6 +98,7 @@ struct Autodiff {
       ValueId d = grad_value(v, ".grad" + std::to_string(contrib[v].size()));
       b.out.push_back(d);
       if (needs_grad.count(v)) contrib[v].push_back(d);
+      else if (v != n.in[0]) g.values[d].full_precision = true;  // a frozen gamma/beta: written in f32, unused
     }
     bwd.push_back(std::move(b));
   }
@@ -107,7 +109,8 @@ struct Autodiff {
   }
 
   void mark_needs_grad() {
-    for (const auto& prm : g.params) needs_grad.insert(prm.value);
+    for (const auto& prm : g.params)
+      if (!prm.frozen) needs_grad.insert(prm.value);
     for (const auto& n : p.nodes) {
       bool any = false;
       for (ValueId v : n.in) any |= needs_grad.count(v) > 0;
@@ -215,6 +218,7 @@ Status pass_autodiff(Graph& g, Program& p) {
   ad.mark_needs_grad();
   for (auto it = p.nodes.rbegin(); it != p.nodes.rend(); ++it) ad.rule(*it);
   for (auto& prm : g.params) {
+    if (prm.frozen) continue;
     if (prm.grad == kNoValue) {
       Value v;
       v.name = prm.name + ".grad";
@@ -264,6 +268,7 @@ Status pass_optimizer_insert(Graph& g, Program& p, const OptimizerSpec& opt, boo
         prm.state.push_back(g.add_value(v));
       }
     }
+    if (prm.frozen) continue;  // its state copies exist (the EMA covers it) but the step leaves it alone
     step.in.push_back(prm.grad);
     step.out.push_back(prm.value);
   }

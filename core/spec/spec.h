@@ -110,9 +110,23 @@ struct LayerSpec {
   int line = 0, col = 0;            // where it stood in the YAML (1-based), for compiler errors
 };
 enum class InitKind { KaimingUniformFanIn };  // PyTorch's default for Linear: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+
+// A glob (fnmatch(3): *, ?, [...]) naming parameters: it matches a parameter whose full name it matches
+// ("fc1.weight", "layer*.bias") and every parameter of a layer whose name it matches ("fc1", "conv*").
+// The compiler rejects a pattern that matches no parameter, at `where`.
+struct NamePattern {
+  std::string glob;
+  std::string where;  // "file:line:col" of the pattern in the YAML (messages only; not compared, not written)
+  bool operator==(const NamePattern& o) const { return glob == o.glob; }
+};
+
 struct ModelSpec {
   std::vector<LayerSpec> layers;
   InitKind init = InitKind::KaimingUniformFanIn;
+  // model.freeze: parameters that are not trained (PyTorch's requires_grad_(False)): no gradient is computed for
+  // them, the optimizer, weight decay and gradient clipping leave them out; batch-norm running statistics of a
+  // frozen layer still update in training (as PyTorch in train mode). A string or a list of patterns.
+  std::vector<NamePattern> freeze;
 };
 
 // ---- loss ----
@@ -131,6 +145,24 @@ struct LossSpec {
 // Lars: SGD with a per-tensor trust ratio (timm's Lars, after NVIDIA apex's LARC) on the parameters that get
 // weight decay; biases and norm parameters take plain SGD steps (decay_bias_and_norm false).
 enum class OptimizerKind { Sgd, Adam, AdamW, Lars };
+
+// optimizer.param_groups item: PyTorch's parameter groups chosen by name. The parameters matched by `params` (the
+// first group that matches a parameter takes it) use the group's lr and/or weight_decay instead of the optimizer's;
+// the scheduler moves each group's lr as it moves optimizer.lr (scheduler_lr with the group's lr as the base).
+// Biases and norm parameters keep no weight decay in every group unless optimizer.decay_bias_and_norm.
+struct ParamGroupSpec {
+  std::vector<NamePattern> params;  // >= 1 pattern
+  bool has_lr = false;
+  double lr = 0;                    // > 0, when has_lr
+  bool has_weight_decay = false;
+  double weight_decay = 0;          // >= 0, when has_weight_decay
+  bool operator==(const ParamGroupSpec& o) const {
+    return params == o.params && has_lr == o.has_lr && lr == o.lr && has_weight_decay == o.has_weight_decay &&
+           weight_decay == o.weight_decay;
+  }
+};
+constexpr int kMaxParamGroups = 7;  // spec groups; with the default group and the no-decay halves: <= 16 ranges
+
 struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::AdamW;
   double lr = 1e-3;             // > 0
@@ -144,6 +176,7 @@ struct OptimizerSpec {
   double clip_grad_norm = 0.0;  // >= 0; > 0: gradients scaled to this global 2-norm at most (clip_grad_norm_)
   double weight_decay = 0.0;    // >= 0; sgd/adam: L2 added to the gradient; adamw: decoupled
   bool decay_bias_and_norm = false;  // false: biases and norm parameters get no weight decay
+  std::vector<ParamGroupSpec> param_groups;  // at most kMaxParamGroups
 };
 
 // ---- scheduler (per epoch) ----

@@ -152,6 +152,11 @@ std::string list_of(const std::vector<double>& v) {
   return s + "]";
 }
 std::string pair_of(double a, double b) { return list_of({a, b}); }
+std::string patterns_of(const std::vector<NamePattern>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + quoted(v[i].glob);
+  return s + "]";
+}
 
 // The transform as one list item: "kind: {params}" with the kind's parameters only.
 std::string transform_item(const TransformSpec& t) {
@@ -243,6 +248,7 @@ void emit_model(std::string& y, const ModelSpec& m) {
   y += std::string("  init: ") + to_string(m.init) + "\n";
   y += std::string("  layers:") + (m.layers.empty() ? " []\n" : "\n");
   for (const LayerSpec& l : m.layers) y += "    - " + layer_item(l) + "\n";
+  if (!m.freeze.empty()) y += "  freeze: " + patterns_of(m.freeze) + "\n";  // only when set (checkpoint hashes)
 }
 
 // Writes the keys used by the chosen type as "  key: value" lines; the others (which spec_parse would refuse
@@ -265,6 +271,15 @@ void emit_optimizer(std::string& y, const OptimizerSpec& o) {
   y += "  weight_decay: " + format_double(o.weight_decay) + "\n";
   y += std::string("  decay_bias_and_norm: ") + boolean(o.decay_bias_and_norm) + "\n";
   y += "  clip_grad_norm: " + format_double(o.clip_grad_norm) + "\n";
+  if (!o.param_groups.empty()) {  // only when set, so specs without groups keep their checkpoint hash
+    y += "  param_groups:\n";
+    for (const ParamGroupSpec& g : o.param_groups) {
+      y += "    - {params: " + patterns_of(g.params);
+      if (g.has_lr) y += ", lr: " + format_double(g.lr);
+      if (g.has_weight_decay) y += ", weight_decay: " + format_double(g.weight_decay);
+      y += "}\n";
+    }
+  }
   emit_typed_keys(y, to_string(o.kind),
                   {{"momentum: " + format_double(o.momentum), sgd},
                    {"dampening: " + format_double(o.dampening), sgd},

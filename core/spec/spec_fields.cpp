@@ -257,6 +257,39 @@ bool get_string(Diagnostics& d, const YamlNode& map, const std::string& section,
   return !n || node_string(d, *n, join_path(section, key), out);
 }
 
+bool get_patterns(Diagnostics& d, const YamlNode& map, const std::string& section, const char* key,
+                  std::vector<NamePattern>& out) {
+  const YamlNode* n = map.find(key);
+  if (!n) return true;
+  const std::string path = join_path(section, key);
+  std::vector<const YamlNode*> items;
+  if (n->kind == YamlNode::Kind::Scalar) {
+    items.push_back(n);
+  } else {
+    if (!node_is(d, *n, YamlNode::Kind::Seq, path)) return false;
+    for (const YamlNode& item : n->items) items.push_back(&item);
+  }
+  std::vector<NamePattern> patterns;
+  bool ok = true;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string item_path = n->kind == YamlNode::Kind::Seq ? index_path(path, i) : path;
+    NamePattern p;
+    if (!node_string(d, *items[i], item_path, p.glob)) {
+      ok = false;
+      continue;
+    }
+    if (p.glob.empty()) {
+      d.error(ErrCode::Invalid, items[i]->loc, "'" + item_path + "' is empty; expected a parameter or layer name pattern");
+      ok = false;
+      continue;
+    }
+    p.where = d.where(items[i]->loc);
+    patterns.push_back(std::move(p));
+  }
+  if (ok) out = std::move(patterns);
+  return ok;
+}
+
 bool get_double_list(Diagnostics& d, const YamlNode& map, const std::string& section, const char* key,
                      DoubleRange r, std::vector<double>& out) {
   const YamlNode* n = map.find(key);

@@ -73,6 +73,9 @@ bool get_bool(Diagnostics& d, const YamlNode& map, const std::string& section, c
 bool get_string(Diagnostics& d, const YamlNode& map, const std::string& section, const char* key, std::string& out);
 bool get_double_list(Diagnostics& d, const YamlNode& map, const std::string& section, const char* key,
                      DoubleRange r, std::vector<double>& out);
+// Name patterns (NamePattern): one non-empty string or a list of them; each keeps its location for the compiler.
+bool get_patterns(Diagnostics& d, const YamlNode& map, const std::string& section, const char* key,
+                  std::vector<NamePattern>& out);
 // A two-item list [a, b] with r for each item and a <= b.
 bool get_double_pair(Diagnostics& d, const YamlNode& map, const std::string& section, const char* key,
                      DoubleRange r, bool ordered, double& a, double& b);

@@ -54,6 +54,41 @@ void parse_loss_section(Diagnostics& d, const YamlNode& map, LossSpec& out) {
                 std::string("loss.type '") + to_string(out.kind) + "'", "cross_entropy");
 }
 
+namespace {
+
+// optimizer.param_groups: a list of {params, lr, weight_decay} maps (ParamGroupSpec), at most kMaxParamGroups.
+void parse_param_groups(Diagnostics& d, const YamlNode& map, std::vector<ParamGroupSpec>& out) {
+  const YamlNode* list = map.find("param_groups");
+  const std::string path = "optimizer.param_groups";
+  if (!list || !node_is(d, *list, YamlNode::Kind::Seq, path)) return;
+  if (list->items.size() > static_cast<size_t>(kMaxParamGroups)) {
+    d.error(ErrCode::OutOfRange, list->loc,
+            "'" + path + "' has " + std::to_string(list->items.size()) + " groups; at most " +
+                std::to_string(kMaxParamGroups) + " are supported");
+    return;
+  }
+  std::vector<ParamGroupSpec> groups;
+  for (size_t i = 0; i < list->items.size(); ++i) {
+    const YamlNode& item = list->items[i];
+    const std::string ip = index_path(path, i);
+    if (!node_is(d, item, YamlNode::Kind::Map, ip)) continue;
+    check_keys(d, item, ip, {"params", "lr", "weight_decay"});
+    ParamGroupSpec g;
+    if (!item.find("params")) d.error(ErrCode::Missing, item.loc, "missing '" + ip + ".params' (name patterns)");
+    get_patterns(d, item, ip, "params", g.params);
+    g.has_lr = item.find("lr") != nullptr;
+    get_double(d, item, ip, "lr", above(0), g.lr);
+    g.has_weight_decay = item.find("weight_decay") != nullptr;
+    get_double(d, item, ip, "weight_decay", at_least(0), g.weight_decay);
+    if (!g.has_lr && !g.has_weight_decay)
+      d.error(ErrCode::Invalid, item.loc, "'" + ip + "' sets neither lr nor weight_decay; it would change nothing");
+    groups.push_back(std::move(g));
+  }
+  out = std::move(groups);
+}
+
+}  // namespace
+
 // optimizer: shared keys, then the type's own (sgd: momentum, dampening, nesterov; adam/adamw: betas, eps; lars:
 // sgd's and eps, trust_coefficient, trust_clip); the other types' keys are errors, as is nesterov without momentum
 // or with dampening (PyTorch's rule).
@@ -61,7 +96,7 @@ void parse_optimizer_section(Diagnostics& d, const YamlNode& map, OptimizerSpec&
   const std::string s = "optimizer";
   check_keys(d, map, s,
              {"type", "lr", "momentum", "dampening", "nesterov", "betas", "eps", "weight_decay",
-              "decay_bias_and_norm", "trust_coefficient", "trust_clip", "clip_grad_norm"});
+              "decay_bias_and_norm", "trust_coefficient", "trust_clip", "clip_grad_norm", "param_groups"});
   bool typed = get_enum(d, map, s, "type",
                         {OptimizerKind::Sgd, OptimizerKind::Adam, OptimizerKind::AdamW, OptimizerKind::Lars},
                         out.kind);
@@ -69,6 +104,7 @@ void parse_optimizer_section(Diagnostics& d, const YamlNode& map, OptimizerSpec&
   get_double(d, map, s, "weight_decay", at_least(0), out.weight_decay);
   get_bool(d, map, s, "decay_bias_and_norm", out.decay_bias_and_norm);
   get_double(d, map, s, "clip_grad_norm", at_least(0), out.clip_grad_norm);
+  parse_param_groups(d, map, out.param_groups);
   bool sgd_ok = get_double(d, map, s, "momentum", half_open(0, 1), out.momentum);
   sgd_ok &= get_double(d, map, s, "dampening", closed(0, 1), out.dampening);
   sgd_ok &= get_bool(d, map, s, "nesterov", out.nesterov);

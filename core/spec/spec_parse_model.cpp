@@ -191,8 +191,9 @@ void check_layer_names(Diagnostics& d, const YamlNode& list, const std::vector<L
 }  // namespace
 
 void parse_model_section(Diagnostics& d, const YamlNode& map, ModelSpec& out) {
-  check_keys(d, map, "model", {"layers", "init"});
+  check_keys(d, map, "model", {"layers", "init", "freeze"});
   get_enum(d, map, "model", "init", {InitKind::KaimingUniformFanIn}, out.init);
+  get_patterns(d, map, "model", "freeze", out.freeze);
   const YamlNode* list = map.find("layers");
   if (!list || list->kind == YamlNode::Kind::Null) {
     d.error(ErrCode::Missing, list ? list->loc : map.loc, "missing 'model.layers' (a non-empty list of layers)");

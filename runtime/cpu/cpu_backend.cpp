@@ -76,7 +76,12 @@ class CpuBackend final : public Backend {
     return ok_status();
   }
 
-  void set_lr(double lr) override { lr_ = lr; }
+  void set_lrs(const std::vector<double>& lrs) override {
+    if (lrs.size() != c_.graph.param_groups.size())
+      throw std::logic_error("set_lrs: one learning rate per parameter group expected");
+    lrs_ = lrs;
+  }
+  void set_lr(double lr) override { lrs_.assign(c_.graph.param_groups.size(), lr); }
   int64_t step() const override { return step_; }
   void set_step(int64_t step) override {
     step_ = updates_ = step;
@@ -307,40 +312,48 @@ class CpuBackend final : public Backend {
 
   // The non-finite check (a step with inf/NaN gradients is skipped: weights, optimizer state, EMA and the update
   // count unchanged, as GradScaler skips optimizer.step(); the CPU computes in fp32, so there is no loss scale to
-  // back off), gradient clipping (over the whole Grads region: its padding is zero), then the update: two contiguous
-  // ranges of the weight layout ([0, decay_bytes) with weight decay, the rest without), or LARS tensor by tensor.
+  // back off), gradient clipping (over the trainable gradients: their padding is zero), then the update, group by
+  // group over the plan's update ranges (each with its lr and weight decay), or LARS tensor by tensor. Frozen
+  // parameters (after the trainable range) are left alone; the EMA covers the whole layout.
   void optimizer_step() {
     const MemoryPlan& m = c_.plan;
     const int states = optimizer_state_count(c_.spec.optimizer);
     float* w = reinterpret_cast<float*>(region(Region::Weights));
     float* g = reinterpret_cast<float*>(region(Region::Grads));
     float* st = reinterpret_cast<float*>(region(Region::OptState));
-    const int64_t total = m.weights_bytes / 4, split = m.weights_decay_bytes / 4;
+    const int64_t total = m.weights_bytes / 4, trainable = m.trainable_bytes / 4;
     const auto& inject = c_.spec.debug.inject_nonfinite_grad_steps;  // testing aid: one NaN, as the CUDA kernel
     if (std::binary_search(inject.begin(), inject.end(), step_)) g[0] = std::numeric_limits<float>::quiet_NaN();
     bool finite = true;
-    for (int64_t i = 0; i < total; ++i) finite &= std::isfinite(g[i]);
+    for (int64_t i = 0; i < trainable; ++i) finite &= std::isfinite(g[i]);
     if (!finite) {
       ++skipped_;
       return;
     }
     ++updates_;
-    const OptimScalars s = optim_scalars(c_.spec.optimizer, lr_, updates_);
     if (c_.spec.optimizer.clip_grad_norm > 0) {
-      const float f = grad_clip_factor(grad_global_norm_cpu(g, total), c_.spec.optimizer.clip_grad_norm);
-      for (int64_t i = 0; i < total; ++i) g[i] *= f;  // as clip_grad_norm_, which always multiplies
+      const float f = grad_clip_factor(grad_global_norm_cpu(g, trainable), c_.spec.optimizer.clip_grad_norm);
+      for (int64_t i = 0; i < trainable; ++i) g[i] *= f;  // as clip_grad_norm_, which always multiplies
     }
-    if (s.kind == OptimizerKind::Lars) {
+    auto scalars = [&](int32_t group) {
+      OptimScalars s = optim_scalars(c_.spec.optimizer, lrs_.at(static_cast<size_t>(group)), updates_);
+      s.weight_decay = c_.graph.param_groups[static_cast<size_t>(group)].weight_decay;
+      return s;
+    };
+    if (c_.spec.optimizer.kind == OptimizerKind::Lars) {
       for (const ParamInfo& prm : c_.graph.params) {
+        if (prm.frozen) continue;
+        const OptimScalars s = scalars(prm.group);
         const int64_t off = m.values[prm.value].offset / 4, n = c_.graph.values[prm.value].shape.numel();
-        lars_step_cpu(s, prm.decay, w + off, g + off, states > 0 ? st + off : nullptr, n);
+        lars_step_cpu(s, s.weight_decay != 0, w + off, g + off, states > 0 ? st + off : nullptr, n);
       }
     } else {
-      float* s0 = states > 0 ? st : nullptr;
-      float* s1 = states > 1 ? st + total : nullptr;
-      optim_step_cpu(s, true, w, g, s0, s1, split, &pool_);
-      optim_step_cpu(s, false, w + split, g + split, s0 ? s0 + split : nullptr, s1 ? s1 + split : nullptr,
-                     total - split, &pool_);
+      for (const UpdateRange& r : m.update_ranges) {
+        const OptimScalars s = scalars(r.group);
+        const int64_t off = r.begin / 4, n = (r.end - r.begin) / 4;
+        optim_step_cpu(s, s.weight_decay != 0, w + off, g + off, states > 0 ? st + off : nullptr,
+                       states > 1 ? st + total + off : nullptr, n, &pool_);
+      }
     }
     if (c_.spec.train.ema_decay > 0) ema_update(w, st + states * total, total);
   }
@@ -382,7 +395,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   std::vector<std::unique_ptr<AlignedBuffer>> regions_;
   std::vector<double> last_loss_;
-  double lr_ = 0;
+  std::vector<double> lrs_;  // per parameter group
   int64_t step_ = 0;
   int64_t micro_ = 0;    // micro-batches run since the last optimizer step (train.accumulate_steps)
   uint32_t dropout_key_ = 0;  // the running train step's dropout key (see run())

@@ -91,20 +91,14 @@ CudaBackend::~CudaBackend() {
   for (void* b : {pad_x_, pad_dx_, pad_w_}) TRCTL_CUDA_WARN(cudaFree(b));
   TRCTL_CUDA_WARN(cudaFree(lowp_weights_));
   TRCTL_CUDA_WARN(cudaFree(inject_steps_));
+  TRCTL_CUDA_WARN(cudaFree(clip_ws_));
+  TRCTL_CUDA_WARN(cudaFree(lars_mem_));
   TRCTL_CUDA_WARN(cudaFree(arena_));
 }
 
 Status CudaBackend::init() {
   amp_ = c_.spec.train.precision;
   const OptimizerSpec& os = c_.spec.optimizer;
-  const char* unsupported = os.kind == OptimizerKind::Lars ? "optimizer.type lars"
-                            : os.clip_grad_norm > 0        ? "optimizer.clip_grad_norm"
-                            : c_.spec.train.ema_decay > 0  ? "train.ema_decay"
-                                                           : nullptr;
-  if (unsupported)
-    return Error{ErrCode::NotSupported, c_.spec.source,
-                 std::string(unsupported) +
-                     " is not supported on the cuda backend yet (the cpu backend runs it: train.device=cpu)"};
   const int device = dist_.enabled ? dist_.local_rank : 0;  // one process per GPU: LOCAL_RANK picks it
   if (dist_.enabled && device >= cuda_device_count())
     return Error{ErrCode::NotSupported, "LOCAL_RANK",
@@ -143,8 +137,25 @@ Status CudaBackend::init() {
   }
   DeviceState s{};
   const OptimizerSpec& o = c_.spec.optimizer;
-  s.opt = o.kind == OptimizerKind::Sgd ? opt_hyper_sgd(o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov)
-                                       : opt_hyper_adam(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay);
+  const bool sgd_like = o.kind == OptimizerKind::Sgd || o.kind == OptimizerKind::Lars;
+  s.opt = sgd_like ? opt_hyper_sgd(o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov)
+                   : opt_hyper_adam(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay);
+  if (o.kind == OptimizerKind::Lars) s.opt.eps = o.eps;  // the trust ratio's eps
+  if (Status st = plan_optimizer_extras(); !st.ok()) return st;
+  // The plan's parameter groups, one per update range (memplan: ranges in group order).
+  const std::vector<UpdateRange>& ranges = c_.plan.update_ranges;
+  if (ranges.empty() || ranges.size() > static_cast<size_t>(kMaxOptGroups))
+    return Error{ErrCode::Internal, "cuda backend",
+                 std::to_string(ranges.size()) + " optimizer groups (1 to " + std::to_string(kMaxOptGroups) + " supported)"};
+  s.opt.groups = static_cast<int32_t>(ranges.size());
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    const ParamGroupInfo& pg = c_.graph.param_groups[static_cast<size_t>(ranges[k].group)];
+    if (ranges[k].group != static_cast<int32_t>(k))
+      return Error{ErrCode::Internal, "cuda backend", "optimizer update ranges out of group order"};
+    s.opt.group[k].end = ranges[k].end / 4;
+    s.opt.group[k].lr = pg.lr;
+    s.opt.group[k].weight_decay = pg.weight_decay;
+  }
   s.scaler = GradScalerState{};
   if (Status st = copy_to_device(state(), &s, sizeof s); !st.ok()) return st;
   for (const Program& p : c_.graph.programs) {
@@ -458,12 +469,12 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
 Status CudaBackend::lower_optimizer(std::vector<Launch>& out) {
   const cudaStream_t s = ctx_.stream;
   DeviceState* st = state();
-  const int64_t total = c_.plan.weights_bytes / 4, split = c_.plan.weights_decay_bytes / 4;
+  const int64_t total = c_.plan.trainable_bytes / 4, layout = c_.plan.weights_bytes / 4;
   float* w = reinterpret_cast<float*>(region_[static_cast<int>(Region::Weights)]);
   float* g = reinterpret_cast<float*>(region_[static_cast<int>(Region::Grads)]);
   float* m = reinterpret_cast<float*>(region_[static_cast<int>(Region::OptState)]);
   const int k = optimizer_state_count(c_.spec.optimizer);
-  float* v = k > 1 ? m + total : nullptr;
+  float* v = k > 1 ? m + layout : nullptr;  // the second state copy follows a whole layout (frozen tail included)
   if (k == 0) m = nullptr;
   if (inject_count_ > 0) {
     const int64_t* steps = inject_steps_;
@@ -478,20 +489,86 @@ Status CudaBackend::lower_optimizer(std::vector<Launch>& out) {
   } else {
     out.push_back([s, st] { return opt_hyper_advance_cuda(s, &st->opt, &st->scaler.found_inf, nullptr, nullptr, 0); });
   }
-  const OptimizerKind k_spec = c_.spec.optimizer.kind;
-  const CudaOptimizer kind = k_spec == OptimizerKind::AdamW ? CudaOptimizer::AdamW
-                             : k_spec == OptimizerKind::Adam ? CudaOptimizer::Adam
-                                                             : CudaOptimizer::Sgd;
-  // One launch over the whole layout: [0, split) decayed weights, then biases without decay.
-  out.push_back([s, st, kind, w, g, m, v, total, split] {
-    return optimizer_step_cuda(s, kind, &st->opt, w, g, m, v, total, split);
-  });
-  if (lowp()) {
+  const OptimizerSpec& o = c_.spec.optimizer;
+  if (o.clip_grad_norm > 0) {  // the norm of the unscaled gradients, then its factor folded into inv_scale
+    void* ws = clip_ws_;
+    const double max_norm = o.clip_grad_norm;
+    out.push_back([s, st, g, total, max_norm, ws] {
+      return grad_global_norm_cuda(s, &st->opt, g, total, max_norm, ws, &st->clip);
+    });
+    out.push_back([s, st] { return grad_clip_fold_cuda(s, &st->opt, &st->clip); });
+  }
+  if (o.kind == OptimizerKind::Lars) {
+    const LarsDevice tables = lars_;
+    const LarsConsts consts{o.trust_coefficient, o.trust_clip};
+    out.push_back([s, st, tables, consts, w, g, m] { return lars_step_cuda(s, &st->opt, tables, consts, w, g, m); });
+  } else {
+    const CudaOptimizer kind = o.kind == OptimizerKind::AdamW ? CudaOptimizer::AdamW
+                               : o.kind == OptimizerKind::Adam ? CudaOptimizer::Adam
+                                                               : CudaOptimizer::Sgd;
+    // One launch over the trainable weights, each element with its group's lr and weight decay (OptHyper::group).
+    out.push_back([s, st, kind, w, g, m, v, total] {
+      return optimizer_step_cuda(s, kind, &st->opt, w, g, m, v, total, total);
+    });
+  }
+  if (c_.spec.train.ema_decay > 0) {  // the EMA copy after the moments, over the whole layout (frozen ones too)
+    float* ema = reinterpret_cast<float*>(region_[static_cast<int>(Region::OptState)]) + k * layout;
+    const double decay = c_.spec.train.ema_decay;
+    out.push_back([s, st, w, ema, layout, decay] { return ema_update_cuda(s, &st->opt, w, ema, layout, decay); });
+  }
+  if (lowp()) {  // the frozen tail never changes: its low-precision copy is made once (write_region)
     void* lw = lowp_weights_;
     const GpuDType act = act_type();
     out.push_back([s, w, lw, act, total] { return cast_cuda(s, w, GpuDType::F32, lw, act, total); });
   }
   return ok_status();
+}
+
+// Device memory the optimizer's extras need, allocated once before capture: the clip norm's workspace, and LARS's
+// tensor/chunk tables (the trainable parameters) with its norm workspace.
+Status CudaBackend::plan_optimizer_extras() {
+  const OptimizerSpec& o = c_.spec.optimizer;
+  const int64_t total = c_.plan.trainable_bytes / 4;
+  if (o.clip_grad_norm > 0)
+    TRCTL_CUDA_TRY(cudaMalloc(&clip_ws_, std::max<size_t>(grad_global_norm_workspace_bytes(total), 8)));
+  if (o.kind != OptimizerKind::Lars) return ok_status();
+  std::vector<LarsTensor> tensors;
+  for (const ParamInfo& p : c_.graph.params) {
+    if (p.frozen) continue;
+    LarsTensor t;
+    t.offset = c_.plan.values[p.value].offset / 4;
+    t.n = c_.graph.values[p.value].shape.numel();
+    t.adapt = 1;  // the kernel adapts a tensor only when its group has weight decay (as the CPU backend)
+    tensors.push_back(t);
+  }
+  Result<LarsTables> tables = lars_tables(std::move(tensors));
+  if (!tables.ok()) return tables.errors();
+  const LarsTables& t = tables.value();
+  const size_t tb = static_cast<size_t>(align_up(static_cast<int64_t>(t.tensors.size() * sizeof(LarsTensor))));
+  const size_t cb = static_cast<size_t>(align_up(static_cast<int64_t>(t.chunks.size() * sizeof(LarsChunk))));
+  const size_t wb = lars_workspace_bytes(static_cast<int32_t>(t.chunks.size()));
+  TRCTL_CUDA_TRY(cudaMalloc(&lars_mem_, tb + cb + std::max<size_t>(wb, 8)));
+  char* base = static_cast<char*>(lars_mem_);
+  if (Status st = copy_to_device(base, t.tensors.data(), t.tensors.size() * sizeof(LarsTensor)); !st.ok()) return st;
+  if (Status st = copy_to_device(base + tb, t.chunks.data(), t.chunks.size() * sizeof(LarsChunk)); !st.ok())
+    return st;
+  lars_.tensors = reinterpret_cast<const LarsTensor*>(base);
+  lars_.chunks = reinterpret_cast<const LarsChunk*>(base + tb);
+  lars_.chunk_count = static_cast<int32_t>(t.chunks.size());
+  lars_.norms = reinterpret_cast<double*>(base + tb + cb);
+  return ok_status();
+}
+
+// Exchanges the weights with their EMA (validation with the averaged weights; the second call swaps back), and
+// refreshes the low-precision weight copy the forward pass reads under AMP.
+Status CudaBackend::swap_ema() {
+  if (!(c_.spec.train.ema_decay > 0)) return Error{ErrCode::Internal, "cuda backend", "no EMA in this plan"};
+  const int64_t layout = c_.plan.weights_bytes / 4;
+  float* w = reinterpret_cast<float*>(region_[static_cast<int>(Region::Weights)]);
+  float* ema = reinterpret_cast<float*>(region_[static_cast<int>(Region::OptState)]) +
+               optimizer_state_count(c_.spec.optimizer) * layout;
+  if (Status st = swap_cuda(ctx_.stream, w, ema, layout); !st.ok()) return st;
+  return refresh_lowp_weights();
 }
 
 // A train step counts itself (an optimizer step: not a micro-batch; dropout's key without accumulation) and clears
@@ -693,11 +770,17 @@ Status CudaBackend::begin_epoch(DataSplit split, uint32_t epoch, const std::vect
   return ok_status();
 }
 
-void CudaBackend::set_lr(double lr) {
-  host_lr_ = lr;
-  TRCTL_CUDA_WARN(cudaMemcpyAsync(&state()->opt.lr, &host_lr_, sizeof(double), cudaMemcpyHostToDevice, ctx_.stream));
+void CudaBackend::set_lrs(const std::vector<double>& lrs) {
+  if (lrs.size() != c_.graph.param_groups.size())
+    throw std::logic_error("set_lrs: one learning rate per parameter group expected");
+  host_lrs_ = lrs;
+  for (size_t k = 0; k < lrs.size(); ++k)
+    TRCTL_CUDA_WARN(cudaMemcpyAsync(&state()->opt.group[k].lr, &host_lrs_[k], sizeof(double), cudaMemcpyHostToDevice,
+                                    ctx_.stream));
   TRCTL_CUDA_WARN(cudaStreamSynchronize(ctx_.stream));
 }
+
+void CudaBackend::set_lr(double lr) { set_lrs(std::vector<double>(c_.graph.param_groups.size(), lr)); }
 
 int64_t CudaBackend::skipped_steps() {
   int32_t n = 0;

@@ -18,6 +18,7 @@
 #include "runtime/ops/amp/amp_cuda.h"
 #include "runtime/ops/augment/augment_cuda.h"
 #include "runtime/ops/optim/optim_cuda.h"
+#include "runtime/ops/optim/optim_extra_cuda.h"
 #include "runtime/dist/grad_buckets.h"
 #include "runtime/dist/nccl_comm.h"
 
@@ -33,6 +34,7 @@ struct DeviceState {
   int32_t bad_labels;   // labels outside [0, C) seen by the loss
   uint32_t micro;       // train.accumulate_steps > 1: micro-batches run of the current optimizer step
   uint32_t key;         // ... and the dropout key of the running micro-batch (StepBookkeeping)
+  GradClipState clip;   // optimizer.clip_grad_norm: this step's gradient norm and clip factor
 };
 static_assert(sizeof(DeviceState) <= static_cast<size_t>(kHyperBytes), "DeviceState must fit the Hyper region");
 
@@ -66,6 +68,8 @@ class CudaBackend final : public Backend {
   OutDType host_input_dtype() const override;
   void* host_alloc(size_t bytes) override;
   void host_free(void* p) override;
+  void set_lrs(const std::vector<double>& lrs) override;
+  Status swap_ema() override;
   void set_lr(double lr) override;
   int64_t step() const override { return step_; }
   void set_step(int64_t s) override;
@@ -108,6 +112,7 @@ class CudaBackend final : public Backend {
   Result<std::vector<Launch>> lower(int program);
   Status lower_node(int program, size_t i, std::vector<Launch>& out);
   Status lower_gemm_node(int program, size_t i, std::vector<Launch>& out);
+  Status plan_optimizer_extras();
   Status lower_optimizer(std::vector<Launch>& out);
   // CNN nodes (runtime/cuda/cuda_lower_cnn.cpp): cuDNN plans and workspaces, then one launch list per node.
   Status plan_cnn();
@@ -175,10 +180,13 @@ class CudaBackend final : public Backend {
   cudaEvent_t copy_done_[2] = {}, step_done_[2] = {};
   std::vector<int64_t> runs_;
   int64_t* inject_steps_ = nullptr;  // debug.inject_nonfinite_grad_steps on the device
+  void* clip_ws_ = nullptr;          // optimizer.clip_grad_norm: the norm's per-block partials
+  void* lars_mem_ = nullptr;         // optimizer.type lars: tensor and chunk tables, norm workspace (one block)
+  LarsDevice lars_;                  // ... pointers into lars_mem_
   int32_t inject_count_ = 0;
   SplitData split_[2];
   int64_t step_ = 0;
-  double host_lr_ = 0;
+  std::vector<double> host_lrs_;  // set_lrs: the source of its async copies
   uint32_t host_u32_[4] = {};
   DistEnv dist_;                               // enabled: one rank of a data-parallel job (world size 1 included)
   std::unique_ptr<NcclComm> comm_;

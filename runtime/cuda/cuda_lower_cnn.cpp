@@ -214,8 +214,8 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
     out.push_back(
         [=] { return batchnorm_fwd_eval_cuda(s, x, act, gamma, beta, rm, rv, y, rows, c, eps, relu, res); });
   } else {  // dY, X, gamma, save_mean, save_invstd [, Y] -> dX, dgamma, dbeta
-    for (ValueId v : {n.out[1], n.out[2]})
-      if (c_.plan.values[v].region != Region::Grads)
+    for (ValueId v : {n.out[1], n.out[2]})  // a frozen parameter's (unused) gradient: an f32 activation
+      if (c_.plan.values[v].region != Region::Grads && !c_.graph.values[v].full_precision)
         return Error{ErrCode::NotSupported, "cuda backend",
                      "a batch-norm parameter used more than once (" + n.name + ") is not supported on CUDA yet"};
     const void* dy = at(n.in[0]);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "core/graph/param_groups.h"
 #include "core/compiler.h"
 #include "runtime/backend.h"
 #include "runtime/cpu/gemm.h"
@@ -141,7 +142,7 @@ Result<ModelBench> bench_model(const Spec& spec, const TrainOptions& opt, const 
   Status st = be->write_region(Region::Weights, params_init(c, spec.seed));
   if (st.ok()) st = be->write_region(Region::Buffers, buffers_init(c));
   if (!st.ok()) return st.errors();
-  be->set_lr(scheduler_lr(spec.scheduler, spec.optimizer.lr, 1, spec.train.epochs));
+  be->set_lrs(param_group_lrs(spec, c.graph, 1));
 
   const bool resident = be->resident_data() && !d.streamed;
   const int64_t batch = c.graph.programs[prog].batch;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "core/graph/param_groups.h"
 #include "core/ckpt/checkpoint.h"
 #include "core/compiler.h"
 #include "dataio/loader.h"
@@ -485,7 +486,7 @@ Result<StepProfile> train_profile(const Spec& spec, const TrainOptions& opt, int
   if (st.ok()) st = upload_data(b, d);
   if (st.ok()) st = b.begin_epoch(DataSplit::Train, 1, loader_epoch_order(d.train.n, true, spec.seed, 1));
   if (!st.ok()) return st.errors();
-  b.set_lr(scheduler_lr(spec.scheduler, spec.optimizer.lr, 1, spec.train.epochs));
+  b.set_lrs(param_group_lrs(spec, c.graph, 1));
   if (std::string mem = b.memory_report(); !mem.empty()) log.info("{}", mem);
   const int prog = program_index(c, "train");
   if (prog < 0) return Error{ErrCode::Invalid, spec.source, "no full training batch to profile"};
@@ -558,8 +559,8 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
   const bool loss_scaled = c.graph.storage == DType::F16;  // fp16 AMP: the backend keeps a dynamic loss scale
   for (int e = first_epoch; e <= spec.train.epochs; ++e) {
     const Clock::time_point t_epoch = Clock::now();
-    const double lr = scheduler_lr(spec.scheduler, spec.optimizer.lr, e, spec.train.epochs);
-    be->set_lr(lr);
+    const double lr = scheduler_lr(spec.scheduler, spec.optimizer.lr, e, spec.train.epochs);  // logged
+    be->set_lrs(param_group_lrs(spec, c.graph, e));
     be->reset_metrics();
     const int64_t skipped_before = be->skipped_steps();
     int64_t done = 0, in_epoch = 0;

@@ -58,11 +58,14 @@ TEST_CASE("grads and optimizer state use the weights' layout", "[memplan]") {
   CHECK(c.plan.region_bytes[int(Region::OptState)] == 2 * c.plan.weights_bytes);
 }
 
-TEST_CASE("decayed weights come first, biases after the decay boundary", "[memplan]") {
+TEST_CASE("decayed weights come first, biases after them: one update range each", "[memplan]") {
   Compiled c = compiled_mlp();
+  REQUIRE(c.plan.update_ranges.size() == 2);
+  const int64_t boundary = c.plan.update_ranges[0].end;
+  CHECK(c.plan.update_ranges[1].begin == boundary);
   for (const auto& p : c.graph.params) {
-    if (p.decay) CHECK(c.plan.values[p.value].offset < c.plan.weights_decay_bytes);
-    else CHECK(c.plan.values[p.value].offset >= c.plan.weights_decay_bytes);
+    if (p.decay) CHECK(c.plan.values[p.value].offset < boundary);
+    else CHECK(c.plan.values[p.value].offset >= boundary);
   }
 }
 

@@ -71,6 +71,7 @@ inline std::string first_difference(const Spec& a, const Spec& b) {
     }
   }
   diff_field(o, "model.init", a.model.init, b.model.init);
+  diff_field(o, "model.freeze", a.model.freeze, b.model.freeze);
   diff_field(o, "model.layers size", a.model.layers.size(), b.model.layers.size());
   for (size_t i = 0; i < a.model.layers.size() && i < b.model.layers.size(); ++i) {
     const LayerSpec &x = a.model.layers[i], &y = b.model.layers[i];
@@ -89,6 +90,7 @@ inline std::string first_difference(const Spec& a, const Spec& b) {
   const OptimizerSpec &oa = a.optimizer, &ob = b.optimizer;
   diff_field(o, "optimizer.kind", oa.kind, ob.kind);
   diff_field(o, "optimizer.lr", oa.lr, ob.lr);
+  diff_field(o, "optimizer.param_groups", oa.param_groups, ob.param_groups);
   diff_field(o, "optimizer.momentum", oa.momentum, ob.momentum);
   diff_field(o, "optimizer.dampening", oa.dampening, ob.dampening);
   diff_field(o, "optimizer.nesterov", oa.nesterov, ob.nesterov);

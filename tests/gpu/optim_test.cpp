@@ -37,8 +37,8 @@ void host_step(const OptCase& c, HostState& s, const std::vector<float>& graw, d
     double g = graw[i] * inv_scale, p = s.p[i];
     double mag_g = std::fabs(g);
     if (coupled_decay) {
-      g += h.weight_decay * p;
-      mag_g += std::fabs(h.weight_decay * p);
+      g += h.group[0].weight_decay * p;
+      mag_g += std::fabs(h.group[0].weight_decay * p);
     }
     double mp = std::fabs(p);
     if (c.kind == Kind::Sgd) {
@@ -57,7 +57,7 @@ void host_step(const OptCase& c, HostState& s, const std::vector<float>& graw, d
       p -= lr * gf;
       mp += lr * mag_gf;
     } else {
-      if (c.kind == Kind::AdamW && c.decay) p *= 1 - lr * h.weight_decay;
+      if (c.kind == Kind::AdamW && c.decay) p *= 1 - lr * h.group[0].weight_decay;
       s.m[i] = h.beta1 * s.m[i] + (1 - h.beta1) * g;
       s.v[i] = h.beta2 * s.v[i] + (1 - h.beta2) * g * g;
       s.mag_m[i] = h.beta1 * s.mag_m[i] + (1 - h.beta1) * mag_g;
@@ -142,7 +142,7 @@ TEST_CASE("optimizer kernels follow the torch.optim formulas over several steps"
             REQUIRE_OK(sgd_step_cuda(ctx.stream, hd, pp, gp, c.h.momentum != 0 ? mp : nullptr, n, c.decay));
           }
           std::vector<float> gh(g.begin() + off, g.end());
-          host_step(c, hs, gh, 1.0 / loss_scale, c.h.lr);
+          host_step(c, hs, gh, 1.0 / loss_scale, c.h.group[0].lr);
         }
         sync_ok(ctx);
         OptHyper hh;
@@ -219,13 +219,13 @@ TEST_CASE("opt_hyper_advance takes the lr from the device table and derives the 
     copy_sync(&hh, h.get(), sizeof hh, cudaMemcpyDeviceToHost);
     const double lr = table[std::min(s, 3) - 1];
     INFO("step " << s);
-    CHECK(hh.lr == lr);
+    CHECK(hh.group[0].lr == lr);
     CHECK(hh.step == s);
-    CHECK(hh.lr_f == static_cast<float>(lr));
+    CHECK(hh.group[0].lr_f == static_cast<float>(lr));
     // The device's double pow may differ from the host's by an ulp of a double, which can flip the f32 rounding.
-    CHECK(hh.step_size == Approx(lr / (1 - std::pow(0.9, s))).epsilon(1.2e-7));
+    CHECK(hh.group[0].step_size == Approx(lr / (1 - std::pow(0.9, s))).epsilon(1.2e-7));
     CHECK(hh.bc2_sqrt == Approx(std::sqrt(1 - std::pow(0.999, s))).epsilon(1.2e-7));
-    CHECK(hh.decay_factor == static_cast<float>(1 - lr * 0.1));
+    CHECK(hh.group[0].decay_factor == static_cast<float>(1 - lr * 0.1));
     CHECK(hh.inv_scale == 1.0f);
   }
 }

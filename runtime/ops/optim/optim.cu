@@ -12,23 +12,24 @@ namespace {
 enum class OptKind { AdamW, Adam, Sgd };
 
 struct OptScalars {
-  float inv_scale, wd, b1, omb1, b2, omb2, eps, step_size, bc2_sqrt, decay_factor, lr, momentum, omd;
+  float inv_scale, b1, omb1, b2, omb2, eps, bc2_sqrt, momentum, omd;
   bool use_buf, nesterov, first;
+};
+
+// The per-group values of one element's group.
+struct GroupScalars {
+  float wd, step_size, decay_factor, lr;
 };
 
 __device__ __forceinline__ OptScalars opt_scalars(const OptHyper* h) {
   OptScalars s;
   s.inv_scale = h->inv_scale;
-  s.wd = static_cast<float>(h->weight_decay);
   s.b1 = static_cast<float>(h->beta1);
   s.omb1 = static_cast<float>(1.0 - h->beta1);
   s.b2 = static_cast<float>(h->beta2);
   s.omb2 = static_cast<float>(1.0 - h->beta2);
   s.eps = static_cast<float>(h->eps);
-  s.step_size = h->step_size;
   s.bc2_sqrt = h->bc2_sqrt;
-  s.decay_factor = h->decay_factor;
-  s.lr = h->lr_f;
   s.momentum = static_cast<float>(h->momentum);
   s.omd = static_cast<float>(1.0 - h->dampening);
   s.use_buf = h->momentum != 0.0;
@@ -37,28 +38,37 @@ __device__ __forceinline__ OptScalars opt_scalars(const OptHyper* h) {
   return s;
 }
 
+// The group of element i (groups are few and in layout order: a linear scan).
+__device__ __forceinline__ GroupScalars group_scalars(const OptHyper* h, int64_t i) {
+  int k = 0;
+  while (k + 1 < h->groups && i >= h->group[k].end) ++k;
+  const OptGroup& g = h->group[k];
+  return GroupScalars{g.wd_f, g.step_size, g.decay_factor, g.lr_f};
+}
+
 template <OptKind K>
-__device__ __forceinline__ void opt_update(const OptScalars& s, bool decay, float& p, float graw, float& m,
-                                           float& v) {
+__device__ __forceinline__ void opt_update(const OptScalars& s, const GroupScalars& gs, bool decay, float& p,
+                                           float graw, float& m, float& v) {
   float g = graw * s.inv_scale;
   if constexpr (K == OptKind::Sgd) {
-    if (decay) g = g + s.wd * p;
+    if (decay) g = g + gs.wd * p;
     if (s.use_buf) {
       m = s.first ? g : s.momentum * m + s.omd * g;
       g = s.nesterov ? g + s.momentum * m : m;
     }
-    p = p - s.lr * g;
+    p = p - gs.lr * g;
   } else {
-    if (K == OptKind::Adam && decay) g = g + s.wd * p;
-    if (K == OptKind::AdamW && decay) p = p * s.decay_factor;
+    if (K == OptKind::Adam && decay) g = g + gs.wd * p;
+    if (K == OptKind::AdamW && decay) p = p * gs.decay_factor;
     m = s.b1 * m + s.omb1 * g;
     v = s.b2 * v + s.omb2 * (g * g);
     const float denom = sqrtf(v) / s.bc2_sqrt + s.eps;
-    p = p - s.step_size * (m / denom);
+    p = p - gs.step_size * (m / denom);
   }
 }
 
-// s1/s2: Adam m/v; SGD momentum buffer/unused. Elements [0, decay_n) get weight decay, the rest none.
+// s1/s2: Adam m/v; SGD momentum buffer/unused. Elements [0, decay_n) get their group's weight decay, the rest
+// none. A 4-element chunk never straddles two groups (group ends are multiples of 4).
 template <OptKind K, bool kVec>
 __global__ void opt_step_kernel(const OptHyper* __restrict__ h, float* __restrict__ p, const float* __restrict__ g,
                                 float* __restrict__ s1, float* __restrict__ s2, int64_t n, int64_t decay_n) {
@@ -70,6 +80,7 @@ __global__ void opt_step_kernel(const OptHyper* __restrict__ h, float* __restric
   const int64_t chunks = (n + 3) / 4;
   for (int64_t c = grid_thread_index(); c < chunks; c += grid_thread_count()) {
     const int64_t base = c * 4;
+    const GroupScalars gs = group_scalars(h, base);
     if (kVec && base + 4 <= n) {
       Pack<float, 4> pp = pack_load<4>(p + base);
       const Pack<float, 4> gg = pack_load<4>(g + base);
@@ -77,14 +88,14 @@ __global__ void opt_step_kernel(const OptHyper* __restrict__ h, float* __restric
       if (has1) a = pack_load<4>(s1 + base);
       if (has2) b = pack_load<4>(s2 + base);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) opt_update<K>(s, base + j < decay_n, pp.v[j], gg.v[j], a.v[j], b.v[j]);
+      for (int j = 0; j < 4; ++j) opt_update<K>(s, gs, base + j < decay_n, pp.v[j], gg.v[j], a.v[j], b.v[j]);
       pack_store<4>(p + base, pp);
       if (has1) pack_store<4>(s1 + base, a);
       if (has2) pack_store<4>(s2 + base, b);
     } else {
       for (int64_t i = base; i < n && i < base + 4; ++i) {
         float a = has1 ? s1[i] : 0.0f, b = has2 ? s2[i] : 0.0f;
-        opt_update<K>(s, i < decay_n, p[i], g[i], a, b);
+        opt_update<K>(s, gs, i < decay_n, p[i], g[i], a, b);
         if (has1) s1[i] = a;
         if (has2) s2[i] = b;
       }
@@ -96,25 +107,30 @@ __device__ __forceinline__ void opt_hyper_advance_device(OptHyper* h, const int3
                                                          const double* lr_table, int64_t lr_table_len) {
   const uint32_t iter = h->iter + 1;
   h->iter = iter;
-  if (lr_table && lr_table_len > 0) {
-    const int64_t i = static_cast<int64_t>(iter) < lr_table_len ? static_cast<int64_t>(iter) - 1 : lr_table_len - 1;
-    h->lr = lr_table[i];
-  }
+  const bool from_table = lr_table && lr_table_len > 0;
+  const double table_lr =
+      from_table ? lr_table[static_cast<int64_t>(iter) < lr_table_len ? static_cast<int64_t>(iter) - 1 : lr_table_len - 1]
+                 : 0.0;
   const int32_t skip = (found_inf && *found_inf != 0) ? 1 : 0;
   h->skip = skip;
   h->inv_scale = loss_scale ? static_cast<float>(1.0 / static_cast<double>(*loss_scale)) : 1.0f;
   if (!skip) h->step += 1;
   h->skipped += skip;
   const int32_t t = h->step;
-  const double lr = h->lr;
   const double bc1 = 1.0 - pow(h->beta1, static_cast<double>(t));
   const double bc2 = 1.0 - pow(h->beta2, static_cast<double>(t));
   h->bias_correction1 = static_cast<float>(bc1);
   h->bias_correction2 = static_cast<float>(bc2);
-  h->step_size = t > 0 ? static_cast<float>(lr / bc1) : 0.0f;
   h->bc2_sqrt = t > 0 ? static_cast<float>(sqrt(bc2)) : 1.0f;
-  h->lr_f = static_cast<float>(lr);
-  h->decay_factor = static_cast<float>(1.0 - lr * h->weight_decay);
+  for (int k = 0; k < h->groups && k < kMaxOptGroups; ++k) {
+    OptGroup& g = h->group[k];
+    if (from_table) g.lr = table_lr;
+    const double lr = g.lr;
+    g.step_size = t > 0 ? static_cast<float>(lr / bc1) : 0.0f;
+    g.lr_f = static_cast<float>(lr);
+    g.decay_factor = static_cast<float>(1.0 - lr * g.weight_decay);
+    g.wd_f = static_cast<float>(g.weight_decay);
+  }
 }
 
 __global__ void opt_hyper_advance_kernel(OptHyper* h, const int32_t* found_inf, const float* loss_scale,
@@ -149,20 +165,20 @@ Status opt_launch(cudaStream_t stream, const OptHyper* h, float* p, const float*
 
 OptHyper opt_hyper_adam(double lr, double beta1, double beta2, double eps, double weight_decay) {
   OptHyper h;
-  h.lr = lr;
+  h.group[0].lr = lr;
+  h.group[0].weight_decay = weight_decay;
   h.beta1 = beta1;
   h.beta2 = beta2;
   h.eps = eps;
-  h.weight_decay = weight_decay;
   return h;
 }
 
 OptHyper opt_hyper_sgd(double lr, double momentum, double dampening, double weight_decay, bool nesterov) {
   OptHyper h;
-  h.lr = lr;
+  h.group[0].lr = lr;
+  h.group[0].weight_decay = weight_decay;
   h.momentum = momentum;
   h.dampening = dampening;
-  h.weight_decay = weight_decay;
   h.nesterov = nesterov ? 1 : 0;
   return h;
 }
