@@ -353,7 +353,8 @@ uint64_t ckpt_spec_hash(const Spec& spec) {
   Spec s = spec;
   s.run = RunSpec{};
   s.train.checkpoint_every = 0;  // how often checkpoints are written (and which are kept) does not change the
-  s.train.keep_last = 0;         // computation
+  s.train.checkpoint_every_steps = 0;  // computation (a step checkpoint's resume is bitwise the uninterrupted run)
+  s.train.keep_last = 0;
   s.train.keep_best = false;
   s.debug.fail_checkpoint_write = 0;  // a test hook on the writes, not on the computation
   std::string text = spec_to_yaml(s);

@@ -49,8 +49,9 @@ struct CkptLoadOptions {
   bool weights_only = false;
 };
 
-// FNV-1a 64 of spec_to_yaml(spec) with the `run` section (output dir, name, logging) and train.checkpoint_every
-// reset: everything that changes the computation is hashed, where and how often outputs go is not.
+// FNV-1a 64 of spec_to_yaml(spec) with the `run` section (output dir, name, logging), train.checkpoint_every,
+// checkpoint_every_steps, keep_last, keep_best and debug.fail_checkpoint_write reset: everything that changes the
+// computation is hashed, where and how often outputs go is not.
 uint64_t ckpt_spec_hash(const Spec& spec);
 
 // Writes DIR/state.bin then DIR/weights.safetensors (creating DIR). `weights`, `opt_state` and `buffers` are

@@ -205,13 +205,16 @@ struct TrainSpec {
   int accumulate_steps = 1;
   bool deterministic = true;
   int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
+  // Optimizer steps between mid-epoch checkpoints (checkpoints/epoch-NNNN-step-SSSSSSSS, with the data position);
+  // 0 = none. Independent of checkpoint_every (both may be set); not part of the checkpoint's spec hash.
+  int checkpoint_every_steps = 0;
   int validate_every = 1;       // validation after every N-th epoch and after the last; >= 1
   // Early stopping on a validated metric: stop when it has not improved by more than min_delta for `patience`
   // validations in a row. 0 = off.
   int early_stopping_patience = 0;
   bool early_stopping_on_loss = false;  // YAML early_stopping_metric: val_top1 (default, higher is better) | val_loss
   double early_stopping_min_delta = 0.0;
-  int keep_last = 0;            // only the newest N epoch checkpoints are kept; 0 = all
+  int keep_last = 0;            // only the newest N checkpoints (epoch and step ones together) are kept; 0 = all
   bool keep_best = false;       // also checkpoints/best: the epoch with the best validation top-1 so far
   // Exponential moving average of the parameters (torch.optim.swa_utils.AveragedModel with
   // get_ema_multi_avg_fn(decay), use_buffers=False): after the first step the average is the parameters, after

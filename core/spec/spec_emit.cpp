@@ -329,6 +329,8 @@ std::string spec_to_yaml(const Spec& spec) {
     y += "  accumulate_steps: " + std::to_string(spec.train.accumulate_steps) + "\n";
   y += std::string("  deterministic: ") + boolean(spec.train.deterministic) + "\n";
   y += "  checkpoint_every: " + std::to_string(spec.train.checkpoint_every) + "\n";
+  if (spec.train.checkpoint_every_steps > 0)  // written only when set: specs without it keep their checkpoint hash
+    y += "  checkpoint_every_steps: " + std::to_string(spec.train.checkpoint_every_steps) + "\n";
   y += "  validate_every: " + std::to_string(spec.train.validate_every) + "\n";
   y += "  early_stopping_patience: " + std::to_string(spec.train.early_stopping_patience) + "\n";
   y += std::string("  early_stopping_metric: ") + (spec.train.early_stopping_on_loss ? "val_loss" : "val_top1") + "\n";

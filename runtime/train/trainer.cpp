@@ -333,13 +333,18 @@ Status checkpoint_write(Backend& be, const Compiled& c, const std::string& run_d
                         be.read_region(Region::Buffers));
   if (st.ok()) return st;
   std::vector<Error> errs = st.errors();
+  const std::string what = batch > 0 ? "checkpoint at step " + std::to_string(be.step()) + " (epoch " +
+                                           std::to_string(epoch + 1) + ", batch " + std::to_string(batch) + ")"
+                                     : "checkpoint of epoch " + std::to_string(epoch);
   errs.push_back({ErrCode::Io, dir,
-                  "checkpoint of epoch " + std::to_string(epoch) + " not written; the run stops here (earlier "
-                  "checkpoints are intact: continue with --resume " + run_dir + " once there is space)"});
+                  what + " not written; the run stops here (earlier checkpoints are intact: continue with --resume " +
+                      run_dir + " once there is space)"});
   return errs;
 }
 
-// Removes all but the newest keep_last epoch checkpoints (names sort by epoch).
+// Removes all but the newest keep_last checkpoints epoch-NNNN[-step-SSSSSSSS], epoch and step ones together:
+// their names sort by training progress (epoch-0002 < epoch-0002-step-00000450 < epoch-0003). Each is renamed to
+// NAME.partial before its files go, so a kill mid-removal leaves no half checkpoint under a name readers take.
 Status checkpoints_prune(const std::string& run_dir, int keep_last) {
   namespace fs = std::filesystem;
   std::vector<fs::path> epochs;
@@ -348,7 +353,10 @@ Status checkpoints_prune(const std::string& run_dir, int keep_last) {
     if (is_epoch_checkpoint(e.path())) epochs.push_back(e.path());
   std::sort(epochs.begin(), epochs.end());
   for (size_t i = 0; i + static_cast<size_t>(keep_last) < epochs.size(); ++i) {
-    fs::remove_all(epochs[i], ec);
+    const fs::path doomed = epochs[i].string() + kCkptPartialSuffix;
+    fs::remove_all(doomed, ec);
+    fs::rename(epochs[i], doomed, ec);
+    if (!ec) fs::remove_all(doomed, ec);
     if (ec) return Error{ErrCode::Io, epochs[i].string(), "cannot remove an old checkpoint: " + ec.message()};
   }
   return ok_status();
@@ -556,6 +564,17 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
   double best_top1 = -1;  // keep_best: the best of the epochs this run directory saw (a resumed run has its own)
   EarlyStopping early;
   CheckpointIo ckpt_io{spec.debug.fail_checkpoint_write};
+  int64_t mid_epoch_saved = -1;  // the step of the last mid-epoch checkpoint written
+  // checkpoints/epoch-NNNN (batch 0: after epoch `epochs_done`) or epoch-NNNN-step-SSSSSSSS (after `batch` batches
+  // of the next epoch), then train.keep_last over all of them. A failure stops the run (checkpoint_errors).
+  auto save = [&](int epochs_done, int64_t batch) -> Status {
+    if (res.run_dir.empty()) return ok_status();
+    Status w = checkpoint_write(*be, c, res.run_dir, epochs_done, ckpt_io, "", batch);
+    if (w.ok() && batch > 0) mid_epoch_saved = be->step();
+    if (w.ok() && spec.train.keep_last > 0) w = checkpoints_prune(res.run_dir, spec.train.keep_last);
+    return w;
+  };
+  const int every_steps = spec.train.checkpoint_every_steps;
   const bool loss_scaled = c.graph.storage == DType::F16;  // fp16 AMP: the backend keeps a dynamic loss scale
   for (int e = first_epoch; e <= spec.train.epochs; ++e) {
     const Clock::time_point t_epoch = Clock::now();
@@ -564,6 +583,8 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     be->reset_metrics();
     const int64_t skipped_before = be->skipped_steps();
     int64_t done = 0, in_epoch = 0;
+    bool step_due_at_end = false;  // a checkpoint_every_steps step was the epoch's last: saved as epoch-NNNN
+    Status step_saved = ok_status();
     auto progress = [&](int64_t i, int64_t n) {
       done = i;
       in_epoch = n;
@@ -572,6 +593,13 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
         std::fprintf(stderr, "\repoch %d/%d  %lld/%lld batches", e, spec.train.epochs, static_cast<long long>(i),
                      static_cast<long long>(n));
         std::fflush(stderr);
+      }
+      if (every_steps > 0 && be->step() % every_steps == 0) {
+        if (i == n) {
+          step_due_at_end = true;
+        } else if (!(step_saved = save(e - 1, i)).ok()) {
+          return false;  // the write failed: stop here (below)
+        }
       }
       return !stop_requested(opt);  // a signal: finish this step, then stop
     };
@@ -585,12 +613,13 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
       imgs = run_epoch(*be, c, *train_loader, true, e, lr, out, progress, t_run, skip_now);
     }
     if (!imgs.ok()) return imgs.errors();
+    if (!step_saved.ok()) {
+      res.checkpoint_errors = step_saved.errors();
+      break;
+    }
     if (stop_requested(opt) && done < in_epoch) {  // stopped inside the epoch: save the position and leave
       res.stopped_by = opt.stop_signal->load();
-      if (!res.run_dir.empty()) {
-        st = checkpoint_write(*be, c, res.run_dir, e - 1, ckpt_io, "", done);
-        if (!st.ok()) res.checkpoint_errors = st.errors();
-      }
+      if (mid_epoch_saved != be->step() && !(st = save(e - 1, done)).ok()) res.checkpoint_errors = st.errors();
       break;
     }
     st = be->synchronize();
@@ -628,14 +657,11 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
                r.skipped_steps == 1 ? "" : "s",
                loss_scaled ? fmt::format("loss scale now {:g}", r.loss_scale)
                            : std::string("no loss scale to back off (fp32 gradients)"));
-    if (spec.train.checkpoint_every > 0 && e % spec.train.checkpoint_every == 0 && !res.run_dir.empty()) {
-      st = checkpoint_write(*be, c, res.run_dir, e, ckpt_io);
-      if (!st.ok()) {
-        res.checkpoint_errors = st.errors();
-        break;
-      }
-      if (spec.train.keep_last > 0 && !(st = checkpoints_prune(res.run_dir, spec.train.keep_last)).ok())
-        return st.errors();
+    const bool epoch_saved = (spec.train.checkpoint_every > 0 && e % spec.train.checkpoint_every == 0) ||
+                             step_due_at_end;
+    if (epoch_saved && !(st = save(e, 0)).ok()) {
+      res.checkpoint_errors = st.errors();
+      break;
     }
     if (spec.train.keep_best && validate && !res.run_dir.empty() && r.val_top1 > best_top1) {
       best_top1 = r.val_top1;
@@ -653,9 +679,7 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     }
     if (stop_requested(opt)) {  // a signal during the epoch's last step or its validation: stop at its end
       res.stopped_by = opt.stop_signal->load();
-      const bool saved = spec.train.checkpoint_every > 0 && e % spec.train.checkpoint_every == 0;
-      if (!saved && !res.run_dir.empty() && !(st = checkpoint_write(*be, c, res.run_dir, e, ckpt_io)).ok())
-        res.checkpoint_errors = st.errors();
+      if (!epoch_saved && !(st = save(e, 0)).ok()) res.checkpoint_errors = st.errors();
       break;
     }
   }

@@ -48,7 +48,7 @@ struct TrainOptions {
   bool progress_tty = false;  // the caller decides from run.progress and isatty
   GpuBackendFactory gpu;      // empty: CPU only
   // Continue from a checkpoint: a checkpoint directory (weights.safetensors + state.bin) or a run directory (its
-  // latest checkpoints/epoch-NNNN). Empty: start fresh.
+  // latest checkpoints/epoch-NNNN[-step-SSSSSSSS], docs/checkpoint.md). Empty: start fresh.
   std::string resume;       // "auto": the newest run directory of this run's name with a checkpoint, if any
   std::string init_from;    // a checkpoint (or run dir) whose weights only start the run; excludes resume
   // Nonzero (a signal number): stop after the current training step, write a checkpoint (mid-epoch ones record

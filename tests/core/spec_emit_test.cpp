@@ -79,6 +79,7 @@ Spec complex_spec() {
   s.train.device = DeviceKind::Cuda;
   s.train.threads = 5;
   s.train.checkpoint_every = 3;
+  s.train.checkpoint_every_steps = 250;
   s.train.deterministic = false;
   s.run.out_dir = "out dir";
   s.run.name = "true";

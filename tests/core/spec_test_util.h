@@ -111,6 +111,7 @@ inline std::string first_difference(const Spec& a, const Spec& b) {
   diff_field(o, "train.device", a.train.device, b.train.device);
   diff_field(o, "train.threads", a.train.threads, b.train.threads);
   diff_field(o, "train.checkpoint_every", a.train.checkpoint_every, b.train.checkpoint_every);
+  diff_field(o, "train.checkpoint_every_steps", a.train.checkpoint_every_steps, b.train.checkpoint_every_steps);
   diff_field(o, "train.accumulate_steps", a.train.accumulate_steps, b.train.accumulate_steps);
   diff_field(o, "train.deterministic", a.train.deterministic, b.train.deterministic);
   diff_field(o, "run.out_dir", a.run.out_dir, b.run.out_dir);
