@@ -6,7 +6,8 @@
 # if test_gpu reported "skipped" (no usable device) -- on the GPU machine a skip is a problem, not a pass.
 # Environment: SKIP_SANITIZERS=1 (no compute-sanitizer stages), MEMCHECK_FILTER (Catch2 spec for memcheck only),
 # TEST_TIMEOUT (s, default 1200), SANITIZER_TIMEOUT (s, default 2400), TEST_FILTER (Catch2 test spec
-# for all stages, default all tests), RACECHECK_FILTER (default "~[gemm]": racecheck only instruments our kernels'
+# for all stages, default all tests), RACECHECK_FILTER (racecheck's own spec when given, even with TEST_FILTER;
+# default TEST_FILTER, else "~[gemm]": racecheck only instruments our kernels'
 # shared memory, and running it over cuBLASLt kernels costs a lot of time for nothing we own).
 set -u
 
@@ -15,6 +16,7 @@ OUT="${OUT:-/tmp/out}"
 TEST_TIMEOUT="${TEST_TIMEOUT:-1200}"
 SANITIZER_TIMEOUT="${SANITIZER_TIMEOUT:-2400}"
 TEST_FILTER="${TEST_FILTER:-}"
+RACECHECK_FILTER_GIVEN="${RACECHECK_FILTER:-}"  # set by the caller: racecheck runs it even with a TEST_FILTER
 RACECHECK_FILTER="${RACECHECK_FILTER:-~[gemm]}"
 TEST_BIN="$BIN_DIR/test_gpu"
 
@@ -131,7 +133,7 @@ else
     run_stage "memcheck" "$OUT/memcheck.log" "$SANITIZER_TIMEOUT" \
       "$SAN" --tool memcheck --error-exitcode 99 --print-limit 50 "$TEST_BIN" ${mfilter[@]+"${mfilter[@]}"}
     rfilter=()
-    if [ -n "$TEST_FILTER" ]; then rfilter=("$TEST_FILTER"); elif [ -n "$RACECHECK_FILTER" ]; then rfilter=("$RACECHECK_FILTER"); fi
+    if [ -n "$RACECHECK_FILTER_GIVEN" ]; then rfilter=("$RACECHECK_FILTER_GIVEN"); elif [ -n "$TEST_FILTER" ]; then rfilter=("$TEST_FILTER"); elif [ -n "$RACECHECK_FILTER" ]; then rfilter=("$RACECHECK_FILTER"); fi
     run_stage "racecheck" "$OUT/racecheck.log" "$SANITIZER_TIMEOUT" \
       "$SAN" --tool racecheck --racecheck-report all --error-exitcode 99 --print-limit 50 "$TEST_BIN" ${rfilter[@]+"${rfilter[@]}"}
     for log in "$OUT/memcheck.log" "$OUT/racecheck.log"; do

@@ -142,7 +142,9 @@ TEST_CASE("clip_grad_norm, the weights' EMA and LARS: 20 fp32 GPU steps give the
 
 TEST_CASE("clip, EMA and LARS under fp16 AMP train and skip nothing on a healthy run", "[gpu][backend][optim]") {
   const Spec s = load("mlp_fmnist.yaml", {"data.train_subset=4000", "train.epochs=2", "train.precision=fp16",
-                                          "train.device=cuda", "train.ema_decay=0.99", "optimizer.clip_grad_norm=1.0"});
+                                          "train.device=cuda", "train.ema_decay=0.9", "optimizer.clip_grad_norm=1.0"});
+  // ema_decay 0.9 over 40 steps: the EMA validated on holds < 2 % of the initial weights (0.99 would still hold 67 %:
+  // H200 run 22 validated 50.7 % with it, as expected of so young an average)
   TrainResult r = train(s);
   CHECK(std::isfinite(r.epochs.back().train_loss));
   CHECK(r.epochs.back().val_top1 > 0.6);
