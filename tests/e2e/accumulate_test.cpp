@@ -20,6 +20,7 @@
 #include "runtime/backend.h"
 #include "runtime/train/trainer.h"
 #include "tests/support/mlp_spec.h"
+#include "tests/support/weights_diff.h"
 
 using namespace trctl;
 namespace fs = std::filesystem;
@@ -58,14 +59,7 @@ TrainResult run_ok(const Spec& spec) {
   return r.value();
 }
 
-double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
+using testing::rel_diff;
 
 struct Scratch {
   fs::path path = fs::temp_directory_path() / ("trctl_accum_" + std::to_string(::getpid()));

@@ -19,6 +19,7 @@
 #include "runtime/ops/grad_accum/grad_accum_cuda.h"
 #include "runtime/train/trainer.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/support/weights_diff.h"
 
 using namespace trctl;
 using namespace trctl::gputest;
@@ -57,14 +58,7 @@ TrainResult train(const std::vector<std::string>& overrides) {
   return r.value();
 }
 
-double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
+using testing::rel_diff;
 
 }  // namespace
 

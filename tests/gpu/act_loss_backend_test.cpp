@@ -11,6 +11,7 @@
 
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/train/trainer.h"
+#include "tests/support/weights_diff.h"
 
 using namespace trctl;
 
@@ -34,14 +35,7 @@ TrainResult train_silu(std::vector<std::string> overrides) {
   return r.value();
 }
 
-double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
+using testing::rel_diff;
 
 void compare_backends(std::vector<std::string> o) {
   o.insert(o.end(), {"data.train_subset=4000", "train.epochs=1", "train.precision=fp32"});

@@ -11,6 +11,7 @@
 
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/train/trainer.h"
+#include "tests/support/weights_diff.h"
 
 using namespace trctl;
 
@@ -83,14 +84,7 @@ TrainResult train(const Spec& spec) {
   return r.value();
 }
 
-double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
+using testing::rel_diff;
 
 // fp32 on both backends: cuDNN's and the CPU's summation orders differ, so weights agree to rounding that the
 // optimizer carries forward for a few steps (the MLP test's bound).

@@ -16,6 +16,7 @@
 #include "dataio/pack_sources.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/train/trainer.h"
+#include "tests/support/weights_diff.h"
 
 using namespace trctl;
 namespace fs = std::filesystem;
@@ -88,14 +89,7 @@ TrainResult train(const Spec& spec) {
   return r.value();
 }
 
-double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
+using testing::rel_diff;
 
 }  // namespace
 

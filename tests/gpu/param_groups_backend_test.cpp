@@ -14,6 +14,7 @@
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/train/trainer.h"
+#include "tests/support/weights_diff.h"
 
 using namespace trctl;
 
@@ -39,14 +40,7 @@ TrainResult train(const Spec& spec) {
   return r.value();
 }
 
-double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
+using testing::rel_diff;
 
 // The frozen parameters' elements of `weights` (the plan's layout) equal their initial values bitwise.
 void check_frozen_unchanged(const Spec& spec, const std::vector<float>& weights) {
