@@ -3,9 +3,9 @@
 # CUDA and packs .device/); then on the GPU machine (device tool, carry .device), from the repo root:
 #   bash tools/device_regress.sh
 # It runs tools/device_run.sh's `regress` stage alone: the GPU suites (MLP --epochs 100, the CNNs --epochs 3
-# after --autotune, the data pipeline from a level-160 DTS, bench kernels) with --json into $OUT/regress.tar.gz,
+# after --autotune, the data pipeline from a level-160 DTS, bench kernels, bench --layers of the MLP) with --json into $OUT/regress.tar.gz,
 # each compared with benchmarks/baselines/gpu_*.json by tools/regress; the tables are in $OUT/summary.txt.
-# REGRESS_SUITES="mlp cnn data kernels" picks suites (CNN_MODELS the CNNs). Exit code 1 when a suite regressed,
+# REGRESS_SUITES="mlp cnn data kernels layers" picks suites (CNN_MODELS the CNNs). Exit code 1 when a suite regressed,
 # 2 when one gave no well-formed result (its log's end is in summary.txt). bench kernels has no baseline yet:
 # summary.txt then prints the command that makes its JSON the first one (docs/bench.md).
 set -u

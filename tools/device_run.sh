@@ -3,6 +3,10 @@
 #   STAGES="tests bench torch" bash tools/device_run.sh
 # Stages (space-separated, any order runs in this order):
 #   tests     GPU test suite (tools/device_check.sh; SANITIZE=1 adds compute-sanitizer memcheck + racecheck)
+#   sanitize  compute-sanitizer over the whole GPU suite, one process per test case, SAN_JOBS (12) at once
+#             (tools/sanitize_suite.py): SAN_TOOLS (memcheck,racecheck), SAN_CASE_TIMEOUT (s, 300), SAN_DEADLINE
+#             (s after which no case starts, 0 = none), SAN_FILTER (Catch2 spec, default all cases);
+#             racecheck instruments trctl's own kernels (SAN_RACE_KERNELS=trctl; "" = every kernel)
 #   bench     trctl: configs/mlp_fmnist.yaml, 100 epochs on the GPU (EPOCHS to change)
 #   oom       a plan that does not fit the device must fail clearly (exit 2, region sizes)
 #   kernels   trctl bench kernels (every CUDA kernel against the card's measured ceilings), JSON too
@@ -13,7 +17,8 @@
 #             CNN_MODELS (default "resnet50 vgg16bn resnet18"), then `trctl report` of the three (a throughput
 #             report, docs/report.md) into cnn/report_<model>/ of cnn.tar.gz, its results table in summary.txt
 #             (without gnuplot on the device: --no-plots; `trctl report` here in the unpacked cnn/ redraws them)
-#             CNN_EXTRA: more trctl overrides (e.g. train.deterministic=false)
+#             CNN_EXTRA: more trctl overrides (e.g. train.deterministic=false), also given to autotune and the
+#             CNNs' layers runs (the autotune cache is keyed by the deterministic flag)
 #   cnnacc    configs/cnn_fmnist.yaml trained to the end (test accuracy; CNNACC_EPOCHS to change)
 #   autotune  trctl bench CFG --autotune for each of CNN_MODELS (the cache in $TRCTL_AUTOTUNE_CACHE, used by the
 #             stages after it; without this stage runs use cuDNN's heuristics)
@@ -27,12 +32,13 @@
 #   feed      ResNet-50 trained from that DTS file (configs/resnet50_dts.yaml, host-fed) next to the same model on
 #             synthetic GPU-resident data (needs the data stage first)
 #   regress   the GPU suites with --json (trctl-bench/1) compared with benchmarks/baselines/gpu_*.json by
-#             tools/regress (docs/bench.md), for each of REGRESS_SUITES (default "mlp cnn data kernels"): mlp (bench
+#             tools/regress (docs/bench.md), for each of REGRESS_SUITES (default "mlp cnn data kernels layers"): mlp (bench
 #             --epochs 100, fp16), cnn (autotune, then bench --epochs 3 for each of CNN_MODELS), data (bench data
 #             from the level-160 DTS with REGRESS_DATA_WORKERS, default 16 as in the baseline; generates the JPEG
 #             folder as the data stage does), kernels (bench kernels: compared once benchmarks/baselines/
 #             gpu_kernels.json exists; until then its JSON is checked against the schema and kept for the first
-#             --update, whose command summary.txt prints). Results and tables in regress.tar.gz; the script's exit
+#             --update, whose command summary.txt prints), layers (bench --layers of REGRESS_LAYER_MODELS, default
+#             mlp_fmnist; first baseline likewise). Results and tables in regress.tar.gz; the script's exit
 #             code is 1 when a suite regressed, 2 when a suite gave no well-formed result (tools/device_regress.sh
 #             runs this stage alone)
 # Everything lands in $OUT (at most 8 files come back): summary.txt last.
@@ -57,7 +63,7 @@ echo "device run $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv >>"$SUM" 2>&1
 echo "cudnn: $(ldd "$BIN/trctl" | grep -o 'libcudnn.so[^ ]* => [^ ]*')" >>"$SUM"
 has() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
-has_regress() { has regress && case " ${REGRESS_SUITES:-mlp cnn data kernels} " in *" $1 "*) return 0 ;; esac; return 1; }
+has_regress() { has regress && case " ${REGRESS_SUITES:-mlp cnn data kernels layers} " in *" $1 "*) return 0 ;; esac; return 1; }
 
 if has tests; then
   if [ "${SANITIZE:-0}" = 1 ]; then san=""; else san="SKIP_SANITIZERS=1"; fi
@@ -97,6 +103,15 @@ if has kernels; then
   echo "trctl bench kernels: rc $?" >>"$SUM"
   cat "$OUT/bench_kernels.txt" >>"$SUM"
 fi
+if has sanitize; then
+  timeout "${SAN_TOTAL_TIMEOUT:-560}" python3 tools/sanitize_suite.py "$BIN/test_gpu" /tmp/sanitize \
+    --tools "${SAN_TOOLS:-memcheck,racecheck}" --jobs "${SAN_JOBS:-12}" --case-timeout "${SAN_CASE_TIMEOUT:-300}" \
+    --deadline "${SAN_DEADLINE:-0}" --filter "${SAN_FILTER:-}" --racecheck-kernels "${SAN_RACE_KERNELS-trctl}" \
+    >"$OUT/sanitize.txt" 2>&1
+  echo "sanitize: rc $?" >>"$SUM"
+  cat /tmp/sanitize/summary.txt >>"$SUM" 2>/dev/null || tail -n 5 "$OUT/sanitize.txt" >>"$SUM"
+  tar czf "$OUT/sanitize.tar.gz" -C /tmp sanitize
+fi
 
 if has torch; then
   export PYTHONUNBUFFERED=1
@@ -113,7 +128,7 @@ mkdir -p /tmp/prof
 if has autotune; then
   for m in ${CNN_MODELS:-resnet50 vgg16bn resnet18}; do
     timeout 240 "$BIN/trctl" bench "configs/$m.yaml" --autotune data.synthetic.train_size=512 \
-      data.synthetic.val_size=256 >"/tmp/prof/autotune_$m.txt" 2>&1
+      data.synthetic.val_size=256 ${CNN_EXTRA:-} >"/tmp/prof/autotune_$m.txt" 2>&1
     echo "trctl autotune $m: rc $? :: $(tail -n 1 "/tmp/prof/autotune_$m.txt")" >>"$SUM"
   done
 fi
@@ -122,7 +137,7 @@ if has layers; then
   for m in ${LAYER_MODELS:-mlp ${CNN_MODELS:-resnet50 vgg16bn resnet18}}; do
     case "$m" in  # the MLP on its real data (resident on the GPU); the CNNs on a small synthetic set
       mlp) cfg=configs/mlp_fmnist.yaml; data_args="data.root=$DATA" ;;
-      *) cfg="configs/$m.yaml"; data_args="data.synthetic.train_size=1024 data.synthetic.val_size=256" ;;
+      *) cfg="configs/$m.yaml"; data_args="data.synthetic.train_size=1024 data.synthetic.val_size=256 ${CNN_EXTRA:-}" ;;
     esac
     timeout 240 "$BIN/trctl" bench "$cfg" --layers --reps ${LAYER_REPS:-10} $data_args \
       --json "/tmp/prof/layers_$m.json" >"/tmp/prof/layers_$m.txt" 2>&1
@@ -297,20 +312,32 @@ if has regress; then
     echo "trctl bench data dts160: rc $?" >>"$SUM"
     compare "$R/data_dts160.json" gpu_data_dts160.json
   fi
+  # compare_or_first RESULT BASELINE: compare when the baseline exists; else check RESULT against the schema
+  # and print the command that makes it the first baseline (docs/bench.md)
+  compare_or_first() {
+    if [ -f "benchmarks/baselines/$2" ] || [ ! -s "$1" ]; then compare "$1" "$2"; return; fi
+    python3 tools/regress "$1" "$1" >"${1%.json}.selfcheck.txt" 2>&1
+    local rc=$?
+    echo "regress $2: no baseline yet; $(basename "$1") $([ $rc = 0 ] && echo "well-formed, $(tail -n 1 "${1%.json}.selfcheck.txt" | grep -oE '[0-9]+ metrics')" || echo "MALFORMED (rc $rc)")" >>"$SUM"
+    [ $rc = 0 ] || { sed 's/^/    /' "${1%.json}.selfcheck.txt" | tail -n 5 >>"$SUM"; [ "$REGRESS_RC" -lt 2 ] && REGRESS_RC=2; }
+    [ $rc = 0 ] && echo "    first baseline, here: tar xzf regress.tar.gz && python3 tools/regress regress/$(basename "$1") benchmarks/baselines/$2 --update --tol ${3:-10%}" >>"$SUM"
+  }
   if has_regress kernels; then
     timeout 120 "$BIN/trctl" bench kernels --json "$R/kernels.json" >"$R/kernels.log" 2>&1
     echo "trctl bench kernels: rc $?" >>"$SUM"
-    if [ -f benchmarks/baselines/gpu_kernels.json ]; then
-      compare "$R/kernels.json" gpu_kernels.json
-    elif [ ! -s "$R/kernels.json" ]; then
-      compare "$R/kernels.json" gpu_kernels.json  # says "no result" with the log's end
-    else  # no baseline yet: the result compared with itself checks it against the schema (exit 2 if malformed)
-      python3 tools/regress "$R/kernels.json" "$R/kernels.json" >"$R/kernels.selfcheck.txt" 2>&1
-      rc=$?
-      echo "regress gpu_kernels.json: no baseline yet; kernels.json $([ $rc = 0 ] && echo "well-formed, $(tail -n 1 "$R/kernels.selfcheck.txt" | grep -oE '[0-9]+ metrics')" || echo "MALFORMED (rc $rc)")" >>"$SUM"
-      [ $rc = 0 ] || { sed 's/^/    /' "$R/kernels.selfcheck.txt" | tail -n 5 >>"$SUM"; [ "$REGRESS_RC" -lt 2 ] && REGRESS_RC=2; }
-      [ $rc = 0 ] && echo "    first baseline, here: tar xzf regress.tar.gz && python3 tools/regress regress/kernels.json benchmarks/baselines/gpu_kernels.json --update --tol 10%" >>"$SUM"
-    fi
+    compare_or_first "$R/kernels.json" gpu_kernels.json 10%
+  fi
+  if has_regress layers; then  # per-node times of a step (bench --layers) for each of REGRESS_LAYER_MODELS
+    for m in ${REGRESS_LAYER_MODELS:-mlp_fmnist}; do
+      case "$m" in
+        mlp_fmnist) data_args="data.root=$DATA train.precision=fp16" ;;
+        *) data_args="data.synthetic.train_size=1024 data.synthetic.val_size=256" ;;
+      esac
+      timeout 240 "$BIN/trctl" bench "configs/$m.yaml" --layers --reps 10 $data_args --json "$R/layers_$m.json" \
+        >"$R/layers_$m.log" 2>&1
+      echo "trctl bench $m --layers: rc $?" >>"$SUM"
+      compare_or_first "$R/layers_$m.json" "gpu_layers_$m.json" 15%
+    done
   fi
   echo "regress: $([ "$REGRESS_RC" = 0 ] && echo ok || echo FAILED) (rc $REGRESS_RC)" >>"$SUM"
   tar czf "$OUT/regress.tar.gz" -C /tmp regress
