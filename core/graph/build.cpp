@@ -19,11 +19,15 @@ std::string layer_where(const Spec& spec, const LayerSpec& l) {
   return spec.source + ":" + std::to_string(l.line) + ":" + std::to_string(l.col);
 }
 
+std::string size_text(int64_t h, int64_t w) { return std::to_string(h) + "x" + std::to_string(w); }
+
 struct ForwardBuilder {
   const Spec& spec;
+  const DataShape& data;
   Graph& g;
   std::map<std::string, int32_t> param_index;  // "fc1.weight" -> index in g.params
   std::vector<Error> errors;
+  const LayerSpec* layer = nullptr;  // the layer add_layer is adding (named by param's shape check)
 
   ValueId activation(const Program& p, const std::string& name, Shape s) {
     Value v;
@@ -41,11 +45,16 @@ struct ForwardBuilder {
     return g.add_value(v);
   }
 
-  // Parameters are shared by every program: the first program creates them, the others look them up.
+  // Parameters are shared by every program: the first program (a train one) creates them, the others look them
+  // up, and must need the same shape (an eval program at another image size may not: size_dependent_param).
   ValueId param(const std::string& name, Shape s, bool is_bias, int64_t fan_in,
                 ParamInfo::Init init = ParamInfo::Init::Kaiming) {
     auto it = param_index.find(name);
-    if (it != param_index.end()) return g.params[it->second].value;
+    if (it != param_index.end()) {
+      const ValueId id = g.params[it->second].value;
+      if (!(g.values[id].shape == s)) size_dependent_param(name, g.values[id].shape, s);
+      return id;
+    }
     Value v;
     v.name = name;
     v.shape = s;
@@ -80,6 +89,21 @@ struct ForwardBuilder {
 
   void error(const LayerSpec& l, const std::string& msg, ErrCode code = ErrCode::Invalid) {
     errors.push_back({code, layer_where(spec, l), msg});
+  }
+
+  // The train programs run at the training size, the eval ones at the validation size; one set of parameters
+  // serves both, so a parameter whose shape follows the image size (a linear layer after a flatten of a feature
+  // map) cannot be validated at another size.
+  void size_dependent_param(const std::string& name, const Shape& trained, const Shape& here) {
+    const LayerSpec& l = *layer;
+    error(l, std::string(to_string(l.kind)) + " layer '" + l.name + "': its parameter '" + name + "' is " +
+                 trained.str() + " at the training image size " + size_text(data.h, data.w) + " but would be " +
+                 here.str() + " at the validation image size " +
+                 size_text(data_val_h(data), data_val_w(data)) +
+                 " (train_transforms and val_transforms give different sizes; training and validation share the "
+                 "parameters): make the parameter shapes independent of the image size, e.g. a global_avg_pool "
+                 "layer instead of the flatten before the first linear layer, or give both transform lists the "
+                 "same output size");
   }
 
   // Forward nodes of one program; returns the logits value (or kNoValue after errors).
@@ -226,6 +250,7 @@ struct ForwardBuilder {
   ValueId add_layer(Program& p, const LayerSpec& l, uint32_t index, const std::vector<ValueId>& ins) {
     const ValueId x = ins[0];
     const Shape xs = g.values[x].shape;
+    layer = &l;
     Node n;
     n.name = l.name;
     n.in = {x};
@@ -376,6 +401,16 @@ Status check_loss_head(const Spec& spec, const DataShape& data, const Shape& ls)
   return ok_status();
 }
 
+// Errors of an eval program at a validation size other than the training size say so: its shapes differ from
+// the ones the train programs (built first, without errors) had.
+std::vector<Error> at_val_size(std::vector<Error> errs, const Graph& g, const Program& p) {
+  if (p.kind != ProgramKind::Eval || (g.val_h == g.in_h && g.val_w == g.in_w)) return errs;
+  for (Error& e : errs)
+    if (e.message.find("at the validation image size") == std::string::npos)
+      e.message += " (at the validation image size " + size_text(g.val_h, g.val_w) + " of the val_transforms)";
+  return errs;
+}
+
 }  // namespace
 
 Result<Graph> graph_build(const Spec& spec, const DataShape& data, DType compute) {
@@ -384,6 +419,8 @@ Result<Graph> graph_build(const Spec& spec, const DataShape& data, DType compute
   g.in_h = data.h;
   g.in_w = data.w;
   g.in_c = data.c;
+  g.val_h = data_val_h(data);
+  g.val_w = data_val_w(data);
   g.num_classes = data.num_classes;
   g.accumulate_steps = spec.train.accumulate_steps;
   std::vector<std::pair<std::string, int64_t>> plan;  // program name, batch
@@ -400,16 +437,17 @@ Result<Graph> graph_build(const Spec& spec, const DataShape& data, DType compute
   if (data.val_n / vb > 0) plan.emplace_back("eval", vb);
   if (data.val_n % vb != 0) plan.emplace_back("eval_last", data.val_n % vb);
 
-  ForwardBuilder fb{spec, g, {}, {}};
+  ForwardBuilder fb{spec, data, g, {}, {}};
   for (const auto& [name, batch] : plan) {
     Program p;
     p.name = name;
     p.kind = name.rfind("train", 0) == 0 ? ProgramKind::Train : ProgramKind::Eval;
     p.micro = name == "train_micro";
     p.batch = batch;
+    const bool eval = p.kind == ProgramKind::Eval;  // every shape below follows from the input's
     Value in;
     in.name = name + "/input";
-    in.shape = Shape{{batch, data.h, data.w, data.c}};
+    in.shape = Shape{{batch, eval ? g.val_h : data.h, eval ? g.val_w : data.w, data.c}};
     in.dtype = compute;
     in.role = Role::Input;
     p.input = g.add_value(in);
@@ -420,9 +458,9 @@ Result<Graph> graph_build(const Spec& spec, const DataShape& data, DType compute
     lab.role = Role::Label;
     p.label = g.add_value(lab);
     ValueId logits = fb.build(p);
-    if (logits == kNoValue) return fb.errors;
+    if (logits == kNoValue || !fb.errors.empty()) return at_val_size(fb.errors, g, p);
     Status head = check_loss_head(spec, data, g.values[logits].shape);
-    if (!head.ok()) return head.errors();
+    if (!head.ok()) return at_val_size(head.errors(), g, p);
     fb.add_head(p, logits);
     g.programs.push_back(std::move(p));
   }

@@ -119,8 +119,11 @@ static std::string value_ref(const Graph& g, ValueId id) {
 
 std::string graph_dump(const Graph& g) {
   std::ostringstream os;
-  os << "graph: sample (H, W, C) = (" << g.in_h << ", " << g.in_w << ", " << g.in_c << "), classes "
-     << g.num_classes << "; compute " << to_string(g.compute) << ", activations stored as " << to_string(g.storage)
+  os << "graph: sample (H, W, C) = (" << g.in_h << ", " << g.in_w << ", " << g.in_c << ")";
+  if ((g.val_h > 0 && g.val_h != g.in_h) || (g.val_w > 0 && g.val_w != g.in_w))  // one size: printed as before
+    os << ", validation (" << g.val_h << ", " << g.val_w << ", " << g.in_c << ")";
+  os << ", classes " << g.num_classes << "; compute " << to_string(g.compute) << ", activations stored as "
+     << to_string(g.storage)
      << (g.accumulate_steps > 1 ? "; accumulate_steps " + std::to_string(g.accumulate_steps) : std::string())
      << "\n";
   os << "params:\n";

@@ -180,7 +180,8 @@ struct Graph {
   std::vector<ParamGroupInfo> param_groups;
   std::vector<BufferInfo> buffers;
   std::vector<Program> programs;
-  int64_t in_h = 0, in_w = 0, in_c = 0;  // sample shape (H, W, C)
+  int64_t in_h = 0, in_w = 0, in_c = 0;  // training sample shape (H, W, C): the train programs' input
+  int64_t val_h = 0, val_w = 0;          // validation sample (H, W): the eval programs' input (often in_h, in_w)
   int num_classes = 0;
   DType compute = DType::F32;  // dtype of the floating-point values (F32; F64 for gradient checks)
   // What inputs and activations of the compute dtype are stored as: the compute dtype, or F16/BF16 when a backend
