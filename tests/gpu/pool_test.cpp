@@ -29,6 +29,10 @@ const PoolShape kShapes[] = {
     {"c6 k3x2 s1x2 p1x0", 2, 13, 14, 6, 3, 2, 1, 2, 1, 0, 0, false},
     {"c64 misaligned k3 s2 p1", 2, 20, 21, 64, 3, 3, 2, 2, 1, 1, 1, false},
     {"c8 stride > kernel k2 s3", 2, 11, 11, 8, 2, 2, 3, 3, 0, 0, 0, false},
+    // windows that tile the input exactly (the recorded-argmax backward's one-thread-per-window path)
+    {"c3 tiled k2 s2 ties", 2, 16, 18, 3, 2, 2, 2, 2, 0, 0, 0, true},
+    {"c64 tiled k3 s3 misaligned", 2, 15, 12, 64, 3, 3, 3, 3, 0, 0, 1, false},
+    {"c16 tiled k2x3 s2x3", 3, 8, 9, 16, 2, 3, 2, 3, 0, 0, 0, false},
 };
 
 const GpuDType kTypes[] = {GpuDType::F32, GpuDType::F16, GpuDType::BF16};

@@ -200,6 +200,44 @@ __global__ void maxpool_bwd_idx_kernel(const Pool2dGeom g, const T* __restrict__
   }
 }
 
+// The same backward when the windows tile the input exactly (stride = kernel, no padding, H = P kh, W = Q kw:
+// VGG's 2x2/2 pools): every input pixel lies in exactly one window, so one thread per OUTPUT pixel chunk reads dy
+// and idx once and writes its kh*kw input pixels, instead of kh*kw threads each re-reading them. Each dx element
+// gets 0 + dy or 0 as in the gather above (so -0 and NaN come out bitwise the same).
+template <class T, int V>
+__global__ void maxpool_bwd_idx_tiled_kernel(const Pool2dGeom g, const T* __restrict__ dy,
+                                             const uint8_t* __restrict__ idx, T* __restrict__ dx) {
+  const int64_t total = g.n * g.p * g.q * (g.c / V);
+  const int kh = static_cast<int>(g.kh), kw = static_cast<int>(g.kw);
+  for (int64_t i = grid_thread_index(); i < total; i += grid_thread_count()) {
+    const PixelChunk o = decode_item<V>(i, g.p, g.q, g.c);
+    const Pack<T, V> d = pack_load<V>(dy + i * V);
+    uint8_t b[V];
+    if constexpr (V == 8) {
+      const uint2 u = *reinterpret_cast<const uint2*>(idx + i * V);  // 8-byte aligned: see the forward
+      memcpy(b, &u, 8);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) b[j] = idx[i * V + j];
+    }
+    T* dxn = dx + ((o.n * g.h + o.a * kh) * g.w + o.b * kw) * g.c + o.c0;
+    for (int r = 0; r < kh; ++r) {
+      for (int t = 0; t < kw; ++t) {
+        const int k = r * kw + t;
+        Pack<T, V> out;
+#pragma unroll
+        for (int j = 0; j < V; ++j) out.v[j] = from_f32<T>(b[j] == k ? 0.0f + to_f32(d.v[j]) : 0.0f);
+        pack_store<V>(dxn + (static_cast<int64_t>(r) * g.w + t) * g.c, out);
+      }
+    }
+  }
+}
+
+// True when the windows tile the input exactly (maxpool_bwd_idx_tiled_kernel applies).
+bool pool_windows_tile(const Pool2dGeom& g) {
+  return g.sh == g.kh && g.sw == g.kw && g.ph == 0 && g.pw == 0 && g.h == g.p * g.kh && g.w == g.q * g.kw;
+}
+
 // x (N, H, W, C) -> y (N, P, Q, C): window sum in scan order, divided by kh*kw (padding counts as zeros).
 template <class T, int V>
 __global__ void avgpool_fwd_kernel(const Pool2dGeom g, const T* __restrict__ x, T* __restrict__ y) {
@@ -364,6 +402,11 @@ Status maxpool2d_bwd_idx_cuda(cudaStream_t s, const Pool2dGeom& g, const void* d
     using T = typename decltype(tag)::type;
     return with_channel_vec<T>(g.c, dy, dx, nullptr, [&](auto vec) {
       constexpr int V = decltype(vec)::value;
+      if (pool_windows_tile(g)) {
+        maxpool_bwd_idx_tiled_kernel<T, V><<<elementwise_grid(g.n * g.p * g.q * (g.c / V)), kElementwiseBlock, 0,
+                                             s>>>(g, static_cast<const T*>(dy), idx, static_cast<T*>(dx));
+        return TRCTL_CUDA_LAUNCH_STATUS("maxpool_bwd_idx_tiled_kernel");
+      }
       maxpool_bwd_idx_kernel<T, V><<<elementwise_grid(g.n * g.h * g.w * (g.c / V)), kElementwiseBlock, 0, s>>>(
           g, static_cast<const T*>(dy), idx, static_cast<T*>(dx));
       return TRCTL_CUDA_LAUNCH_STATUS("maxpool_bwd_idx_kernel");
