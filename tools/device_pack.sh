@@ -3,13 +3,30 @@
 # (ignored by git; name it in the device tool's `carry`): stripped trctl and test_gpu, and the Fashion-MNIST files.
 # The binaries link yaml-cpp, turbojpeg and zlib statically and spdlog/fmt header-only, so on the device they need
 # only the CUDA libraries (cuBLASLt; cudart is static).
+# PACK_REF=<commit>: build that commit in a separate worktree (PACK_WT, default /work/wt-pack; its build/ is kept
+# for incremental builds) instead of this working tree, so that others' unfinished edits here never reach the
+# binaries; its tests still read configs/ from this checkout (TRCTL_TEST_SOURCE_DIR), which is the tree the device
+# tool copies. .device/COMMIT records what the binaries were built from (device_run.sh prints it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ ! -f build/CMakeCache.txt ]; then cmake -S . -B build -DCMAKE_BUILD_TYPE=Release; fi
-cmake --build build -j"$(nproc)" --target trctl test_gpu
+if [ -n "${PACK_REF:-}" ]; then
+  WT="${PACK_WT:-/work/wt-pack}"
+  if [ ! -d "$WT" ]; then git worktree add --detach "$WT" "$PACK_REF"; else git -C "$WT" checkout -q --detach "$PACK_REF"; fi
+  BUILD="$WT/build"
+  if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+    cmake -S "$WT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DTRCTL_TEST_SOURCE_DIR="$PWD"
+  fi
+  COMMIT="$(git -C "$WT" rev-parse --short HEAD)"
+else
+  BUILD=build
+  if [ ! -f build/CMakeCache.txt ]; then cmake -S . -B build -DCMAKE_BUILD_TYPE=Release; fi
+  COMMIT="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . && echo '' || echo ' + uncommitted changes')"
+fi
+cmake --build "$BUILD" -j"$(nproc)" --target trctl test_gpu
 rm -rf .device
 mkdir -p .device/bin .device/data
-cp build/trctl build/tests/test_gpu .device/bin/
+cp "$BUILD/trctl" "$BUILD/tests/test_gpu" .device/bin/
+echo "$COMMIT" >.device/COMMIT
 strip .device/bin/*
 cp /usr/share/datasets/fashion-mnist/*.gz .device/data/
 du -sh .device/bin/* .device/data

@@ -59,7 +59,7 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libcudnn.so.9'; then
   [ -n "$NV" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(ls -d "$NV"/*/lib | tr '\n' ':')"
 fi
 SUM="$OUT/summary.txt"
-echo "device run $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), stages: $STAGES" >"$SUM"
+echo "device run $(date -u +%FT%TZ), binaries of $(cat .device/COMMIT 2>/dev/null || echo '? (no .device/COMMIT)'), stages: $STAGES" >"$SUM"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv >>"$SUM" 2>&1
 echo "cudnn: $(ldd "$BIN/trctl" | grep -o 'libcudnn.so[^ ]* => [^ ]*')" >>"$SUM"
 has() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
