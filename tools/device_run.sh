@@ -6,7 +6,8 @@
 #   sanitize  compute-sanitizer over the whole GPU suite, one process per test case, SAN_JOBS (12) at once
 #             (tools/sanitize_suite.py): SAN_TOOLS (memcheck,racecheck), SAN_CASE_TIMEOUT (s, 300), SAN_DEADLINE
 #             (s after which no case starts, 0 = none), SAN_FILTER (Catch2 spec, default all cases);
-#             racecheck instruments trctl's own kernels (SAN_RACE_KERNELS=trctl; "" = every kernel)
+#             racecheck instruments trctl's own kernels (SAN_RACE_KERNELS=trctl; "" = every kernel);
+#             SAN_SKIP_CLEAN=FILE skips what a previous results.tsv calls clean, SAN_EXTRA="tool:args" adds arguments
 #   bench     trctl: configs/mlp_fmnist.yaml, 100 epochs on the GPU (EPOCHS to change)
 #   oom       a plan that does not fit the device must fail clearly (exit 2, region sizes)
 #   kernels   trctl bench kernels (every CUDA kernel against the card's measured ceilings), JSON too
@@ -107,6 +108,7 @@ if has sanitize; then
   timeout "${SAN_TOTAL_TIMEOUT:-560}" python3 tools/sanitize_suite.py "$BIN/test_gpu" /tmp/sanitize \
     --tools "${SAN_TOOLS:-memcheck,racecheck}" --jobs "${SAN_JOBS:-12}" --case-timeout "${SAN_CASE_TIMEOUT:-300}" \
     --deadline "${SAN_DEADLINE:-0}" --filter "${SAN_FILTER:-}" --racecheck-kernels "${SAN_RACE_KERNELS-trctl}" \
+    ${SAN_SKIP_CLEAN:+--skip-clean "$SAN_SKIP_CLEAN"} ${SAN_EXTRA:+--extra "$SAN_EXTRA"} \
     >"$OUT/sanitize.txt" 2>&1
   echo "sanitize: rc $?" >>"$SUM"
   cat /tmp/sanitize/summary.txt >>"$SUM" 2>/dev/null || tail -n 5 "$OUT/sanitize.txt" >>"$SUM"

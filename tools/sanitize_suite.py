@@ -128,6 +128,8 @@ def main():
     ap.add_argument("--filter", default="", help="Catch2 test spec selecting the cases (default: all)")
     ap.add_argument("--racecheck-kernels", default="trctl")
     ap.add_argument("--cases", default="", help="comma-separated case numbers (as in results.tsv) to run only")
+    ap.add_argument("--skip-clean", default="", metavar="RESULTS_TSV",
+                    help="skip the (tool, case name) pairs that a previous run's results.tsv calls clean")
     ap.add_argument("--extra", action="append", default=[], metavar="TOOL:ARGS",
                     help="more sanitizer arguments for one tool, e.g. racecheck:--racecheck-memcpy-async=no")
     a = ap.parse_args()
@@ -173,11 +175,18 @@ def main():
         extra.setdefault(t, []).extend(args.split())
         notes.append(f"{t} also gets: {args}")
     only = {int(c) for c in a.cases.split(",") if c.strip()} if a.cases else None
+    done = set()
+    if a.skip_clean:
+        for line in open(a.skip_clean).read().splitlines()[1:]:
+            f = line.split("\t")
+            if len(f) >= 6 and f[2] == "clean":
+                done.add((f[0], f[5]))
+        notes.append(f"skipped {len(done)} (tool, case) pairs already clean in {a.skip_clean}")
     jobs = []
     for t in tools:
         os.makedirs(os.path.join(a.out_dir, t), exist_ok=True)
         for i, n in enumerate(cases):
-            if only is None or i in only:
+            if (only is None or i in only) and (t, n) not in done:
                 jobs.append((t, i, n))
     # Long cases first would finish sooner overall, but their length is unknown here: interleave the tools so
     # that a deadline cuts both evenly.
@@ -216,6 +225,8 @@ def main():
             if tt == t:
                 counts[v] = counts.get(v, 0) + 1
         all_clean &= counts.get("clean", 0) == sum(1 for j in jobs if j[0] == t)
+        if a.skip_clean:
+            counts["clean before"] = sum(1 for d in done if d[0] == t)
         lines.append(f"{t}: " + ", ".join(f"{k} {counts[k]}" for k in sorted(counts)))
         for (tt, i, n), (v, s, summ) in sorted(results.items()):
             if tt == t and v != "clean":
