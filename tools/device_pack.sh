@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -n "${PACK_REF:-}" ]; then
   WT="${PACK_WT:-/work/wt-pack}"
-  if [ ! -d "$WT" ]; then git worktree add --detach "$WT" "$PACK_REF"; else git -C "$WT" checkout -q --detach "$PACK_REF"; fi
+  REF="$(git rev-parse --verify "$PACK_REF^{commit}")"  # resolved here: in the worktree HEAD means its own
+  if [ ! -d "$WT" ]; then git worktree add --detach "$WT" "$REF"; else git -C "$WT" checkout -q --detach "$REF"; fi
   BUILD="$WT/build"
   if [ ! -f "$BUILD/CMakeCache.txt" ]; then
     cmake -S "$WT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DTRCTL_TEST_SOURCE_DIR="$PWD"
