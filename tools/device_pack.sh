@@ -30,5 +30,7 @@ cp "$BUILD/trctl" "$BUILD/tests/test_gpu" .device/bin/
 echo "$COMMIT" >.device/COMMIT
 strip .device/bin/*
 cp /usr/share/datasets/fashion-mnist/*.gz .device/data/
+# The device tool carries at most 64 MiB with the tree: the binaries travel xz-compressed (device_run.sh unpacks).
+xz -T2 -6 .device/bin/trctl .device/bin/test_gpu
 du -sh .device/bin/* .device/data
-ldd .device/bin/trctl | grep -v -E "linux-vdso|ld-linux" | awk '{print "  needs " $1}'
+xz -dc .device/bin/trctl.xz >/tmp/trctl.ldd && chmod +x /tmp/trctl.ldd && ldd /tmp/trctl.ldd | grep -v -E "linux-vdso|ld-linux" | awk '{print "  needs " $1}'

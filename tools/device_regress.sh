@@ -10,5 +10,5 @@
 # summary.txt then prints the command that makes its JSON the first one (docs/bench.md).
 set -u
 cd "$(dirname "$0")/.."
-[ -x .device/bin/trctl ] || { echo "error: .device/bin/trctl missing: run bash tools/device_pack.sh here first" >&2; exit 2; }
+[ -x .device/bin/trctl ] || [ -f .device/bin/trctl.xz ] || { echo "error: .device/bin/trctl missing: run bash tools/device_pack.sh here first" >&2; exit 2; }
 STAGES=regress exec bash tools/device_run.sh

@@ -52,6 +52,7 @@ DL_EPOCHS="${DL_EPOCHS:-3}"
 BIN=.device/bin
 DATA="$PWD/.device/data"
 mkdir -p "$OUT"
+for z in "$BIN"/*.xz; do [ -f "$z" ] && xz -df "$z"; done  # tools/device_pack.sh compresses the binaries
 export TRCTL_FMNIST_ROOT="$DATA"
 export TRCTL_BIN="$PWD/$BIN/trctl"  # tests that run the CLI use the device copy, not the build path baked in
 # cuDNN: the GPU machine's image has it inside PyTorch's nvidia-* wheels, not in the loader's default path.
