@@ -37,14 +37,14 @@ Result<Data> fixed_prepare(const Spec& spec) {
   auto vt = transforms_build(with_default(spec.data.val_transforms), spec.data.mean, spec.data.std, d.val.h,
                              d.val.w, d.val.c, spec.source);
   if (!vt.ok()) return vt.errors();
-  if (tt->out_h != vt->out_h || tt->out_w != vt->out_w)
-    return Error{ErrCode::Invalid, spec.source, "train_transforms and val_transforms produce different image sizes"};
   d.train_tf = std::move(tt.value());
   d.val_tf = std::move(vt.value());
   d.train_n = d.train.n;
   d.val_n = d.val.n;
   d.out_h = d.train_tf.out_h;
   d.out_w = d.train_tf.out_w;
+  d.val_h = d.val_tf.out_h;  // another size than training's is fine: the eval programs are compiled for it
+  d.val_w = d.val_tf.out_w;
   d.c = d.train.c;
   d.num_classes = std::max(d.train.num_classes, d.val.num_classes);
   return d;
@@ -80,21 +80,24 @@ Result<Data> streamed_prepare(const Spec& spec) {
     if (!p.ok()) return p.errors();
     (split == 0 ? d.train_pipe : d.val_pipe) = std::move(p.value());
   }
-  if (d.train_pipe.out_h != d.val_pipe.out_h || d.train_pipe.out_w != d.val_pipe.out_w)
-    return Error{ErrCode::Invalid, spec.source, "train_transforms and val_transforms produce different image sizes"};
   d.train_n = d.train_src->n;
   if (ds.train_subset > 0)
     return Error{ErrCode::NotSupported, spec.source, "data.train_subset with a streamed dataset (dts, image_folder)"};
   d.val_n = d.val_src->n;
   d.out_h = d.train_pipe.out_h;
   d.out_w = d.train_pipe.out_w;
+  d.val_h = d.val_pipe.out_h;
+  d.val_w = d.val_pipe.out_w;
   d.num_classes = static_cast<int>(std::max(d.train_src->classes.size(), d.val_src->classes.size()));
   return d;
 }
 
 class FixedFeed final : public HostFeed {
  public:
-  FixedFeed(const ImageDataset& data, const TransformPipeline& tf, const LoaderOptions& o) : loader_(data, tf, o) {}
+  FixedFeed(const ImageDataset& data, const TransformPipeline& tf, const LoaderOptions& o) : loader_(data, tf, o) {
+    sample_h_ = tf.out_h;
+    sample_w_ = tf.out_w;
+  }
   int64_t batches_per_epoch() const override { return loader_.batches_per_epoch(); }
   void start_epoch(uint32_t e) override { loader_.start_epoch(e); }
   Result<bool> next(HostBatch* out) override {
@@ -110,7 +113,10 @@ class FixedFeed final : public HostFeed {
 
 class StreamFeed final : public HostFeed {
  public:
-  explicit StreamFeed(std::unique_ptr<StreamLoader> l) : loader_(std::move(l)) {}
+  StreamFeed(std::unique_ptr<StreamLoader> l, const ImagePipeline& p) : loader_(std::move(l)) {
+    sample_h_ = p.out_h;
+    sample_w_ = p.out_w;
+  }
   int64_t batches_per_epoch() const override { return loader_->batches_per_epoch(); }
   void start_epoch(uint32_t e) override { loader_->start_epoch(e); }
   Result<bool> next(HostBatch* out) override {
@@ -129,7 +135,10 @@ class StreamFeed final : public HostFeed {
 // transforms draw nothing random, so every epoch's batches are the same.
 class CachedFeed final : public HostFeed {
  public:
-  CachedFeed(std::unique_ptr<StreamLoader> l, Backend& be) : loader_(std::move(l)), be_(be) {}
+  CachedFeed(std::unique_ptr<StreamLoader> l, const ImagePipeline& p, Backend& be) : loader_(std::move(l)), be_(be) {
+    sample_h_ = p.out_h;
+    sample_w_ = p.out_w;
+  }
   ~CachedFeed() override {
     if (cache_) be_.host_free(cache_);
   }
@@ -202,7 +211,7 @@ Result<Data> data_prepare(const Spec& spec) {
 }
 
 DataShape shape_of(const Data& d) {
-  return DataShape{d.out_h, d.out_w, d.c, d.num_classes, d.train_n, d.val_n};
+  return DataShape{d.out_h, d.out_w, d.c, d.num_classes, d.train_n, d.val_n, d.val_h, d.val_w};
 }
 
 Result<std::unique_ptr<HostFeed>> HostFeed::make(const Spec& spec, const Data& d, bool train, Backend& be) {
@@ -229,11 +238,11 @@ Result<std::unique_ptr<HostFeed>> HostFeed::make(const Spec& spec, const Data& d
     return Error{ErrCode::Invalid, spec.source,
                  "data.cache_val: the val_transforms draw random parameters (random_resized_crop, flips, jitter, "
                  "erasing), so cached batches would differ from fresh ones"};
-  Result<std::unique_ptr<StreamLoader>> l =
-      StreamLoader::create(train ? d.train_src : d.val_src, train ? d.train_pipe : d.val_pipe, o);
+  const ImagePipeline& pipe = train ? d.train_pipe : d.val_pipe;
+  Result<std::unique_ptr<StreamLoader>> l = StreamLoader::create(train ? d.train_src : d.val_src, pipe, o);
   if (!l.ok()) return l.errors();
-  if (cache) return std::unique_ptr<HostFeed>(new CachedFeed(std::move(l.value()), be));
-  return std::unique_ptr<HostFeed>(new StreamFeed(std::move(l.value())));
+  if (cache) return std::unique_ptr<HostFeed>(new CachedFeed(std::move(l.value()), pipe, be));
+  return std::unique_ptr<HostFeed>(new StreamFeed(std::move(l.value()), pipe));
 }
 
 }  // namespace trctl

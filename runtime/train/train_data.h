@@ -23,7 +23,8 @@ struct Data {
   std::shared_ptr<StreamSource> train_src, val_src;  // streamed splits
   ImagePipeline train_pipe, val_pipe;
   int64_t train_n = 0, val_n = 0;
-  int out_h = 0, out_w = 0, c = 0, num_classes = 0;
+  int out_h = 0, out_w = 0, c = 0, num_classes = 0;  // out_h, out_w: the train_transforms' output size
+  int val_h = 0, val_w = 0;                          // the val_transforms' (may differ: docs/data.md)
 };
 
 // Loads (or opens, for streamed datasets) both splits and builds their transform pipelines. Errors name the spec
@@ -32,7 +33,7 @@ Result<Data> data_prepare(const Spec& spec);
 DataShape shape_of(const Data& d);
 
 struct HostBatch {
-  const void* x = nullptr;    // (size, H, W, C) in the backend's host_input_dtype()
+  const void* x = nullptr;    // (size, H, W, C) in the backend's host_input_dtype(); (H, W): HostFeed::sample_h/w
   const int32_t* y = nullptr;  // (size,)
   int size = 0;
 };
@@ -46,6 +47,12 @@ class HostFeed {
   virtual int64_t batches_per_epoch() const = 0;
   virtual void start_epoch(uint32_t epoch) = 0;
   virtual Result<bool> next(HostBatch* out) = 0;  // false at the end of the epoch
+  // The (H, W) of every sample it yields: its split's transform output size.
+  int sample_h() const { return sample_h_; }
+  int sample_w() const { return sample_w_; }
+
+ protected:
+  int sample_h_ = 0, sample_w_ = 0;
 };
 
 }  // namespace trctl

@@ -85,6 +85,13 @@ Result<int64_t> run_epoch(Backend& be, const Compiled& c, HostFeed& loader, bool
   int64_t images = 0, i = 0;
   bool open_step = false;  // micro-batches run since the last optimizer step
   const int64_t total = loader.batches_per_epoch();
+  for (int pi : {full, last, tp.micro}) {  // the eval programs take the validation size, the train ones theirs
+    const Shape& in = pi >= 0 ? c.graph.values[c.graph.programs[pi].input].shape : Shape{};
+    if (pi >= 0 && (in.dims[1] != loader.sample_h() || in.dims[2] != loader.sample_w()))
+      return Error{ErrCode::Internal, "trainer",
+                   "program " + c.graph.programs[pi].name + " takes " + in.str() + " but its feed yields " +
+                       std::to_string(loader.sample_h()) + "x" + std::to_string(loader.sample_w()) + " samples"};
+  }
   StepLog log{be, c, out, train, epoch, lr, t_run};
   for (; i < skip; ++i) {
     Result<bool> more = loader.next(&b);
@@ -541,8 +548,11 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     if (st.ok()) st = out.write_file("plan.txt", compiled_dump(c, "memplan"));
     if (!st.ok()) return st.errors();
   }
-  log.info("backend {}; {} train / {} val samples; {} parameters; plan {:.1f} MiB{}", be->name(), d.train_n,
-           d.val_n, c.plan.weights_bytes / 4, c.plan.total_bytes() / 1048576.0,
+  const bool two_sizes = d.val_h != d.out_h || d.val_w != d.out_w;  // e.g. FixRes: train 176, validate 224
+  log.info("backend {}; {} train / {} val samples{}; {} parameters; plan {:.1f} MiB{}", be->name(), d.train_n,
+           d.val_n,
+           two_sizes ? fmt::format(" (train {}x{}, val {}x{})", d.out_h, d.out_w, d.val_h, d.val_w) : std::string(),
+           c.plan.weights_bytes / 4, c.plan.total_bytes() / 1048576.0,
            res.run_dir.empty() ? "" : "; run dir " + res.run_dir);
 
   const bool resident = be->resident_data() && !d.streamed;

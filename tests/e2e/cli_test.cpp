@@ -184,3 +184,46 @@ TEST_CASE("pack-dts, --verify and dts info: a packed IDX file, and bad input exi
   CHECK_THAT(bench.err, Catch::Contains("missing.dts: cannot open"));
   fs::remove_all(d);
 }
+
+// Training at one image size and validating at another (docs/data.md): validate and compile accept it and show both
+// sizes; a model whose parameters would follow the image size exits 2 naming the layer.
+TEST_CASE("validate and compile accept a spec with two image sizes; a flatten -> linear model exits 2", "[cli]") {
+  fs::path d = temp_dir("sizes");
+  const std::string head =
+      "seed: 1\ndata:\n  dataset: synthetic\n"
+      "  synthetic: {train_size: 64, val_size: 40, height: 12, width: 12, channels: 1, classes: 4}\n"
+      "  batch_size: 16\n  normalization: {mean: [0.5], std: [0.25]}\n"
+      "  train_transforms: [{random_crop: {size: 8}}, normalize]\n  val_transforms: [normalize]\n"
+      "model:\n  layers:\n    - {type: conv2d, name: c1, out_channels: 4, kernel_size: 3, padding: 1}\n"
+      "    - {type: relu, name: r1}\n";
+  const std::string tail = "    - {type: linear, name: fc, out_features: 4}\n"
+                           "optimizer: {type: sgd, lr: 0.1}\ntrain: {epochs: 1, device: cpu}\n"
+                           "run: {progress: off, out_dir: " + (d / "runs").string() + "}\n";
+  std::ofstream(d / "gap.yaml") << head << "    - {type: global_avg_pool, name: gap}\n" << tail;
+  std::ofstream(d / "flat.yaml") << head << "    - {type: flatten, name: flat}\n" << tail;
+  Run v = trctl("validate " + (d / "gap.yaml").string());
+  INFO(v.err);
+  CHECK(v.code == 0);
+  CHECK_THAT(v.out, Catch::Contains("train_transforms:") && Catch::Contains("random_crop") &&
+                        Catch::Contains("val_transforms:"));
+  Run c = trctl("compile " + (d / "gap.yaml").string() + " --dump=after:memplan");
+  INFO(c.err);
+  CHECK(c.code == 0);
+  CHECK_THAT(c.out, Catch::Contains("sample (H, W, C) = (8, 8, 1), validation (12, 12, 1)") &&
+                        Catch::Contains(":train/c1 (16, 8, 8, 4)") && Catch::Contains(":eval/c1 (16, 12, 12, 4)") &&
+                        Catch::Contains(":eval_last/c1 (8, 12, 12, 4)"));
+  Run t = trctl("train " + (d / "gap.yaml").string());
+  INFO(t.err);
+  CHECK(t.code == 0);
+  CHECK_THAT(t.err, Catch::Contains("(train 8x8, val 12x12)"));
+  for (const char* cmd : {"compile", "train"}) {
+    Run f = trctl(std::string(cmd) + " " + (d / "flat.yaml").string());
+    INFO(cmd);
+    CHECK(f.code == 2);
+    CHECK_THAT(f.err, Catch::Contains("flat.yaml:14:7: linear layer 'fc'") &&
+                          Catch::Contains("(4, 256) at the training image size 8x8") &&
+                          Catch::Contains("(4, 576) at the validation image size 12x12") &&
+                          Catch::Contains("global_avg_pool"));
+  }
+  fs::remove_all(d);
+}
