@@ -1,0 +1,257 @@
+// Conv forward + batch-norm statistics (and optional BN-apply + ReLU prologue) as one cuDNN graph: graph building,
+// planning, execution and timing (see cudnn_fused_conv.h).
+#include "runtime/cuda/cudnn_fused_conv.h"
+
+#include <utility>
+#include <vector>
+
+#include "runtime/cuda/cuda_check.h"
+
+namespace trctl {
+
+namespace {
+
+std::string where_of(const char* file, int line) { return std::string(file) + ":" + std::to_string(line); }
+
+Error fused_error(ErrCode code, const std::string& message, const char* file, int line) {
+  return Error{code, where_of(file, line), message};
+}
+
+cudnnDataType_t cudnn_type_of(GpuDType t) {
+  switch (t) {
+    case GpuDType::F16: return CUDNN_DATA_HALF;
+    case GpuDType::BF16: return CUDNN_DATA_BFLOAT16;
+    case GpuDType::F32: break;
+  }
+  return CUDNN_DATA_FLOAT;
+}
+
+// What the graph's builders share: the context for errors, and the list that keeps every non-operation
+// descriptor (tensors, the convolution and pointwise descriptors) alive with the plan.
+struct Builder {
+  std::string ctx;
+  std::vector<CudnnBackendDesc> keep;
+  std::vector<CudnnBackendDesc> ops;
+};
+
+// Creates a tensor, keeps it, returns its index in b.keep.
+Result<size_t> add_tensor(Builder& b, const CudnnTensorSpec& s) {
+  Result<CudnnBackendDesc> t = cudnn_tensor_make(s, b.ctx);
+  if (!t.ok()) return t.errors();
+  b.keep.push_back(std::move(t.value()));
+  return b.keep.size() - 1;
+}
+
+// y = mode(x [, b]) elementwise with fp32 math; b broadcasts where its dims are 1.
+Status add_pointwise(Builder& b, cudnnPointwiseMode_t mode, const char* name, size_t x, const size_t* bin, size_t y) {
+  const std::string ctx = b.ctx + ", pointwise " + name;
+  Result<CudnnBackendDesc> pw = cudnn_desc_create(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, ctx);
+  if (!pw.ok()) return pw.errors();
+  const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+  Status st = cudnn_desc_set(*pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, ctx);
+  if (st.ok()) st = cudnn_desc_set(*pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, ctx);
+  if (st.ok()) st = cudnn_desc_finalize(*pw, ctx);
+  if (!st.ok()) return st;
+  Result<CudnnBackendDesc> op = cudnn_desc_create(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, ctx);
+  if (!op.ok()) return op.errors();
+  st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, *pw, ctx);
+  if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, b.keep[x], ctx);
+  if (st.ok() && bin) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b.keep[*bin], ctx);
+  if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, b.keep[y], ctx);
+  if (st.ok()) st = cudnn_desc_finalize(*op, ctx);
+  if (!st.ok()) return st;
+  b.keep.push_back(std::move(pw.value()));
+  b.ops.push_back(std::move(op.value()));
+  return ok_status();
+}
+
+// y = conv(x, w): cross-correlation, fp32 compute, alpha 1, beta 0 (y overwritten).
+Status add_conv(Builder& b, const Conv2dGeom& g, size_t x, size_t w, size_t y) {
+  const std::string ctx = b.ctx + ", convolution forward";
+  Result<CudnnBackendDesc> cd = cudnn_desc_create(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, ctx);
+  if (!cd.ok()) return cd.errors();
+  const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const int64_t spatial = 2;
+  Status st = cudnn_desc_set(*cd, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, ctx);
+  if (st.ok()) st = cudnn_desc_set(*cd, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode, ctx);
+  if (st.ok()) st = cudnn_desc_set(*cd, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial, ctx);
+  if (st.ok()) st = cudnn_desc_set_i64(*cd, CUDNN_ATTR_CONVOLUTION_DILATIONS, {g.dil_h, g.dil_w}, ctx);
+  if (st.ok()) st = cudnn_desc_set_i64(*cd, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, {g.stride_h, g.stride_w}, ctx);
+  // trctl's padding is symmetric (PyTorch's): the same amount before and after each spatial dimension.
+  if (st.ok()) st = cudnn_desc_set_i64(*cd, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, {g.pad_h, g.pad_w}, ctx);
+  if (st.ok()) st = cudnn_desc_set_i64(*cd, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, {g.pad_h, g.pad_w}, ctx);
+  if (st.ok()) st = cudnn_desc_finalize(*cd, ctx);
+  if (!st.ok()) return st;
+  Result<CudnnBackendDesc> op = cudnn_desc_create(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, ctx);
+  if (!op.ok()) return op.errors();
+  const float alpha = 1.0f, beta = 0.0f;  // float scaling factors: the compute type is float
+  st = cudnn_desc_set(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, ctx);
+  if (st.ok()) st = cudnn_desc_set(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta, ctx);
+  if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, *cd, ctx);
+  if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, b.keep[x], ctx);
+  if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, b.keep[w], ctx);
+  if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, b.keep[y], ctx);
+  if (st.ok()) st = cudnn_desc_finalize(*op, ctx);
+  if (!st.ok()) return st;
+  b.keep.push_back(std::move(cd.value()));
+  b.ops.push_back(std::move(op.value()));
+  return ok_status();
+}
+
+// sum, sqsum (1,K,1,1) f32 = per-channel sum and sum of squares of y over (N, P, Q).
+Status add_genstats(Builder& b, size_t y, size_t sum, size_t sqsum) {
+  const std::string ctx = b.ctx + ", genstats";
+  Result<CudnnBackendDesc> op = cudnn_desc_create(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR, ctx);
+  if (!op.ok()) return op.errors();
+  const cudnnGenStatsMode_t mode = CUDNN_GENSTATS_SUM_SQSUM;
+  const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+  Status st = cudnn_desc_set(*op, CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, 1, &mode, ctx);
+  if (st.ok()) st = cudnn_desc_set(*op, CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, ctx);
+  if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_GENSTATS_XDESC, b.keep[y], ctx);
+  if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, b.keep[sum], ctx);
+  if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, b.keep[sqsum], ctx);
+  if (st.ok()) st = cudnn_desc_finalize(*op, ctx);
+  if (!st.ok()) return st;
+  b.ops.push_back(std::move(op.value()));
+  return ok_status();
+}
+
+// What the fused path covers, checked before any cuDNN call; fills d.g.p, d.g.q.
+Status check_desc(FusedConvDesc& d) {
+  std::string why;
+  if (!conv2d_geom_finish(d.g, &why))
+    return fused_error(ErrCode::Invalid, "fused conv+genstats: " + why, __FILE__, __LINE__);
+  const std::string tail = " not supported by the fused conv+genstats path (use cudnn_conv + the batchnorm kernels)";
+  if (d.g.groups != 1)
+    return fused_error(ErrCode::NotSupported,
+                       "fused conv+genstats: groups " + std::to_string(d.g.groups) + tail + ": conv2d " +
+                           conv2d_geom_str(d.g),
+                       __FILE__, __LINE__);
+  if (d.io == GpuDType::F32)
+    return fused_error(ErrCode::NotSupported, std::string("fused conv+genstats: io type f32") + tail + " (f16, bf16)",
+                       __FILE__, __LINE__);
+  if (d.prologue && d.affine == GpuDType::BF16)
+    return fused_error(ErrCode::NotSupported,
+                       std::string("fused conv+genstats: scale/bias type bf16") + tail + " (f32, f16)", __FILE__,
+                       __LINE__);
+  return ok_status();
+}
+
+// The tensors and operations of graph (a) or (b), in topological order.
+Status build_graph(Builder& b, const FusedConvDesc& d) {
+  const Conv2dGeom& g = d.g;
+  const cudnnDataType_t io = cudnn_type_of(d.io), f32 = CUDNN_DATA_FLOAT;
+  Result<size_t> x = add_tensor(b, cudnn_tensor_nhwc(kFusedUidX, io, g.n, g.c, g.h, g.w));
+  if (!x.ok()) return x.errors();
+  Result<size_t> w = add_tensor(b, cudnn_tensor_nhwc(kFusedUidW, io, g.k, g.c, g.r, g.s));  // KRSC
+  if (!w.ok()) return w.errors();
+  Result<size_t> y = add_tensor(b, cudnn_tensor_nhwc(kFusedUidY, io, g.n, g.k, g.p, g.q));
+  if (!y.ok()) return y.errors();
+  Result<size_t> sum = add_tensor(b, cudnn_tensor_nhwc(kFusedUidSum, f32, 1, g.k, 1, 1));
+  if (!sum.ok()) return sum.errors();
+  Result<size_t> sqsum = add_tensor(b, cudnn_tensor_nhwc(kFusedUidSqsum, f32, 1, g.k, 1, 1));
+  if (!sqsum.ok()) return sqsum.errors();
+  size_t conv_in = *x;
+  if (d.prologue) {
+    const cudnnDataType_t aff = cudnn_type_of(d.affine);
+    Result<size_t> scale = add_tensor(b, cudnn_tensor_nhwc(kFusedUidScale, aff, 1, g.c, 1, 1));
+    if (!scale.ok()) return scale.errors();
+    Result<size_t> bias = add_tensor(b, cudnn_tensor_nhwc(kFusedUidBias, aff, 1, g.c, 1, 1));
+    if (!bias.ok()) return bias.errors();
+    // The intermediates are virtual fp32: they exist only inside the fused kernel's operand load.
+    Result<size_t> xs = add_tensor(b, cudnn_tensor_nhwc(kFusedUidXScaled, f32, g.n, g.c, g.h, g.w, true));
+    if (!xs.ok()) return xs.errors();
+    Result<size_t> xb = add_tensor(b, cudnn_tensor_nhwc(kFusedUidXBiased, f32, g.n, g.c, g.h, g.w, true));
+    if (!xb.ok()) return xb.errors();
+    Result<size_t> xr = add_tensor(b, cudnn_tensor_nhwc(kFusedUidXRelu, f32, g.n, g.c, g.h, g.w, true));
+    if (!xr.ok()) return xr.errors();
+    if (Status st = add_pointwise(b, CUDNN_POINTWISE_MUL, "mul (x * scale)", *x, &*scale, *xs); !st.ok()) return st;
+    if (Status st = add_pointwise(b, CUDNN_POINTWISE_ADD, "add (+ bias)", *xs, &*bias, *xb); !st.ok()) return st;
+    if (Status st = add_pointwise(b, CUDNN_POINTWISE_RELU_FWD, "relu", *xb, nullptr, *xr); !st.ok()) return st;
+    conv_in = *xr;
+  }
+  if (Status st = add_conv(b, g, conv_in, *w, *y); !st.ok()) return st;
+  return add_genstats(b, *y, *sum, *sqsum);
+}
+
+// Two CUDA events, destroyed with the struct.
+struct EventPair {
+  cudaEvent_t a = nullptr, b = nullptr;
+  ~EventPair() {
+    if (a) TRCTL_CUDA_WARN(cudaEventDestroy(a));
+    if (b) TRCTL_CUDA_WARN(cudaEventDestroy(b));
+  }
+};
+
+}  // namespace
+
+std::string fused_conv_name(const FusedConvDesc& d) {
+  std::string s = d.prologue ? "bn_relu_conv_genstats " : "conv_genstats ";
+  s += gpu_dtype_name(d.io);
+  if (d.prologue) s += std::string(" (scale/bias ") + gpu_dtype_name(d.affine) + ")";
+  if (d.plan.deterministic) s += " deterministic";
+  return s + " " + conv2d_geom_str(d.g);
+}
+
+Result<FusedConvPlan> fused_conv_plan(cudnnHandle_t h, const FusedConvDesc& d) {
+  FusedConvPlan p;
+  p.desc = d;
+  if (!h && !d.plan.device_prop)
+    return fused_error(ErrCode::Invalid, "fused_conv_plan: null cuDNN handle", __FILE__, __LINE__);
+  if (Status st = check_desc(p.desc); !st.ok()) return st.errors();
+  const std::string name = fused_conv_name(p.desc);
+  Builder b;
+  b.ctx = "cudnn graph '" + name + "'";
+  if (Status st = build_graph(b, p.desc); !st.ok()) return st.errors();
+  Result<CudnnExecPlan> plan = cudnn_plan_build(h, name, std::move(b.ops), std::move(b.keep), p.desc.plan);
+  if (!plan.ok()) return plan.errors();
+  p.exec = std::move(plan.value());
+  return Result<FusedConvPlan>(std::move(p));
+}
+
+size_t fused_conv_workspace_bytes(const FusedConvPlan& p) { return static_cast<size_t>(p.exec.workspace); }
+
+Result<CudnnBackendDesc> fused_conv_pack(const FusedConvPlan& p, const FusedConvArgs& a, void* ws, size_t ws_bytes) {
+  const std::string name = "fused_conv_pack (" + p.exec.graph + ")";
+  if (p.desc.prologue && (!a.scale || !a.bias))
+    return fused_error(ErrCode::Invalid, name + ": the plan has a BN-apply prologue but scale or bias is null",
+                       __FILE__, __LINE__);
+  if (!p.desc.prologue && (a.scale || a.bias))
+    return fused_error(ErrCode::Invalid, name + ": scale/bias given to a plan without prologue", __FILE__, __LINE__);
+  std::vector<int64_t> uids = {kFusedUidX, kFusedUidW, kFusedUidY, kFusedUidSum, kFusedUidSqsum};
+  // The variant pack takes void*; cuDNN only reads x, w, scale and bias.
+  std::vector<void*> ptrs = {const_cast<void*>(a.x), const_cast<void*>(a.w), a.y, a.sum, a.sqsum};
+  if (p.desc.prologue) {
+    uids.push_back(kFusedUidScale), ptrs.push_back(const_cast<void*>(a.scale));
+    uids.push_back(kFusedUidBias), ptrs.push_back(const_cast<void*>(a.bias));
+  }
+  return cudnn_variant_pack_make(p.exec, uids, ptrs, ws, ws_bytes);
+}
+
+Status fused_conv_run(cudnnHandle_t h, cudaStream_t s, const FusedConvPlan& p, const FusedConvArgs& a, void* ws,
+                      size_t ws_bytes) {
+  Result<CudnnBackendDesc> pack = fused_conv_pack(p, a, ws, ws_bytes);
+  if (!pack.ok()) return pack.errors();
+  return cudnn_plan_execute(h, s, p.exec, pack.value());
+}
+
+Result<float> fused_conv_time_ms(cudnnHandle_t h, cudaStream_t s, const FusedConvPlan& p,
+                                 const CudnnBackendDesc& pack) {
+  EventPair ev;
+  TRCTL_CUDA_TRY(cudaEventCreate(&ev.a));
+  TRCTL_CUDA_TRY(cudaEventCreate(&ev.b));
+  TRCTL_CUDA_TRY(cudaEventRecord(ev.a, s));
+  if (Status st = cudnn_plan_execute(h, s, p.exec, pack); !st.ok()) return st.errors();
+  TRCTL_CUDA_TRY(cudaEventRecord(ev.b, s));
+  TRCTL_CUDA_TRY(cudaEventSynchronize(ev.b));
+  float ms = 0.0f;
+  TRCTL_CUDA_TRY(cudaEventElapsedTime(&ms, ev.a, ev.b));
+  return ms;
+}
+
+std::string fused_conv_describe(const FusedConvPlan& p) {
+  return p.exec.graph + ": " + cudnn_plan_describe(p.exec);
+}
+
+}  // namespace trctl

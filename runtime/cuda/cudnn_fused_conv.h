@@ -1,0 +1,94 @@
+// Convolution forward with batch-norm statistics in its epilogue, through cuDNN's graph API (runtime-fusion
+// engines, sm80+): the "conv_genstats" / "ConvBNfprop" pattern. Two graphs:
+//   (a) y = conv(x, w); sum[k] = sum over (n,p,q) of y, sqsum[k] = sum of y^2            (prologue = false)
+//   (b) x' = relu(x * scale + bias) per input channel (virtual, never written);
+//       y = conv(x', w); sum, sqsum as in (a)                                              (prologue = true)
+// (b) is what a Conv+BN+ReLU chain needs: the previous BN's apply + ReLU folds into this conv's operand load, and
+// this BN's statistics come out of the same kernel, so neither the BN output nor a statistics pass touches memory.
+// The BN finalize (mean, invstd from sum/sqsum, running statistics) is NOT part of these graphs.
+//
+// Layouts (trctl's, as runtime/cuda/cudnn_conv.h): x (N, H, W, C), w (K, R, S, C), y (N, P, Q, K), all of type
+// `io` (f16 or bf16); sum, sqsum (K) f32; scale, bias (C) of type `affine` (f32 or f16). Accumulation is fp32
+// (compute type float for the conv, the pointwise ops and the statistics).
+//
+// A plan is built once (at lowering time; runtime-compiled engines compile here, which can take a second or more)
+// and executed by variant pack: no allocation, no host synchronization, so it can be captured into a CUDA graph
+// (run it once before capturing). Not yet used by training: the IR pass that would choose it is a later task.
+//
+// What is refused (ErrCode::NotSupported, so that a caller falls back to cudnn_conv + batchnorm kernels): groups
+// != 1, io f32, an affine type other than f32/f16, and any graph for which cuDNN offers no engine (the error then
+// carries cuDNN's whole answer: engine count, each heuristic's configs and why each failed).
+//
+// Planned device-less (cuDNN 9.19, an sm_90 / 132-SM device description, no GPU; not yet run on one): both graphs
+// get engine 2 from heuristic A (no runtime compilation, no numerical notes) for the small test shape and every
+// VGG16-BN 3x3 layer at N=32, workspace <= 3.2 MB; graph (b) with f32 scale/bias gets no engine at all (cuDNN:
+// NOT_SUPPORTED_DATA_TYPE for a float per-channel operand of a binary pointwise op), hence the f16 default. The
+// runtime-compiled engines (1, 3) could not be judged there (they need libcuda).
+#pragma once
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <cstddef>
+#include <string>
+
+#include "core/util/error.h"
+#include "runtime/cuda/cudnn_graph.h"
+#include "runtime/cuda/gpu_dtype.h"
+#include "runtime/ops/conv2d/conv2d.h"
+
+namespace trctl {
+
+struct FusedConvDesc {
+  Conv2dGeom g;                        // groups must be 1; p, q are (re)computed by the plan
+  GpuDType io = GpuDType::F16;         // x, w, y: F16 or BF16
+  bool prologue = false;               // graph (b): x' = relu(x * scale + bias) feeds the conv
+  GpuDType affine = GpuDType::F16;     // scale, bias element type (graph (b)): F16, or F32 (no engine for it in
+                                       // cuDNN 9.19 on sm_90: see the file comment)
+  CudnnPlanOptions plan;               // engine choice (determinism, workspace limit)
+};
+
+// Tensor uids of the graphs (the variant pack binds pointers to these).
+enum FusedConvUid : int64_t {
+  kFusedUidX = 1, kFusedUidW = 2, kFusedUidY = 3, kFusedUidSum = 4, kFusedUidSqsum = 5, kFusedUidScale = 6,
+  kFusedUidBias = 7, kFusedUidXScaled = 101, kFusedUidXBiased = 102, kFusedUidXRelu = 103  // virtual
+};
+
+struct FusedConvPlan {
+  FusedConvDesc desc;  // with g.p, g.q filled
+  CudnnExecPlan exec;
+};
+
+// "conv_genstats f16 N=4 12x12 C=16 -> K=32 3x3 ..." or "bn_relu_conv_genstats f16 (scale/bias f32) ...".
+std::string fused_conv_name(const FusedConvDesc& d);
+
+// Builds the graph and its execution plan (h may be null for device-less planning, d.plan.device_prop). Invalid for
+// a bad geometry; NotSupported for what the fused path does
+// not cover (see the file comment) and when cuDNN has no engine; Internal for other cuDNN failures.
+Result<FusedConvPlan> fused_conv_plan(cudnnHandle_t h, const FusedConvDesc& d);
+
+// Device pointers of one execution. scale and bias only for a prologue plan (nullptr otherwise).
+struct FusedConvArgs {
+  const void* x = nullptr;      // (N, H, W, C) io
+  const void* w = nullptr;      // (K, R, S, C) io
+  void* y = nullptr;            // (N, P, Q, K) io, overwritten
+  float* sum = nullptr;         // (K) f32, overwritten
+  float* sqsum = nullptr;       // (K) f32, overwritten
+  const void* scale = nullptr;  // (C) affine
+  const void* bias = nullptr;   // (C) affine
+};
+
+size_t fused_conv_workspace_bytes(const FusedConvPlan& p);
+// The variant pack for one set of pointers (build once, execute many times; what a captured step would hold).
+Result<CudnnBackendDesc> fused_conv_pack(const FusedConvPlan& p, const FusedConvArgs& a, void* ws, size_t ws_bytes);
+// Builds the pack and executes it on s (see the file comment on capture).
+Status fused_conv_run(cudnnHandle_t h, cudaStream_t s, const FusedConvPlan& p, const FusedConvArgs& a, void* ws,
+                      size_t ws_bytes);
+// Milliseconds of one execution of `pack` on s, between two CUDA events (synchronizes on the second: benchmarks
+// only, never inside a captured step).
+Result<float> fused_conv_time_ms(cudnnHandle_t h, cudaStream_t s, const FusedConvPlan& p,
+                                 const CudnnBackendDesc& pack);
+
+// One line: the graph's name and cudnn_plan_describe of its plan.
+std::string fused_conv_describe(const FusedConvPlan& p);
+
+}  // namespace trctl
