@@ -601,6 +601,12 @@ Result<Launch> CudaBackend::batch_fetch(int program) {
   const DataSplit split = p.kind == ProgramKind::Train ? DataSplit::Train : DataSplit::Val;
   const SplitData& sd = split_[static_cast<int>(split)];
   if (!sd.uploaded) return Error{ErrCode::Internal, "cuda backend", "program " + p.name + " run before its data"};
+  // The split's own transform size: eval programs are compiled at the val_transforms' size, train ones at theirs.
+  const Shape& in = c_.graph.values[p.input].shape;
+  if (in.dims[1] != sd.pipeline.out_h || in.dims[2] != sd.pipeline.out_w)
+    return Error{ErrCode::Internal, "cuda backend",
+                 "program " + p.name + " takes " + in.str() + " but its split's transforms give " +
+                     std::to_string(sd.pipeline.out_h) + "x" + std::to_string(sd.pipeline.out_w) + " samples"};
   const cudaStream_t s = ctx_.stream;
   DeviceState* st = state();
   ResidentSplit rs{sd.pixels, sd.labels, sd.order, sd.n, &st->cursor[static_cast<int>(split)],
