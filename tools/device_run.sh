@@ -109,7 +109,7 @@ if has sanitize; then
   timeout "${SAN_TOTAL_TIMEOUT:-560}" python3 tools/sanitize_suite.py "$BIN/test_gpu" /tmp/sanitize \
     --tools "${SAN_TOOLS:-memcheck,racecheck}" --jobs "${SAN_JOBS:-12}" --case-timeout "${SAN_CASE_TIMEOUT:-300}" \
     --deadline "${SAN_DEADLINE:-0}" --filter "${SAN_FILTER:-}" --racecheck-kernels "${SAN_RACE_KERNELS-trctl}" \
-    ${SAN_SKIP_CLEAN:+--skip-clean "$SAN_SKIP_CLEAN"} ${SAN_EXTRA:+--extra "$SAN_EXTRA"} \
+    ${SAN_SKIP_CLEAN:+--skip-clean "$SAN_SKIP_CLEAN" --skip-verdicts "${SAN_SKIP_VERDICTS:-clean}"} ${SAN_EXTRA:+--extra "$SAN_EXTRA"} \
     >"$OUT/sanitize.txt" 2>&1
   echo "sanitize: rc $?" >>"$SUM"
   cat /tmp/sanitize/summary.txt >>"$SUM" 2>/dev/null || tail -n 5 "$OUT/sanitize.txt" >>"$SUM"

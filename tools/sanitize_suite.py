@@ -130,6 +130,8 @@ def main():
     ap.add_argument("--cases", default="", help="comma-separated case numbers (as in results.tsv) to run only")
     ap.add_argument("--skip-clean", default="", metavar="RESULTS_TSV",
                     help="skip the (tool, case name) pairs that a previous run's results.tsv calls clean")
+    ap.add_argument("--skip-verdicts", default="clean",
+                    help="with --skip-clean: the verdicts to skip (e.g. clean,SAN-INTERNAL,TIMEOUT)")
     ap.add_argument("--extra", action="append", default=[], metavar="TOOL:ARGS",
                     help="more sanitizer arguments for one tool, e.g. racecheck:--racecheck-memcpy-async=no")
     a = ap.parse_args()
@@ -179,9 +181,9 @@ def main():
     if a.skip_clean:
         for line in open(a.skip_clean).read().splitlines()[1:]:
             f = line.split("\t")
-            if len(f) >= 6 and f[2] == "clean":
+            if len(f) >= 6 and f[2] in a.skip_verdicts.split(","):
                 done.add((f[0], f[5]))
-        notes.append(f"skipped {len(done)} (tool, case) pairs already clean in {a.skip_clean}")
+        notes.append(f"skipped {len(done)} (tool, case) pairs already {a.skip_verdicts} in {a.skip_clean}")
     jobs = []
     for t in tools:
         os.makedirs(os.path.join(a.out_dir, t), exist_ok=True)
@@ -226,7 +228,7 @@ def main():
                 counts[v] = counts.get(v, 0) + 1
         all_clean &= counts.get("clean", 0) == sum(1 for j in jobs if j[0] == t)
         if a.skip_clean:
-            counts["clean before"] = sum(1 for d in done if d[0] == t)
+            counts["skipped (" + a.skip_verdicts + " before)"] = sum(1 for d in done if d[0] == t)
         lines.append(f"{t}: " + ", ".join(f"{k} {counts[k]}" for k in sorted(counts)))
         for (tt, i, n), (v, s, summ) in sorted(results.items()):
             if tt == t and v != "clean":
