@@ -202,18 +202,23 @@ __device__ Acc reduce_row_blocks(const float* __restrict__ pa, const float* __re
   return acc;
 }
 
-// Pass 2 forward: mean, invstd and the running statistics from the row-block moments (row blocks, c).
+// Pass 2 forward: mean, invstd and the running statistics from the row-block moments (row blocks, c). prebias
+// (nullable): a folded conv bias, added to the mean for the running mean only.
 __global__ void __launch_bounds__(kFinCols * kFinGroups)
     bn_fwd_finalize_kernel(const float* __restrict__ part_mean, const float* __restrict__ part_m2, int64_t rows,
                            int64_t c, int64_t rpb, int64_t nrb, float eps, float momentum, float* save_mean,
-                           float* save_invstd, float* running_mean, float* running_var) {
+                           float* save_invstd, float* running_mean, float* running_var,
+                           const float* __restrict__ prebias) {
   const Moments m = reduce_row_blocks<Moments>(part_mean, part_m2, rows, c, rpb, nrb);
   const int64_t ch = static_cast<int64_t>(blockIdx.x) * kFinCols + threadIdx.x;
   if (threadIdx.y != 0 || ch >= c) return;
   const float var = fmaxf(m.m2 / m.n, 0.0f);  // biased; m.n == rows
   save_mean[ch] = m.mean;
   save_invstd[ch] = 1.0f / sqrtf(var + eps);
-  if (running_mean) running_mean[ch] = fmaf(momentum, m.mean, (1.0f - momentum) * running_mean[ch]);
+  if (running_mean) {
+    const float batch_mean = prebias ? m.mean + prebias[ch] : m.mean;  // the mean of x + b
+    running_mean[ch] = fmaf(momentum, batch_mean, (1.0f - momentum) * running_mean[ch]);
+  }
   if (running_var) {
     const float unbiased = var * (m.n / (m.n - 1.0f));
     running_var[ch] = fmaf(momentum, unbiased, (1.0f - momentum) * running_var[ch]);
@@ -222,11 +227,13 @@ __global__ void __launch_bounds__(kFinCols * kFinGroups)
 
 // Pass 3 forward (train and eval): y = relu?((x - mean) * (gamma * inv) + beta [+ res]), inv = invstd, or
 // 1/sqrt(var + eps) when var_not_invstd (eval: running_var). x, y, res (rows,c); y may alias x or res; res nullable.
+// mean_shift (c), nullable: subtracted from mean (eval with a folded conv bias: running_mean - b).
 template <class T, int V>
 __global__ void __launch_bounds__(512)
     bn_fwd_apply_kernel(const T* x, const T* res, T* y, const float* __restrict__ gamma, const float* __restrict__ beta,
                         const float* __restrict__ mean, const float* __restrict__ inv_or_var, bool var_not_invstd,
-                        float eps, bool relu, int64_t rows, int64_t c, int64_t rpb) {
+                        float eps, bool relu, int64_t rows, int64_t c, int64_t rpb,
+                        const float* __restrict__ mean_shift) {
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (col >= c) return;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rpb, r1 = min(rows, r0 + rpb);
@@ -234,7 +241,7 @@ __global__ void __launch_bounds__(512)
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     const float inv = var_not_invstd ? 1.0f / sqrtf(inv_or_var[col + j] + eps) : inv_or_var[col + j];
-    m[j] = mean[col + j];
+    m[j] = mean_shift ? mean[col + j] - mean_shift[col + j] : mean[col + j];
     scale[j] = gamma[col + j] * inv;
     shift[j] = beta[col + j];
   }
@@ -371,7 +378,8 @@ size_t batchnorm_workspace_bytes(int64_t rows, int64_t c) {
 Status batchnorm_fwd_train_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma, const float* beta,
                                 void* y, float* save_mean, float* save_invstd, float* running_mean,
                                 float* running_var, int64_t rows, int64_t c, float eps, float momentum, bool relu,
-                                void* workspace, size_t workspace_bytes, const void* residual) {
+                                void* workspace, size_t workspace_bytes, const void* residual,
+                                const float* prebias) {
   TRCTL_CUDA_ARG_CHECK(rows >= 2,
                        "batchnorm_fwd_train_cuda: rows < 2 (training needs more than one value per channel)");
   TRCTL_CUDA_ARG_CHECK(c >= 1 && c < (int64_t{1} << 31), "batchnorm_fwd_train_cuda: c outside [1, 2^31)");
@@ -393,11 +401,11 @@ Status batchnorm_fwd_train_cuda(cudaStream_t s, const void* x, GpuDType t, const
       const unsigned fin_grid = static_cast<unsigned>((c + kFinCols - 1) / kFinCols);
       bn_fwd_finalize_kernel<<<fin_grid, dim3(kFinCols, kFinGroups), 0, s>>>(
           part_mean, part_m2, rows, c, rs.rows_per_block, rs.blocks, eps, momentum, save_mean, save_invstd,
-          running_mean, running_var);
+          running_mean, running_var, prebias);
       BN_LAUNCHED("bn_fwd_finalize_kernel");
       bn_fwd_apply_kernel<T, V><<<l.grid, l.block, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(residual),
                                                             static_cast<T*>(y), gamma, beta, save_mean, save_invstd,
-                                                            false, eps, relu, rows, c, rs.rows_per_block);
+                                                            false, eps, relu, rows, c, rs.rows_per_block, nullptr);
       return TRCTL_CUDA_LAUNCH_STATUS("bn_fwd_apply_kernel");
     });
   });
@@ -405,7 +413,7 @@ Status batchnorm_fwd_train_cuda(cudaStream_t s, const void* x, GpuDType t, const
 
 Status batchnorm_fwd_eval_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma, const float* beta,
                                const float* running_mean, const float* running_var, void* y, int64_t rows, int64_t c,
-                               float eps, bool relu, const void* residual) {
+                               float eps, bool relu, const void* residual, const float* prebias) {
   TRCTL_CUDA_ARG_CHECK(rows >= 0, "batchnorm_fwd_eval_cuda: rows < 0");
   TRCTL_CUDA_ARG_CHECK(c >= 1 && c < (int64_t{1} << 31), "batchnorm_fwd_eval_cuda: c outside [1, 2^31)");
   if (rows == 0) return ok_status();
@@ -419,7 +427,8 @@ Status batchnorm_fwd_eval_cuda(cudaStream_t s, const void* x, GpuDType t, const 
       const Launch l = make_launch(c, V, rs);
       bn_fwd_apply_kernel<T, V><<<l.grid, l.block, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(residual),
                                                             static_cast<T*>(y), gamma, beta, running_mean,
-                                                            running_var, true, eps, relu, rows, c, rs.rows_per_block);
+                                                            running_var, true, eps, relu, rows, c, rs.rows_per_block,
+                                                            prebias);
       return TRCTL_CUDA_LAUNCH_STATUS("bn_fwd_apply_kernel");
     });
   });

@@ -12,15 +12,18 @@ namespace trctl {
 // running_mean/running_var (c) are updated in place by PyTorch's rule (momentum weights the new value, the variance
 // is unbiased: var_biased * rows / (rows - 1)); skipped when nullptr. rows >= 2 for the running variance (PyTorch
 // refuses rows == 1 in training; here it would become inf/NaN).
+// prebias (c), nullable: a folded conv bias b (pass_fold_conv_bias), x standing for x + b: y, save_mean and
+// save_invstd stay those of x (BN(x + b) = BN(x)); running_mean is updated with mean(x) + b (in double).
 template <class T>
 void batchnorm_fwd_train_cpu(const T* x, const T* gamma, const T* beta, T* y, T* save_mean, T* save_invstd,
                              T* running_mean, T* running_var, int64_t rows, int64_t c, double eps, double momentum,
-                             ThreadPool* pool);
+                             ThreadPool* pool, const T* prebias = nullptr);
 // Eval forward. x (rows,c), gamma/beta/running_mean/running_var (c) -> y (rows,c) =
-// (x - running_mean) / sqrt(running_var + eps) * gamma + beta.
+// (x - running_mean) / sqrt(running_var + eps) * gamma + beta. prebias (c), nullable: a folded conv bias b,
+// y = BN(x + b), computed with running_mean - b (in double) in place of running_mean.
 template <class T>
 void batchnorm_fwd_eval_cpu(const T* x, const T* gamma, const T* beta, const T* running_mean, const T* running_var,
-                            T* y, int64_t rows, int64_t c, double eps, ThreadPool* pool);
+                            T* y, int64_t rows, int64_t c, double eps, ThreadPool* pool, const T* prebias = nullptr);
 // Training-mode backward (the statistics depend on x). dy, x (rows,c); gamma, save_mean, save_invstd (c) ->
 // dx (rows,c) = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)), dgamma (c) = sum(dy * xhat),
 // dbeta (c) = sum(dy); all overwritten. xhat = (x - save_mean) * save_invstd.

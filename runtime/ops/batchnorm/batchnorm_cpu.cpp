@@ -51,7 +51,7 @@ void apply_affine(const T* x, T* y, int64_t rows, int64_t c, int64_t c0, const s
 template <class T>
 void batchnorm_fwd_train_cpu(const T* x, const T* gamma, const T* beta, T* y, T* save_mean, T* save_invstd,
                              T* running_mean, T* running_var, int64_t rows, int64_t c, double eps, double momentum,
-                             ThreadPool* pool) {
+                             ThreadPool* pool, const T* prebias) {
   for_channels(c, pool, [&](int64_t c0, int64_t c1) {
     std::vector<double> mean, var;
     channel_moments(x, rows, c, c0, c1, mean, var);
@@ -61,8 +61,10 @@ void batchnorm_fwd_train_cpu(const T* x, const T* gamma, const T* beta, T* y, T*
       const double invstd = 1.0 / std::sqrt(var[j] + eps);
       save_mean[ch] = static_cast<T>(mean[j]);
       save_invstd[ch] = static_cast<T>(invstd);
-      if (running_mean)
-        running_mean[ch] = static_cast<T>((1.0 - momentum) * running_mean[ch] + momentum * mean[j]);
+      if (running_mean) {  // the mean of x + b
+        const double m = mean[j] + (prebias ? static_cast<double>(prebias[ch]) : 0.0);
+        running_mean[ch] = static_cast<T>((1.0 - momentum) * running_mean[ch] + momentum * m);
+      }
       if (running_var) {
         const double unbiased = var[j] * static_cast<double>(rows) / static_cast<double>(rows - 1);
         running_var[ch] = static_cast<T>((1.0 - momentum) * running_var[ch] + momentum * unbiased);
@@ -77,13 +79,15 @@ void batchnorm_fwd_train_cpu(const T* x, const T* gamma, const T* beta, T* y, T*
 
 template <class T>
 void batchnorm_fwd_eval_cpu(const T* x, const T* gamma, const T* beta, const T* running_mean, const T* running_var,
-                            T* y, int64_t rows, int64_t c, double eps, ThreadPool* pool) {
+                            T* y, int64_t rows, int64_t c, double eps, ThreadPool* pool, const T* prebias) {
   for_channels(c, pool, [&](int64_t c0, int64_t c1) {
     std::vector<double> scale(c1 - c0), shift(c1 - c0);
     for (int64_t j = 0; j < c1 - c0; ++j) {
       const int64_t ch = c0 + j;
+      // (x + b - running_mean) * scale + beta = (x - (running_mean - b)) * scale + beta
+      const double mean = static_cast<double>(running_mean[ch]) - (prebias ? static_cast<double>(prebias[ch]) : 0.0);
       scale[j] = static_cast<double>(gamma[ch]) / std::sqrt(static_cast<double>(running_var[ch]) + eps);
-      shift[j] = static_cast<double>(beta[ch]) - static_cast<double>(running_mean[ch]) * scale[j];
+      shift[j] = static_cast<double>(beta[ch]) - mean * scale[j];
     }
     apply_affine(x, y, rows, c, c0, scale, shift);
   });
@@ -120,9 +124,9 @@ void batchnorm_grad_cpu(const T* dy, const T* x, const T* gamma, const T* save_m
 
 #define TRCTL_INSTANTIATE_BATCHNORM(T)                                                                           \
   template void batchnorm_fwd_train_cpu<T>(const T*, const T*, const T*, T*, T*, T*, T*, T*, int64_t, int64_t,   \
-                                           double, double, ThreadPool*);                                         \
+                                           double, double, ThreadPool*, const T*);                               \
   template void batchnorm_fwd_eval_cpu<T>(const T*, const T*, const T*, const T*, const T*, T*, int64_t, int64_t, \
-                                          double, ThreadPool*);                                                  \
+                                          double, ThreadPool*, const T*);                                        \
   template void batchnorm_grad_cpu<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, int64_t,     \
                                       int64_t, ThreadPool*);
 TRCTL_INSTANTIATE_BATCHNORM(float)

@@ -24,16 +24,20 @@ size_t batchnorm_workspace_bytes(int64_t rows, int64_t c);
 // 1/sqrt(var_biased + eps), for the backward. running_mean, running_var (c) f32 updated in place,
 // r = (1 - momentum) * r + momentum * batch value with the unbiased variance var_biased * rows / (rows - 1); each is
 // skipped when nullptr. residual (rows,c) t, nullable: added before the ReLU, y = relu?(BN(x) + residual) with the
-// sum in fp32 and one rounding. y may alias x or residual.
+// sum in fp32 and one rounding. y may alias x or residual. prebias (c) f32, nullable: a folded conv bias b
+// (pass_fold_conv_bias), x standing for x + b: y and the saved statistics are those of x (BN(x + b) = BN(x)), the
+// running mean is updated with mean(x) + b.
 Status batchnorm_fwd_train_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma, const float* beta,
                                 void* y, float* save_mean, float* save_invstd, float* running_mean,
                                 float* running_var, int64_t rows, int64_t c, float eps, float momentum, bool relu,
-                                void* workspace, size_t workspace_bytes, const void* residual = nullptr);
+                                void* workspace, size_t workspace_bytes, const void* residual = nullptr,
+                                const float* prebias = nullptr);
 // Eval forward: y = relu?((x - running_mean) / sqrt(running_var + eps) * gamma + beta [+ residual]). x, y, residual
-// (rows,c) t (residual nullable); the rest (c) f32. y may alias x or residual.
+// (rows,c) t (residual nullable); the rest (c) f32. y may alias x or residual. prebias (c) f32, nullable: a folded
+// conv bias b, y = BN(x + b), with running_mean - b (fp32) in place of running_mean.
 Status batchnorm_fwd_eval_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma, const float* beta,
                                const float* running_mean, const float* running_var, void* y, int64_t rows, int64_t c,
-                               float eps, bool relu, const void* residual = nullptr);
+                               float eps, bool relu, const void* residual = nullptr, const float* prebias = nullptr);
 // Training-mode backward. dy, x (rows,c) t; relu_y (rows,c) t: when the forward fused a ReLU, its output y (the
 // incoming gradient is then g = dy * (y > 0)), else nullptr. gamma, save_mean, save_invstd (c) f32 from the forward.
 // dx (rows,c) t = gamma * invstd * (g - mean(g) - xhat * mean(g * xhat)); dgamma (c) f32 = sum(g * xhat),

@@ -1,5 +1,6 @@
 // Batch norm CPU reference: forward vs a direct float64 loop, PyTorch's running-stat rule on hand-computed values,
-// eval mode, backward vs float64 finite differences, and thread-count independence.
+// eval mode, backward vs float64 finite differences, and thread-count independence; a folded conv bias (prebias)
+// against batch norm of x + b, and finite differences w.r.t. that bias.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -148,4 +149,124 @@ TEST_CASE("batchnorm float results are bitwise reproducible and independent of t
     CHECK(o->dg == a.dg);
     CHECK(o->db == a.db);
   }
+}
+
+// ---- a folded conv bias (pass_fold_conv_bias): BN with prebias b on x equals BN on x + b ----
+
+TEST_CASE("batchnorm with a folded conv bias equals batch norm of x + b: output, statistics, eval, backward",
+          "[ops][batchnorm][prebias]") {
+  const int64_t rows = 4 * 3 * 3, c = 6;
+  const double eps = 1e-5, momentum = 0.1;
+  auto x = random_vec(rows * c, 41, -1, 2), b = random_vec(c, 42, -3, 3), gamma = random_vec(c, 43, 0.5, 1.5);
+  auto beta = random_vec(c, 44), dy = random_vec(rows * c, 45);
+  const auto rm0 = random_vec(c, 46), rv0 = random_vec(c, 47, 0.5, 2.0);
+  std::vector<double> xb(rows * c);  // x + b
+  for (int64_t i = 0; i < rows * c; ++i) xb[i] = x[i] + b[i % c];
+  auto rel_ok = [](const std::vector<double>& got, const std::vector<double>& ref, const char* what) {
+    const Diff d = diff(got, ref);
+    INFO(what << ": " << d.str());
+    CHECK(d.rel < 1e-12);
+  };
+
+  // Train: the output and invstd are those of x + b; the saved mean is that of x (= mean(x + b) - b); the running
+  // statistics are those of x + b.
+  std::vector<double> ya(rows * c), ma(c), sa(c), rma = rm0, rva = rv0;
+  std::vector<double> yb(rows * c), mb(c), sb(c), rmb = rm0, rvb = rv0;
+  batchnorm_fwd_train_cpu<double>(xb.data(), gamma.data(), beta.data(), ya.data(), ma.data(), sa.data(), rma.data(),
+                                  rva.data(), rows, c, eps, momentum, nullptr);
+  batchnorm_fwd_train_cpu<double>(x.data(), gamma.data(), beta.data(), yb.data(), mb.data(), sb.data(), rmb.data(),
+                                  rvb.data(), rows, c, eps, momentum, nullptr, b.data());
+  rel_ok(yb, ya, "y");
+  rel_ok(sb, sa, "save_invstd");
+  std::vector<double> mb_plus_b(c);
+  for (int64_t j = 0; j < c; ++j) mb_plus_b[j] = mb[j] + b[j];
+  rel_ok(mb_plus_b, ma, "save_mean + b");
+  rel_ok(rmb, rma, "running_mean");
+  rel_ok(rvb, rva, "running_var");
+
+  // The backward reads x with the saved statistics of x: the same dx, dgamma, dbeta as on x + b with its own.
+  std::vector<double> dxa(rows * c), dga(c), dba(c), dxb(rows * c), dgb(c), dbb(c);
+  batchnorm_grad_cpu<double>(dy.data(), xb.data(), gamma.data(), ma.data(), sa.data(), dxa.data(), dga.data(),
+                             dba.data(), rows, c, nullptr);
+  batchnorm_grad_cpu<double>(dy.data(), x.data(), gamma.data(), mb.data(), sb.data(), dxb.data(), dgb.data(),
+                             dbb.data(), rows, c, nullptr);
+  rel_ok(dxb, dxa, "dx");
+  rel_ok(dgb, dga, "dgamma");
+  rel_ok(dbb, dba, "dbeta");
+
+  // Eval: running_mean - b in place of running_mean.
+  std::vector<double> ea(rows * c), eb(rows * c);
+  batchnorm_fwd_eval_cpu<double>(xb.data(), gamma.data(), beta.data(), rm0.data(), rv0.data(), ea.data(), rows, c,
+                                 eps, nullptr);
+  batchnorm_fwd_eval_cpu<double>(x.data(), gamma.data(), beta.data(), rm0.data(), rv0.data(), eb.data(), rows, c,
+                                 eps, nullptr, b.data());
+  rel_ok(eb, ea, "eval y");
+
+  // The float instantiation with prebias agrees with the double one to float precision.
+  std::vector<float> xf(x.begin(), x.end()), bf(b.begin(), b.end()), gf(gamma.begin(), gamma.end());
+  std::vector<float> tf(beta.begin(), beta.end()), rmf(rm0.begin(), rm0.end()), rvf(rv0.begin(), rv0.end());
+  std::vector<float> yf(rows * c), mf(c), sf(c), ef(rows * c);
+  batchnorm_fwd_eval_cpu<float>(xf.data(), gf.data(), tf.data(), rmf.data(), rvf.data(), ef.data(), rows, c, eps,
+                                nullptr, bf.data());
+  batchnorm_fwd_train_cpu<float>(xf.data(), gf.data(), tf.data(), yf.data(), mf.data(), sf.data(), rmf.data(),
+                                 rvf.data(), rows, c, eps, momentum, nullptr, bf.data());
+  const Diff dyf = diff(yf, ya), def = diff(ef, ea), drm = diff(rmf, rma);
+  INFO("float y " << dyf.str() << "; eval " << def.str() << "; running_mean " << drm.str());
+  CHECK(dyf.rel < 1e-6);
+  CHECK(def.rel < 1e-6);
+  CHECK(drm.rel < 1e-6);
+}
+
+TEST_CASE("batchnorm with a folded conv bias matches float64 finite differences w.r.t. the bias",
+          "[ops][batchnorm][prebias][gradcheck]") {
+  const int64_t rows = 3 * 2 * 2, c = 5;
+  const double eps = 1e-5, momentum = 0.25;
+  auto x = random_vec(rows * c, 51, -1, 2), b = random_vec(c, 52, -2, 2), gamma = random_vec(c, 53, 0.5, 1.5);
+  auto beta = random_vec(c, 54), w = random_vec(rows * c, 55), u = random_vec(c, 56);
+  const auto rm0 = random_vec(c, 57), rv0 = random_vec(c, 58, 0.5, 2.0);
+  // Eval: y = (x + b - rm) * gamma / sqrt(rv + eps) + beta, so d sum(w * y) / d b_j = sum_r w[r][j] * scale_j.
+  auto eval_loss = [&] {
+    std::vector<double> y(rows * c);
+    batchnorm_fwd_eval_cpu<double>(x.data(), gamma.data(), beta.data(), rm0.data(), rv0.data(), y.data(), rows, c,
+                                   eps, nullptr, b.data());
+    return dot(y, w);
+  };
+  std::vector<double> want(c, 0.0);
+  for (int64_t i = 0; i < rows * c; ++i) want[i % c] += w[i] * gamma[i % c] / std::sqrt(rv0[i % c] + eps);
+  const Diff de = diff(numeric_grad(eval_loss, b), want);
+  INFO("eval: " << de.str());
+  CHECK(de.rel < 1e-7);
+
+  // Train: the output does not depend on b (the analytic bias gradient, the column sums of dx, is 0 too), and the
+  // running mean moves by momentum * b.
+  std::vector<double> rm, rv;
+  auto train = [&](std::vector<double>& y) {
+    std::vector<double> m(c), s(c);
+    rm = rm0, rv = rv0;
+    y.resize(rows * c);
+    batchnorm_fwd_train_cpu<double>(x.data(), gamma.data(), beta.data(), y.data(), m.data(), s.data(), rm.data(),
+                                    rv.data(), rows, c, eps, momentum, nullptr, b.data());
+    return std::make_pair(m, s);
+  };
+  auto train_loss = [&] {
+    std::vector<double> y;
+    train(y);
+    return dot(y, w);
+  };
+  auto running_loss = [&] {
+    std::vector<double> y;
+    train(y);
+    return dot(rm, u);
+  };
+  const std::vector<double> num_y = numeric_grad(train_loss, b), num_rm = numeric_grad(running_loss, b);
+  std::vector<double> y, dx(rows * c), dg(c), db(c), col_dx(c, 0.0), want_rm(c);
+  const auto [m, s] = train(y);
+  batchnorm_grad_cpu<double>(w.data(), x.data(), gamma.data(), m.data(), s.data(), dx.data(), dg.data(), db.data(),
+                             rows, c, nullptr);
+  for (int64_t i = 0; i < rows * c; ++i) col_dx[i % c] += dx[i];
+  for (int64_t j = 0; j < c; ++j) want_rm[j] = momentum * u[j];
+  const Diff dt = diff(num_y, col_dx), dr = diff(num_rm, want_rm);
+  INFO("train output: " << dt.str() << "; running mean: " << dr.str());
+  CHECK(dt.max_abs < 1e-8);
+  CHECK(dr.rel < 1e-7);
 }
