@@ -154,6 +154,7 @@ std::string graph_dump(const Graph& g) {
       os << " = " << to_string(n.op);
       if (n.attrs.relu) os << "[relu]";
       if (n.attrs.residual) os << "[residual]";
+      if (n.attrs.prebias) os << "[prebias]";
       if (n.attrs.accumulate) os << "[accumulate]";
       if (n.op == OpKind::GradAccumulate) os << (n.attrs.flush ? "[flush]" : "[add]");
       if (n.attrs.grad_scale != 1.0f) os << "[grad_scale=" << n.attrs.grad_scale << "]";  // 1/accumulate_steps

@@ -39,9 +39,12 @@ enum class OpKind : uint8_t {
   BatchNorm,             // train: X (N,H,W,C), gamma (C), beta (C), running_mean (C), running_var (C) -> Y,
                          //   save_mean (C), save_invstd (C); updates the running statistics in place;
                          //   attrs.relu: Y = max(BN(X), 0); attrs.residual: a 6th input R (N,H,W,C) is added
-                         //   before the ReLU, Y = relu?(BN(X) + R) (pass_fuse_bn_add: the residual add of a block)
-  BatchNormEval,         // X, gamma, beta, running_mean, running_var [, R] -> Y (running statistics); attrs.relu,
-                         //   attrs.residual as BatchNorm
+                         //   before the ReLU, Y = relu?(BN(X) + R) (pass_fuse_bn_add: the residual add of a block);
+                         //   attrs.prebias: a last input b (C), the producing conv's bias, X standing for X + b
+                         //   (pass_fold_conv_bias): statistics, Y and save_mean are those of X (BN(X + b) = BN(X)),
+                         //   running_mean is updated with mean(X) + b
+  BatchNormEval,         // X, gamma, beta, running_mean, running_var [, R] [, b] -> Y (running statistics); attrs.relu,
+                         //   attrs.residual as BatchNorm; attrs.prebias: running_mean - b in place of running_mean
   MaxPool,               // X (N,H,W,C) -> Y (N,P,Q,C) [, argmax (N,P,Q,C) u8: offset in the window, train
                          //   programs]; attrs.kernel/stride/pad
   AvgPool,               // X (N,H,W,C) -> Y (N,P,Q,C); count_include_pad (PyTorch's default)
@@ -102,6 +105,7 @@ struct Value {
 struct Attrs {
   bool relu = false;             // Linear, BatchNorm(Eval|Grad), Add: fused ReLU
   bool residual = false;         // BatchNorm(Eval): a residual input added before the ReLU (in[5])
+  bool prebias = false;          // BatchNorm(Eval): a folded conv bias, the last input (pass_fold_conv_bias)
   bool accumulate = false;       // LinearGradInput, pointwise Conv2dGradInput: in[2] added to the result
   float p = 0;                   // Dropout
   uint32_t op_id = 0;            // Dropout RNG stream id (stable layer index)

@@ -133,15 +133,17 @@ struct Checker {
       case OpKind::Conv2dGradWeight:  // dY, X -> dW
         if (arity(2, 1)) expect(conv_shape_ok(in(1), out(0), in(0)), "bad shapes");
         break;
-      case OpKind::BatchNorm:
-        if (arity(n.attrs.residual ? 6 : 5, 3))
+      case OpKind::BatchNorm:  // X, gamma, beta, running_mean, running_var [, R] [, b] -> Y, save_mean, save_invstd
+        if (arity(5 + n.attrs.residual + n.attrs.prebias, 3))
           expect(bn_shapes_ok(0, 4) && out(0) == in(0) && out(1) == in(1) && out(2) == in(1) &&
-                     (!n.attrs.residual || in(5) == in(0)),
+                     (!n.attrs.residual || in(5) == in(0)) && (!n.attrs.prebias || in(n.in.size() - 1) == in(1)),
                  "bad shapes");
         break;
-      case OpKind::BatchNormEval:
-        if (arity(n.attrs.residual ? 6 : 5, 1))
-          expect(bn_shapes_ok(0, 4) && out(0) == in(0) && (!n.attrs.residual || in(5) == in(0)), "bad shapes");
+      case OpKind::BatchNormEval:  // X, gamma, beta, running_mean, running_var [, R] [, b] -> Y
+        if (arity(5 + n.attrs.residual + n.attrs.prebias, 1))
+          expect(bn_shapes_ok(0, 4) && out(0) == in(0) && (!n.attrs.residual || in(5) == in(0)) &&
+                     (!n.attrs.prebias || in(n.in.size() - 1) == in(1)),
+                 "bad shapes");
         break;
       case OpKind::BatchNormGrad:  // dY, X, gamma, save_mean, save_invstd [, Y] -> dX, dgamma, dbeta
         if (arity(n.attrs.relu ? 6 : 5, 3))

@@ -5,6 +5,12 @@
 // pass_fuse_bn_add (after them): a residual Add (with or without its fused ReLU) one of whose inputs is the only use
 // of a batch norm's output becomes that batch norm's epilogue, Y = relu?(BN(X) + R): the batch norm's own output
 // is never written and read back. Saves two passes over the block's output per residual block (forward and eval).
+// pass_fold_conv_bias (after autodiff): a Conv2d whose bias-added output is read only by one batch norm (its X; in
+// a train program also by that batch norm's backward) stops adding the bias, and the batch norm takes it as a last
+// input (attrs.prebias). Train: BN(y + b) = BN(y), so the output and the saved statistics are those of y, and only
+// running_mean needs b (updated with mean(y) + b); eval: running_mean - b in place of running_mean. The bias's
+// gradient node (LinearGradBias over the conv output's gradient, = the batch norm's dX) is left as it is. Saves a
+// read and a write of the conv output per such layer (the CUDA conv adds its bias in a separate pass).
 // pass_fuse_grad_accumulate (after autodiff): a gradient sum Add(a, b) whose b is the only use of a matrix-product
 // dX node (LinearGradInput, pointwise Conv2dGradInput) and whose a exists before that node: the node computes
 // dX = dY W + a itself (cuBLASLt's C with beta = 1) and the Add disappears; the planner sees a as its input.
@@ -135,6 +141,42 @@ Status pass_fuse_bn_add(Graph& g, Program& p) {
     removed[i] = true;
   }
   erase_removed(p, removed);
+  return ok_status();
+}
+
+Status pass_fold_conv_bias(Graph& g, Program& p) {
+  std::map<ValueId, std::vector<size_t>> readers;  // value -> the nodes that read it, once per input slot
+  for (size_t i = 0; i < p.nodes.size(); ++i)
+    for (ValueId v : p.nodes[i].in) readers[v].push_back(i);
+  auto is_bn = [](const Node& n) { return n.op == OpKind::BatchNorm || n.op == OpKind::BatchNormEval; };
+  for (Node& conv : p.nodes) {
+    if (conv.op != OpKind::Conv2d || conv.in.size() != 3) continue;
+    const ValueId y = conv.out[0];
+    if (y == p.logits || y == p.loss) continue;
+    // The one batch norm reading y, as its X only; every other reader must be that batch norm's backward, which
+    // reads y as its X next to the batch norm's own saved mean (unchanged: the statistics stay those of y).
+    size_t bn_at = p.nodes.size();
+    bool foldable = true;
+    for (size_t r : readers[y])
+      if (is_bn(p.nodes[r])) {
+        foldable &= bn_at == p.nodes.size();
+        bn_at = r;
+      }
+    if (!foldable || bn_at == p.nodes.size()) continue;
+    Node& bn = p.nodes[bn_at];
+    if (bn.attrs.prebias || bn.in[0] != y) continue;
+    for (size_t r : readers[y]) {
+      const Node& n = p.nodes[r];
+      const bool its_backward = n.op == OpKind::BatchNormGrad && bn.op == OpKind::BatchNorm && n.in[1] == y &&
+                                n.in[0] != y && n.in[3] == bn.out[1] && n.in[4] == bn.out[2];
+      if (r != bn_at && !its_backward) foldable = false;
+    }
+    const ValueId b = conv.in[2];  // (a batch norm reading y twice, as X and residual, was two readers above)
+    if (!foldable || !(g.values[b].shape == g.values[bn.in[1]].shape)) continue;
+    conv.in.pop_back();
+    bn.in.push_back(b);
+    bn.attrs.prebias = true;
+  }
   return ok_status();
 }
 

@@ -281,19 +281,20 @@ class CpuBackend final : public Backend {
 
   // Batch norm over (rows, C) = the value flattened to its last dim; a fused residual added and the fused ReLU applied
   // after the forward (in that order), the ReLU to the incoming gradient (masked by the fused output) before the
-  // backward.
+  // backward. A folded conv bias (attrs.prebias, the last input) goes to the forward kernels.
   template <class T>
   void batch_norm(const Node& n, int slot) {
     auto f = [&](ValueId v) { return ptr<T>(v, slot); };
     const int64_t c = shape(n.in[n.op == OpKind::BatchNormGrad ? 2 : 1]).numel();
     const int64_t rows = shape(n.in[0]).numel() / c;
     const double eps = n.attrs.eps, momentum = n.attrs.momentum;
+    const T* prebias = n.op != OpKind::BatchNormGrad && n.attrs.prebias ? f(n.in.back()) : nullptr;  // a conv bias
     if (n.op == OpKind::BatchNorm) {
       batchnorm_fwd_train_cpu<T>(f(n.in[0]), f(n.in[1]), f(n.in[2]), f(n.out[0]), f(n.out[1]), f(n.out[2]),
-                                 f(n.in[3]), f(n.in[4]), rows, c, eps, momentum, &pool_);
+                                 f(n.in[3]), f(n.in[4]), rows, c, eps, momentum, &pool_, prebias);
     } else if (n.op == OpKind::BatchNormEval) {
       batchnorm_fwd_eval_cpu<T>(f(n.in[0]), f(n.in[1]), f(n.in[2]), f(n.in[3]), f(n.in[4]), f(n.out[0]), rows, c,
-                                eps, &pool_);
+                                eps, &pool_, prebias);
     } else {
       const T* dy = f(n.in[0]);
       std::vector<T> masked;

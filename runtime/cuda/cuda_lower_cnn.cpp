@@ -155,7 +155,9 @@ Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
   if (n.op == OpKind::Conv2d) {
     const void* x = pad_x(at(n.in[0]));
     const void* w = pad_w(weight_ptr(n.in[1]));
-    const void* b = n.in.size() == 3 ? weight_ptr(n.in[2]) : nullptr;  // the bias from the same copy as W
+    // The bias from the same copy as W; none (no bias pass over Y) when pass_fold_conv_bias moved it into the
+    // batch norm that reads Y.
+    const void* b = n.in.size() == 3 ? weight_ptr(n.in[2]) : nullptr;
     void* y = at(n.out[0]);
     conv = [=] { return cudnn_conv_fwd(h, s, *plan, x, w, b, y, ws, wsb); };
     out.push_back(conv);
@@ -200,19 +202,21 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
   const size_t wsb = bn_ws_bytes_;
   const void* x = at(n.in[grad ? 1 : 0]);
   const void* res = !grad && n.attrs.residual ? at(n.in[5]) : nullptr;  // fused residual add (pass_fuse_bn_add)
-  if (n.op == OpKind::BatchNorm) {  // X, gamma, beta, running mean, running var [, R] -> Y, save_mean, save_invstd
+  // A folded conv bias (pass_fold_conv_bias), the last input: the fp32 master copy.
+  const float* prebias = !grad && n.attrs.prebias ? f32(n.in.back()) : nullptr;
+  if (n.op == OpKind::BatchNorm) {  // X, gamma, beta, running mean, running var [, R] [, b] -> Y, save mean/invstd
     const float *gamma = f32(n.in[1]), *beta = f32(n.in[2]);
     float *rm = f32(n.in[3]), *rv = f32(n.in[4]), *sm = f32(n.out[1]), *si = f32(n.out[2]);
     void* y = at(n.out[0]);
     out.push_back([=] {
       return batchnorm_fwd_train_cuda(s, x, act, gamma, beta, y, sm, si, rm, rv, rows, c, eps, momentum, relu, ws, wsb,
-                                      res);
+                                      res, prebias);
     });
   } else if (n.op == OpKind::BatchNormEval) {
     const float *gamma = f32(n.in[1]), *beta = f32(n.in[2]), *rm = f32(n.in[3]), *rv = f32(n.in[4]);
     void* y = at(n.out[0]);
     out.push_back(
-        [=] { return batchnorm_fwd_eval_cuda(s, x, act, gamma, beta, rm, rv, y, rows, c, eps, relu, res); });
+        [=] { return batchnorm_fwd_eval_cuda(s, x, act, gamma, beta, rm, rv, y, rows, c, eps, relu, res, prebias); });
   } else {  // dY, X, gamma, save_mean, save_invstd [, Y] -> dX, dgamma, dbeta
     for (ValueId v : {n.out[1], n.out[2]})  // a frozen parameter's (unused) gradient: an f32 activation
       if (c_.plan.values[v].region != Region::Grads && !c_.graph.values[v].full_precision)

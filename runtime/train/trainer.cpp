@@ -416,6 +416,7 @@ Result<RunSetup> run_setup(const Spec& spec, const TrainOptions& opt, spdlog::lo
   if (!cuda.ok()) return cuda.errors();
   CompileOptions copt;
   if (cuda.value()) copt.storage = amp_storage(spec);
+  copt.fold_conv_bias = opt.fold_conv_bias;
   DataShape shape = shape_of(data.value());
   if (opt.dist.enabled) {  // one rank of a data-parallel job (docs/distributed.md)
     const char* no = !cuda.value() ? "on the cpu backend (it needs train.device: cuda)"

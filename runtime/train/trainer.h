@@ -59,6 +59,7 @@ struct TrainOptions {
   // rank trains its shard of every epoch, only rank 0 writes the run directory. gpu.make must build the backend
   // for the same DistEnv (make_cuda_backend_dist).
   DistEnv dist;
+  bool fold_conv_bias = true;  // false (tests): compile without pass_fold_conv_bias (CompileOptions::fold_conv_bias)
 };
 
 struct TrainResult {
