@@ -227,8 +227,17 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
     const void* y = relu ? at(n.in[5]) : nullptr;
     void* dx = at(n.out[0]);
     float *dg = f32(n.out[1]), *db = f32(n.out[2]);
+    // A fused ReLU without a residual: the mask is recomputed from x with the forward's beta instead of reading Y
+    // (bitwise the same mask; two passes fewer). The forward is the node that produced save_mean.
+    const float* relu_beta = nullptr;
+    if (relu)
+      for (const Program& prog : c_.graph.programs)
+        for (const Node& f : prog.nodes)
+          if (f.op == OpKind::BatchNorm && f.out.size() > 1 && f.out[1] == n.in[3] && f.attrs.relu &&
+              !f.attrs.residual)
+            relu_beta = f32(f.in[2]);
     out.push_back([=] {
-      return batchnorm_bwd_cuda(s, dy, x, y, act, gamma, sm, si, dx, dg, db, rows, c, ws, wsb);
+      return batchnorm_bwd_cuda(s, dy, x, y, act, gamma, sm, si, dx, dg, db, rows, c, ws, wsb, relu_beta);
     });
   }
   return ok_status();

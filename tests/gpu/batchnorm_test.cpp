@@ -272,6 +272,52 @@ TEST_CASE("batchnorm backward matches the float64 reference with and without the
       }
 }
 
+// Backward of a fused ReLU given the forward's stored output y (relu_y) or, with relu_beta, the mask recomputed from
+// x: the two must agree bitwise (dx, dgamma, dbeta), including values that round to 0 in the dtype.
+BwdOut gpu_bwd_mask(const CudaContext& ctx, GpuDType t, const BnData& d, const std::vector<float>& y,
+                    const std::vector<float>& mean, const std::vector<float>& invstd, bool recompute, int64_t off) {
+  const int64_t n = d.s.rows * d.s.c;
+  DevBuf dy = upload_at(t, d.dy, off), x = upload_at(t, d.x, off), ry = upload_at(t, y, off);
+  DevBuf dx((n + off) * gpu_dtype_size(t) + 16), dgamma(d.s.c * 4), dbeta(d.s.c * 4), ws = workspace_for(d.s);
+  DevBuf gamma = to_device(d.gamma), beta = to_device(d.beta), m = to_device(mean), s = to_device(invstd);
+  for (const DevBuf* b : {&dx, &dgamma, &dbeta}) poison(*b);
+  REQUIRE_OK(batchnorm_bwd_cuda(ctx.stream, elem_ptr(dy, t, off), elem_ptr(x, t, off),
+                                recompute ? nullptr : elem_ptr(ry, t, off), t, gamma.as<float>(), m.as<float>(),
+                                s.as<float>(), elem_ptr(dx, t, off), dgamma.as<float>(), dbeta.as<float>(), d.s.rows,
+                                d.s.c, ws.get(), ws.bytes(), recompute ? beta.as<float>() : nullptr));
+  sync_ok(ctx);
+  return {from_device_as(t, elem_ptr(dx, t, off), n), from_device<float>(dgamma.get(), d.s.c),
+          from_device<float>(dbeta.get(), d.s.c)};
+}
+
+TEST_CASE("batchnorm backward with the ReLU mask recomputed from x equals the one reading the stored y, bitwise",
+          "[kernel][batchnorm]") {
+  CudaContext ctx = make_context();
+  Rng rng(77);
+  for (GpuDType t : kTypes)
+    for (const Shape& s : {Shape{2, 5}, Shape{50, 65}, Shape{1000, 64}, Shape{196, 2048}, Shape{20000, 64}})
+      for (int64_t off : {int64_t{0}, int64_t{1}}) {
+        const std::string tag = tag_of(t, s, off ? " misaligned" : "");
+        INFO(tag);
+        BnData d = make_data(rng, t, s);
+        // Every third channel: outputs of order 1e-6 around 0 (subnormal or 0 in f16, rounded away in bf16 only
+        // at smaller scales): the mask must follow the rounding of the stored y, not the sign of the fp32 value.
+        for (int64_t ch = 0; ch < s.c; ch += 3) {
+          d.gamma[ch] = 1e-6f;
+          d.beta[ch] = (ch % 2 ? 1 : -1) * 3e-8f;
+        }
+        const FwdOut f = gpu_train(ctx, t, d, true, off);
+        int64_t zeros = 0, kept = 0;
+        for (float v : f.y) (v > 0.0f ? kept : zeros) += 1;
+        INFO("forward y: " << kept << " positive, " << zeros << " zero");
+        const BwdOut stored = gpu_bwd_mask(ctx, t, d, f.y, f.mean, f.invstd, false, off);
+        const BwdOut recomputed = gpu_bwd_mask(ctx, t, d, f.y, f.mean, f.invstd, true, off);
+        check_bitwise("bn bwd dx, mask recomputed vs stored y " + tag, stored.dx, recomputed.dx);
+        check_bitwise("bn bwd dgamma, mask recomputed vs stored y " + tag, stored.dgamma, recomputed.dgamma);
+        check_bitwise("bn bwd dbeta, mask recomputed vs stored y " + tag, stored.dbeta, recomputed.dbeta);
+      }
+}
+
 TEST_CASE("batchnorm vector and scalar paths give bitwise identical results", "[kernel][batchnorm]") {
   // A view one element off a 16-byte boundary takes the scalar path; the summation order is the same by design.
   CudaContext ctx = make_context();

@@ -264,22 +264,39 @@ __global__ void __launch_bounds__(512)
   }
 }
 
+// The fused ReLU's mask without reading its output: y > 0 for the y that bn_fwd_apply_kernel stored from x (no
+// residual), recomputed with the same float operations (x - mean, one fmaf with gamma * invstd and beta, rounding to
+// T), so it is bitwise the mask of the stored y: a value that rounds to 0 or is NaN gives no gradient there too.
+template <class T>
+__device__ __forceinline__ bool relu_kept(float xf, float m, float scale, float beta) {
+  const float v = fmaf(xf - m, scale, beta);
+  return to_f32(from_f32<T>(v)) > 0.0f;
+}
+
 // Pass 1 backward. dy, x, relu_y (rows,c), mean (c) -> part_g = sum(g), part_gx = sum(g * (x - mean)) per row block
-// (row blocks, c), g = dy masked by relu_y > 0 when relu_y is given.
+// (row blocks, c), g = dy masked by relu_y > 0 when relu_y is given, or by the mask recomputed from x when
+// relu_beta (c) is given (then gamma and invstd (c) too; relu_y is not read).
 template <class T, int V>
 __global__ void __launch_bounds__(512)
     bn_bwd_stats_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ relu_y,
                         const float* __restrict__ mean, int64_t rows, int64_t c, int64_t rpb,
-                        float* __restrict__ part_g, float* __restrict__ part_gx) {
+                        float* __restrict__ part_g, float* __restrict__ part_gx, const float* __restrict__ gamma,
+                        const float* __restrict__ invstd, const float* __restrict__ relu_beta) {
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * blockDim.x + tx) * V;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rpb, r1 = min(rows, r0 + rpb);
-  float m[V], sg[V], sgx[V];
+  float m[V], sg[V], sgx[V], a[V], b[V];
 #pragma unroll
-  for (int j = 0; j < V; ++j) m[j] = sg[j] = sgx[j] = 0.0f;
+  for (int j = 0; j < V; ++j) m[j] = sg[j] = sgx[j] = a[j] = b[j] = 0.0f;
   if (col < c) {
 #pragma unroll
-    for (int j = 0; j < V; ++j) m[j] = mean[col + j];
+    for (int j = 0; j < V; ++j) {
+      m[j] = mean[col + j];
+      if (relu_beta) {
+        a[j] = gamma[col + j] * invstd[col + j];
+        b[j] = relu_beta[col + j];
+      }
+    }
     constexpr int U = bwd_unroll<V>();
     for (int64_t r = r0 + ty; r < r1; r += kRowGroups * U) {
       Pack<T, V> pd[U], px[U], py[U];
@@ -291,7 +308,9 @@ __global__ void __launch_bounds__(512)
         if (r + u * kRowGroups >= r1) break;
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const float g = (relu_y && !(to_f32(py[u].v[j]) > 0.0f)) ? 0.0f : to_f32(pd[u].v[j]);
+          const bool masked = relu_beta ? !relu_kept<T>(to_f32(px[u].v[j]), m[j], a[j], b[j])
+                                        : (relu_y && !(to_f32(py[u].v[j]) > 0.0f));
+          const float g = masked ? 0.0f : to_f32(pd[u].v[j]);
           sg[j] += g;
           sgx[j] = fmaf(g, to_f32(px[u].v[j]) - m[j], sgx[j]);
         }
@@ -319,18 +338,19 @@ __global__ void __launch_bounds__(512)
     bn_bwd_apply_kernel(const T* dy, const T* x, const T* relu_y, const float* __restrict__ gamma,
                         const float* __restrict__ mean, const float* __restrict__ invstd,
                         const float* __restrict__ dgamma, const float* __restrict__ dbeta, T* dx, int64_t rows,
-                        int64_t c, int64_t rpb) {
+                        int64_t c, int64_t rpb, const float* __restrict__ relu_beta) {
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (col >= c) return;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rpb, r1 = min(rows, r0 + rpb);
   const float inv_n = 1.0f / static_cast<float>(rows);
-  float m[V], a[V], mg[V], k[V];
+  float m[V], a[V], mg[V], k[V], b[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     m[j] = mean[col + j];
     a[j] = gamma[col + j] * invstd[col + j];
     mg[j] = dbeta[col + j] * inv_n;
     k[j] = invstd[col + j] * (dgamma[col + j] * inv_n);
+    b[j] = relu_beta ? relu_beta[col + j] : 0.0f;
   }
   constexpr int U = bwd_unroll<V>();
   for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowGroups * U) {
@@ -343,7 +363,9 @@ __global__ void __launch_bounds__(512)
       if (r + u * kRowGroups >= r1) break;
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        const float g = (relu_y && !(to_f32(py[u].v[j]) > 0.0f)) ? 0.0f : to_f32(pd[u].v[j]);
+        const bool masked = relu_beta ? !relu_kept<T>(to_f32(px[u].v[j]), m[j], a[j], b[j])
+                                      : (relu_y && !(to_f32(py[u].v[j]) > 0.0f));
+        const float g = masked ? 0.0f : to_f32(pd[u].v[j]);
         pd[u].v[j] = from_f32<T>(a[j] * fmaf(-(to_f32(px[u].v[j]) - m[j]), k[j], g - mg[j]));
       }
       pack_store<V>(dx + (r + u * kRowGroups) * c + col, pd[u]);
@@ -437,7 +459,7 @@ Status batchnorm_fwd_eval_cuda(cudaStream_t s, const void* x, GpuDType t, const 
 Status batchnorm_bwd_cuda(cudaStream_t s, const void* dy, const void* x, const void* relu_y, GpuDType t,
                           const float* gamma, const float* save_mean, const float* save_invstd, void* dx,
                           float* dgamma, float* dbeta, int64_t rows, int64_t c, void* workspace,
-                          size_t workspace_bytes) {
+                          size_t workspace_bytes, const float* relu_beta) {
   TRCTL_CUDA_ARG_CHECK(rows >= 1, "batchnorm_bwd_cuda: rows < 1");
   TRCTL_CUDA_ARG_CHECK(c >= 1 && c < (int64_t{1} << 31), "batchnorm_bwd_cuda: c outside [1, 2^31)");
   TRCTL_CUDA_ARG_CHECK(dy && x && gamma && save_mean && save_invstd && dx && dgamma && dbeta,
@@ -456,15 +478,17 @@ Status batchnorm_bwd_cuda(cudaStream_t s, const void* dy, const void* x, const v
       const T* dys = static_cast<const T*>(dy);
       const T* xs = static_cast<const T*>(x);
       const T* ys = static_cast<const T*>(relu_y);
-      bn_bwd_stats_kernel<T, V><<<l.grid, l.block, l.smem, s>>>(dys, xs, ys, save_mean, rows, c,
-                                                                  rs.rows_per_block, part_g, part_gx);
+      bn_bwd_stats_kernel<T, V><<<l.grid, l.block, l.smem, s>>>(dys, xs, relu_beta ? nullptr : ys, save_mean, rows,
+                                                                  c, rs.rows_per_block, part_g, part_gx, gamma,
+                                                                  save_invstd, relu_beta);
       BN_LAUNCHED("bn_bwd_stats_kernel");
       const unsigned fin_grid = static_cast<unsigned>((c + kFinCols - 1) / kFinCols);
       bn_bwd_finalize_kernel<<<fin_grid, dim3(kFinCols, kFinGroups), 0, s>>>(
           part_g, part_gx, rows, c, rs.rows_per_block, rs.blocks, save_invstd, dgamma, dbeta);
       BN_LAUNCHED("bn_bwd_finalize_kernel");
-      bn_bwd_apply_kernel<T, V><<<l.grid, l.block, 0, s>>>(dys, xs, ys, gamma, save_mean, save_invstd, dgamma, dbeta,
-                                                            static_cast<T*>(dx), rows, c, rs.rows_per_block);
+      bn_bwd_apply_kernel<T, V><<<l.grid, l.block, 0, s>>>(dys, xs, relu_beta ? nullptr : ys, gamma, save_mean,
+                                                            save_invstd, dgamma, dbeta, static_cast<T*>(dx), rows, c,
+                                                            rs.rows_per_block, relu_beta);
       return TRCTL_CUDA_LAUNCH_STATUS("bn_bwd_apply_kernel");
     });
   });

@@ -42,9 +42,12 @@ Status batchnorm_fwd_eval_cuda(cudaStream_t s, const void* x, GpuDType t, const 
 // incoming gradient is then g = dy * (y > 0)), else nullptr. gamma, save_mean, save_invstd (c) f32 from the forward.
 // dx (rows,c) t = gamma * invstd * (g - mean(g) - xhat * mean(g * xhat)); dgamma (c) f32 = sum(g * xhat),
 // dbeta (c) f32 = sum(g), overwritten. dx may not alias x; it may alias dy.
+// relu_beta (c) f32, nullable: the forward's beta when it fused a ReLU WITHOUT a residual; the mask y > 0 is then
+// recomputed from x exactly as the forward rounded y (bitwise the same mask) and relu_y is not read (two fewer
+// passes over (rows,c)). With a residual the mask depends on it: pass relu_y and no relu_beta.
 Status batchnorm_bwd_cuda(cudaStream_t s, const void* dy, const void* x, const void* relu_y, GpuDType t,
                           const float* gamma, const float* save_mean, const float* save_invstd, void* dx,
                           float* dgamma, float* dbeta, int64_t rows, int64_t c, void* workspace,
-                          size_t workspace_bytes);
+                          size_t workspace_bytes, const float* relu_beta = nullptr);
 
 }  // namespace trctl
