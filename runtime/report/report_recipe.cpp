@@ -34,6 +34,7 @@ const std::vector<RecipeKey>& recipe_keys() {
       {"precision", "precision", true},
       {"tf32", "TF32", true},
       {"memory_format", "memory format", true},
+      {"conv_algorithms", "convolution algorithms", true},
       {"graph_mode", "graph mode", true},
       {"compile_excluded", "compile-time exclusion", true},
       {"epoch_time", "epoch time covers", true},
@@ -291,7 +292,19 @@ std::vector<RecipeItem> items_of(const YAML::Node& y, const PlanFacts& plan) {
                                  val_images + ", batch " + text(d, "val_batch_size") + ", transforms: " +
                                  transforms_text(d["val_transforms"])});
   add_backend_items(r, t, be);
-  if (image_layers(m["layers"])) r.push_back({"memory_format", "channels_last (NHWC)"});
+  if (image_layers(m["layers"])) {
+    r.push_back({"memory_format", "channels_last (NHWC)"});
+    // What the run directory can say about the convolution algorithms: the determinism switch. Whether an autotune
+    // cache was present is not recorded (docs/report.md).
+    const bool det = text(t, "deterministic") != "false";
+    const std::string which = det ? "deterministic algorithms only" : "any algorithm (train.deterministic: false)";
+    if (be != BackendKind::Cpu)
+      r.push_back({"conv_algorithms", "cuDNN, " + which +
+                                          ": from the autotune cache (trctl bench --autotune) when it holds the shape, "
+                                          "else cuDNN's heuristics; chosen at compile time"});
+    else
+      r.push_back({"conv_algorithms", "the cpu backend's own convolution"});
+  }
   r.push_back({"data_loading", data_loading_text(d, be)});
   r.push_back({"seed", text(y, "seed")});
   return r;

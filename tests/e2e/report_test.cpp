@@ -267,10 +267,11 @@ TEST_CASE("trctl's recipe states every documented fairness item", "[report]") {
   REQUIRE(r.ok());
   for (const RecipeKey& k : recipe_keys()) {
     INFO(k.key);
-    // "runs" is the report's count; an MLP has no image memory format; the memory measure comes with the plan's
-    // bytes of a synthetic-data run (report_read_run_dir), not from the recipe.
+    // "runs" is the report's count; an MLP has no image memory format and no convolution algorithms; the memory
+    // measure comes with the plan's bytes of a synthetic-data run (report_read_run_dir), not from the recipe.
     const std::string key = k.key;
-    if (key != "runs" && key != "memory_format" && key != "memory_measure") CHECK(recipe_find(r.value(), k.key));
+    if (key != "runs" && key != "memory_format" && key != "conv_algorithms" && key != "memory_measure")
+      CHECK(recipe_find(r.value(), k.key));
   }
   CHECK(*recipe_find(r.value(), "parameters") == "803840");
   CHECK(*recipe_find(r.value(), "weight_decay") == "0.0001 decoupled on 1 tensors, 0 on 1");
@@ -288,6 +289,16 @@ TEST_CASE("trctl's recipe of a synthetic CNN run: the training images in the dat
   CHECK(*recipe_find(r.value(), "dataset") == "synthetic 224x224x3, 1000 classes, 6400 train images");
   CHECK(*recipe_find(r.value(), "validation") == "every epoch, 512 synthetic images, batch 256, transforms: normalize");
   CHECK(*recipe_find(r.value(), "memory_format") == "channels_last (NHWC)");
+  CHECK(*recipe_find(r.value(), "conv_algorithms") ==
+        "cuDNN, deterministic algorithms only: from the autotune cache (trctl bench --autotune) when it holds the "
+        "shape, else cuDNN's heuristics; chosen at compile time");
+  CHECK(recipe_find(r.value(), "conv_algorithms")->find("deterministic algorithms only") != std::string::npos);
+  Result<Spec> nondet = spec_load(kVggConfig, {"train.device=cuda", "train.deterministic=false"});
+  REQUIRE(nondet.ok());
+  Result<std::vector<RecipeItem>> rn = recipe_from_trctl(spec_to_yaml(nondet.value()), "config.resolved.yaml", "");
+  REQUIRE(rn.ok());
+  CHECK(recipe_find(rn.value(), "conv_algorithms")->find("any algorithm (train.deterministic: false)") !=
+        std::string::npos);
   CHECK(*recipe_find(r.value(), "model") ==
         "52 layers: 13 conv2d, 13 batch_norm, 15 relu, 5 max_pool, 1 flatten, 3 linear, 2 dropout");
 }
