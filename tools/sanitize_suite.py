@@ -3,6 +3,8 @@
 
     python3 tools/sanitize_suite.py TEST_BIN OUT_DIR [--tools memcheck,racecheck] [--jobs 12]
         [--case-timeout 300] [--deadline 480] [--filter CATCH2_SPEC] [--racecheck-kernels trctl]
+        [--skip-clean RESULTS.tsv [--skip-verdicts clean,...]] [--cases 1,2] [--extra TOOL:ARGS]
+    python3 tools/sanitize_suite.py --merge RESULTS.tsv...   (best verdict per case over several runs)
 
 Why one process per case: a sanitizer run of the whole binary stops at the first case that runs past its time
 limit (the 20-step training tests under racecheck did, runs 6, 21, 23), and says nothing about the cases after
@@ -117,7 +119,38 @@ def run_one(san, tool, kernels, test_bin, name, log_path, case_timeout, extra=()
     return verdict, secs, summary
 
 
+VERDICT_ORDER = ["clean", "SAN-INTERNAL", "TIMEOUT", "FAILED", "ERRORS", "UNMATCHED", "NOT RUN"]
+
+
+def merge(paths):
+    """--merge RESULTS.tsv...: the best verdict of each (tool, case name) over several runs (clean first), counted
+    per tool, then every pair that is not clean. Exit 0 when every pair is clean."""
+    best = {}
+    for path in paths:
+        for line in open(path).read().splitlines()[1:]:
+            f = line.split("\t")
+            if len(f) < 6:
+                continue
+            k, v = (f[0], f[5]), f[2]
+            if v not in VERDICT_ORDER:
+                v = "FAILED"
+            if k not in best or VERDICT_ORDER.index(v) < VERDICT_ORDER.index(best[k]):
+                best[k] = v
+    lines = [f"merged {len(paths)} result files: {len({n for _, n in best})} case names"]
+    for t in sorted({t for t, _ in best}):
+        counts = {}
+        for (tt, _), v in best.items():
+            if tt == t:
+                counts[v] = counts.get(v, 0) + 1
+        lines.append(f"{t}: " + ", ".join(f"{k} {counts[k]}" for k in VERDICT_ORDER if k in counts))
+        lines += [f"  {v:12s} {n}" for (tt, n), v in sorted(best.items()) if tt == t and v != "clean"]
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0 if all(v == "clean" for v in best.values()) else 1
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--merge":
+        return merge(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("test_bin")
     ap.add_argument("out_dir")
