@@ -20,6 +20,7 @@
 #include "runtime/train/trainer.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/support/weights_diff.h"
+#include "tests/gpu/gpu_train_util.h"
 
 using namespace trctl;
 using namespace trctl::gputest;
@@ -42,13 +43,10 @@ Spec load_spec(std::vector<std::string> overrides) {
 }
 
 Result<TrainResult> train_spec(const Spec& spec, const std::string& resume = "") {
-  spdlog::logger log("test", std::make_shared<spdlog::sinks::null_sink_mt>());
   TrainOptions opt;
   opt.write_run_dir = spec.run.out_dir != "runs";
   opt.resume = resume;
-  opt.gpu.device_count = cuda_device_count;
-  opt.gpu.make = make_cuda_backend;
-  return train_run(spec, opt, log);
+  return gputest::train_cuda_result(spec, opt);
 }
 
 TrainResult train(const std::vector<std::string>& overrides) {

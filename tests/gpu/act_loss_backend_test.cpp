@@ -12,6 +12,7 @@
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/train/trainer.h"
 #include "tests/support/weights_diff.h"
+#include "tests/gpu/gpu_train_util.h"
 
 using namespace trctl;
 
@@ -24,15 +25,7 @@ TrainResult train_silu(std::vector<std::string> overrides) {
   Result<Spec> s = spec_load(kConfig, overrides);
   INFO((s.ok() ? std::string() : s.error_text()));
   REQUIRE(s.ok());
-  spdlog::logger log("test", std::make_shared<spdlog::sinks::null_sink_mt>());
-  TrainOptions opt;
-  opt.write_run_dir = false;
-  opt.gpu.device_count = cuda_device_count;
-  opt.gpu.make = make_cuda_backend;
-  Result<TrainResult> r = train_run(s.value(), opt, log);
-  INFO((r.ok() ? std::string() : r.error_text()));
-  REQUIRE(r.ok());
-  return r.value();
+  return gputest::train_cuda(s.value());
 }
 
 using testing::rel_diff;

@@ -15,6 +15,7 @@
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/train/trainer.h"
 #include "tests/support/weights_diff.h"
+#include "tests/gpu/gpu_train_util.h"
 
 using namespace trctl;
 
@@ -57,15 +58,7 @@ Spec spec_of(const std::vector<std::string>& overrides) {
   return s.value();
 }
 
-TrainResult train(const Spec& spec, TrainOptions opt) {
-  spdlog::logger log("test", std::make_shared<spdlog::sinks::null_sink_mt>());
-  opt.gpu.device_count = cuda_device_count;
-  opt.gpu.make = make_cuda_backend;
-  Result<TrainResult> r = train_run(spec, opt, log);
-  INFO((r.ok() ? std::string() : r.error_text()));
-  REQUIRE(r.ok());
-  return r.value();
-}
+TrainResult train(const Spec& spec, TrainOptions opt) { return gputest::train_cuda(spec, opt); }
 
 struct Scratch {
   fs::path path = fs::temp_directory_path() / ("trctl_fold_gpu_" + std::to_string(::getpid()));

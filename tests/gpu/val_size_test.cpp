@@ -20,6 +20,7 @@
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/train/trainer.h"
 #include "tests/support/weights_diff.h"
+#include "tests/gpu/gpu_train_util.h"
 
 using namespace trctl;
 namespace fs = std::filesystem;
@@ -103,17 +104,7 @@ Spec streamed_spec(std::vector<std::string> overrides) {
   return s.value();
 }
 
-TrainResult train(const Spec& spec) {
-  spdlog::logger log("test", std::make_shared<spdlog::sinks::null_sink_mt>());
-  TrainOptions opt;
-  opt.write_run_dir = false;
-  opt.gpu.device_count = cuda_device_count;
-  opt.gpu.make = make_cuda_backend;
-  Result<TrainResult> r = train_run(spec, opt, log);
-  INFO((r.ok() ? std::string() : r.error_text()));
-  REQUIRE(r.ok());
-  return r.value();
-}
+TrainResult train(const Spec& spec) { return gputest::train_cuda(spec); }
 
 using testing::rel_diff;
 
