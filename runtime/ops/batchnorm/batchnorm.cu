@@ -273,6 +273,15 @@ __device__ __forceinline__ bool relu_kept(float xf, float m, float scale, float 
   return to_f32(from_f32<T>(v)) > 0.0f;
 }
 
+// The incoming gradient g of one element, for both backward passes: dy, or 0 where the fused ReLU cut it (the mask
+// recomputed from x when relu_beta is given, else relu_y > 0 when relu_y is given; y is that element of relu_y).
+template <class T>
+__device__ __forceinline__ float relu_grad_in(T dy, T x, T y, bool recompute, bool stored, float m, float scale,
+                                              float beta) {
+  const bool masked = recompute ? !relu_kept<T>(to_f32(x), m, scale, beta) : (stored && !(to_f32(y) > 0.0f));
+  return masked ? 0.0f : to_f32(dy);
+}
+
 // Pass 1 backward. dy, x, relu_y (rows,c), mean (c) -> part_g = sum(g), part_gx = sum(g * (x - mean)) per row block
 // (row blocks, c), g = dy masked by relu_y > 0 when relu_y is given, or by the mask recomputed from x when
 // relu_beta (c) is given (then gamma and invstd (c) too; relu_y is not read).
@@ -308,9 +317,7 @@ __global__ void __launch_bounds__(512)
         if (r + u * kRowGroups >= r1) break;
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const bool masked = relu_beta ? !relu_kept<T>(to_f32(px[u].v[j]), m[j], a[j], b[j])
-                                        : (relu_y && !(to_f32(py[u].v[j]) > 0.0f));
-          const float g = masked ? 0.0f : to_f32(pd[u].v[j]);
+          const float g = relu_grad_in<T>(pd[u].v[j], px[u].v[j], py[u].v[j], relu_beta, relu_y, m[j], a[j], b[j]);
           sg[j] += g;
           sgx[j] = fmaf(g, to_f32(px[u].v[j]) - m[j], sgx[j]);
         }
@@ -363,9 +370,7 @@ __global__ void __launch_bounds__(512)
       if (r + u * kRowGroups >= r1) break;
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        const bool masked = relu_beta ? !relu_kept<T>(to_f32(px[u].v[j]), m[j], a[j], b[j])
-                                      : (relu_y && !(to_f32(py[u].v[j]) > 0.0f));
-        const float g = masked ? 0.0f : to_f32(pd[u].v[j]);
+        const float g = relu_grad_in<T>(pd[u].v[j], px[u].v[j], py[u].v[j], relu_beta, relu_y, m[j], a[j], b[j]);
         pd[u].v[j] = from_f32<T>(a[j] * fmaf(-(to_f32(px[u].v[j]) - m[j]), k[j], g - mg[j]));
       }
       pack_store<V>(dx + (r + u * kRowGroups) * c + col, pd[u]);
