@@ -2,6 +2,7 @@
 // a warp reads 32*V consecutive channels: coalesced for C >= 32*V, and V-wide vector loads when C % V == 0 and the
 // base pointers are aligned (V = 16 bytes of elements, else 2, else scalar). Backwards gather over the covering
 // windows in (p, q) order, so results are bitwise reproducible and no atomics or zero-fill are needed.
+#include <algorithm>
 #include <type_traits>
 
 #include "runtime/cuda/cuda_check.h"
@@ -12,21 +13,34 @@ namespace trctl {
 
 namespace {
 
-// Flat work item i over (N, A, B, C/V) -> batch n, spatial (a, b), first channel c0.
+// Flat work item i over (N, A, B, C/V) -> batch n, spatial (a, b), first channel c0. I: int32_t when every flat
+// element index of the launch fits (with_vec_and_index below), else int64_t: the divisions here and in the window
+// geometry are most of a pool kernel's instructions, and 64-bit division is several times slower.
+template <class I>
 struct PixelChunk {
-  int64_t n, a, b, c0;
+  I n, a, b, c0;
 };
-template <int V>
-__device__ __forceinline__ PixelChunk decode_item(int64_t i, int64_t A, int64_t B, int64_t C) {
-  const int64_t cv = C / V;
-  PixelChunk r;
+template <int V, class I>
+__device__ __forceinline__ PixelChunk<I> decode_item(I i, int64_t A, int64_t B, int64_t C) {
+  const I cv = static_cast<I>(C / V);
+  PixelChunk<I> r;
   r.c0 = (i % cv) * V;
   i /= cv;
-  r.b = i % B;
-  i /= B;
-  r.a = i % A;
-  r.n = i / A;
+  r.b = i % static_cast<I>(B);
+  i /= static_cast<I>(B);
+  r.a = i % static_cast<I>(A);
+  r.n = i / static_cast<I>(A);
   return r;
+}
+
+// Grid-stride loop bounds in the index type I.
+template <class I>
+__device__ __forceinline__ I thread_index() {
+  return static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+}
+template <class I>
+__device__ __forceinline__ I thread_count() {
+  return static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
 }
 
 // PyTorch's max update: a strictly greater value or any NaN takes over (ties keep the first, NaN propagates).
@@ -59,12 +73,12 @@ __device__ __forceinline__ void window_argmax(const Pool2dGeom& g, const T* xn, 
 }
 
 // x (N, H, W, C) -> y (N, P, Q, C). The max is one of the inputs, so the result is exact in every dtype.
-template <class T, int V>
+template <class T, int V, class I>
 __global__ void maxpool_fwd_kernel(const Pool2dGeom g, const T* __restrict__ x, T* __restrict__ y) {
-  const int64_t total = g.n * g.p * g.q * (g.c / V);
-  for (int64_t i = grid_thread_index(); i < total; i += grid_thread_count()) {
-    const PixelChunk o = decode_item<V>(i, g.p, g.q, g.c);
-    const PoolWindow win = pool2d_window(g, o.a, o.b);
+  const I total = static_cast<I>(g.n * g.p * g.q * (g.c / V));
+  for (I i = thread_index<I>(); i < total; i += thread_count<I>()) {
+    const PixelChunk<I> o = decode_item<V>(i, g.p, g.q, g.c);
+    const PoolWindowT<I> win = pool2d_window(g, o.a, o.b);
     const T* xn = x + o.n * g.h * g.w * g.c + o.c0;
     float m[V];
 #pragma unroll
@@ -88,13 +102,13 @@ __global__ void maxpool_fwd_kernel(const Pool2dGeom g, const T* __restrict__ x, 
 
 // dy (N, P, Q, C), x (N, H, W, C) -> dx (N, H, W, C): each input pixel adds dy of the covering windows whose
 // argmax it is. Recomputing the argmax costs kh*kw cached loads per covering window but needs no index buffer.
-template <class T, int V>
+template <class T, int V, class I>
 __global__ void maxpool_bwd_kernel(const Pool2dGeom g, const T* __restrict__ dy, const T* __restrict__ x,
                                    T* __restrict__ dx) {
-  const int64_t total = g.n * g.h * g.w * (g.c / V);
-  for (int64_t i = grid_thread_index(); i < total; i += grid_thread_count()) {
-    const PixelChunk e = decode_item<V>(i, g.h, g.w, g.c);
-    const PoolCover cov = pool2d_cover(g, e.a, e.b);
+  const I total = static_cast<I>(g.n * g.h * g.w * (g.c / V));
+  for (I i = thread_index<I>(); i < total; i += thread_count<I>()) {
+    const PixelChunk<I> e = decode_item<V>(i, g.h, g.w, g.c);
+    const PoolCoverT<I> cov = pool2d_cover(g, e.a, e.b);
     const int64_t self = e.a * g.w + e.b;
     const T* xn = x + e.n * g.h * g.w * g.c + e.c0;
     const T* dyn = dy + e.n * g.p * g.q * g.c + e.c0;
@@ -120,13 +134,13 @@ __global__ void maxpool_bwd_kernel(const Pool2dGeom g, const T* __restrict__ dy,
 
 // The forward that also records each window's argmax as its offset in the nominal window (one byte per output
 // element), so that the backward gathers without searching the windows again.
-template <class T, int V>
+template <class T, int V, class I>
 __global__ void maxpool_fwd_idx_kernel(const Pool2dGeom g, const T* __restrict__ x, T* __restrict__ y,
                                        uint8_t* __restrict__ idx) {
-  const int64_t total = g.n * g.p * g.q * (g.c / V);
-  for (int64_t i = grid_thread_index(); i < total; i += grid_thread_count()) {
-    const PixelChunk o = decode_item<V>(i, g.p, g.q, g.c);
-    const PoolWindow win = pool2d_window(g, o.a, o.b);
+  const I total = static_cast<I>(g.n * g.p * g.q * (g.c / V));
+  for (I i = thread_index<I>(); i < total; i += thread_count<I>()) {
+    const PixelChunk<I> o = decode_item<V>(i, g.p, g.q, g.c);
+    const PoolWindowT<I> win = pool2d_window(g, o.a, o.b);
     const T* xn = x + o.n * g.h * g.w * g.c + o.c0;
     const int hs = static_cast<int>(o.a * g.sh - g.ph), ws = static_cast<int>(o.b * g.sw - g.pw);
     const int kw = static_cast<int>(g.kw);
@@ -172,25 +186,35 @@ __global__ void maxpool_fwd_idx_kernel(const Pool2dGeom g, const T* __restrict__
 
 // dy (N, P, Q, C), idx (N, P, Q, C) -> dx (N, H, W, C): each input pixel adds, in (p, q) order, dy of the covering
 // windows whose recorded argmax it is (the order of maxpool2d_grad_cpu, so f32 results are bitwise equal to it).
-template <class T, int V>
+template <class T, int V, class I>
 __global__ void maxpool_bwd_idx_kernel(const Pool2dGeom g, const T* __restrict__ dy, const uint8_t* __restrict__ idx,
                                        T* __restrict__ dx) {
-  const int64_t total = g.n * g.h * g.w * (g.c / V);
-  for (int64_t i = grid_thread_index(); i < total; i += grid_thread_count()) {
-    const PixelChunk e = decode_item<V>(i, g.h, g.w, g.c);
-    const PoolCover cov = pool2d_cover(g, e.a, e.b);
+  const I total = static_cast<I>(g.n * g.h * g.w * (g.c / V));
+  for (I i = thread_index<I>(); i < total; i += thread_count<I>()) {
+    const PixelChunk<I> e = decode_item<V>(i, g.h, g.w, g.c);
+    const PoolCoverT<I> cov = pool2d_cover(g, e.a, e.b);
     const int64_t base = e.n * g.p * g.q * g.c + e.c0;
+    const I sh = static_cast<I>(g.sh), sw = static_cast<I>(g.sw), ph = static_cast<I>(g.ph), pw = static_cast<I>(g.pw);
+    const I kw = static_cast<I>(g.kw), nq = static_cast<I>(g.q);
     float acc[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) acc[j] = 0.0f;
-    for (int64_t p = cov.p0; p < cov.p1; ++p) {
-      for (int64_t q = cov.q0; q < cov.q1; ++q) {
-        const int64_t self = (e.a - (p * g.sh - g.ph)) * g.kw + (e.b - (q * g.sw - g.pw));
-        const int64_t o = base + (p * g.q + q) * g.c;
+    for (I p = cov.p0; p < cov.p1; ++p) {
+      for (I q = cov.q0; q < cov.q1; ++q) {
+        const I self = (e.a - (p * sh - ph)) * kw + (e.b - (q * sw - pw));
+        const int64_t o = base + static_cast<int64_t>(p * nq + q) * g.c;
         const Pack<T, V> d = pack_load<V>(dy + o);
+        uint8_t b[V];
+        if constexpr (V == 8) {
+          const uint2 u = *reinterpret_cast<const uint2*>(idx + o);  // c0 and C are multiples of 8: 8-byte aligned
+          memcpy(b, &u, 8);
+        } else {
+#pragma unroll
+          for (int j = 0; j < V; ++j) b[j] = idx[o + j];
+        }
 #pragma unroll
         for (int j = 0; j < V; ++j)
-          if (idx[o + j] == self) acc[j] += to_f32(d.v[j]);
+          if (b[j] == self) acc[j] += to_f32(d.v[j]);
       }
     }
     Pack<T, V> out;
@@ -204,13 +228,13 @@ __global__ void maxpool_bwd_idx_kernel(const Pool2dGeom g, const T* __restrict__
 // VGG's 2x2/2 pools): every input pixel lies in exactly one window, so one thread per OUTPUT pixel chunk reads dy
 // and idx once and writes its kh*kw input pixels, instead of kh*kw threads each re-reading them. Each dx element
 // gets 0 + dy or 0 as in the gather above (so -0 and NaN come out bitwise the same).
-template <class T, int V>
+template <class T, int V, class I>
 __global__ void maxpool_bwd_idx_tiled_kernel(const Pool2dGeom g, const T* __restrict__ dy,
                                              const uint8_t* __restrict__ idx, T* __restrict__ dx) {
-  const int64_t total = g.n * g.p * g.q * (g.c / V);
+  const I total = static_cast<I>(g.n * g.p * g.q * (g.c / V));
   const int kh = static_cast<int>(g.kh), kw = static_cast<int>(g.kw);
-  for (int64_t i = grid_thread_index(); i < total; i += grid_thread_count()) {
-    const PixelChunk o = decode_item<V>(i, g.p, g.q, g.c);
+  for (I i = thread_index<I>(); i < total; i += thread_count<I>()) {
+    const PixelChunk<I> o = decode_item<V>(i, g.p, g.q, g.c);
     const Pack<T, V> d = pack_load<V>(dy + i * V);
     uint8_t b[V];
     if constexpr (V == 8) {
@@ -239,13 +263,13 @@ bool pool_windows_tile(const Pool2dGeom& g) {
 }
 
 // x (N, H, W, C) -> y (N, P, Q, C): window sum in scan order, divided by kh*kw (padding counts as zeros).
-template <class T, int V>
+template <class T, int V, class I>
 __global__ void avgpool_fwd_kernel(const Pool2dGeom g, const T* __restrict__ x, T* __restrict__ y) {
-  const int64_t total = g.n * g.p * g.q * (g.c / V);
+  const I total = static_cast<I>(g.n * g.p * g.q * (g.c / V));
   const float div = static_cast<float>(g.kh * g.kw);
-  for (int64_t i = grid_thread_index(); i < total; i += grid_thread_count()) {
-    const PixelChunk o = decode_item<V>(i, g.p, g.q, g.c);
-    const PoolWindow win = pool2d_window(g, o.a, o.b);
+  for (I i = thread_index<I>(); i < total; i += thread_count<I>()) {
+    const PixelChunk<I> o = decode_item<V>(i, g.p, g.q, g.c);
+    const PoolWindowT<I> win = pool2d_window(g, o.a, o.b);
     const T* xn = x + o.n * g.h * g.w * g.c + o.c0;
     float s[V];
 #pragma unroll
@@ -265,13 +289,13 @@ __global__ void avgpool_fwd_kernel(const Pool2dGeom g, const T* __restrict__ x, 
 }
 
 // dy (N, P, Q, C) -> dx (N, H, W, C): sum of dy over the covering windows, divided by kh*kw.
-template <class T, int V>
+template <class T, int V, class I>
 __global__ void avgpool_bwd_kernel(const Pool2dGeom g, const T* __restrict__ dy, T* __restrict__ dx) {
-  const int64_t total = g.n * g.h * g.w * (g.c / V);
+  const I total = static_cast<I>(g.n * g.h * g.w * (g.c / V));
   const float div = static_cast<float>(g.kh * g.kw);
-  for (int64_t i = grid_thread_index(); i < total; i += grid_thread_count()) {
-    const PixelChunk e = decode_item<V>(i, g.h, g.w, g.c);
-    const PoolCover cov = pool2d_cover(g, e.a, e.b);
+  for (I i = thread_index<I>(); i < total; i += thread_count<I>()) {
+    const PixelChunk<I> e = decode_item<V>(i, g.h, g.w, g.c);
+    const PoolCoverT<I> cov = pool2d_cover(g, e.a, e.b);
     const T* dyn = dy + e.n * g.p * g.q * g.c + e.c0;
     float s[V];
 #pragma unroll
@@ -340,6 +364,22 @@ Status with_channel_vec(int64_t c, const void* a, const void* b, const void* d, 
   return f(std::integral_constant<int, 1>{});
 }
 
+// Calls f(vector width, index type tag) for a pool launch over g: the channel vector as with_channel_vec, and
+// int32_t when every flat element index of input and output stays below 2^30 (so that a grid-stride step past the
+// end cannot overflow either), else int64_t.
+template <class I>
+struct IndexTag {
+  using type = I;
+};
+template <class T, class F>
+Status with_vec_and_index(const Pool2dGeom& g, const void* a, const void* b, const void* d, F&& f) {
+  return with_channel_vec<T>(g.c, a, b, d, [&](auto vec) {
+    const int64_t most = std::max(g.n * g.h * g.w * g.c, g.n * g.p * g.q * g.c);
+    if (most < (int64_t{1} << 30)) return f(vec, IndexTag<int32_t>{});
+    return f(vec, IndexTag<int64_t>{});
+  });
+}
+
 // True when g is exactly what pool2d_geom_finish makes of its inputs (guards against stale or hand-made p, q).
 bool geom_is_finished(const Pool2dGeom& g) {
   Pool2dGeom f = g;
@@ -353,9 +393,10 @@ Status maxpool2d_fwd_cuda(cudaStream_t s, const Pool2dGeom& g, const void* x, vo
   TRCTL_CUDA_ARG_CHECK(x && y, "maxpool2d_fwd_cuda: null pointer");
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return with_channel_vec<T>(g.c, x, y, nullptr, [&](auto vec) {
+    return with_vec_and_index<T>(g, x, y, nullptr, [&](auto vec, auto it) {
       constexpr int V = decltype(vec)::value;
-      maxpool_fwd_kernel<T, V><<<elementwise_grid(g.n * g.p * g.q * (g.c / V)), kElementwiseBlock, 0, s>>>(
+      using I = typename decltype(it)::type;
+      maxpool_fwd_kernel<T, V, I><<<elementwise_grid(g.n * g.p * g.q * (g.c / V)), kElementwiseBlock, 0, s>>>(
           g, static_cast<const T*>(x), static_cast<T*>(y));
       return TRCTL_CUDA_LAUNCH_STATUS("maxpool_fwd_kernel");
     });
@@ -367,9 +408,10 @@ Status maxpool2d_bwd_cuda(cudaStream_t s, const Pool2dGeom& g, const void* dy, c
   TRCTL_CUDA_ARG_CHECK(dy && x && dx, "maxpool2d_bwd_cuda: null pointer");
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return with_channel_vec<T>(g.c, dy, x, dx, [&](auto vec) {
+    return with_vec_and_index<T>(g, dy, x, dx, [&](auto vec, auto it) {
       constexpr int V = decltype(vec)::value;
-      maxpool_bwd_kernel<T, V><<<elementwise_grid(g.n * g.h * g.w * (g.c / V)), kElementwiseBlock, 0, s>>>(
+      using I = typename decltype(it)::type;
+      maxpool_bwd_kernel<T, V, I><<<elementwise_grid(g.n * g.h * g.w * (g.c / V)), kElementwiseBlock, 0, s>>>(
           g, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<T*>(dx));
       return TRCTL_CUDA_LAUNCH_STATUS("maxpool_bwd_kernel");
     });
@@ -384,9 +426,10 @@ Status maxpool2d_fwd_idx_cuda(cudaStream_t s, const Pool2dGeom& g, const void* x
   TRCTL_CUDA_ARG_CHECK(gpu_aligned(8, idx), "maxpool2d_fwd_idx_cuda: idx not 8-byte aligned");
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return with_channel_vec<T>(g.c, x, y, nullptr, [&](auto vec) {
+    return with_vec_and_index<T>(g, x, y, nullptr, [&](auto vec, auto it) {
       constexpr int V = decltype(vec)::value;
-      maxpool_fwd_idx_kernel<T, V><<<elementwise_grid(g.n * g.p * g.q * (g.c / V)), kElementwiseBlock, 0, s>>>(
+      using I = typename decltype(it)::type;
+      maxpool_fwd_idx_kernel<T, V, I><<<elementwise_grid(g.n * g.p * g.q * (g.c / V)), kElementwiseBlock, 0, s>>>(
           g, static_cast<const T*>(x), static_cast<T*>(y), idx);
       return TRCTL_CUDA_LAUNCH_STATUS("maxpool_fwd_idx_kernel");
     });
@@ -398,16 +441,18 @@ Status maxpool2d_bwd_idx_cuda(cudaStream_t s, const Pool2dGeom& g, const void* d
   TRCTL_CUDA_ARG_CHECK(geom_is_finished(g), "maxpool2d_bwd_idx_cuda: invalid or unfinished Pool2dGeom");
   TRCTL_CUDA_ARG_CHECK(g.kh * g.kw <= 256, "maxpool2d_bwd_idx_cuda: window larger than 256 elements");
   TRCTL_CUDA_ARG_CHECK(dy && idx && dx, "maxpool2d_bwd_idx_cuda: null pointer");
+  TRCTL_CUDA_ARG_CHECK(gpu_aligned(8, idx), "maxpool2d_bwd_idx_cuda: idx not 8-byte aligned");
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return with_channel_vec<T>(g.c, dy, dx, nullptr, [&](auto vec) {
+    return with_vec_and_index<T>(g, dy, dx, nullptr, [&](auto vec, auto it) {
       constexpr int V = decltype(vec)::value;
+      using I = typename decltype(it)::type;
       if (pool_windows_tile(g)) {
-        maxpool_bwd_idx_tiled_kernel<T, V><<<elementwise_grid(g.n * g.p * g.q * (g.c / V)), kElementwiseBlock, 0,
+        maxpool_bwd_idx_tiled_kernel<T, V, I><<<elementwise_grid(g.n * g.p * g.q * (g.c / V)), kElementwiseBlock, 0,
                                              s>>>(g, static_cast<const T*>(dy), idx, static_cast<T*>(dx));
         return TRCTL_CUDA_LAUNCH_STATUS("maxpool_bwd_idx_tiled_kernel");
       }
-      maxpool_bwd_idx_kernel<T, V><<<elementwise_grid(g.n * g.h * g.w * (g.c / V)), kElementwiseBlock, 0, s>>>(
+      maxpool_bwd_idx_kernel<T, V, I><<<elementwise_grid(g.n * g.h * g.w * (g.c / V)), kElementwiseBlock, 0, s>>>(
           g, static_cast<const T*>(dy), idx, static_cast<T*>(dx));
       return TRCTL_CUDA_LAUNCH_STATUS("maxpool_bwd_idx_kernel");
     });
@@ -419,9 +464,10 @@ Status avgpool2d_fwd_cuda(cudaStream_t s, const Pool2dGeom& g, const void* x, vo
   TRCTL_CUDA_ARG_CHECK(x && y, "avgpool2d_fwd_cuda: null pointer");
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return with_channel_vec<T>(g.c, x, y, nullptr, [&](auto vec) {
+    return with_vec_and_index<T>(g, x, y, nullptr, [&](auto vec, auto it) {
       constexpr int V = decltype(vec)::value;
-      avgpool_fwd_kernel<T, V><<<elementwise_grid(g.n * g.p * g.q * (g.c / V)), kElementwiseBlock, 0, s>>>(
+      using I = typename decltype(it)::type;
+      avgpool_fwd_kernel<T, V, I><<<elementwise_grid(g.n * g.p * g.q * (g.c / V)), kElementwiseBlock, 0, s>>>(
           g, static_cast<const T*>(x), static_cast<T*>(y));
       return TRCTL_CUDA_LAUNCH_STATUS("avgpool_fwd_kernel");
     });
@@ -433,9 +479,10 @@ Status avgpool2d_bwd_cuda(cudaStream_t s, const Pool2dGeom& g, const void* dy, v
   TRCTL_CUDA_ARG_CHECK(dy && dx, "avgpool2d_bwd_cuda: null pointer");
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return with_channel_vec<T>(g.c, dy, dx, nullptr, [&](auto vec) {
+    return with_vec_and_index<T>(g, dy, dx, nullptr, [&](auto vec, auto it) {
       constexpr int V = decltype(vec)::value;
-      avgpool_bwd_kernel<T, V><<<elementwise_grid(g.n * g.h * g.w * (g.c / V)), kElementwiseBlock, 0, s>>>(
+      using I = typename decltype(it)::type;
+      avgpool_bwd_kernel<T, V, I><<<elementwise_grid(g.n * g.h * g.w * (g.c / V)), kElementwiseBlock, 0, s>>>(
           g, static_cast<const T*>(dy), static_cast<T*>(dx));
       return TRCTL_CUDA_LAUNCH_STATUS("avgpool_bwd_kernel");
     });

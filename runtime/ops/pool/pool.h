@@ -50,38 +50,48 @@ template <class T>
 void global_avgpool_grad_cpu(const T* dy, T* dx, int64_t n, int64_t hw, int64_t c);
 
 // The valid input rows [h0, h1) x cols [w0, w1) of output window (p, q), padding clipped away; shared by the CPU
-// and GPU code so that both scan windows in the same order.
-struct PoolWindow {
-  int64_t h0, h1, w0, w1;
+// and GPU code so that both scan windows in the same order. I: the index type (int64_t; the CUDA kernels use
+// int32_t when every flat index fits, since 64-bit division dominates their time).
+template <class I>
+struct PoolWindowT {
+  I h0, h1, w0, w1;
 };
+using PoolWindow = PoolWindowT<int64_t>;
+template <class I>
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-inline PoolWindow pool2d_window(const Pool2dGeom& g, int64_t p, int64_t q) {
-  const int64_t hs = p * g.sh - g.ph, ws = q * g.sw - g.pw;
-  PoolWindow r;
+inline PoolWindowT<I> pool2d_window(const Pool2dGeom& g, I p, I q) {
+  const I hs = p * static_cast<I>(g.sh) - static_cast<I>(g.ph), ws = q * static_cast<I>(g.sw) - static_cast<I>(g.pw);
+  const I kh = static_cast<I>(g.kh), kw = static_cast<I>(g.kw), h = static_cast<I>(g.h), w = static_cast<I>(g.w);
+  PoolWindowT<I> r;
   r.h0 = hs < 0 ? 0 : hs;
   r.w0 = ws < 0 ? 0 : ws;
-  r.h1 = hs + g.kh < g.h ? hs + g.kh : g.h;
-  r.w1 = ws + g.kw < g.w ? ws + g.kw : g.w;
+  r.h1 = hs + kh < h ? hs + kh : h;
+  r.w1 = ws + kw < w ? ws + kw : w;
   return r;
 }
 
 // The output windows [p0, p1) x [q0, q1) that contain input element (h, w): the gather form of the backward.
-struct PoolCover {
-  int64_t p0, p1, q0, q1;
+template <class I>
+struct PoolCoverT {
+  I p0, p1, q0, q1;
 };
+using PoolCover = PoolCoverT<int64_t>;
+template <class I>
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-inline PoolCover pool2d_cover(const Pool2dGeom& g, int64_t h, int64_t w) {
+inline PoolCoverT<I> pool2d_cover(const Pool2dGeom& g, I h, I w) {
   // Window p spans padded rows [p*sh, p*sh + kh); padded row of h is h + ph.
-  const int64_t hp = h + g.ph, wp = w + g.pw;
-  PoolCover r;
-  r.p0 = hp < g.kh ? 0 : (hp - g.kh) / g.sh + 1;
-  r.q0 = wp < g.kw ? 0 : (wp - g.kw) / g.sw + 1;
-  r.p1 = hp / g.sh + 1 < g.p ? hp / g.sh + 1 : g.p;
-  r.q1 = wp / g.sw + 1 < g.q ? wp / g.sw + 1 : g.q;
+  const I kh = static_cast<I>(g.kh), kw = static_cast<I>(g.kw), sh = static_cast<I>(g.sh), sw = static_cast<I>(g.sw);
+  const I np = static_cast<I>(g.p), nq = static_cast<I>(g.q);
+  const I hp = h + static_cast<I>(g.ph), wp = w + static_cast<I>(g.pw);
+  PoolCoverT<I> r;
+  r.p0 = hp < kh ? 0 : (hp - kh) / sh + 1;
+  r.q0 = wp < kw ? 0 : (wp - kw) / sw + 1;
+  r.p1 = hp / sh + 1 < np ? hp / sh + 1 : np;
+  r.q1 = wp / sw + 1 < nq ? wp / sw + 1 : nq;
   return r;
 }
 
