@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""How far each op kind of a training step is from its roofline, from `trctl bench CFG --layers --json` output.
+
+    tools/roofline.py LAYERS.json [--bw GB/s] [--tflops TFLOP/s] [--top N]
+
+Per node, the roofline time is max(flops / peak, bytes / bandwidth): `bytes` is what the node must read and write
+at least once (its inputs and outputs, docs/bench.md), `flops` its matrix work. Defaults are the H200's ceilings
+that `trctl bench kernels` measured (device copy 4,084 GB/s, cuBLASLt f16 GEMM 795 TFLOP/s, RESULTS.md runs 26/27);
+pass the ones of the same run when you have them. Prints a markdown table by op kind: nodes, measured ms, share
+of the node sum, roofline ms, measured / roofline, and the gap (measured - roofline), biggest gap first; then the
+N nodes with the biggest gaps, and the step at roofline (what the model would reach if every node ran at its
+ceiling with the same graph: passes that a fusion would remove still count). Standard library only.
+"""
+import argparse
+import json
+import sys
+from collections import OrderedDict
+
+
+def roofline_ms(node, bw_gbs, tflops):
+    t_bytes = node.get("bytes", 0) / (bw_gbs * 1e9) * 1e3
+    t_flops = node.get("flops", 0) / (tflops * 1e12) * 1e3
+    return max(t_bytes, t_flops)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("layers_json")
+    ap.add_argument("--bw", type=float, default=4084.0, help="memory bandwidth ceiling, GB/s")
+    ap.add_argument("--tflops", type=float, default=795.0, help="matrix ceiling, TFLOP/s")
+    ap.add_argument("--top", type=int, default=10, help="nodes with the largest gaps to list")
+    a = ap.parse_args(argv)
+    try:
+        with open(a.layers_json) as f:
+            doc = json.load(f)
+        nodes = doc["nodes"]
+        metrics = {m["name"]: m["value"] for m in doc.get("metrics", [])}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print("error: %s: not a `trctl bench --layers --json` result (%s)" % (a.layers_json, e), file=sys.stderr)
+        return 2
+    kinds = OrderedDict()
+    for n in nodes:
+        k = kinds.setdefault(n["op"], {"count": 0, "ms": 0.0, "roof": 0.0})
+        k["count"] += 1
+        k["ms"] += n["ms"]
+        k["roof"] += roofline_ms(n, a.bw, a.tflops)
+    total = sum(k["ms"] for k in kinds.values())
+    roof_total = sum(k["roof"] for k in kinds.values())
+    src = ", ".join(doc.get("sources", []))
+    print("%s (commit %s, %s, batch %s): ceilings %.0f GB/s, %.0f TFLOP/s" %
+          (src, doc.get("commit", "?"), doc.get("machine", {}).get("gpu", "?"), doc.get("batch", "?"), a.bw, a.tflops))
+    print()
+    print("| op kind | nodes | ms | share | roofline ms | measured / roofline | gap ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, k in sorted(kinds.items(), key=lambda kv: -(kv[1]["ms"] - kv[1]["roof"])):
+        if k["ms"] <= 0:
+            continue
+        ratio = "%.2f" % (k["ms"] / k["roof"]) if k["roof"] > 0 else "-"
+        print("| %s | %d | %.3f | %.1f%% | %.3f | %s | %.3f |" %
+              (name, k["count"], k["ms"], 100 * k["ms"] / total, k["roof"], ratio, k["ms"] - k["roof"]))
+    print("| **node sum** | %d | %.3f | 100%% | %.3f | %.2f | %.3f |" %
+          (len(nodes), total, roof_total, total / roof_total if roof_total else 0, total - roof_total))
+    print()
+    step = metrics.get("step_ms")
+    batch = doc.get("batch")
+    if step and batch:
+        print("Step (captured graph replay): %.3f ms = %.0f img/s; every node at its roofline: %.3f ms = %.0f img/s." %
+              (step, batch / step * 1e3, roof_total, batch / roof_total * 1e3 if roof_total else 0))
+        print()
+    print("Largest gaps (node, op, shape, ms, roofline ms, ratio):")
+    gaps = sorted(nodes, key=lambda n: -(n["ms"] - roofline_ms(n, a.bw, a.tflops)))
+    for n in gaps[:a.top]:
+        r = roofline_ms(n, a.bw, a.tflops)
+        print("- %s, %s %s: %.3f ms vs %.3f (%s)" % (n["name"], n["op"], n["shape"], n["ms"], r,
+                                                    "%.1fx" % (n["ms"] / r) if r > 0 else "-"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
