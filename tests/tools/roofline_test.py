@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""tools/roofline.py on a hand-made `bench --layers` JSON: per node the roofline is max(flops / peak, bytes / bw),
+op kinds sum their nodes, the table is ordered by gap, the step-at-roofline line uses the result's batch, and a
+file that is not a layers result exits 2 with the file named. Run by ctest ("tools: roofline"); stdlib only."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOOL = os.path.join(ROOT, "tools", "roofline.py")
+failures = []
+
+
+def check(name, ok, detail=""):
+    print("%s: %s" % ("ok  " if ok else "FAIL", name))
+    if not ok:
+        failures.append(name)
+        if detail:
+            print("  " + detail.replace("\n", "\n  "))
+
+
+def main():
+    # bandwidth 1000 GB/s = 1e9 bytes per ms; peak 1 TFLOP/s = 1e9 flops per ms
+    doc = {
+        "schema": "trctl-bench/1", "suite": "layers", "sources": ["configs/x.yaml"], "commit": "abc",
+        "machine": {"gpu": "TestGPU"}, "batch": 100, "reps": 1,
+        "metrics": [{"name": "step_ms", "value": 10.0, "unit": "ms", "better": "lower"}],
+        "nodes": [
+            {"name": "bn1", "op": "batch_norm", "shape": "(4, 4)", "ms": 3.0, "flops": 0, "bytes": 1e9},   # roof 1
+            {"name": "bn2", "op": "batch_norm", "shape": "(4, 4)", "ms": 2.0, "flops": 0, "bytes": 1e9},   # roof 1
+            {"name": "conv", "op": "conv2d", "shape": "(4, 4)", "ms": 4.0, "flops": 2e9, "bytes": 1e9},    # roof 2
+            {"name": "flat", "op": "flatten", "shape": "(4, 4)", "ms": 0.0, "flops": 0, "bytes": 0},
+        ],
+    }
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "layers.json")
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        r = subprocess.run([sys.executable, TOOL, path, "--bw", "1000", "--tflops", "1"], capture_output=True, text=True)
+        out = r.stdout
+        check("exit 0", r.returncode == 0, r.stderr)
+        check("batch norm: 2 nodes, 5 ms, roofline 2 ms, 2.50x, gap 3 ms",
+              "| batch_norm | 2 | 5.000 | 55.6% | 2.000 | 2.50 | 3.000 |" in out, out)
+        check("conv: roofline from flops (2 ms), not bytes (1 ms)", "| conv2d | 1 | 4.000 | 44.4% | 2.000 | 2.00 | 2.000 |" in out, out)
+        check("largest gap first", out.index("| batch_norm |") < out.index("| conv2d |"), out)
+        check("zero-time kinds left out", "| flatten |" not in out, out)
+        check("node sum", "| **node sum** | 4 | 9.000 | 100% | 4.000 | 2.25 | 5.000 |" in out, out)
+        check("step at roofline", "10.000 ms = 10000 img/s; every node at its roofline: 4.000 ms = 25000 img/s" in out, out)
+        check("largest node gap listed first", out.index("- bn1,") < out.index("- conv,"), out)
+        bad = os.path.join(d, "bad.json")
+        with open(bad, "w") as f:
+            f.write("{\"schema\": 1}")
+        r = subprocess.run([sys.executable, TOOL, bad], capture_output=True, text=True)
+        check("not a layers result: exit 2, file named", r.returncode == 2 and "bad.json" in r.stderr, r.stderr)
+    print("%d failed" % len(failures) if failures else "all passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
