@@ -15,6 +15,7 @@
 #include "dataio/transforms.h"
 #include "runtime/ops/conv2d/conv2d.h"
 #include "runtime/ops/pool/pool.h"
+#include "runtime/run_facts.h"  // ConvAlgoSources
 
 namespace trctl {
 
@@ -111,6 +112,9 @@ class Backend {
   virtual Result<StepProfile> profile(int program, int reps);
   // One line on the device memory the backend holds (empty where there is nothing to say), for the run log.
   virtual std::string memory_report() { return ""; }
+  // Where the algorithms of the backend's cuDNN convolution plans came from (autotune cache or heuristics), known
+  // once the backend is made; the trainer records it in run.json. nullptr: the backend has no such choice (cpu).
+  virtual const ConvAlgoSources* conv_algo_sources() const { return nullptr; }
 
   // ---- Device-resident data (small datasets): the backend keeps the uint8 images and labels of a split and
   // runs the split's transform pipeline itself, as the first step of every program run, so that no batch crosses

@@ -432,8 +432,9 @@ Status cudnn_conv_autotune(cudnnHandle_t h, const ConvDesc& d, AutotuneCache& ca
 }
 
 Result<CudnnConvPlan> cudnn_conv_plan_cached(cudnnHandle_t h, const ConvDesc& d, const AutotuneCache& cache,
-                                             size_t max_workspace) {
+                                             size_t max_workspace, std::array<bool, 3>* from_cache) {
   std::array<ConvAlgoFixed, 3> fixed;
+  if (from_cache) from_cache->fill(false);
   if (!cache.entries.empty()) {  // an empty cache needs no device query: plain heuristics
     Result<AutotuneDevice> dev = autotune_device_current();
     if (!dev.ok()) return dev.errors();
@@ -445,6 +446,7 @@ Result<CudnnConvPlan> cudnn_conv_plan_cached(cudnnHandle_t h, const ConvDesc& d,
       f.algo = it->second.algo;
       f.math = static_cast<cudnnMathType_t>(it->second.math);
       f.origin = "autotune cache entry '" + key + "'";
+      if (from_cache) (*from_cache)[static_cast<int>(dir)] = true;
     }
   }
   return cudnn_conv_plan_fixed(h, d, fixed, max_workspace);
@@ -460,6 +462,7 @@ Status conv_autotune_spec(const Compiled& c, const std::string& path, std::strin
   d.io = prec == Precision::Fp16 ? GpuDType::F16 : prec == Precision::Bf16 ? GpuDType::BF16 : GpuDType::F32;
   d.tf32 = prec == Precision::Tf32;
   d.deterministic = c.spec.train.deterministic;
+  const bool lowp = prec == Precision::Fp16 || prec == Precision::Bf16;
   const AutotuneDevice none;
   std::set<std::string> seen;  // geometries already measured
   for (const Program& p : c.graph.programs)
@@ -467,6 +470,9 @@ Status conv_autotune_spec(const Compiled& c, const std::string& path, std::strin
       ValueId x = 0, w = 0;
       if (!conv_node_operands(n, &x, &w)) continue;
       d.g = conv2d_geom_of(c.graph, n, x, w);
+      // The backend plans the forward and data gradient of an AMP conv over C % 8 != 0 channels (an RGB stem) with
+      // C padded to a multiple of 8 (CudaBackend::padded_channels): measure that geometry, so its key is found.
+      if (lowp && n.op != OpKind::Conv2dGradWeight && d.g.groups == 1 && d.g.c % 8 != 0) d.g.c = (d.g.c + 7) / 8 * 8;
       if (!seen.insert(autotune_key(none, ConvDir::Fwd, d)).second) continue;
       if (Status st = autotune_one(ctx.value().cudnn, d, cache.value(), size_t{256} << 20, report); !st) return st;
     }

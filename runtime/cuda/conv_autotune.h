@@ -14,6 +14,7 @@
 #pragma once
 #include <cudnn.h>
 
+#include <array>
 #include <cstddef>
 #include <map>
 #include <string>
@@ -66,15 +67,18 @@ Status cudnn_conv_autotune(cudnnHandle_t h, const ConvDesc& d, AutotuneCache& ca
 
 // Plan like cudnn_conv_plan, but each direction found in the cache uses the cached choice (validated: cuDNN must
 // accept it for these descriptors; an entry cuDNN refuses is an error naming its key); directions not in the
-// cache fall back to the heuristics.
+// cache fall back to the heuristics. from_cache (may be nullptr) gets, per direction (ConvDir order), whether the
+// cache held its key (the dgrad entry of a desc without need_dgrad included, though that direction is not planned).
 Result<CudnnConvPlan> cudnn_conv_plan_cached(cudnnHandle_t h, const ConvDesc& d, const AutotuneCache& cache,
-                                             size_t max_workspace = size_t{256} << 20);
+                                             size_t max_workspace = size_t{256} << 20,
+                                             std::array<bool, 3>* from_cache = nullptr);
 
 // For `trctl bench CFG --autotune`: every distinct conv geometry of every program of c, with the ConvDesc that
 // CudaBackend::plan_cnn builds (io = the AMP dtype of c.spec.train.precision, tf32 when precision is tf32,
-// deterministic = c.spec.train.deterministic), measured on device 0 and merged into the cache at `path` (other
-// entries kept). `report` (may be nullptr) gets one line per direction and geometry: the chosen algorithm and its
-// time, and the heuristic's algorithm with its measured time for comparison.
+// deterministic = c.spec.train.deterministic; under AMP the forward and data gradient of a conv over C % 8 != 0
+// channels with C padded to a multiple of 8, as the backend plans them), measured on device 0 and merged into the
+// cache at `path` (other entries kept). `report` (may be nullptr) gets one line per direction and geometry: the
+// chosen algorithm and its time, and the heuristic's algorithm with its measured time for comparison.
 Status conv_autotune_spec(const Compiled& c, const std::string& path, std::string* report);
 
 }  // namespace trctl

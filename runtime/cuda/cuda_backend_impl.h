@@ -85,6 +85,7 @@ class CudaBackend final : public Backend {
   Status restore_state(const TrainState& s) override;
   Status seek_resident(DataSplit split, int64_t position) override;
   std::string memory_report() override;
+  const ConvAlgoSources* conv_algo_sources() const override { return &conv_sources_; }
   Result<StepProfile> profile(int program, int reps) override;
   Status upload_split(DataSplit split, const ImageDataset& data, const TransformPipeline& tf) override;
   Status begin_epoch(DataSplit split, uint32_t epoch, const std::vector<int64_t>& order) override;
@@ -161,6 +162,7 @@ class CudaBackend final : public Backend {
     return nullptr;
   }
   std::map<std::string, CudnnConvPlan> conv_;  // by geometry key (cudnn_conv_describe's input part)
+  ConvAlgoSources conv_sources_;                // where conv_'s algorithms came from (plan_cnn)
   void* conv_ws_ = nullptr;                     // one cuDNN workspace: the step's launches run one after another
   size_t conv_ws_bytes_ = 0;
   void* bn_ws_ = nullptr;                       // batch norm's per-channel partial sums

@@ -4,6 +4,8 @@
 // residual / gradient-sum add. Activations are in the AMP dtype; parameters, their gradients, the batch-norm
 // statistics and running statistics in fp32.
 #include <algorithm>
+#include <array>
+#include <filesystem>
 #include <set>
 
 #include "runtime/cuda/conv_autotune.h"
@@ -60,12 +62,15 @@ Conv2dGeom CudaBackend::planned_geom(const Node& n) const {
 // Conv plans for every conv node of every program (train and train_last differ in N), the largest workspace any
 // of them needs, batch norm's workspace, and (AMP) the scratch for a weight gradient before its cast to fp32.
 // Each direction runs the algorithm measured by `trctl bench CFG --autotune` when the autotune cache
-// (autotune_cache_path(), read once, before the first conv) has it, else the heuristics' choice.
+// (autotune_cache_path(), read once, before the first conv) has it, else the heuristics' choice; conv_sources_
+// counts the plans of each origin (run.json's conv_algorithms).
 Status CudaBackend::plan_cnn() {
   ConvDesc d;
   d.io = act_type();
   d.tf32 = amp_ == Precision::Tf32;
   d.deterministic = c_.spec.train.deterministic;
+  conv_sources_ = ConvAlgoSources{};
+  conv_sources_.deterministic = d.deterministic;
   int64_t max_dw = 0;
   std::string cache_path;
   Result<AutotuneCache> cache = AutotuneCache{};
@@ -92,14 +97,20 @@ Status CudaBackend::plan_cnn() {
             cache = autotune_cache_load(cache_path);
             if (!cache.ok()) return cache.errors();
             cache_loaded = true;
+            std::error_code ec;
+            conv_sources_.cache = cache_path;
+            conv_sources_.cache_exists = !cache_path.empty() && std::filesystem::exists(cache_path, ec);
           }
-          Result<CudnnConvPlan> plan = cudnn_conv_plan_cached(ctx_.cudnn, d, cache.value());
+          std::array<bool, 3> cached{};
+          Result<CudnnConvPlan> plan =
+              cudnn_conv_plan_cached(ctx_.cudnn, d, cache.value(), size_t{256} << 20, &cached);
           if (!plan.ok()) {
             std::vector<Error> errs = plan.errors();
             if (!cache.value().entries.empty())
               for (Error& e : errs) e.message += " (autotune cache " + cache_path + ")";
             return errs;
           }
+          conv_algo_sources_add(conv_sources_, {true, d.need_dgrad, true}, cached);
           conv_ws_bytes_ = std::max(conv_ws_bytes_, cudnn_conv_workspace_bytes(plan.value()));
           conv_.emplace(key, std::move(plan.value()));
         }

@@ -1,4 +1,4 @@
-// Readers of trctl run directories (config.resolved.yaml, plan.txt, metrics.jsonl or summary.csv) and of
+// Readers of trctl run directories (config.resolved.yaml, plan.txt, run.json, metrics.jsonl or summary.csv) and of
 // trctl-bench-result JSON files into ToolResult; per-run figures, grouping, spreads and time to accuracy.
 #include "runtime/report/report_data.h"
 
@@ -225,8 +225,17 @@ Result<ToolResult> report_read_run_dir(const std::string& dir) {
     if (!p.ok()) return p.errors();
     plan = p.value();
   }
-  Result<std::vector<RecipeItem>> recipe =
-      recipe_from_trctl(config.value(), (d / "config.resolved.yaml").string(), plan);
+  RunFacts facts;  // run.json: the backend and its convolution algorithms' source (older run dirs have none)
+  const bool has_facts = fs::exists(d / "run.json", ec);
+  if (has_facts) {
+    Result<std::string> text = read_text((d / "run.json").string());
+    if (!text.ok()) return text.errors();
+    Result<RunFacts> f = run_facts_parse(text.value(), (d / "run.json").string());
+    if (!f.ok()) return f.errors();
+    facts = std::move(f.value());
+  }
+  Result<std::vector<RecipeItem>> recipe = recipe_from_trctl(config.value(), (d / "config.resolved.yaml").string(),
+                                                             plan, has_facts ? &facts : nullptr);
   if (!recipe.ok()) return recipe.errors();
   const std::string metrics = (d / "metrics.jsonl").string(), summary = (d / "summary.csv").string();
   const bool has_jsonl = fs::exists(metrics, ec);

@@ -47,8 +47,8 @@ struct ToolResult {
   bool synthetic = false;
 };
 
-// A trctl run directory: config.resolved.yaml (the recipe, with plan.txt when present), metrics.jsonl's epoch
-// records (summary.csv when metrics.jsonl is missing). Errors name the file.
+// A trctl run directory: config.resolved.yaml (the recipe, with plan.txt and run.json when present),
+// metrics.jsonl's epoch records (summary.csv when metrics.jsonl is missing). Errors name the file.
 Result<ToolResult> report_read_run_dir(const std::string& dir);
 
 // A result file in the trctl-bench-result schema (any tool). Errors name the file and the offset or JSON path.

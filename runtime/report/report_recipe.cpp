@@ -1,5 +1,6 @@
 // recipe_keys (the fairness-table items) and recipe_from_trctl: trctl's side of each item, from the resolved
-// config and plan.txt, worded in the vocabulary that benchmarks/pytorch_mlp_fmnist.py writes for PyTorch's side.
+// config, plan.txt and run.json, worded in the vocabulary that benchmarks/pytorch_mlp_fmnist.py writes for
+// PyTorch's side.
 #include "runtime/report/report_recipe.h"
 
 #include <yaml-cpp/yaml.h>
@@ -240,8 +241,10 @@ std::string precision_text(const std::string& p, BackendKind be) {
   return p;
 }
 
-BackendKind backend_of(const YAML::Node& train, const PlanFacts& plan) {
+BackendKind backend_of(const YAML::Node& train, const PlanFacts& plan, const RunFacts* facts) {
   const std::string device = text(train, "device"), p = text(train, "precision");
+  if (facts && facts->backend == "cpu") return BackendKind::Cpu;  // run.json names it (newer run dirs)
+  if (facts && facts->backend == "cuda") return BackendKind::Cuda;
   if (device == "cpu") return BackendKind::Cpu;
   if (device == "cuda" || plan.storage == "f16" || plan.storage == "bf16") return BackendKind::Cuda;
   if ((p == "fp16" || p == "bf16") && plan.storage == "f32") return BackendKind::Cpu;  // AMP storage only on cuda
@@ -263,9 +266,33 @@ void add_backend_items(std::vector<RecipeItem>& r, const YAML::Node& train, Back
   r.push_back({"epoch_time", "training + validation"});
 }
 
-std::vector<RecipeItem> items_of(const YAML::Node& y, const PlanFacts& plan) {
+// The conv_algorithms item: cuDNN's candidates (the determinism switch) and where each plan's algorithm came from,
+// counted by the CUDA backend into run.json; a run dir without that record says what the config implies.
+std::string conv_algorithms_text(const YAML::Node& train, BackendKind be, const RunFacts* facts) {
+  if (be == BackendKind::Cpu) return "the cpu backend's own convolution";
+  const bool det = text(train, "deterministic") != "false";
+  const std::string which =
+      std::string("cuDNN, ") + (det ? "deterministic algorithms only" : "any algorithm (train.deterministic: false)");
+  if (!facts || !facts->has_conv)
+    return which + ": from the autotune cache (trctl bench --autotune) when it holds the shape, else cuDNN's "
+                   "heuristics; chosen at compile time";
+  const ConvAlgoSources& c = facts->conv;
+  const std::string n = std::to_string(c.from_cache + c.from_heuristics);
+  const std::string measured = " from the autotune cache (measured by trctl bench --autotune)";
+  const std::string source = conv_algo_source(c);
+  if (source == "none") return which + ": no cuDNN convolution plans (1x1 convolutions run as cuBLASLt GEMMs)";
+  const std::string out = which + ", chosen at compile time: ";
+  if (source == "autotune cache") return out + n + " of " + n + " plans" + measured;
+  if (source == "heuristics")
+    return out + n + " of " + n + " plans from cuDNN's heuristics" +
+           (c.cache_exists ? " (the autotune cache holds none of these shapes)" : " (no autotune cache file)");
+  return out + std::to_string(c.from_cache) + " of " + n + " plans" + measured + ", " +
+         std::to_string(c.from_heuristics) + " from cuDNN's heuristics (shapes the cache does not hold)";
+}
+
+std::vector<RecipeItem> items_of(const YAML::Node& y, const PlanFacts& plan, const RunFacts* facts) {
   const YAML::Node d = y["data"], m = y["model"], o = y["optimizer"], s = y["scheduler"], t = y["train"];
-  const BackendKind be = backend_of(t, plan);
+  const BackendKind be = backend_of(t, plan, facts);
   std::vector<RecipeItem> r;
   r.push_back({"framework", "trctl"});
   r.push_back({"dataset", dataset_text(d)});
@@ -294,16 +321,7 @@ std::vector<RecipeItem> items_of(const YAML::Node& y, const PlanFacts& plan) {
   add_backend_items(r, t, be);
   if (image_layers(m["layers"])) {
     r.push_back({"memory_format", "channels_last (NHWC)"});
-    // What the run directory can say about the convolution algorithms: the determinism switch. Whether an autotune
-    // cache was present is not recorded (docs/report.md).
-    const bool det = text(t, "deterministic") != "false";
-    const std::string which = det ? "deterministic algorithms only" : "any algorithm (train.deterministic: false)";
-    if (be != BackendKind::Cpu)
-      r.push_back({"conv_algorithms", "cuDNN, " + which +
-                                          ": from the autotune cache (trctl bench --autotune) when it holds the shape, "
-                                          "else cuDNN's heuristics; chosen at compile time"});
-    else
-      r.push_back({"conv_algorithms", "the cpu backend's own convolution"});
+    r.push_back({"conv_algorithms", conv_algorithms_text(t, be, facts)});
   }
   r.push_back({"data_loading", data_loading_text(d, be)});
   r.push_back({"seed", text(y, "seed")});
@@ -313,14 +331,14 @@ std::vector<RecipeItem> items_of(const YAML::Node& y, const PlanFacts& plan) {
 }  // namespace
 
 Result<std::vector<RecipeItem>> recipe_from_trctl(const std::string& config_text, const std::string& config_path,
-                                                  const std::string& plan_text) {
+                                                  const std::string& plan_text, const RunFacts* facts) {
   try {
     const YAML::Node y = YAML::Load(config_text);
     for (const char* section : {"data", "model", "loss", "optimizer", "scheduler", "train"})
       if (!y[section] || !y[section].IsMap())
         return Error{ErrCode::Missing, config_path,
                      std::string("no '") + section + "' section: not a resolved trctl config"};
-    return items_of(y, plan_facts(plan_text));
+    return items_of(y, plan_facts(plan_text), facts);
   } catch (const YAML::Exception& e) {
     return Error{ErrCode::Syntax,
                  config_path + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1),

@@ -1,10 +1,11 @@
 // The fairness-table vocabulary (docs/report.md): each recipe item's key, its label and whether a difference in
-// it matters, and trctl's side of every item, derived from a run's config.resolved.yaml and plan.txt.
+// it matters, and trctl's side of every item, derived from a run's config.resolved.yaml, plan.txt and run.json.
 #pragma once
 #include <string>
 #include <vector>
 
 #include "runtime/report/report_data.h"
+#include "runtime/run_facts.h"
 
 namespace trctl {
 
@@ -23,8 +24,9 @@ const RecipeKey* recipe_key(const std::string& key);  // nullptr for an undocume
 std::string recipe_number(double v);
 
 // trctl's recipe items from the resolved config (YAML text of config.resolved.yaml, named `config_path` in
-// errors) and plan.txt's text (empty when the run dir has none: parameter counts are then left out).
+// errors), plan.txt's text (empty when the run dir has none: parameter counts are then left out) and run.json's
+// facts (nullptr when the run dir has none, as older ones: the convolution algorithms' source is then not stated).
 Result<std::vector<RecipeItem>> recipe_from_trctl(const std::string& config_text, const std::string& config_path,
-                                                  const std::string& plan_text);
+                                                  const std::string& plan_text, const RunFacts* facts = nullptr);
 
 }  // namespace trctl

@@ -405,6 +405,26 @@ struct RunSetup {
   std::unique_ptr<Backend> backend;
 };
 
+// run.json's facts of a backend: its name and, where it planned cuDNN convolutions, their algorithms' source.
+RunFacts run_facts_of(const Backend& be) {
+  RunFacts f;
+  f.backend = be.name();
+  if (const ConvAlgoSources* conv = be.conv_algo_sources()) {
+    f.has_conv = true;
+    f.conv = *conv;
+  }
+  return f;
+}
+
+// "cuDNN conv algorithms: 39 plans from the autotune cache PATH, 0 from cuDNN's heuristics" (empty without plans).
+std::string conv_algo_log(const ConvAlgoSources* conv) {
+  if (!conv || conv->from_cache + conv->from_heuristics == 0) return "";
+  return "cuDNN conv algorithms: " + std::to_string(conv->from_cache) + " plans from the autotune cache " +
+         (conv->cache.empty() ? std::string("(no path)") : conv->cache) +
+         (conv->cache_exists ? "" : " (no such file)") + ", " + std::to_string(conv->from_heuristics) +
+         " from cuDNN's heuristics";
+}
+
 Result<RunSetup> run_setup(const Spec& spec, const TrainOptions& opt, spdlog::logger& log) {
   // The GPU driver's start-up (hundreds of ms) overlaps the dataset's decompression.
   std::thread warm;
@@ -547,6 +567,7 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     st = out.open(res.run_dir);
     if (st.ok()) st = out.write_file("config.resolved.yaml", spec_to_yaml(spec));
     if (st.ok()) st = out.write_file("plan.txt", compiled_dump(c, "memplan"));
+    if (st.ok()) st = out.write_file("run.json", run_facts_json(run_facts_of(*be)));
     if (!st.ok()) return st.errors();
   }
   const bool two_sizes = d.val_h != d.out_h || d.val_w != d.out_w;  // e.g. FixRes: train 176, validate 224
@@ -561,6 +582,7 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     if (!(st = upload_data(*be, d)).ok()) return st.errors();
   }
   if (std::string mem = be->memory_report(); !mem.empty()) log.info("{}", mem);
+  if (std::string conv = conv_algo_log(be->conv_algo_sources()); !conv.empty()) log.info("{}", conv);
   // Host feeds only when the backend is fed from the host (their threads start on construction).
   std::unique_ptr<HostFeed> train_loader, val_loader;
   if (!resident) {

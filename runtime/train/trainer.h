@@ -1,6 +1,6 @@
 // train_run: the whole `trctl train` job: load data, build transforms, compile the spec, pick a backend,
 // initialise, run epochs (train steps + validation), and write the run directory (config.resolved.yaml,
-// plan.txt, metrics.jsonl, summary.csv).
+// plan.txt, run.json, metrics.jsonl, summary.csv).
 #pragma once
 #include <atomic>
 #include <cstdint>

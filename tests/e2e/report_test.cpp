@@ -16,6 +16,7 @@
 #include "runtime/report/report_data.h"
 #include "runtime/report/report_plot.h"
 #include "runtime/report/report_recipe.h"
+#include "runtime/run_facts.h"
 #include "runtime/train/run_outputs.h"
 
 namespace fs = std::filesystem;
@@ -301,6 +302,89 @@ TEST_CASE("trctl's recipe of a synthetic CNN run: the training images in the dat
         std::string::npos);
   CHECK(*recipe_find(r.value(), "model") ==
         "52 layers: 13 conv2d, 13 batch_norm, 15 relu, 5 max_pool, 1 flatten, 3 linear, 2 dropout");
+}
+
+TEST_CASE("run.json's conv algorithm record says how many cuDNN plans came from the autotune cache or heuristics",
+          "[report]") {
+  Result<Spec> spec = spec_load(kVggConfig, {"train.device=cuda"});
+  REQUIRE(spec.ok());
+  const std::string yaml = spec_to_yaml(spec.value());
+  RunFacts f;
+  f.backend = "cuda";
+  f.has_conv = true;
+  f.conv.cache = "/root/.cache/trctl/conv_autotune.txt";
+  auto conv_text = [&](int from_cache, int from_heuristics, bool exists) {
+    f.conv.from_cache = from_cache;
+    f.conv.from_heuristics = from_heuristics;
+    f.conv.cache_exists = exists;
+    Result<std::vector<RecipeItem>> r = recipe_from_trctl(yaml, "config.resolved.yaml", "", &f);
+    REQUIRE(r.ok());
+    return *recipe_find(r.value(), "conv_algorithms");
+  };
+  CHECK(conv_text(39, 0, true) == "cuDNN, deterministic algorithms only, chosen at compile time: 39 of 39 plans from "
+                                  "the autotune cache (measured by trctl bench --autotune)");
+  CHECK(conv_text(0, 39, false) == "cuDNN, deterministic algorithms only, chosen at compile time: 39 of 39 plans from "
+                                   "cuDNN's heuristics (no autotune cache file)");
+  CHECK(conv_text(0, 39, true) == "cuDNN, deterministic algorithms only, chosen at compile time: 39 of 39 plans from "
+                                  "cuDNN's heuristics (the autotune cache holds none of these shapes)");
+  CHECK(conv_text(38, 1, true) == "cuDNN, deterministic algorithms only, chosen at compile time: 38 of 39 plans from "
+                                  "the autotune cache (measured by trctl bench --autotune), 1 from cuDNN's heuristics "
+                                  "(shapes the cache does not hold)");
+  CHECK(conv_text(0, 0, true) ==
+        "cuDNN, deterministic algorithms only: no cuDNN convolution plans (1x1 convolutions run as cuBLASLt GEMMs)");
+  Result<Spec> nondet = spec_load(kVggConfig, {"train.deterministic=false"});  // device auto: run.json names cuda
+  REQUIRE(nondet.ok());
+  f.conv.from_cache = 39;
+  f.conv.from_heuristics = 0;
+  Result<std::vector<RecipeItem>> rn = recipe_from_trctl(spec_to_yaml(nondet.value()), "config.resolved.yaml", "", &f);
+  REQUIRE(rn.ok());
+  CHECK(*recipe_find(rn.value(), "conv_algorithms") ==
+        "cuDNN, any algorithm (train.deterministic: false), chosen at compile time: 39 of 39 plans from the autotune "
+        "cache (measured by trctl bench --autotune)");
+  CHECK(*recipe_find(rn.value(), "device") == "cuda backend");
+  // The cpu backend records no conv algorithms; run.json's backend settles device: auto.
+  RunFacts cpu;
+  cpu.backend = "cpu";
+  Result<Spec> dev_auto = spec_load(kVggConfig, {"train.precision=fp32"});
+  REQUIRE(dev_auto.ok());
+  Result<std::vector<RecipeItem>> rc = recipe_from_trctl(spec_to_yaml(dev_auto.value()), "config.resolved.yaml", "",
+                                                         &cpu);
+  REQUIRE(rc.ok());
+  CHECK(*recipe_find(rc.value(), "conv_algorithms") == "the cpu backend's own convolution");
+  CHECK(*recipe_find(rc.value(), "device") == "cpu backend");
+}
+
+TEST_CASE("a run directory's run.json gives the conv algorithms' source; one without it keeps the config's text",
+          "[report]") {
+  const fs::path d = temp_dir("run_facts");
+  write_synthetic_run_dir(d / "old", {2000, 3000, 3000}, 1e9);
+  Result<ToolResult> old = report_read_run_dir((d / "old").string());
+  INFO((old.ok() ? std::string() : old.error_text()));
+  REQUIRE(old.ok());
+  CHECK(*recipe_find(old->recipe, "conv_algorithms") ==
+        "cuDNN, deterministic algorithms only: from the autotune cache (trctl bench --autotune) when it holds the "
+        "shape, else cuDNN's heuristics; chosen at compile time");
+
+  write_synthetic_run_dir(d / "new", {2000, 3000, 3000}, 1e9);
+  RunFacts f;
+  f.backend = "cuda";
+  f.has_conv = true;
+  f.conv.cache = "/tmp/cache.txt";
+  f.conv.cache_exists = true;
+  f.conv.from_cache = 39;
+  std::ofstream(d / "new" / "run.json") << run_facts_json(f);
+  Result<ToolResult> tuned = report_read_run_dir((d / "new").string());
+  INFO((tuned.ok() ? std::string() : tuned.error_text()));
+  REQUIRE(tuned.ok());
+  CHECK(*recipe_find(tuned->recipe, "conv_algorithms") ==
+        "cuDNN, deterministic algorithms only, chosen at compile time: 39 of 39 plans from the autotune cache "
+        "(measured by trctl bench --autotune)");
+
+  std::ofstream(d / "new" / "run.json") << R"({"backend": "cuda", "conv_algorithms": {"from_cache": "x"}})";
+  Result<ToolResult> bad = report_read_run_dir((d / "new").string());
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error_text(), Catch::Contains("run.json") && Catch::Contains("conv_algorithms.from_cache"));
+  fs::remove_all(d);
 }
 
 TEST_CASE("synthetic-data runs give a throughput report: images/s, ms/step and peak memory, no accuracy",

@@ -1,0 +1,86 @@
+// ConvAlgoSources counting and run.json's writer and reader (see run_facts.h).
+#include "runtime/run_facts.h"
+
+#include <cmath>
+#include <utility>
+
+#include "runtime/report/json.h"
+
+namespace trctl {
+
+void conv_algo_sources_add(ConvAlgoSources& s, const std::array<bool, 3>& planned, const std::array<bool, 3>& cached) {
+  for (size_t d = 0; d < planned.size(); ++d) {
+    if (!planned[d]) continue;
+    if (cached[d]) ++s.from_cache;
+    else ++s.from_heuristics;
+  }
+}
+
+const char* conv_algo_source(const ConvAlgoSources& s) {
+  if (s.from_cache > 0 && s.from_heuristics > 0) return "mixed";
+  if (s.from_cache > 0) return "autotune cache";
+  if (s.from_heuristics > 0) return "heuristics";
+  return "none";
+}
+
+std::string run_facts_json(const RunFacts& f) {
+  std::string s = "{\"backend\": " + json_quote(f.backend);
+  if (f.has_conv) {
+    const ConvAlgoSources& c = f.conv;
+    s += ", \"conv_algorithms\": {\"source\": " + json_quote(conv_algo_source(c)) + ", \"cache\": " +
+         json_quote(c.cache) + ", \"cache_exists\": " + (c.cache_exists ? "true" : "false") +
+         ", \"from_cache\": " + std::to_string(c.from_cache) + ", \"from_heuristics\": " +
+         std::to_string(c.from_heuristics) + ", \"deterministic\": " + (c.deterministic ? "true" : "false") + "}";
+  }
+  return s + "}\n";
+}
+
+namespace {
+
+// A count: a non-negative integer below 2^31.
+bool count_of(const JsonNode& conv, const char* key, int* out) {
+  const JsonNode* n = conv.find(key);
+  if (!n || !n->is_number() || n->number < 0 || n->number != std::floor(n->number) || n->number > 2147483647.0)
+    return false;
+  *out = static_cast<int>(n->number);
+  return true;
+}
+
+// A boolean member; absent keeps *out.
+bool bool_of(const JsonNode& conv, const char* key, bool* out) {
+  const JsonNode* n = conv.find(key);
+  if (!n) return true;
+  if (n->kind != JsonKind::Bool) return false;
+  *out = n->boolean;
+  return true;
+}
+
+}  // namespace
+
+Result<RunFacts> run_facts_parse(const std::string& text, const std::string& path) {
+  Result<JsonNode> j = json_read(text, path);
+  if (!j.ok()) return j.errors();
+  const JsonNode& top = j.value();
+  if (!top.is_object()) return Error{ErrCode::Format, path, "run.json: expected one JSON object"};
+  RunFacts f;
+  if (const JsonNode* b = top.find("backend"); b && b->is_string()) f.backend = b->string;
+  const JsonNode* conv = top.find("conv_algorithms");
+  if (!conv || conv->is_null()) return f;
+  if (!conv->is_object()) return Error{ErrCode::Format, path, "conv_algorithms: expected an object"};
+  const std::pair<const char*, int*> counts[] = {{"from_cache", &f.conv.from_cache},
+                                                  {"from_heuristics", &f.conv.from_heuristics}};
+  for (const auto& [key, out] : counts)
+    if (!count_of(*conv, key, out))
+      return Error{ErrCode::Format, path,
+                   std::string("conv_algorithms.") + key + ": expected a count (an integer >= 0)"};
+  const std::pair<const char*, bool*> flags[] = {{"cache_exists", &f.conv.cache_exists},
+                                                 {"deterministic", &f.conv.deterministic}};
+  for (const auto& [key, out] : flags)
+    if (!bool_of(*conv, key, out))
+      return Error{ErrCode::Format, path, std::string("conv_algorithms.") + key + ": expected true or false"};
+  if (const JsonNode* c = conv->find("cache"); c && c->is_string()) f.conv.cache = c->string;
+  f.has_conv = true;
+  return f;
+}
+
+}  // namespace trctl

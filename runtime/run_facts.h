@@ -1,0 +1,48 @@
+// run.json, the run directory's record of what the backend decided at compile time that the config does not say:
+// the backend's name and, on the CUDA backend, where its cuDNN convolution algorithms came from (ConvAlgoSources:
+// the autotune cache of `trctl bench --autotune` or cuDNN's heuristics). `trctl report` reads it (docs/report.md).
+#pragma once
+#include <array>
+#include <string>
+
+#include "core/util/error.h"
+
+namespace trctl {
+
+// The cuDNN convolution plans of a compiled model: one per direction (fwd, dgrad, wgrad) of each distinct
+// geometry (a direction no program runs, e.g. the first layer's dgrad, is not planned and not counted; 1x1
+// convolutions run as cuBLASLt GEMMs and are not counted either), by where the algorithm came from.
+struct ConvAlgoSources {
+  std::string cache;          // the autotune cache path read (autotune_cache_path(); "": none, no HOME)
+  bool cache_exists = false;  // whether that file existed (a missing file is an empty cache)
+  bool deterministic = true;  // train.deterministic: only deterministic algorithms were candidates
+  int from_cache = 0;         // plans whose algorithm the cache held for their key
+  int from_heuristics = 0;    // plans whose algorithm cuDNN's heuristics chose
+};
+
+// Counts one geometry: for each direction d (ConvDir order: fwd, dgrad, wgrad) that is planned[d], a plan from the
+// cache when cached[d], else from the heuristics. cached[d] of a direction not planned is ignored.
+void conv_algo_sources_add(ConvAlgoSources& s, const std::array<bool, 3>& planned, const std::array<bool, 3>& cached);
+
+// "autotune cache" (every plan from it), "heuristics" (every plan from them), "mixed", or "none" (no plans).
+const char* conv_algo_source(const ConvAlgoSources& s);
+
+// What run.json holds. conv_algorithms is present on the CUDA backend only (has_conv); the cpu backend records
+// none (its convolutions are its own loops, with no algorithm choice).
+struct RunFacts {
+  std::string backend;  // Backend::name(): "cpu" | "cuda"
+  bool has_conv = false;
+  ConvAlgoSources conv;
+};
+
+// run.json's text, one object:
+//   {"backend": "cuda", "conv_algorithms": {"source": "autotune cache", "cache": PATH, "cache_exists": true,
+//    "from_cache": 39, "from_heuristics": 0, "deterministic": true}}
+// ("conv_algorithms" left out without has_conv; "source" is conv_algo_source, written for readers, recomputed
+// from the counts when read).
+std::string run_facts_json(const RunFacts& f);
+// Parses run.json's text (`path` names it in errors). Unknown members are ignored (later versions may add some);
+// a conv_algorithms object with a missing or mistyped count is a Format error naming the member.
+Result<RunFacts> run_facts_parse(const std::string& text, const std::string& path);
+
+}  // namespace trctl
