@@ -6,8 +6,8 @@ namespace trctl {
 const std::vector<std::string>& compiler_stages() {
   static const std::vector<std::string> stages = {"graph_build", "fuse_linear_relu", "fuse_norm_add_relu",
                                                   "fuse_bn_add", "autodiff", "fold_conv_bias",
-                                                  "fuse_grad_accumulate", "accumulate_insert", "optimizer_insert",
-                                                  "memplan"};
+                                                  "fuse_bn_pool", "fuse_grad_accumulate", "accumulate_insert",
+                                                  "optimizer_insert", "memplan"};
   return stages;
 }
 
@@ -56,13 +56,16 @@ Result<Compiled> compile_spec(const Spec& spec, const DataShape& data, const Com
       {"fuse_bn_add", pass_fuse_bn_add},
       {"autodiff", pass_autodiff},
       {"fold_conv_bias", pass_fold_conv_bias},
+      {"fuse_bn_pool", pass_fuse_bn_pool},
       {"fuse_grad_accumulate", pass_fuse_grad_accumulate},
       {"accumulate_insert", pass_accumulate_insert},
       {"optimizer_insert",
        [&](Graph& gr, Program& p) { return pass_optimizer_insert(gr, p, spec.optimizer, spec.train.ema_decay > 0); }},
   };
   for (const auto& [name, pass] : passes) {
-    if ((name == "optimizer_insert" && !opt.optimizer) || (name == "fold_conv_bias" && !opt.fold_conv_bias)) continue;
+    if ((name == "optimizer_insert" && !opt.optimizer) || (name == "fold_conv_bias" && !opt.fold_conv_bias) ||
+        (name == "fuse_bn_pool" && !opt.fuse_bn_pool))
+      continue;
     st = run_on_programs(c.graph, pass);
     if (!st.ok()) return st.errors();
     done(name);

@@ -45,6 +45,11 @@ enum class OpKind : uint8_t {
                          //   running_mean is updated with mean(X) + b
   BatchNormEval,         // X, gamma, beta, running_mean, running_var [, R] [, b] -> Y (running statistics); attrs.relu,
                          //   attrs.residual as BatchNorm; attrs.prebias: running_mean - b in place of running_mean
+                         // attrs.pool (BatchNorm, BatchNormEval; with attrs.relu, without attrs.residual;
+                         //   pass_fuse_bn_pool, after autodiff): the max pool that was the only reader of Y is
+                         //   fused: Y is the POOLED output (N,H/k,W/k,C), k = attrs.kernel = attrs.stride, no
+                         //   padding, the windows tiling (H,W); the full-resolution Y is never stored. BatchNorm
+                         //   then has a 4th output, the argmax (N,H/k,W/k,C) u8 (MaxPool's, offset in the window)
   MaxPool,               // X (N,H,W,C) -> Y (N,P,Q,C) [, argmax (N,P,Q,C) u8: offset in the window, train
                          //   programs]; attrs.kernel/stride/pad
   AvgPool,               // X (N,H,W,C) -> Y (N,P,Q,C); count_include_pad (PyTorch's default)
@@ -73,6 +78,10 @@ enum class OpKind : uint8_t {
   MaxPoolGrad,              // dY, X [, argmax] -> dX (each window's gradient to its first maximum)
   AvgPoolGrad,              // dY -> dX
   GlobalAvgPoolGrad,        // dY (N,C) -> dX (N,H,W,C)
+                            //   attrs.pool (with attrs.relu; pass_fuse_bn_pool): dY, X, gamma, save_mean,
+                            //   save_invstd, beta, argmax -> dX, dgamma, dbeta: dY and argmax are the POOLED
+                            //   (N,H/k,W/k,C) ones (MaxPoolGrad folded in: an element's gradient is its window's dY
+                            //   where it is the window's argmax, else 0), the ReLU mask recomputed from X with beta
   // update
   GradAccumulate,           // grads..., accumulators... (Role::GradAccum, same order) -> accumulators (micro
                             //   programs: acc += grad) or grads..., accumulators... (attrs.flush: grad += acc,
@@ -109,6 +118,7 @@ struct Attrs {
   bool accumulate = false;       // LinearGradInput, pointwise Conv2dGradInput: in[2] added to the result
   float p = 0;                   // Dropout
   uint32_t op_id = 0;            // Dropout RNG stream id (stable layer index)
+  bool pool = false;             // BatchNorm(Eval|Grad): a fused max pool, window kernel = stride (pass_fuse_bn_pool)
   float label_smoothing = 0;     // SoftmaxCrossEntropy(Grad), Loss(Grad) weighted_cross_entropy
   float grad_scale = 1;          // SoftmaxCrossEntropy(Grad), Loss(Grad): the logits' gradient times this (1/k with
                                  //   train.accumulate_steps k: (loss / k).backward())

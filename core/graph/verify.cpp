@@ -42,6 +42,20 @@ struct Checker {
            y.dims[1] == window_out_size(x.dims[1], a.kernel, a.stride, a.pad, 1) &&
            y.dims[2] == window_out_size(x.dims[2], a.kernel, a.stride, a.pad, 1);
   }
+  // A fused max pool (attrs.pool): after a ReLU, no residual, windows k x k with stride k and no padding.
+  bool bn_pool_ok() {
+    const Attrs& a = n.attrs;
+    const bool ok = a.relu && !a.residual && a.kernel >= 1 && a.kernel * a.kernel <= 256 && a.stride == a.kernel &&
+                    a.pad == 0;
+    expect(ok, "a fused max pool needs attrs.relu, no residual, kernel == stride (window <= 256) and no padding");
+    return ok;
+  }
+  // y (N,H/k,W/k,C) is the pooled x (N,H,W,C), the k x k windows tiling x.
+  bool bn_pooled(const Shape& x, const Shape& y) const {
+    const int64_t k = n.attrs.kernel;
+    return x.dims.size() == 4 && y.dims.size() == 4 && x.dims[1] % k == 0 && x.dims[2] % k == 0 &&
+           y == Shape{{x.dims[0], x.dims[1] / k, x.dims[2] / k, x.dims[3]}};
+  }
   // in(x) is (..., C) and the `count` inputs after it are (C).
   bool bn_shapes_ok(size_t x, size_t count) const {
     const Shape c{{in(x).dims.back()}};
@@ -134,21 +148,33 @@ struct Checker {
         if (arity(2, 1)) expect(conv_shape_ok(in(1), out(0), in(0)), "bad shapes");
         break;
       case OpKind::BatchNorm:  // X, gamma, beta, running_mean, running_var [, R] [, b] -> Y, save_mean, save_invstd
-        if (arity(5 + n.attrs.residual + n.attrs.prebias, 3))
-          expect(bn_shapes_ok(0, 4) && out(0) == in(0) && out(1) == in(1) && out(2) == in(1) &&
-                     (!n.attrs.residual || in(5) == in(0)) && (!n.attrs.prebias || in(n.in.size() - 1) == in(1)),
+                               //   [, argmax (attrs.pool)]
+        if (n.attrs.pool && !bn_pool_ok()) break;
+        if (arity(5 + n.attrs.residual + n.attrs.prebias, n.attrs.pool ? 4 : 3))
+          expect(bn_shapes_ok(0, 4) && (n.attrs.pool ? bn_pooled(in(0), out(0)) : out(0) == in(0)) &&
+                     out(1) == in(1) && out(2) == in(1) && (!n.attrs.residual || in(5) == in(0)) &&
+                     (!n.attrs.prebias || in(n.in.size() - 1) == in(1)) &&
+                     (!n.attrs.pool || (out(3) == out(0) && g.values[n.out[3]].dtype == DType::U8)),
                  "bad shapes");
         break;
       case OpKind::BatchNormEval:  // X, gamma, beta, running_mean, running_var [, R] [, b] -> Y
         if (arity(5 + n.attrs.residual + n.attrs.prebias, 1))
-          expect(bn_shapes_ok(0, 4) && out(0) == in(0) && (!n.attrs.residual || in(5) == in(0)) &&
-                     (!n.attrs.prebias || in(n.in.size() - 1) == in(1)),
+          expect(bn_shapes_ok(0, 4) && (n.attrs.pool ? bn_pooled(in(0), out(0)) : out(0) == in(0)) &&
+                     (!n.attrs.residual || in(5) == in(0)) && (!n.attrs.prebias || in(n.in.size() - 1) == in(1)),
+        if (n.attrs.pool && !bn_pool_ok()) break;
                  "bad shapes");
         break;
       case OpKind::BatchNormGrad:  // dY, X, gamma, save_mean, save_invstd [, Y] -> dX, dgamma, dbeta
         if (arity(n.attrs.relu ? 6 : 5, 3))
           expect(in(0) == in(1) && bn_shapes_ok(1, 3) && out(0) == in(1) && out(1) == in(2) && out(2) == in(2),
                  "bad shapes");
+        if (n.attrs.pool) {        // pooled dY, X, gamma, save_mean, save_invstd, beta, argmax -> dX, dgamma, dbeta
+          if (bn_pool_ok() && arity(7, 3))
+            expect(bn_pooled(in(1), in(0)) && bn_shapes_ok(1, 3) && in(5) == in(2) && in(6) == in(0) &&
+                       g.values[n.in[6]].dtype == DType::U8 && out(0) == in(1) && out(1) == in(2) && out(2) == in(2),
+                   "bad shapes");
+          break;
+        }
         break;
       case OpKind::MaxPool:
       case OpKind::AvgPool: {

@@ -281,20 +281,40 @@ class CpuBackend final : public Backend {
 
   // Batch norm over (rows, C) = the value flattened to its last dim; a fused residual added and the fused ReLU applied
   // after the forward (in that order), the ReLU to the incoming gradient (masked by the fused output) before the
-  // backward. A folded conv bias (attrs.prebias, the last input) goes to the forward kernels.
+  // backward. A folded conv bias (attrs.prebias, the last input) goes to the forward kernels. A fused max pool
+  // (attrs.pool) runs the unfused chain on a full-resolution scratch copy of Y (the CPU is the oracle: bitwise
+  // the unfused values); its backward recomputes that Y from X (the same statistics pass, so the same bits).
   template <class T>
   void batch_norm(const Node& n, int slot) {
     auto f = [&](ValueId v) { return ptr<T>(v, slot); };
-    const int64_t c = shape(n.in[n.op == OpKind::BatchNormGrad ? 2 : 1]).numel();
-    const int64_t rows = shape(n.in[0]).numel() / c;
+    const bool grad = n.op == OpKind::BatchNormGrad;
+    const ValueId xv = n.in[grad ? 1 : 0];
+    const int64_t c = shape(n.in[grad ? 2 : 1]).numel();
+    const int64_t rows = shape(xv).numel() / c;
     const double eps = n.attrs.eps, momentum = n.attrs.momentum;
-    const T* prebias = n.op != OpKind::BatchNormGrad && n.attrs.prebias ? f(n.in.back()) : nullptr;  // a conv bias
+    const T* prebias = !grad && n.attrs.prebias ? f(n.in.back()) : nullptr;  // a conv bias
+    std::vector<T> full;  // attrs.pool: the full-resolution Y (rows, c)
+    if (n.attrs.pool) full.resize(static_cast<size_t>(rows * c));
+    T* y = n.attrs.pool ? full.data() : f(n.out[0]);
     if (n.op == OpKind::BatchNorm) {
-      batchnorm_fwd_train_cpu<T>(f(n.in[0]), f(n.in[1]), f(n.in[2]), f(n.out[0]), f(n.out[1]), f(n.out[2]),
-                                 f(n.in[3]), f(n.in[4]), rows, c, eps, momentum, &pool_, prebias);
+      batchnorm_fwd_train_cpu<T>(f(n.in[0]), f(n.in[1]), f(n.in[2]), y, f(n.out[1]), f(n.out[2]), f(n.in[3]),
+                                 f(n.in[4]), rows, c, eps, momentum, &pool_, prebias);
     } else if (n.op == OpKind::BatchNormEval) {
-      batchnorm_fwd_eval_cpu<T>(f(n.in[0]), f(n.in[1]), f(n.in[2]), f(n.in[3]), f(n.in[4]), f(n.out[0]), rows, c,
-                                eps, &pool_, prebias);
+      batchnorm_fwd_eval_cpu<T>(f(n.in[0]), f(n.in[1]), f(n.in[2]), f(n.in[3]), f(n.in[4]), y, rows, c, eps, &pool_,
+                                prebias);
+    } else if (n.attrs.pool) {  // pooled dY, X, gamma, save_mean, save_invstd, beta, argmax
+      // Y as the forward stored it (its statistics recomputed from X: a prebias changes neither), then
+      // MaxPoolGrad, the ReLU mask and the backward, as in the unfused program.
+      std::vector<T> mean(static_cast<size_t>(c)), invstd(static_cast<size_t>(c));
+      batchnorm_fwd_train_cpu<T>(f(n.in[1]), f(n.in[2]), f(n.in[5]), y, mean.data(), invstd.data(), nullptr,
+                                 nullptr, rows, c, eps, momentum, &pool_);
+      relu_fwd_cpu<T>(y, y, rows * c);
+      std::vector<T> dy(static_cast<size_t>(rows * c));
+      maxpool2d_grad_cpu<T>(pool_geom(n, xv), f(n.in[0]), y, dy.data());
+      relu_grad_cpu<T>(dy.data(), y, dy.data(), rows * c);
+      batchnorm_grad_cpu<T>(dy.data(), f(n.in[1]), f(n.in[2]), f(n.in[3]), f(n.in[4]), f(n.out[0]), f(n.out[1]),
+                            f(n.out[2]), rows, c, &pool_);
+      return;
     } else {
       const T* dy = f(n.in[0]);
       std::vector<T> masked;
@@ -307,8 +327,12 @@ class CpuBackend final : public Backend {
                             f(n.out[2]), rows, c, &pool_);
       return;
     }
-    if (n.attrs.residual) add_cpu<T>(f(n.out[0]), f(n.in[5]), f(n.out[0]), rows * c);
-    if (n.attrs.relu) relu_fwd_cpu<T>(f(n.out[0]), f(n.out[0]), rows * c);
+    if (n.attrs.residual) add_cpu<T>(y, f(n.in[5]), y, rows * c);
+    if (n.attrs.relu) relu_fwd_cpu<T>(y, y, rows * c);
+    if (!n.attrs.pool) return;
+    const Pool2dGeom pg = pool_geom(n, xv);  // then the max pool over the scratch Y, as MaxPool does
+    maxpool2d_fwd_cpu<T>(pg, y, f(n.out[0]));
+    if (n.op == OpKind::BatchNorm) maxpool2d_argmax_cpu<T>(pg, y, ptr<uint8_t>(n.out[3], slot));
   }
 
   // The non-finite check (a step with inf/NaN gradients is skipped: weights, optimizer state, EMA and the update
