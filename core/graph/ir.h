@@ -75,13 +75,13 @@ enum class OpKind : uint8_t {
   Conv2dGradInput,          // dY (N,P,Q,K), W [, C (N,H,W,C)] -> dX (N,H,W,C) [+ C when attrs.accumulate]
   Conv2dGradWeight,         // dY (N,P,Q,K), X -> dW (K,R,S,C/groups)
   BatchNormGrad,            // dY, X, gamma, save_mean, save_invstd [, Y when attrs.relu] -> dX, dgamma, dbeta
-  MaxPoolGrad,              // dY, X [, argmax] -> dX (each window's gradient to its first maximum)
-  AvgPoolGrad,              // dY -> dX
-  GlobalAvgPoolGrad,        // dY (N,C) -> dX (N,H,W,C)
                             //   attrs.pool (with attrs.relu; pass_fuse_bn_pool): dY, X, gamma, save_mean,
                             //   save_invstd, beta, argmax -> dX, dgamma, dbeta: dY and argmax are the POOLED
                             //   (N,H/k,W/k,C) ones (MaxPoolGrad folded in: an element's gradient is its window's dY
                             //   where it is the window's argmax, else 0), the ReLU mask recomputed from X with beta
+  MaxPoolGrad,              // dY, X [, argmax] -> dX (each window's gradient to its first maximum)
+  AvgPoolGrad,              // dY -> dX
+  GlobalAvgPoolGrad,        // dY (N,C) -> dX (N,H,W,C)
   // update
   GradAccumulate,           // grads..., accumulators... (Role::GradAccum, same order) -> accumulators (micro
                             //   programs: acc += grad) or grads..., accumulators... (attrs.flush: grad += acc,
@@ -115,10 +115,10 @@ struct Attrs {
   bool relu = false;             // Linear, BatchNorm(Eval|Grad), Add: fused ReLU
   bool residual = false;         // BatchNorm(Eval): a residual input added before the ReLU (in[5])
   bool prebias = false;          // BatchNorm(Eval): a folded conv bias, the last input (pass_fold_conv_bias)
+  bool pool = false;             // BatchNorm(Eval|Grad): a fused max pool, window kernel = stride (pass_fuse_bn_pool)
   bool accumulate = false;       // LinearGradInput, pointwise Conv2dGradInput: in[2] added to the result
   float p = 0;                   // Dropout
   uint32_t op_id = 0;            // Dropout RNG stream id (stable layer index)
-  bool pool = false;             // BatchNorm(Eval|Grad): a fused max pool, window kernel = stride (pass_fuse_bn_pool)
   float label_smoothing = 0;     // SoftmaxCrossEntropy(Grad), Loss(Grad) weighted_cross_entropy
   float grad_scale = 1;          // SoftmaxCrossEntropy(Grad), Loss(Grad): the logits' gradient times this (1/k with
                                  //   train.accumulate_steps k: (loss / k).backward())

@@ -158,16 +158,13 @@ struct Checker {
                  "bad shapes");
         break;
       case OpKind::BatchNormEval:  // X, gamma, beta, running_mean, running_var [, R] [, b] -> Y
+        if (n.attrs.pool && !bn_pool_ok()) break;
         if (arity(5 + n.attrs.residual + n.attrs.prebias, 1))
           expect(bn_shapes_ok(0, 4) && (n.attrs.pool ? bn_pooled(in(0), out(0)) : out(0) == in(0)) &&
                      (!n.attrs.residual || in(5) == in(0)) && (!n.attrs.prebias || in(n.in.size() - 1) == in(1)),
-        if (n.attrs.pool && !bn_pool_ok()) break;
                  "bad shapes");
         break;
       case OpKind::BatchNormGrad:  // dY, X, gamma, save_mean, save_invstd [, Y] -> dX, dgamma, dbeta
-        if (arity(n.attrs.relu ? 6 : 5, 3))
-          expect(in(0) == in(1) && bn_shapes_ok(1, 3) && out(0) == in(1) && out(1) == in(2) && out(2) == in(2),
-                 "bad shapes");
         if (n.attrs.pool) {        // pooled dY, X, gamma, save_mean, save_invstd, beta, argmax -> dX, dgamma, dbeta
           if (bn_pool_ok() && arity(7, 3))
             expect(bn_pooled(in(1), in(0)) && bn_shapes_ok(1, 3) && in(5) == in(2) && in(6) == in(0) &&
@@ -175,6 +172,9 @@ struct Checker {
                    "bad shapes");
           break;
         }
+        if (arity(n.attrs.relu ? 6 : 5, 3))
+          expect(in(0) == in(1) && bn_shapes_ok(1, 3) && out(0) == in(1) && out(1) == in(2) && out(2) == in(2),
+                 "bad shapes");
         break;
       case OpKind::MaxPool:
       case OpKind::AvgPool: {

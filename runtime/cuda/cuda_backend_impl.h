@@ -123,6 +123,7 @@ class CudaBackend final : public Backend {
   Status lower_cnn_node(int program, size_t i, std::vector<Launch>& out);
   Status lower_conv_node(const Node& n, std::vector<Launch>& out);
   Status lower_batch_norm_node(const Node& n, std::vector<Launch>& out);
+  Status lower_batch_norm_pool_node(const Node& n, std::vector<Launch>& out);  // attrs.pool: pass_fuse_bn_pool
   // Activation and Loss nodes (runtime/cuda/cuda_lower_act_loss.cpp): the class weights' device copy, then launches.
   Status plan_losses();
   Status lower_act_loss_node(int program, size_t i, std::vector<Launch>& out);

@@ -116,8 +116,10 @@ Status CudaBackend::plan_cnn() {
         }
         if (n.op == OpKind::Conv2dGradWeight) max_dw = std::max(max_dw, d.g.k * d.g.r * d.g.s * d.g.c);
       } else if (n.op == OpKind::BatchNorm || n.op == OpKind::BatchNormGrad) {
-        const int64_t c = c_.graph.values[n.in[n.op == OpKind::BatchNorm ? 1 : 2]].shape.numel();
-        bn_ws_bytes_ = std::max(bn_ws_bytes_, batchnorm_workspace_bytes(c_.graph.values[n.in[0]].shape.numel() / c, c));
+        const bool grad = n.op == OpKind::BatchNormGrad;  // X: in[0], or in[1] of the backward (its dY may be pooled)
+        const int64_t c = c_.graph.values[n.in[grad ? 2 : 1]].shape.numel();
+        const int64_t rows = c_.graph.values[n.in[grad ? 1 : 0]].shape.numel() / c;
+        bn_ws_bytes_ = std::max(bn_ws_bytes_, batchnorm_workspace_bytes(rows, c));
       }
     }
   if (conv_ws_bytes_ > 0) TRCTL_CUDA_TRY(cudaMalloc(&conv_ws_, conv_ws_bytes_));
@@ -206,7 +208,8 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
   auto f32 = [&](ValueId v) { return reinterpret_cast<float*>(at(v)); };
   const bool grad = n.op == OpKind::BatchNormGrad;
   const int64_t c = c_.graph.values[n.in[grad ? 2 : 1]].shape.numel();
-  const int64_t rows = c_.graph.values[n.in[0]].shape.numel() / c;
+  const Shape& xs = c_.graph.values[n.in[grad ? 1 : 0]].shape;  // (N,H,W,C) or (N,C)
+  const int64_t rows = xs.numel() / c;
   const float eps = n.attrs.eps, momentum = n.attrs.momentum;
   const bool relu = n.attrs.relu;
   void* ws = bn_ws_;
@@ -215,6 +218,7 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
   const void* res = !grad && n.attrs.residual ? at(n.in[5]) : nullptr;  // fused residual add (pass_fuse_bn_add)
   // A folded conv bias (pass_fold_conv_bias), the last input: the fp32 master copy.
   const float* prebias = !grad && n.attrs.prebias ? f32(n.in.back()) : nullptr;
+  if (n.attrs.pool) return lower_batch_norm_pool_node(n, out);
   if (n.op == OpKind::BatchNorm) {  // X, gamma, beta, running mean, running var [, R] [, b] -> Y, save mean/invstd
     const float *gamma = f32(n.in[1]), *beta = f32(n.in[2]);
     float *rm = f32(n.in[3]), *rv = f32(n.in[4]), *sm = f32(n.out[1]), *si = f32(n.out[2]);
@@ -249,6 +253,57 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
             relu_beta = f32(f.in[2]);
     out.push_back([=] {
       return batchnorm_bwd_cuda(s, dy, x, y, act, gamma, sm, si, dx, dg, db, rows, c, ws, wsb, relu_beta);
+    });
+  }
+  return ok_status();
+}
+
+// A batch norm + ReLU with its max pool fused (attrs.pool, pass_fuse_bn_pool): the forward writes the pooled Y
+// (and the argmax), the backward reads the pooled dY and the argmax; the full-resolution Y and dY are never stored.
+Status CudaBackend::lower_batch_norm_pool_node(const Node& n, std::vector<Launch>& out) {
+  const cudaStream_t s = ctx_.stream;
+  const GpuDType act = act_type();
+  auto f32 = [&](ValueId v) { return reinterpret_cast<float*>(at(v)); };
+  auto u8 = [&](ValueId v) { return reinterpret_cast<uint8_t*>(at(v)); };
+  const bool grad = n.op == OpKind::BatchNormGrad;
+  const Shape& xs = c_.graph.values[n.in[grad ? 1 : 0]].shape;  // (N,H,W,C)
+  if (xs.dims.size() != 4 || !n.attrs.relu)
+    return Error{ErrCode::Internal, "cuda backend", "a fused max pool over a batch norm without ReLU or NHWC input: " +
+                                                        n.name};
+  const int64_t nb = xs.dims[0], h = xs.dims[1], w = xs.dims[2], c = xs.dims[3];
+  const int k = n.attrs.kernel;
+  const float eps = n.attrs.eps, momentum = n.attrs.momentum;
+  void* ws = bn_ws_;
+  const size_t wsb = bn_ws_bytes_;
+  const void* x = at(n.in[grad ? 1 : 0]);
+  const float* prebias = !grad && n.attrs.prebias ? f32(n.in.back()) : nullptr;
+  if (n.op == OpKind::BatchNorm) {  // X, gamma, beta, rm, rv [, b] -> pooled Y, save mean/invstd, argmax
+    const float *gamma = f32(n.in[1]), *beta = f32(n.in[2]);
+    float *rm = f32(n.in[3]), *rv = f32(n.in[4]), *sm = f32(n.out[1]), *si = f32(n.out[2]);
+    void* y = at(n.out[0]);
+    uint8_t* idx = u8(n.out[3]);
+    out.push_back([=] {
+      return batchnorm_fwd_train_pool_cuda(s, x, act, gamma, beta, y, idx, sm, si, rm, rv, nb, h, w, c, k, eps,
+                                           momentum, true, ws, wsb, prebias);
+    });
+  } else if (n.op == OpKind::BatchNormEval) {  // X, gamma, beta, rm, rv [, b] -> pooled Y
+    const float *gamma = f32(n.in[1]), *beta = f32(n.in[2]), *rm = f32(n.in[3]), *rv = f32(n.in[4]);
+    void* y = at(n.out[0]);
+    out.push_back([=] {
+      return batchnorm_fwd_eval_pool_cuda(s, x, act, gamma, beta, rm, rv, y, nb, h, w, c, k, eps, true, prebias);
+    });
+  } else {  // pooled dY, X, gamma, save_mean, save_invstd, beta, argmax -> dX, dgamma, dbeta
+    for (ValueId v : {n.out[1], n.out[2]})
+      if (c_.plan.values[v].region != Region::Grads && !c_.graph.values[v].full_precision)
+        return Error{ErrCode::NotSupported, "cuda backend",
+                     "a batch-norm parameter used more than once (" + n.name + ") is not supported on CUDA yet"};
+    const void* dy = at(n.in[0]);
+    const float *gamma = f32(n.in[2]), *sm = f32(n.in[3]), *si = f32(n.in[4]), *beta = f32(n.in[5]);
+    const uint8_t* idx = u8(n.in[6]);
+    void* dx = at(n.out[0]);
+    float *dg = f32(n.out[1]), *db = f32(n.out[2]);
+    out.push_back([=] {
+      return batchnorm_bwd_pool_cuda(s, dy, idx, x, act, gamma, beta, sm, si, dx, dg, db, nb, h, w, c, k, ws, wsb);
     });
   }
   return ok_status();

@@ -6,6 +6,9 @@
 //   3. apply: elementwise over the same geometry, per-channel constants kept in registers.
 // The row split (rows per block, 16 row groups) depends only on (rows, c), never on V or the alignment, and all
 // roundings are explicit (fmaf), so the vector and scalar paths give bitwise the same results.
+// A fused 2x2/2-style max pool (pass_fuse_bn_pool): the forward keeps passes 1-2 and replaces 3 with a max pool
+// that normalises on load (bn_pool_apply_kernel); the backward's passes 1 and 3 read the pooled dy and argmax in
+// place of the full-resolution dy (load_grad_rows), with the same row split and summation order.
 #include <algorithm>
 #include <type_traits>
 
@@ -264,6 +267,76 @@ __global__ void __launch_bounds__(512)
   }
 }
 
+// Pass 3 forward with a fused max pool (pass_fuse_bn_pool): x (N,H,W,C) -> y (N,H/kh,W/kw,C), idx (same, u8,
+// nullable) over kh x kw windows that tile x. One thread per output pixel and V channels normalises its window's
+// elements on load exactly as bn_fwd_apply_kernel computes and rounds y (same constants, one fmaf, the ReLU, the
+// rounding to T), then takes the max with maxpool_fwd_idx_kernel's rule (a greater value or a NaN takes over, ties
+// keep the first), so y and idx are bitwise those of the unfused apply + max pool. Constants as
+// bn_fwd_apply_kernel (train: mean, invstd; eval: running mean and variance, var_not_invstd, mean_shift).
+template <class T, int V, class I>
+__global__ void __launch_bounds__(256)
+    bn_pool_apply_kernel(const T* __restrict__ x, T* __restrict__ y, uint8_t* __restrict__ idx,
+                         const float* __restrict__ gamma, const float* __restrict__ beta,
+                         const float* __restrict__ mean, const float* __restrict__ inv_or_var, bool var_not_invstd,
+                         float eps, bool relu, const float* __restrict__ mean_shift, int64_t n, int64_t h, int64_t w,
+                         int64_t c, int kh, int kw) {
+  const I np = static_cast<I>(h / kh), nq = static_cast<I>(w / kw), cv = static_cast<I>(c / V);
+  const I total = static_cast<I>(n) * np * nq * cv;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<I>(gridDim.x) * blockDim.x) {
+    const I c0 = (i % cv) * V;
+    I t = i / cv;
+    const I q = t % nq;
+    t /= nq;
+    const I p = t % np, b = t / np;
+    float m[V], scale[V], shift[V], best_v[V];
+    int best[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float inv = var_not_invstd ? 1.0f / sqrtf(inv_or_var[c0 + j] + eps) : inv_or_var[c0 + j];
+      m[j] = mean_shift ? mean[c0 + j] - mean_shift[c0 + j] : mean[c0 + j];
+      scale[j] = gamma[c0 + j] * inv;
+      shift[j] = beta[c0 + j];
+      best_v[j] = -INFINITY;
+      best[j] = 0;  // an all -inf window: its first element, as the max pool
+    }
+    const T* xw = x + ((static_cast<int64_t>(b) * h + static_cast<int64_t>(p) * kh) * w +
+                       static_cast<int64_t>(q) * kw) * c + c0;
+    for (int r = 0; r < kh; ++r) {
+      for (int s = 0; s < kw; ++s) {
+        const Pack<T, V> v = pack_load<V>(xw + (static_cast<int64_t>(r) * w + s) * c);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          float e = fmaf(to_f32(v.v[j]) - m[j], scale[j], shift[j]);
+          if (relu) e = (e > 0.0f || e != e) ? e : 0.0f;
+          const float f = to_f32(from_f32<T>(e));  // y as the apply kernel stores it
+          if (f > best_v[j] || f != f) {
+            best_v[j] = f;
+            best[j] = r * kw + s;
+          }
+        }
+      }
+    }
+    Pack<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = from_f32<T>(best_v[j]);
+    pack_store<V>(y + static_cast<int64_t>(i) * V, out);
+    if (idx) {
+      uint8_t bb[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) bb[j] = static_cast<uint8_t>(best[j]);
+      if constexpr (V == 8) {
+        uint2 u;
+        memcpy(&u, bb, 8);
+        *reinterpret_cast<uint2*>(idx + static_cast<int64_t>(i) * V) = u;  // idx 8-byte aligned (the launcher)
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) idx[static_cast<int64_t>(i) * V + j] = bb[j];
+      }
+    }
+  }
+}
+
 // The fused ReLU's mask without reading its output: y > 0 for the y that bn_fwd_apply_kernel stored from x (no
 // residual), recomputed with the same float operations (x - mean, one fmaf with gamma * invstd and beta, rounding to
 // T), so it is bitwise the mask of the stored y: a value that rounds to 0 or is NaN gives no gradient there too.
@@ -282,12 +355,68 @@ __device__ __forceinline__ float relu_grad_in(T dy, T x, T y, bool recompute, bo
   return masked ? 0.0f : to_f32(dy);
 }
 
+// Where the backward's dy comes from: dy (rows,c) itself, or (Pooled, pass_fuse_bn_pool) the pooled gradient
+// dy (N,H/kh,W/kw,C) and the argmax (N,H/kh,W/kw,C) u8 of the kh x kw windows that tile (N,H,W,C), standing for the
+// full-resolution dy that maxpool_bwd_idx_tiled_kernel would have written.
+template <class T>
+struct GradSrc {
+  const T* dy;
+  const uint8_t* idx;      // Pooled only
+  uint32_t hw, w, kh, kw;  // Pooled only: H*W, W, window; rows < 2^31 (the launcher checks)
+  uint32_t pq, q;          // Pooled only: (H/kh)*(W/kw), W/kw
+};
+
+// out[u] = the dy V-pack of row r + 16u at column col, for the rows below r1. Pooled: row (n, h, w) reads pooled
+// row (n, h/kh, w/kw) and compares the window's argmax with its offset (h%kh)*kw + w%kw, both found once per row;
+// each element is T(0 + dy) where it is the argmax, else T(0), exactly what the tiled max-pool backward stores.
+template <bool Pooled, int U, int V, class T>
+__device__ __forceinline__ void load_grad_rows(const GradSrc<T>& s, int64_t r, int64_t r1, int64_t c, int64_t col,
+                                               Pack<T, V> (&out)[U]) {
+  if constexpr (!Pooled) {
+    load_rows(s.dy, r, r1, c, col, out);
+  } else {
+    int64_t prow[U];
+    uint32_t off[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint32_t row = static_cast<uint32_t>(min(r + u * kRowGroups, r1 - 1));
+      const uint32_t n = row / s.hw, rem = row - n * s.hw, h = rem / s.w, w = rem - h * s.w;
+      const uint32_t ph = h / s.kh, pw = w / s.kw;
+      off[u] = (h - ph * s.kh) * s.kw + (w - pw * s.kw);
+      prow[u] = static_cast<int64_t>(n) * s.pq + static_cast<int64_t>(ph) * s.q + pw;
+    }
+    Pack<T, V> d[U];
+    uint8_t b[U][V];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (r + u * kRowGroups >= r1) continue;
+      const int64_t o = prow[u] * c + col;
+      d[u] = pack_load<V>(s.dy + o);
+      if constexpr (V == 8) {
+        const uint2 x = *reinterpret_cast<const uint2*>(s.idx + o);  // c % 8 == 0, idx 8-byte aligned
+        memcpy(b[u], &x, 8);
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) b[u][j] = s.idx[o + j];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (r + u * kRowGroups >= r1) continue;
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        out[u].v[j] = from_f32<T>(b[u][j] == off[u] ? 0.0f + to_f32(d[u].v[j]) : 0.0f);
+    }
+  }
+}
+
 // Pass 1 backward. dy, x, relu_y (rows,c), mean (c) -> part_g = sum(g), part_gx = sum(g * (x - mean)) per row block
 // (row blocks, c), g = dy masked by relu_y > 0 when relu_y is given, or by the mask recomputed from x when
 // relu_beta (c) is given (then gamma and invstd (c) too; relu_y is not read).
-template <class T, int V>
+// dy comes from GradSrc (Pooled: the fused max pool's gradient).
+template <class T, int V, bool Pooled>
 __global__ void __launch_bounds__(512)
-    bn_bwd_stats_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ relu_y,
+    bn_bwd_stats_kernel(const GradSrc<T> dy, const T* __restrict__ x, const T* __restrict__ relu_y,
                         const float* __restrict__ mean, int64_t rows, int64_t c, int64_t rpb,
                         float* __restrict__ part_g, float* __restrict__ part_gx, const float* __restrict__ gamma,
                         const float* __restrict__ invstd, const float* __restrict__ relu_beta) {
@@ -309,7 +438,7 @@ __global__ void __launch_bounds__(512)
     constexpr int U = bwd_unroll<V>();
     for (int64_t r = r0 + ty; r < r1; r += kRowGroups * U) {
       Pack<T, V> pd[U], px[U], py[U];
-      load_rows(dy, r, r1, c, col, pd);
+      load_grad_rows<Pooled>(dy, r, r1, c, col, pd);
       load_rows(x, r, r1, c, col, px);
       if (relu_y) load_rows(relu_y, r, r1, c, col, py);
 #pragma unroll
@@ -339,10 +468,11 @@ __global__ void __launch_bounds__(kFinCols * kFinGroups)
   dgamma[ch] = sum.gx * save_invstd[ch];
 }
 
-// Pass 3 backward: dx = gamma * invstd * (g - dbeta / n - (x - mean) * invstd * dgamma / n). dx may alias dy.
-template <class T, int V>
+// Pass 3 backward: dx = gamma * invstd * (g - dbeta / n - (x - mean) * invstd * dgamma / n). dx may alias dy
+// (not when Pooled).
+template <class T, int V, bool Pooled>
 __global__ void __launch_bounds__(512)
-    bn_bwd_apply_kernel(const T* dy, const T* x, const T* relu_y, const float* __restrict__ gamma,
+    bn_bwd_apply_kernel(const GradSrc<T> dy, const T* x, const T* relu_y, const float* __restrict__ gamma,
                         const float* __restrict__ mean, const float* __restrict__ invstd,
                         const float* __restrict__ dgamma, const float* __restrict__ dbeta, T* dx, int64_t rows,
                         int64_t c, int64_t rpb, const float* __restrict__ relu_beta) {
@@ -362,7 +492,7 @@ __global__ void __launch_bounds__(512)
   constexpr int U = bwd_unroll<V>();
   for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowGroups * U) {
     Pack<T, V> pd[U], px[U], py[U];
-    load_rows(dy, r, r1, c, col, pd);
+    load_grad_rows<Pooled>(dy, r, r1, c, col, pd);
     load_rows(x, r, r1, c, col, px);
     if (relu_y) load_rows(relu_y, r, r1, c, col, py);
 #pragma unroll
@@ -461,6 +591,71 @@ Status batchnorm_fwd_eval_cuda(cudaStream_t s, const void* x, GpuDType t, const 
   });
 }
 
+namespace {
+
+// The backward's three launches (see the file comment); dy from GradSrc (Pooled: pass_fuse_bn_pool's pooled
+// gradient and argmax, idx 8-byte aligned).
+template <bool Pooled, class T>
+Status bn_bwd_launch(cudaStream_t s, const GradSrc<T>& gs, const void* x, const void* relu_y, const float* gamma,
+                     const float* save_mean, const float* save_invstd, void* dx, float* dgamma, float* dbeta,
+                     int64_t rows, int64_t c, void* workspace, const float* relu_beta) {
+  const RowSplit rs = row_split(rows, c);
+  float* part_g = static_cast<float*>(workspace);  // (row blocks, c)
+  float* part_gx = part_g + align256(static_cast<size_t>(rs.blocks * c) * sizeof(float)) / sizeof(float);
+  return with_vector_width<T>(c, gs.dy, x, relu_y, dx, [&](auto vw) {
+    constexpr int V = decltype(vw)::value;
+    const Launch l = make_launch(c, V, rs);
+    const T* xs = static_cast<const T*>(x);
+    const T* ys = static_cast<const T*>(relu_y);
+    bn_bwd_stats_kernel<T, V, Pooled><<<l.grid, l.block, l.smem, s>>>(gs, xs, relu_beta ? nullptr : ys, save_mean,
+                                                                       rows, c, rs.rows_per_block, part_g, part_gx,
+                                                                       gamma, save_invstd, relu_beta);
+    BN_LAUNCHED("bn_bwd_stats_kernel");
+    const unsigned fin_grid = static_cast<unsigned>((c + kFinCols - 1) / kFinCols);
+    bn_bwd_finalize_kernel<<<fin_grid, dim3(kFinCols, kFinGroups), 0, s>>>(
+        part_g, part_gx, rows, c, rs.rows_per_block, rs.blocks, save_invstd, dgamma, dbeta);
+    BN_LAUNCHED("bn_bwd_finalize_kernel");
+    bn_bwd_apply_kernel<T, V, Pooled><<<l.grid, l.block, 0, s>>>(gs, xs, relu_beta ? nullptr : ys, gamma, save_mean,
+                                                                  save_invstd, dgamma, dbeta, static_cast<T*>(dx),
+                                                                  rows, c, rs.rows_per_block, relu_beta);
+    return TRCTL_CUDA_LAUNCH_STATUS("bn_bwd_apply_kernel");
+  });
+}
+
+// The fused max pool's forward launch over x (n,h,w,c) -> y, idx (n,h/k,w/k,c): 32-bit indices when they fit.
+template <class T>
+Status bn_pool_apply_launch(cudaStream_t s, const void* x, void* y, uint8_t* idx, const float* gamma,
+                            const float* beta, const float* mean, const float* inv_or_var, bool var_not_invstd,
+                            float eps, bool relu, const float* mean_shift, int64_t n, int64_t h, int64_t w, int64_t c,
+                            int k) {
+  auto launch = [&](auto vw) {
+    constexpr int V = decltype(vw)::value;
+    const int64_t items = n * (h / k) * (w / k) * (c / V);
+    const T* xs = static_cast<const T*>(x);
+    T* ys = static_cast<T*>(y);
+    if (n * h * w * c < (int64_t{1} << 30))
+      bn_pool_apply_kernel<T, V, int32_t><<<elementwise_grid(items), kElementwiseBlock, 0, s>>>(
+          xs, ys, idx, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, n, h, w, c, k, k);
+    else
+      bn_pool_apply_kernel<T, V, int64_t><<<elementwise_grid(items), kElementwiseBlock, 0, s>>>(
+          xs, ys, idx, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, n, h, w, c, k, k);
+    return TRCTL_CUDA_LAUNCH_STATUS("bn_pool_apply_kernel");
+  };
+  constexpr int kV16 = kVec16<T>;
+  if (c % kV16 == 0 && gpu_aligned(16, x, y))  // idx: 8-byte aligned (the launchers check)
+    return launch(std::integral_constant<int, kV16>{});
+  if (c % 2 == 0 && gpu_aligned(2 * sizeof(T), x, y)) return launch(std::integral_constant<int, 2>{});
+  return launch(std::integral_constant<int, 1>{});
+}
+
+// Geometry checks shared by the fused launchers: windows k x k tiling (h, w), at most 256 elements.
+bool pool_tiles(int64_t n, int64_t h, int64_t w, int64_t c, int k) {
+  return n >= 1 && c >= 1 && c < (int64_t{1} << 31) && k >= 1 && k * k <= 256 && h >= k && w >= k && h % k == 0 &&
+         w % k == 0;
+}
+
+}  // namespace
+
 Status batchnorm_bwd_cuda(cudaStream_t s, const void* dy, const void* x, const void* relu_y, GpuDType t,
                           const float* gamma, const float* save_mean, const float* save_invstd, void* dx,
                           float* dgamma, float* dbeta, int64_t rows, int64_t c, void* workspace,
@@ -472,30 +667,89 @@ Status batchnorm_bwd_cuda(cudaStream_t s, const void* dy, const void* x, const v
   TRCTL_CUDA_ARG_CHECK(dx != x, "batchnorm_bwd_cuda: dx aliases x");
   TRCTL_CUDA_ARG_CHECK(workspace && workspace_bytes >= batchnorm_workspace_bytes(rows, c),
                        "batchnorm_bwd_cuda: workspace missing or smaller than batchnorm_workspace_bytes");
-  const RowSplit rs = row_split(rows, c);
-  float* part_g = static_cast<float*>(workspace);  // (row blocks, c)
-  float* part_gx = part_g + align256(static_cast<size_t>(rs.blocks * c) * sizeof(float)) / sizeof(float);
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return with_vector_width<T>(c, dy, x, relu_y, dx, [&](auto vw) {
+    const GradSrc<T> gs{static_cast<const T*>(dy), nullptr, 0, 0, 0, 0, 0, 0};
+    return bn_bwd_launch<false, T>(s, gs, x, relu_y, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
+                                   workspace, relu_beta);
+  });
+}
+
+Status batchnorm_fwd_train_pool_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma,
+                                     const float* beta, void* y, uint8_t* idx, float* save_mean, float* save_invstd,
+                                     float* running_mean, float* running_var, int64_t n, int64_t h, int64_t w,
+                                     int64_t c, int k, float eps, float momentum, bool relu, void* workspace,
+                                     size_t workspace_bytes, const float* prebias) {
+  const int64_t rows = n * h * w;
+  TRCTL_CUDA_ARG_CHECK(pool_tiles(n, h, w, c, k),
+                       "batchnorm_fwd_train_pool_cuda: the k x k windows must tile (h, w), k*k <= 256");
+  TRCTL_CUDA_ARG_CHECK(rows >= 2, "batchnorm_fwd_train_pool_cuda: rows < 2");
+  TRCTL_CUDA_ARG_CHECK(x && y && idx && gamma && beta && save_mean && save_invstd,
+                       "batchnorm_fwd_train_pool_cuda: null pointer");
+  TRCTL_CUDA_ARG_CHECK(gpu_aligned(8, idx), "batchnorm_fwd_train_pool_cuda: idx not 8-byte aligned");
+  TRCTL_CUDA_ARG_CHECK(workspace && workspace_bytes >= batchnorm_workspace_bytes(rows, c),
+                       "batchnorm_fwd_train_pool_cuda: workspace missing or smaller than batchnorm_workspace_bytes");
+  const RowSplit rs = row_split(rows, c);
+  float* part_mean = static_cast<float*>(workspace);  // (row blocks, c)
+  float* part_m2 = part_mean + align256(static_cast<size_t>(rs.blocks * c) * sizeof(float)) / sizeof(float);
+  return dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    Status st = with_vector_width<T>(c, x, nullptr, nullptr, nullptr, [&](auto vw) {  // the statistics as unfused
       constexpr int V = decltype(vw)::value;
       const Launch l = make_launch(c, V, rs);
-      const T* dys = static_cast<const T*>(dy);
-      const T* xs = static_cast<const T*>(x);
-      const T* ys = static_cast<const T*>(relu_y);
-      bn_bwd_stats_kernel<T, V><<<l.grid, l.block, l.smem, s>>>(dys, xs, relu_beta ? nullptr : ys, save_mean, rows,
-                                                                  c, rs.rows_per_block, part_g, part_gx, gamma,
-                                                                  save_invstd, relu_beta);
-      BN_LAUNCHED("bn_bwd_stats_kernel");
+      bn_fwd_stats_kernel<T, V><<<l.grid, l.block, l.smem, s>>>(static_cast<const T*>(x), rows, c,
+                                                                  rs.rows_per_block, part_mean, part_m2);
+      BN_LAUNCHED("bn_fwd_stats_kernel");
       const unsigned fin_grid = static_cast<unsigned>((c + kFinCols - 1) / kFinCols);
-      bn_bwd_finalize_kernel<<<fin_grid, dim3(kFinCols, kFinGroups), 0, s>>>(
-          part_g, part_gx, rows, c, rs.rows_per_block, rs.blocks, save_invstd, dgamma, dbeta);
-      BN_LAUNCHED("bn_bwd_finalize_kernel");
-      bn_bwd_apply_kernel<T, V><<<l.grid, l.block, 0, s>>>(dys, xs, relu_beta ? nullptr : ys, gamma, save_mean,
-                                                            save_invstd, dgamma, dbeta, static_cast<T*>(dx), rows, c,
-                                                            rs.rows_per_block, relu_beta);
-      return TRCTL_CUDA_LAUNCH_STATUS("bn_bwd_apply_kernel");
+      bn_fwd_finalize_kernel<<<fin_grid, dim3(kFinCols, kFinGroups), 0, s>>>(
+          part_mean, part_m2, rows, c, rs.rows_per_block, rs.blocks, eps, momentum, save_mean, save_invstd,
+          running_mean, running_var, prebias);
+      return TRCTL_CUDA_LAUNCH_STATUS("bn_fwd_finalize_kernel");
     });
+    if (!st) return st;
+    return bn_pool_apply_launch<T>(s, x, y, idx, gamma, beta, save_mean, save_invstd, false, eps, relu, nullptr, n, h,
+                                   w, c, k);
+  });
+}
+
+Status batchnorm_fwd_eval_pool_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma, const float* beta,
+                                    const float* running_mean, const float* running_var, void* y, int64_t n,
+                                    int64_t h, int64_t w, int64_t c, int k, float eps, bool relu,
+                                    const float* prebias) {
+  TRCTL_CUDA_ARG_CHECK(n >= 0, "batchnorm_fwd_eval_pool_cuda: n < 0");
+  if (n == 0) return ok_status();
+  TRCTL_CUDA_ARG_CHECK(pool_tiles(n, h, w, c, k),
+                       "batchnorm_fwd_eval_pool_cuda: the k x k windows must tile (h, w), k*k <= 256");
+  TRCTL_CUDA_ARG_CHECK(x && y && gamma && beta && running_mean && running_var,
+                       "batchnorm_fwd_eval_pool_cuda: null pointer");
+  return dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return bn_pool_apply_launch<T>(s, x, y, nullptr, gamma, beta, running_mean, running_var, true, eps, relu, prebias,
+                                   n, h, w, c, k);
+  });
+}
+
+Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint8_t* idx, const void* x, GpuDType t,
+                               const float* gamma, const float* beta, const float* save_mean,
+                               const float* save_invstd, void* dx, float* dgamma, float* dbeta, int64_t n, int64_t h,
+                               int64_t w, int64_t c, int k, void* workspace, size_t workspace_bytes) {
+  const int64_t rows = n * h * w;
+  TRCTL_CUDA_ARG_CHECK(pool_tiles(n, h, w, c, k),
+                       "batchnorm_bwd_pool_cuda: the k x k windows must tile (h, w), k*k <= 256");
+  TRCTL_CUDA_ARG_CHECK(rows < (int64_t{1} << 31), "batchnorm_bwd_pool_cuda: n*h*w >= 2^31");
+  TRCTL_CUDA_ARG_CHECK(dy_pooled && idx && x && gamma && beta && save_mean && save_invstd && dx && dgamma && dbeta,
+                       "batchnorm_bwd_pool_cuda: null pointer");
+  TRCTL_CUDA_ARG_CHECK(gpu_aligned(8, idx), "batchnorm_bwd_pool_cuda: idx not 8-byte aligned");
+  TRCTL_CUDA_ARG_CHECK(dx != x && dx != dy_pooled, "batchnorm_bwd_pool_cuda: dx aliases x or dy");
+  TRCTL_CUDA_ARG_CHECK(workspace && workspace_bytes >= batchnorm_workspace_bytes(rows, c),
+                       "batchnorm_bwd_pool_cuda: workspace missing or smaller than batchnorm_workspace_bytes");
+  return dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const uint32_t ku = static_cast<uint32_t>(k), q = static_cast<uint32_t>(w / k);
+    const GradSrc<T> gs{static_cast<const T*>(dy_pooled), idx, static_cast<uint32_t>(h * w), static_cast<uint32_t>(w),
+                        ku, ku, static_cast<uint32_t>((h / k) * q), q};
+    return bn_bwd_launch<true, T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
+                                  workspace, beta);
   });
 }
 
