@@ -1,5 +1,6 @@
 // cuda_bench_kernels: ceilings first (copy bandwidth, GEMM rates), then every kernel at sizes that fill the chip
-// and at the MLP's own sizes; median of repeated event-timed launches after a warm-up.
+// and at the MLP's own sizes, then the RGB-stem convolutions (im2col + GEMM vs cuDNN); median of repeated
+// event-timed launches after a warm-up.
 #include "runtime/cuda/bench_kernels.h"
 
 #include <cuda_runtime.h>
@@ -11,10 +12,13 @@
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/cudnn_conv.h"
+#include "runtime/cuda/im2col_conv.h"
 #include "runtime/cuda/lt_gemm.h"
 #include "runtime/ops/amp/amp_cuda.h"
 #include "runtime/ops/bias_grad/bias_grad_cuda.h"
 #include "runtime/ops/cast/cast_cuda.h"
+#include "runtime/ops/channel_copy/channel_copy_cuda.h"
 #include "runtime/ops/dropout/dropout_cuda.h"
 #include "runtime/ops/optim/optim_cuda.h"
 #include "runtime/ops/optim/optim_extra_cuda.h"
@@ -149,6 +153,82 @@ Status bench_optim_extra(Bench& b, const std::string& sz, int64_t n, const OptHy
   });
 }
 
+// n f16 values from the 64 Mi random floats `src` (repeated): random conv operands without a host copy.
+Status fill_f16(cudaStream_t s, const void* src, int64_t src_n, void* dst, int64_t n) {
+  for (int64_t i = 0; i < n; i += src_n)
+    if (Status st = cast_cuda(s, src, GpuDType::F32, static_cast<char*>(dst) + i * 2, GpuDType::F16,
+                              std::min(src_n, n - i));
+        !st.ok())
+      return st;
+  return ok_status();
+}
+
+// The RGB stems at batch 256 in f16 (docs/cnn.md), forward and weight gradient, through the im2col + GEMM path the
+// backend runs under AMP (im2col_conv.h) and through the cuDNN path it ran before: forward on C padded to 8 (the
+// two pad copies included), weight gradient unpadded plus the cast of dW to fp32. TFLOP/s of the real C = 3 work.
+Status bench_stem_convs(Bench& b, const void* random, int64_t random_n) {
+  const cudaStream_t s = b.ctx.stream;
+  struct Shape {
+    const char* name;
+    int64_t hw, rs, stride, pad;
+  };
+  for (const Shape& sh : {Shape{"conv r50 stem 7x7/2", 224, 7, 2, 3}, Shape{"conv vgg16 conv0 3x3", 224, 3, 1, 1}}) {
+    Conv2dGeom g;
+    g.n = 256, g.h = g.w = sh.hw, g.c = 3, g.k = 64, g.r = g.s = sh.rs;
+    g.stride_h = g.stride_w = sh.stride, g.pad_h = g.pad_w = sh.pad;
+    std::string why;
+    if (!conv2d_geom_finish(g, &why)) return Error{ErrCode::Internal, "bench kernels", why};
+    const int64_t nx = g.n * g.h * g.w, ny = g.n * g.p * g.q * g.k, rsk = g.k * g.r * g.s;
+    const double flops = 2.0 * static_cast<double>(ny) * static_cast<double>(g.c * g.r * g.s);
+    const std::string size = "N=256 " + std::to_string(sh.hw) + "^2 3->64";
+    DeviceBuffer x, xp, w, wp, y, dy, dw, dwl, ws;
+    for (auto [buf, bytes] : {std::pair{&x, nx * 3 * 2}, {&xp, nx * 8 * 2}, {&w, rsk * 3 * 2}, {&wp, rsk * 8 * 2},
+                              {&y, ny * 2}, {&dy, ny * 2}, {&dw, rsk * 3 * 4}, {&dwl, rsk * 3 * 2}})
+      TRCTL_CUDA_TRY(cudaMalloc(&buf->p, static_cast<size_t>(bytes)));
+    for (auto [buf, n] : {std::pair{&x, nx * 3}, {&w, rsk * 3}, {&dy, ny}})
+      if (Status st = fill_f16(s, random, random_n, buf->p, n); !st.ok()) return st;
+    Im2colConvDesc id;
+    id.g = g;
+    id.io = GpuDType::F16;
+    Result<Im2colConvPlan> fwd = im2col_conv_plan(b.ctx, id);
+    id.dir = Im2colDir::Wgrad;
+    Result<Im2colConvPlan> wgrad = im2col_conv_plan(b.ctx, id);
+    if (!fwd.ok()) return fwd.errors();
+    if (!wgrad.ok()) return wgrad.errors();
+    ConvDesc cd;
+    cd.g = g;
+    cd.io = GpuDType::F16;
+    cd.need_dgrad = false;
+    Result<CudnnConvPlan> real = cudnn_conv_plan(b.ctx.cudnn, cd);  // the wgrad's plan (C = 3)
+    cd.g.c = 8;
+    Result<CudnnConvPlan> padded = cudnn_conv_plan(b.ctx.cudnn, cd);  // the forward's plan (C = 8)
+    if (!real.ok()) return real.errors();
+    if (!padded.ok()) return padded.errors();
+    const size_t wsb = std::max({im2col_conv_workspace_bytes(fwd.value()), im2col_conv_workspace_bytes(wgrad.value()),
+                                 cudnn_conv_workspace_bytes(real.value()), cudnn_conv_workspace_bytes(padded.value())});
+    TRCTL_CUDA_TRY(cudaMalloc(&ws.p, wsb));
+    const double ceil = b.gemm_f16;
+    const std::string n = sh.name;
+    Status st = b.add(n + " fwd im2col f16", size, flops, true, ceil, [&] {
+      return im2col_conv_fwd(b.ctx, fwd.value(), x.p, w.p, nullptr, y.p, ws.p, wsb);
+    });
+    if (st.ok()) st = b.add(n + " fwd cudnn C8 f16", size, flops, true, ceil, [&]() -> Status {
+      if (Status c = channel_copy_cuda(s, x.p, GpuDType::F16, 3, xp.p, GpuDType::F16, 8, nx); !c.ok()) return c;
+      if (Status c = channel_copy_cuda(s, w.p, GpuDType::F16, 3, wp.p, GpuDType::F16, 8, rsk); !c.ok()) return c;
+      return cudnn_conv_fwd(b.ctx.cudnn, s, padded.value(), xp.p, wp.p, nullptr, y.p, ws.p, wsb);
+    });
+    if (st.ok()) st = b.add(n + " wgrad im2col f16", size, flops, true, ceil, [&] {
+      return im2col_conv_wgrad(b.ctx, wgrad.value(), dy.p, x.p, static_cast<float*>(dw.p), ws.p, wsb);
+    });
+    if (st.ok()) st = b.add(n + " wgrad cudnn C3 f16", size, flops, true, ceil, [&]() -> Status {
+      if (Status c = cudnn_conv_wgrad(b.ctx.cudnn, s, real.value(), dy.p, x.p, dwl.p, ws.p, wsb); !c.ok()) return c;
+      return channel_copy_cuda(s, dwl.p, GpuDType::F16, 3, dw.p, GpuDType::F32, 3, rsk);
+    });
+    if (!st.ok()) return st;
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Result<std::vector<KernelBenchRow>> cuda_bench_kernels() {
@@ -243,6 +323,7 @@ Result<std::vector<KernelBenchRow>> cuda_bench_kernels() {
       if (!r.ok()) return r.errors();
       b.rows.back().ceiling = ceil;
     }
+  if (Status cs = bench_stem_convs(b, x.p, n); !cs.ok()) return cs.errors();
   TRCTL_CUDA_WARN(cudaFree(step));
   TRCTL_CUDA_WARN(cudaFree(h));
   return b.rows;

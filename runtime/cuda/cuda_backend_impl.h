@@ -14,6 +14,7 @@
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda_context.h"
 #include "runtime/cuda/cudnn_conv.h"
+#include "runtime/cuda/im2col_conv.h"
 #include "runtime/cuda/lt_gemm.h"
 #include "runtime/ops/amp/amp_cuda.h"
 #include "runtime/ops/augment/augment_cuda.h"
@@ -122,6 +123,11 @@ class CudaBackend final : public Backend {
   Conv2dGeom planned_geom(const Node& n) const;
   Status lower_cnn_node(int program, size_t i, std::vector<Launch>& out);
   Status lower_conv_node(const Node& n, std::vector<Launch>& out);
+  // Few-input-channel convs under AMP (im2col_conv_eligible): fwd and wgrad as im2col + GEMM, no cuDNN plan.
+  bool im2col_node(const Node& n) const;
+  std::string im2col_key(const Node& n) const;
+  Status plan_im2col(const Node& n);
+  Status lower_im2col_conv_node(const Node& n, std::vector<Launch>& out);
   Status lower_batch_norm_node(const Node& n, std::vector<Launch>& out);
   Status lower_batch_norm_pool_node(const Node& n, std::vector<Launch>& out);  // attrs.pool: pass_fuse_bn_pool
   // Activation and Loss nodes (runtime/cuda/cuda_lower_act_loss.cpp): the class weights' device copy, then launches.
@@ -173,6 +179,7 @@ class CudaBackend final : public Backend {
   void* lowp_dw_ = nullptr;
   void *pad_x_ = nullptr, *pad_dx_ = nullptr, *pad_w_ = nullptr;  // channel-padded conv scratch (AMP, C % 8 != 0)
   int64_t pad_x_elems_ = 0, pad_w_elems_ = 0;                     // AMP: a conv weight gradient in the activation dtype, before its cast
+  std::map<std::string, Im2colConvPlan> im2col_;  // by im2col_key; their cols and Wc live in conv_ws_
   std::vector<Launch> warm_;                    // cuDNN calls run once before capture (module loading)
   std::vector<cudaGraphExec_t> exec_;
   // Host-fed steps: one graph per (program, input slot), a copy stream and its events.

@@ -15,6 +15,7 @@
 #include "runtime/ops/batchnorm/batchnorm_cuda.h"
 #include "runtime/ops/cast/cast_cuda.h"
 #include "runtime/ops/channel_copy/channel_copy_cuda.h"
+#include "runtime/ops/conv2d/im2col.h"
 #include "runtime/ops/pool/pool_cuda.h"
 
 namespace trctl::cuda_detail {
@@ -82,6 +83,10 @@ Status CudaBackend::plan_cnn() {
   for (const Program& p : c_.graph.programs)
     for (const Node& n : p.nodes) {
       if (is_conv(n.op) && !pointwise_conv(n)) {  // pointwise ones are cuBLASLt GEMMs (plan_gemms)
+        if (im2col_node(n)) {  // im2col + GEMM: no cuDNN plan (nor a count in conv_sources_), like the 1x1 GEMMs
+          if (Status st = plan_im2col(n); !st.ok()) return st;
+          continue;
+        }
         const auto [x, w] = conv_operands(n);
         const Conv2dGeom real = conv2d_geom_of(c_.graph, n, x, w);
         d.g = planned_geom(n);
@@ -139,6 +144,7 @@ const CudnnConvPlan* CudaBackend::conv_plan(const Node& n) const {
 }
 
 Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
+  if (im2col_node(n)) return lower_im2col_conv_node(n, out);
   const CudnnConvPlan* plan = conv_plan(n);
   if (!plan) return Error{ErrCode::Internal, "cuda backend", "no cuDNN plan for " + n.name};
   const cudaStream_t s = ctx_.stream;
@@ -199,6 +205,65 @@ Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
     if (lowp()) out.push_back([=] { return channel_copy_cuda(s, dw, act, cp, dw_f32, GpuDType::F32, c, wrows); });
   }
   warm_.push_back(conv);
+  return ok_status();
+}
+
+// The forward and weight gradient of a few-input-channel conv under AMP (an RGB stem: im2col_conv_eligible) run as
+// im2col + cuBLASLt GEMM (runtime/cuda/im2col_conv.h): cuDNN ran them 4-12x slower than their roofline even with
+// C padded to 8 (docs/cnn.md). The data gradient, when a program needs it, stays the padded cuDNN dgrad.
+bool CudaBackend::im2col_node(const Node& n) const {
+  if (!lowp() || (n.op != OpKind::Conv2d && n.op != OpKind::Conv2dGradWeight) || pointwise_conv(n)) return false;
+  const auto [x, w] = conv_operands(n);
+  return im2col_conv_eligible(conv2d_geom_of(c_.graph, n, x, w));
+}
+
+std::string CudaBackend::im2col_key(const Node& n) const {
+  const auto [x, w] = conv_operands(n);
+  const std::string g = conv_key(conv2d_geom_of(c_.graph, n, x, w));
+  return n.op == OpKind::Conv2dGradWeight ? "wgrad " + g : n.in.size() == 3 ? "fwd+bias " + g : "fwd " + g;
+}
+
+// One plan per direction, geometry (and bias); its cols chunks and the padded filter share the cuDNN workspace
+// (the step's launches run one after another), which grows to the largest im2col workspace: at most
+// kIm2colMaxColsBytes (64 MiB) of cols plus K*Kc fp32, counted in memory_report's workspaces.
+Status CudaBackend::plan_im2col(const Node& n) {
+  const std::string key = im2col_key(n);
+  if (im2col_.count(key)) return ok_status();
+  const auto [x, w] = conv_operands(n);
+  Im2colConvDesc d;
+  d.g = conv2d_geom_of(c_.graph, n, x, w);
+  d.io = act_type();
+  d.dir = n.op == OpKind::Conv2dGradWeight ? Im2colDir::Wgrad : Im2colDir::Fwd;
+  d.bias = n.op == OpKind::Conv2d && n.in.size() == 3;
+  Result<Im2colConvPlan> plan = im2col_conv_plan(ctx_, d);
+  if (!plan.ok()) return plan.errors();
+  conv_ws_bytes_ = std::max(conv_ws_bytes_, im2col_conv_workspace_bytes(plan.value()));
+  im2col_.emplace(key, std::move(plan.value()));
+  return ok_status();
+}
+
+Status CudaBackend::lower_im2col_conv_node(const Node& n, std::vector<Launch>& out) {
+  auto it = im2col_.find(im2col_key(n));
+  if (it == im2col_.end()) return Error{ErrCode::Internal, "cuda backend", "no im2col plan for " + n.name};
+  Im2colConvPlan* plan = &it->second;
+  void* ws = conv_ws_;
+  const size_t wsb = conv_ws_bytes_;
+  if (n.op == OpKind::Conv2d) {  // X, W [, b] -> Y; W and b from the AMP weight copy
+    const void* x = at(n.in[0]);
+    const void* w = weight_ptr(n.in[1]);
+    const void* b = n.in.size() == 3 ? weight_ptr(n.in[2]) : nullptr;
+    void* y = at(n.out[0]);
+    out.push_back([this, plan, x, w, b, y, ws, wsb] { return im2col_conv_fwd(ctx_, *plan, x, w, b, y, ws, wsb); });
+    return ok_status();
+  }
+  // dY, X -> dW: straight into the fp32 gradient (the cuDNN path's destination after its cast).
+  if (c_.plan.values[n.out[0]].region != Region::Grads)
+    return Error{ErrCode::NotSupported, "cuda backend",
+                 "a convolution weight used more than once (" + n.name + ") is not supported under AMP yet"};
+  const void* dy = at(n.in[0]);
+  const void* x = at(n.in[1]);
+  float* dw = reinterpret_cast<float*>(at(n.out[0]));
+  out.push_back([this, plan, dy, x, dw, ws, wsb] { return im2col_conv_wgrad(ctx_, *plan, dy, x, dw, ws, wsb); });
   return ok_status();
 }
 
