@@ -1,8 +1,8 @@
 // run.json's conv_algorithms on the device: a tiny CNN trained on the CUDA backend with no autotune cache file
 // records every cuDNN plan (fwd, dgrad where a program needs it, wgrad; per distinct geometry) as from the
 // heuristics; after conv_autotune_spec (what `trctl bench CFG --autotune` runs) every plan comes from the cache;
-// with the cache's wgrad entries removed the wgrad plans come from the heuristics ("mixed"). fp16 AMP with an RGB
-// stem (its forward planned with the channels padded to 8) is fully cached after autotune as well.
+// with the cache's wgrad entries removed the wgrad plans come from the heuristics ("mixed"). Under fp16 AMP the RGB
+// stem runs as im2col + GEMM (no cuDNN plan, not counted) and the other plans are fully cached after autotune.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -187,7 +187,7 @@ TEST_CASE("run.json counts the cuDNN conv plans from the heuristics, the autotun
   }
 }
 
-TEST_CASE("after autotune every conv plan of an fp16 AMP run comes from the cache, the padded RGB stem included",
+TEST_CASE("after autotune every cuDNN conv plan of an fp16 AMP run comes from the cache; the RGB stem has none",
           "[gpu][backend][cnn][autotune][amp]") {
   Scratch scratch;
   const std::string cache = (scratch.path / "conv_autotune.txt").string();
@@ -195,12 +195,12 @@ TEST_CASE("after autotune every conv plan of an fp16 AMP run comes from the cach
   const Spec spec = spec_of(scratch.path / "runs", "fp16");
   const RunFacts before = train_facts(spec);
   CHECK(before.conv.from_cache == 0);
-  // The stem is two geometries under AMP: its forward runs over C padded to 8, its weight gradient over the real
-  // C = 3 (CudaBackend::planned_geom); each is planned fwd + wgrad. conv2: fwd, dgrad, wgrad. 2 + 2 + 3 = 7.
-  CHECK(before.conv.from_heuristics == 7);
+  // Under AMP the stem (C = 3, K = 16: im2col_conv_eligible) runs its forward and weight gradient as im2col +
+  // GEMM and needs no dgrad (its input is data): no cuDNN plan. conv2: fwd, dgrad, wgrad = 3 plans.
+  CHECK(before.conv.from_heuristics == 3);
   REQUIRE_OK(conv_autotune_spec(compiled_of(spec), cache, nullptr));
   const RunFacts after = train_facts(spec);
   CHECK(after.conv.cache_exists);
   CHECK(after.conv.from_cache == before.conv.from_heuristics);
-  CHECK(after.conv.from_heuristics == 0);  // the padded stem's key included (conv_autotune_spec pads it too)
+  CHECK(after.conv.from_heuristics == 0);
 }
