@@ -193,6 +193,10 @@ struct SchedulerSpec {
 // ---- train / run ----
 enum class Precision { Fp32, Tf32, Fp16, Bf16 };
 enum class DeviceKind { Auto, Cpu, Cuda };
+// Few-input-channel convolutions (an RGB stem) under AMP on the CUDA backend: on = forward and weight gradient as
+// im2col + cuBLASLt GEMM (docs/cnn.md), forward = the forward only (the weight gradient on cuDNN), off = cuDNN for
+// both. The results are the same convolution up to summation order; a performance switch, no effect on the CPU.
+enum class ConvIm2col { On, Forward, Off };
 struct TrainSpec {
   int epochs = 1;               // >= 1
   Precision precision = Precision::Fp32;
@@ -204,6 +208,7 @@ struct TrainSpec {
   // checkpoints, debug.inject_nonfinite_grad_steps) count optimizer steps. 1..65536; 1 = off.
   int accumulate_steps = 1;
   bool deterministic = true;
+  ConvIm2col conv_im2col = ConvIm2col::On;  // YAML conv_im2col: on | forward | off
   int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
   // Optimizer steps between mid-epoch checkpoints (checkpoints/epoch-NNNN-step-SSSSSSSS, with the data position);
   // 0 = none. Independent of checkpoint_every (both may be set); not part of the checkpoint's spec hash.
@@ -269,6 +274,7 @@ std::string spec_to_yaml(const Spec& spec);
 // Names used in YAML for enums (also used in messages and run outputs).
 const char* to_string(Precision p);
 const char* to_string(DeviceKind d);
+const char* to_string(ConvIm2col c);
 const char* to_string(OptimizerKind o);
 const char* to_string(SchedulerKind s);
 const char* to_string(LayerKind l);

@@ -107,6 +107,15 @@ const char* to_string(LossKind l) {
   }
   return "?";
 }
+const char* to_string(ConvIm2col c) {
+  switch (c) {
+    case ConvIm2col::On: return "on";
+    case ConvIm2col::Forward: return "forward";
+    case ConvIm2col::Off: return "off";
+  }
+  return "?";
+}
+
 const char* to_string(ProgressKind p) {
   switch (p) {
     case ProgressKind::Auto: return "auto";
@@ -328,6 +337,8 @@ std::string spec_to_yaml(const Spec& spec) {
   if (spec.train.accumulate_steps > 1)  // written only when set: specs without it keep their checkpoint hash
     y += "  accumulate_steps: " + std::to_string(spec.train.accumulate_steps) + "\n";
   y += std::string("  deterministic: ") + boolean(spec.train.deterministic) + "\n";
+  if (spec.train.conv_im2col != ConvIm2col::On)  // written only when set: specs without it keep their checkpoint hash
+    y += std::string("  conv_im2col: ") + to_string(spec.train.conv_im2col) + "\n";
   y += "  checkpoint_every: " + std::to_string(spec.train.checkpoint_every) + "\n";
   if (spec.train.checkpoint_every_steps > 0)  // written only when set: specs without it keep their checkpoint hash
     y += "  checkpoint_every_steps: " + std::to_string(spec.train.checkpoint_every_steps) + "\n";

@@ -472,8 +472,13 @@ Status conv_autotune_spec(const Compiled& c, const std::string& path, std::strin
       if (!conv_node_operands(n, &x, &w)) continue;
       d.g = conv2d_geom_of(c.graph, n, x, w);
       // Under AMP the forward and weight gradient of a few-channel conv (im2col_conv_eligible) run as im2col + GEMM
-      // with no cuDNN plan (CudaBackend::im2col_node): nothing to measure; a data gradient still is.
-      if (lowp && n.op != OpKind::Conv2dGradInput && im2col_conv_eligible(d.g)) continue;
+      // with no cuDNN plan (CudaBackend::im2col_node; train.conv_im2col: forward keeps the weight gradient on cuDNN,
+      // off both): nothing to measure; a data gradient still is.
+      const ConvIm2col mode = c.spec.train.conv_im2col;
+      const bool im2col_dir = n.op == OpKind::Conv2d ? mode != ConvIm2col::Off
+                              : n.op == OpKind::Conv2dGradWeight ? mode == ConvIm2col::On
+                                                                 : false;
+      if (lowp && im2col_dir && im2col_conv_eligible(d.g)) continue;
       // The backend plans the forward and data gradient of an AMP conv over C % 8 != 0 channels (an RGB stem) with
       // C padded to a multiple of 8 (CudaBackend::padded_channels): measure that geometry, so its key is found.
       if (lowp && n.op != OpKind::Conv2dGradWeight && d.g.groups == 1 && d.g.c % 8 != 0) d.g.c = (d.g.c + 7) / 8 * 8;

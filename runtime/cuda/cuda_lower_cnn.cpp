@@ -213,6 +213,8 @@ Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
 // C padded to 8 (docs/cnn.md). The data gradient, when a program needs it, stays the padded cuDNN dgrad.
 bool CudaBackend::im2col_node(const Node& n) const {
   if (!lowp() || (n.op != OpKind::Conv2d && n.op != OpKind::Conv2dGradWeight) || pointwise_conv(n)) return false;
+  const ConvIm2col mode = c_.spec.train.conv_im2col;  // train.conv_im2col: on | forward | off
+  if (mode == ConvIm2col::Off || (mode == ConvIm2col::Forward && n.op == OpKind::Conv2dGradWeight)) return false;
   const auto [x, w] = conv_operands(n);
   return im2col_conv_eligible(conv2d_geom_of(c_.graph, n, x, w));
 }

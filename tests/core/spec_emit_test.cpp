@@ -81,6 +81,7 @@ Spec complex_spec() {
   s.train.checkpoint_every = 3;
   s.train.checkpoint_every_steps = 250;
   s.train.deterministic = false;
+  s.train.conv_im2col = ConvIm2col::Forward;
   s.run.out_dir = "out dir";
   s.run.name = "true";
   s.run.log_interval = 3;
@@ -211,4 +212,19 @@ TEST_CASE("the enum names are the YAML names") {
   CHECK(std::string(to_string(InitKind::KaimingUniformFanIn)) == "kaiming_uniform_fan_in");
   CHECK(std::string(to_string(LossKind::CrossEntropy)) == "cross_entropy");
   CHECK(std::string(to_string(ProgressKind::Off)) == "off");
+  CHECK(std::string(to_string(ConvIm2col::Forward)) == "forward");
+}
+
+TEST_CASE("train.conv_im2col is written only when not 'on', so older specs keep their checkpoint hash") {
+  Spec s = complex_spec();
+  s.train.conv_im2col = ConvIm2col::On;
+  CHECK(spec_to_yaml(s).find("conv_im2col") == std::string::npos);
+  for (ConvIm2col m : {ConvIm2col::Forward, ConvIm2col::Off}) {
+    s.train.conv_im2col = m;
+    const std::string y = spec_to_yaml(s);
+    CHECK(y.find(std::string("  conv_im2col: ") + to_string(m) + "\n") != std::string::npos);
+    Result<Spec> back = spec_parse(y, "emitted.yaml");
+    REQUIRE(back.ok());
+    CHECK(back.value().train.conv_im2col == m);
+  }
 }

@@ -136,6 +136,16 @@ TEST_CASE("an unknown enum value is an error that suggests the closest name and 
                      "expected one of: sgd, adam, adamw, lars"));
 }
 
+TEST_CASE("train.conv_im2col takes on, forward or off") {
+  Result<Spec> ok = parse("train:\n  conv_im2col: forward\n" + kModel);
+  REQUIRE(ok.ok());
+  CHECK(ok.value().train.conv_im2col == ConvIm2col::Forward);
+  Result<Spec> r = parse("train:\n  conv_im2col: fwd\n" + kModel);
+  CHECK(only_code(r) == ErrCode::UnknownEnum);
+  CHECK(has_error(r, "test.yaml:2:16: unknown value 'fwd' for 'train.conv_im2col'"));
+  CHECK(has_error(r, "expected one of: on, forward, off"));
+}
+
 TEST_CASE("an unknown transform kind suggests the closest kind") {
   Result<Spec> r = parse("data:\n  train_transforms: [{random_crp: {size: 3}}]\n" + kModel);
   CHECK(only_code(r) == ErrCode::UnknownEnum);
