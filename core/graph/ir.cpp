@@ -66,6 +66,7 @@ const char* to_string(OpKind k) {
     case OpKind::LinearGradInput: return "linear_grad_input";
     case OpKind::LinearGradWeight: return "linear_grad_weight";
     case OpKind::LinearGradBias: return "linear_grad_bias";
+    case OpKind::ZeroFill: return "zero_fill";
     case OpKind::ReluGrad: return "relu_grad";
     case OpKind::ActivationGrad: return "activation_grad";
     case OpKind::LossGrad: return "loss_grad";

@@ -67,6 +67,9 @@ enum class OpKind : uint8_t {
   LinearGradInput,          // dY (N,M), W (M,K) [, C (N,K)] -> dX (N,K) [+ C when attrs.accumulate]
   LinearGradWeight,         // dY (N,M), X (N,K) -> dW (M,K)
   LinearGradBias,           // dY (..., M) -> db (M): sums over every dim but the last (Linear and Conv2d biases)
+  ZeroFill,                 // (no inputs) -> Y: every element 0. A gradient known to be exactly zero: a conv bias
+                            //   folded into a train-mode batch norm (pass_fold_conv_bias; BN(y + b) = BN(y), so
+                            //   dLoss/db = 0), in place of LinearGradBias over the batch norm's dX
   ReluGrad,                 // dY, Y -> dX
   ActivationGrad,           // dY, X or Y (act_grad_uses_output) -> dX; attrs.act
   LossGrad,                 // logits, labels -> dlogits (N,W) (the mean's gradient, times the loss scale)

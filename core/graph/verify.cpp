@@ -134,6 +134,9 @@ struct Checker {
       case OpKind::LinearGradBias:  // dY (..., M) -> db (M)
         if (arity(1, 1)) expect(out(0) == Shape{{in(0).dims.back()}}, "bad shapes");
         break;
+      case OpKind::ZeroFill:  // -> Y (any shape): its stored bytes zeroed
+        if (arity(0, 1)) expect(g.values[n.out[0]].alias_of == kNoValue, "Y must have storage of its own (not a view)");
+        break;
       case OpKind::Conv2d:
         if (n.in.size() < 2 || n.in.size() > 3 || !arity(n.in.size(), 1)) break;
         expect(conv_shape_ok(in(0), in(1), out(0)), "X " + in(0).str() + ", W " + in(1).str() + " -> Y " +

@@ -8,9 +8,13 @@
 // pass_fold_conv_bias (after autodiff): a Conv2d whose bias-added output is read only by one batch norm (its X; in
 // a train program also by that batch norm's backward) stops adding the bias, and the batch norm takes it as a last
 // input (attrs.prebias). Train: BN(y + b) = BN(y), so the output and the saved statistics are those of y, and only
-// running_mean needs b (updated with mean(y) + b); eval: running_mean - b in place of running_mean. The bias's
-// gradient node (LinearGradBias over the conv output's gradient, = the batch norm's dX) is left as it is. Saves a
-// read and a write of the conv output per such layer (the CUDA conv adds its bias in a separate pass).
+// running_mean needs b (updated with mean(y) + b); eval: running_mean - b in place of running_mean. Saves a read
+// and a write of the conv output per such layer (the CUDA conv adds its bias in a separate pass). In a train
+// program the same identity makes dLoss/db exactly 0 (the loss does not depend on b; the batch norm's dX sums to
+// zero per channel), so the bias's gradient node, LinearGradBias over the conv output's gradient (= the batch
+// norm's dX), becomes a ZeroFill that reads nothing: no reduction over N*H*W rows per channel, whose result was
+// rounding noise around 0, and dX is not kept live for it. The optimizer (weight decay included), clipping, the
+// non-finite check and gradient accumulation see an ordinary zero gradient.
 // pass_fuse_grad_accumulate (after autodiff): a gradient sum Add(a, b) whose b is the only use of a matrix-product
 // dX node (LinearGradInput, pointwise Conv2dGradInput) and whose a exists before that node: the node computes
 // dX = dY W + a itself (cuBLASLt's C with beta = 1) and the Add disappears; the planner sees a as its input.
@@ -144,6 +148,33 @@ Status pass_fuse_bn_add(Graph& g, Program& p) {
   return ok_status();
 }
 
+namespace {
+
+// Train programs: the gradient of a conv bias b folded into the batch norm whose backward is p.nodes[bn_grad_at]
+// is exactly zero (BN with batch statistics removes a per-channel shift). Its LinearGradBias, found as the node
+// that sums the backward's dX into b's Role::Grad value, becomes a ZeroFill without inputs. A bias used elsewhere
+// too (its gradient a sum of contributions) or frozen (no gradient node) is left alone.
+void zero_folded_bias_grad(const Graph& g, Program& p, const std::map<ValueId, std::vector<size_t>>& readers,
+                           size_t bn_grad_at, ValueId b) {
+  const Value& bv = g.values[b];
+  if (bv.role != Role::Param || bv.param < 0 || bv.param >= static_cast<int32_t>(g.params.size())) return;
+  const ParamInfo& prm = g.params[static_cast<size_t>(bv.param)];
+  if (prm.frozen || prm.grad == kNoValue) return;
+  const ValueId dx = p.nodes[bn_grad_at].out[0];  // the gradient of the conv output (N,H,W,C)
+  auto it = readers.find(dx);
+  if (it == readers.end()) return;
+  for (size_t r : it->second) {
+    Node& n = p.nodes[r];
+    if (n.op != OpKind::LinearGradBias || n.in != std::vector<ValueId>{dx} || n.out[0] != prm.grad) continue;
+    n.op = OpKind::ZeroFill;
+    n.in.clear();
+    n.attrs = Attrs{};
+    return;
+  }
+}
+
+}  // namespace
+
 Status pass_fold_conv_bias(Graph& g, Program& p) {
   std::map<ValueId, std::vector<size_t>> readers;  // value -> the nodes that read it, once per input slot
   for (size_t i = 0; i < p.nodes.size(); ++i)
@@ -165,10 +196,12 @@ Status pass_fold_conv_bias(Graph& g, Program& p) {
     if (!foldable || bn_at == p.nodes.size()) continue;
     Node& bn = p.nodes[bn_at];
     if (bn.attrs.prebias || bn.in[0] != y) continue;
+    size_t bn_grad_at = p.nodes.size();
     for (size_t r : readers[y]) {
       const Node& n = p.nodes[r];
       const bool its_backward = n.op == OpKind::BatchNormGrad && bn.op == OpKind::BatchNorm && n.in[1] == y &&
                                 n.in[0] != y && n.in[3] == bn.out[1] && n.in[4] == bn.out[2];
+      if (its_backward) bn_grad_at = r;
       if (r != bn_at && !its_backward) foldable = false;
     }
     const ValueId b = conv.in[2];  // (a batch norm reading y twice, as X and residual, was two readers above)
@@ -176,6 +209,10 @@ Status pass_fold_conv_bias(Graph& g, Program& p) {
     conv.in.pop_back();
     bn.in.push_back(b);
     bn.attrs.prebias = true;
+    // Batch statistics only (BatchNorm in a train program): with running statistics (BatchNormEval) the shift
+    // would pass through, and the bias's gradient would not be zero.
+    if (p.kind == ProgramKind::Train && bn.op == OpKind::BatchNorm && bn_grad_at < p.nodes.size())
+      zero_folded_bias_grad(g, p, readers, bn_grad_at, b);
   }
   return ok_status();
 }

@@ -2,7 +2,8 @@
 // fuse_norm_add_relu (ReLU into batch norm and residual adds), fuse_bn_add (a residual add, with its ReLU, into
 // the batch norm that produces one of its inputs),
 // autodiff (backward nodes from per-op rules; gradients of values used twice are summed), fold_conv_bias (a
-// conv's bias, when the conv's output goes only into a batch norm, folded into that batch norm), fuse_bn_pool (a
+// conv's bias, when the conv's output goes only into a batch norm, folded into that batch norm; in train programs
+// its gradient, exactly 0 through batch statistics, becomes a ZeroFill that reads nothing), fuse_bn_pool (a
 // tiling max pool, and its backward, into the batch norm + ReLU whose output only it reads), fuse_grad_accumulate
 // (a gradient sum into the matrix-product dX node that produces one of its terms), accumulate_insert (gradient
 // accumulation over train.accumulate_steps micro-batches: the GradAccumulate node and its accumulators),

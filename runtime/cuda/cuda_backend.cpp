@@ -23,6 +23,7 @@
 #include "runtime/ops/bias_grad/bias_grad_cuda.h"
 #include "runtime/ops/cast/cast_cuda.h"
 #include "runtime/ops/dropout/dropout_cuda.h"
+#include "runtime/ops/fill/fill_cuda.h"
 #include "runtime/ops/grad_accum/grad_accum_cuda.h"
 #include "runtime/ops/batchnorm/batchnorm_cuda.h"
 #include "runtime/ops/optim/optim_cuda.h"
@@ -372,6 +373,12 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
       void* ws = bias_ws_;
       const size_t wsb = bias_ws_bytes_;
       out.push_back([=] { return bias_grad_large_cuda(s, dy, act, rows, cols, db, ws, wsb); });
+      return ok_status();
+    }
+    case OpKind::ZeroFill: {  // a gradient known to be 0 (a folded conv bias): a memset node in the captured step
+      void* y = at(n.out[0]);
+      const size_t bytes = static_cast<size_t>(stored_bytes(c_.graph, n.out[0]));
+      out.push_back([s, y, bytes] { return zero_cuda(s, y, bytes); });
       return ok_status();
     }
     case OpKind::Relu: {

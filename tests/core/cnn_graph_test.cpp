@@ -294,7 +294,8 @@ TEST_CASE("autodiff gives every parameter of a conv net a gradient and skips the
   CHECK(count_ops(p, OpKind::Conv2dGradWeight) == 2);
   CHECK(count_ops(p, OpKind::Conv2dGradInput) == 1);  // conv2 only: conv1's input is the image
   CHECK(node_named(p, OpKind::Conv2dGradInput, "conv2"));
-  CHECK(count_ops(p, OpKind::LinearGradBias) == 2);   // conv1.bias and fc.bias
+  CHECK(count_ops(p, OpKind::LinearGradBias) == 1);   // fc.bias
+  CHECK(count_ops(p, OpKind::ZeroFill) == 1);  // conv1.bias, folded into bn1 (pass_fold_conv_bias): exactly 0
   CHECK(count_ops(p, OpKind::BatchNormGrad) == 1);
   CHECK(count_ops(p, OpKind::MaxPoolGrad) == 0);  // pool1 fused into bn1's backward (pass_fuse_bn_pool)
   CHECK(count_ops(p, OpKind::AvgPoolGrad) == 1);
@@ -302,9 +303,12 @@ TEST_CASE("autodiff gives every parameter of a conv net a gradient and skips the
   CHECK(count_ops(p, OpKind::ReluGrad) == 0);  // relu1 fused into bn1
   for (const auto& n : p.nodes)
     for (ValueId o : n.out) CHECK(o != p.input);
-  const Node* gb = node_named(p, OpKind::LinearGradBias, "conv1");
+  CompileOptions unfolded;  // autodiff's own node for conv1.bias
+  unfolded.fold_conv_bias = false;
+  const Compiled u = compiled(small_cnn_spec(5), image_data(20, 10), unfolded);
+  const Node* gb = node_named(*u.graph.find_program("train"), OpKind::LinearGradBias, "conv1");
   REQUIRE(gb);
-  CHECK(g.values[gb->in[0]].shape == Shape{{5, 8, 8, 4}});  // sums over N, H, W
+  CHECK(u.graph.values[gb->in[0]].shape == Shape{{5, 8, 8, 4}});  // sums over N, H, W
   CHECK(count_ops(*g.find_program("eval"), OpKind::Conv2dGradWeight) == 0);
 }
 

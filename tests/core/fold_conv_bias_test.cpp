@@ -1,7 +1,9 @@
 // pass_fold_conv_bias: a conv's bias moves into the batch norm that is the only reader of the conv's output
 // (train programs: also that batch norm's backward), in train and eval programs, with a fused ReLU or residual;
 // left alone for any other reader; its place among the stages and the switch that skips it; graph_verify's arity
-// rule for the extra input; node counts and the memory plan are those of the unfolded graph.
+// rule for the extra input. In train programs the folded bias's gradient node is a ZeroFill that reads nothing
+// (batch statistics: dLoss/db = 0); unfolded biases, the unfolded graph and frozen biases keep LinearGradBias or
+// no node. Node counts are those of the unfolded graph; the memory plan is no larger.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -61,40 +63,66 @@ TEST_CASE("fold_conv_bias moves a conv bias into the batch norm that reads the c
     CHECK(bn1->in[0] == conv1->out[0]);
     CHECK(bn1->in[5] == bias);
     CHECK(node_named(p, OpKind::Conv2d, "conv2")->in.size() == 2);
-    if (p.kind != ProgramKind::Train) continue;
-    // The bias's gradient node is unchanged: the column sums of the batch norm's input gradient.
+    if (p.kind != ProgramKind::Train) {
+      for (const auto& n : p.nodes) CHECK(n.op != OpKind::ZeroFill);
+      continue;
+    }
+    // The bias's gradient is exactly 0 (BN(y + b) = BN(y) with batch statistics): its node writes zeros into the
+    // bias's gradient and reads nothing, so the batch norm's dX is read only by conv1's weight gradient.
     const Node* bn_grad = node_named(p, OpKind::BatchNormGrad, "bn1");
-    const Node* db = node_named(p, OpKind::LinearGradBias, "conv1.grad_bias");
+    const Node* db = node_named(p, OpKind::ZeroFill, "conv1.grad_bias");
     REQUIRE(bn_grad);
     REQUIRE(db);
-    CHECK(db->in == std::vector<ValueId>{bn_grad->out[0]});
+    CHECK_FALSE(node_named(p, OpKind::LinearGradBias, "conv1"));
+    CHECK(db->in.empty());
+    REQUIRE(db->out.size() == 1);
     CHECK(db->out[0] == g.params[g.values[bias].param].grad);
+    int dx_readers = 0;
+    for (const auto& n : p.nodes)
+      for (ValueId v : n.in)
+        if (v == bn_grad->out[0]) {
+          ++dx_readers;
+          CHECK(n.op == OpKind::Conv2dGradWeight);
+        }
+    CHECK(dx_readers == 1);
+    CHECK(node_named(p, OpKind::LinearGradBias, "fc.grad_bias"));  // a linear bias keeps its sum
     CHECK_FALSE(bn_grad->attrs.prebias);
     CHECK(bn_grad->in[1] == conv1->out[0]);  // the backward reads y with the statistics of y
   }
-  CHECK_THAT(graph_dump(g), Catch::Contains("[prebias]"));
+  const std::string dump = graph_dump(g);
+  CHECK_THAT(dump, Catch::Contains("[prebias]"));
+  CHECK_THAT(dump, Catch::Contains("= zero_fill()  # conv1.grad_bias"));
 }
 
-TEST_CASE("fold_conv_bias keeps every program's node count and the memory plan's figures",
+TEST_CASE("fold_conv_bias keeps every program's node count; only the folded bias's gradient node changes kind",
           "[passes][cnn][fold_conv_bias][memplan]") {
   const Compiled a = compiled(small_cnn_spec(3), image_data(7, 5), true);
   const Compiled b = compiled(small_cnn_spec(3), image_data(7, 5), false);
   REQUIRE(a.graph.programs.size() == b.graph.programs.size());
   for (size_t i = 0; i < a.graph.programs.size(); ++i) {
-    INFO(a.graph.programs[i].name);
-    CHECK(a.graph.programs[i].nodes.size() == b.graph.programs[i].nodes.size());
-    for (size_t k = 0; k < a.graph.programs[i].nodes.size(); ++k) {
-      CHECK(a.graph.programs[i].nodes[k].op == b.graph.programs[i].nodes[k].op);
-      CHECK(a.graph.programs[i].nodes[k].name == b.graph.programs[i].nodes[k].name);
+    const Program &pa = a.graph.programs[i], &pb = b.graph.programs[i];
+    INFO(pa.name);
+    CHECK(pa.nodes.size() == pb.nodes.size());
+    int zeroed = 0;
+    for (size_t k = 0; k < pa.nodes.size() && k < pb.nodes.size(); ++k) {
+      CHECK(pa.nodes[k].name == pb.nodes[k].name);
+      CHECK(pa.nodes[k].out == pb.nodes[k].out);
+      if (pa.nodes[k].op == OpKind::ZeroFill) {
+        ++zeroed;
+        CHECK(pb.nodes[k].op == OpKind::LinearGradBias);
+        CHECK(pa.nodes[k].name == "conv1.grad_bias");
+      } else {
+        CHECK(pa.nodes[k].op == pb.nodes[k].op);
+      }
     }
+    CHECK(zeroed == (pa.kind == ProgramKind::Train ? 1 : 0));
   }
   CHECK(a.graph.values.size() == b.graph.values.size());  // no value added or removed
-  CHECK(a.plan.region_bytes == b.plan.region_bytes);
-  CHECK(a.plan.total_bytes() == b.plan.total_bytes());
-  for (ValueId v = 0; v < static_cast<ValueId>(a.plan.values.size()); ++v) {
-    CHECK(a.plan.values[v].region == b.plan.values[v].region);
-    CHECK(a.plan.values[v].offset == b.plan.values[v].offset);
-  }
+  // The zero fill reads nothing: the batch norm's dX may die earlier, never later.
+  CHECK(a.plan.region_bytes[static_cast<int>(Region::Activations)] <=
+        b.plan.region_bytes[static_cast<int>(Region::Activations)]);
+  for (int r = 0; r < kRegionCount; ++r)
+    if (r != static_cast<int>(Region::Activations)) CHECK(a.plan.region_bytes[r] == b.plan.region_bytes[r]);
   Status m = memplan_verify(a.graph, a.plan);
   INFO((m.ok() ? std::string() : m.error_text()));
   CHECK(m.ok());
@@ -148,7 +176,51 @@ TEST_CASE("fold_conv_bias leaves a conv alone when its output has another reader
     for (const auto& n : p.nodes) prebias += n.attrs.prebias;
     CHECK(prebias == 1);
     CHECK(node_named(p, bn_op(p), "bn3")->attrs.prebias);
+    if (p.kind != ProgramKind::Train) continue;
+    // The biases that stay in their convs have real gradients: the sums over N*H*W; the folded one is 0.
+    CHECK(node_named(p, OpKind::LinearGradBias, "conv1.grad_bias"));
+    CHECK(node_named(p, OpKind::LinearGradBias, "conv2.grad_bias"));
+    CHECK(node_named(p, OpKind::ZeroFill, "conv3.grad_bias"));
+    CHECK_FALSE(node_named(p, OpKind::LinearGradBias, "conv3"));
   }
+}
+
+TEST_CASE("a frozen batch norm still normalises with batch statistics: the folded bias's gradient stays zero",
+          "[passes][cnn][fold_conv_bias][freeze]") {
+  // model.freeze on bn1 (gamma, beta): the train program still runs BatchNorm (batch statistics, as PyTorch in
+  // train mode), so BN(y + b) = BN(y) still holds. Freezing conv1.bias instead leaves it no gradient node at all.
+  Spec s = small_cnn_spec(3);
+  s.model.freeze = {NamePattern{"bn1", "cnn.yaml:1:1"}};
+  const Compiled c = compiled(s, image_data(7, 5));
+  const Program& p = *c.graph.find_program("train");
+  CHECK(node_named(p, OpKind::BatchNorm, "bn1")->attrs.prebias);
+  const Node* db = node_named(p, OpKind::ZeroFill, "conv1.grad_bias");
+  REQUIRE(db);
+  CHECK(db->in.empty());
+  Spec f = small_cnn_spec(3);
+  f.model.freeze = {NamePattern{"conv1.bias", "cnn.yaml:1:1"}};
+  const Compiled cf = compiled(f, image_data(7, 5));
+  const Program& pf = *cf.graph.find_program("train");
+  CHECK(node_named(pf, OpKind::BatchNorm, "bn1")->attrs.prebias);  // folded all the same (the forward needs b)
+  CHECK_FALSE(node_named(pf, OpKind::ZeroFill, "conv1"));
+  CHECK_FALSE(node_named(pf, OpKind::LinearGradBias, "conv1"));
+}
+
+TEST_CASE("the zero gradient is tied to batch statistics: a program that is not a train program keeps the sum",
+          "[passes][cnn][fold_conv_bias]") {
+  // No compiled program runs a batch norm on running statistics with a backward (eval programs have none), so the
+  // guard is checked on the unfolded train program relabelled: the bias is folded, its LinearGradBias stays.
+  const Compiled u = compiled(small_cnn_spec(3), image_data(7, 5), false);
+  Graph g = u.graph;
+  Program p = *g.find_program("train");
+  p.kind = ProgramKind::Eval;
+  REQUIRE(pass_fold_conv_bias(g, p).ok());
+  CHECK(node_named(p, OpKind::BatchNorm, "bn1")->attrs.prebias);
+  CHECK(node_named(p, OpKind::LinearGradBias, "conv1.grad_bias"));
+  for (const auto& n : p.nodes) CHECK(n.op != OpKind::ZeroFill);
+  Program t = *g.find_program("train");
+  REQUIRE(pass_fold_conv_bias(g, t).ok());
+  CHECK(node_named(t, OpKind::ZeroFill, "conv1.grad_bias"));  // the same nodes in the train program: zeroed
 }
 
 TEST_CASE("fold_conv_bias runs after autodiff and can be skipped for comparisons", "[compiler][fold_conv_bias]") {
@@ -167,7 +239,11 @@ TEST_CASE("fold_conv_bias runs after autodiff and can be skipped for comparisons
   CHECK(std::find(seen.begin(), seen.end(), "fold_conv_bias") == seen.end());
   for (const auto& p : c->graph.programs) {
     CHECK(node_named(p, OpKind::Conv2d, "conv1")->in.size() == 3);
-    for (const auto& n : p.nodes) CHECK_FALSE(n.attrs.prebias);
+    for (const auto& n : p.nodes) {
+      CHECK_FALSE(n.attrs.prebias);
+      CHECK(n.op != OpKind::ZeroFill);
+    }
+    if (p.kind == ProgramKind::Train) CHECK(node_named(p, OpKind::LinearGradBias, "conv1.grad_bias"));
   }
 }
 
@@ -185,4 +261,20 @@ TEST_CASE("graph_verify checks a folded batch norm's extra input", "[graph][fold
   Status st = graph_verify(c.graph);
   REQUIRE_FALSE(st.ok());
   CHECK_THAT(st.error_text(), Catch::Contains("bn1"));
+}
+
+TEST_CASE("graph_verify checks a zero fill: no inputs, one output with storage of its own",
+          "[graph][fold_conv_bias]") {
+  Compiled c = compiled(small_cnn_spec(3), image_data(7, 5));
+  Node* zero = nullptr;
+  for (auto& n : c.graph.programs[0].nodes)
+    if (n.op == OpKind::ZeroFill) zero = &n;
+  REQUIRE(zero);
+  REQUIRE(graph_verify(c.graph).ok());
+  SECTION("an input") { zero->in.push_back(zero->out[0]); }
+  SECTION("two outputs") { zero->out.push_back(zero->out[0]); }
+  SECTION("a view as output") { c.graph.values[zero->out[0]].alias_of = c.graph.programs[0].input; }
+  Status st = graph_verify(c.graph);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error_text(), Catch::Contains("zero_fill"));
 }

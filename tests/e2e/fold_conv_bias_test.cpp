@@ -1,9 +1,11 @@
 // pass_fold_conv_bias through the whole compiler and the CPU backend. float64: a net with conv(bias) + batch norm
 // (+ReLU) blocks, folded vs unfolded, gives the same train loss, gradients (block input, conv weights and biases,
 // gamma, beta), running statistics after the train step, and eval logits, to ~1e-12; the folded net's gradients
-// equal central finite differences. float32: a small conv-bias + batch-norm CNN trains on the synthetic dataset
-// through train_run, from a checkpoint with non-zero conv biases, with and without the pass to the same losses and
-// weights within float32 rounding.
+// equal central finite differences, and its conv biases' gradients are exactly 0 (a ZeroFill node), which central
+// differences of the unfolded net (b added before the batch norm) confirm. float32: a small conv-bias + batch-norm
+// CNN trains on the synthetic dataset through train_run, from a checkpoint with non-zero conv biases, with and
+// without the pass to the same losses and weights within float32 rounding; and step by step on the CPU backend,
+// where the folded run's bias gradients are exactly 0 every step and its biases move by weight decay alone.
 #include <catch2/catch.hpp>
 
 #include <spdlog/sinks/null_sink.h>
@@ -202,7 +204,8 @@ TEST_CASE("a folded conv bias gives the unfolded float64 loss, gradients, runnin
       const Diff d = diff(a.grads.at(name), g);
       INFO(name << ": " << d.str());
       CHECK(d.max_abs < 1e-12);
-      for (double v : g) CHECK(std::abs(v) < 1e-12);
+      for (double v : g) CHECK(std::abs(v) < 1e-12);  // unfolded: the column sums of dX, rounding noise
+      for (double v : a.grads.at(name)) CHECK(v == 0.0);  // folded: the zero fill
     } else {
       close(a.grads.at(name), g, name + " gradient");
     }
@@ -230,11 +233,54 @@ TEST_CASE("the folded float64 net's gradients equal central finite differences",
     INFO(prm.name << ": " << d.str());
     if (is_conv_bias(prm.name)) {
       CHECK(d.max_abs < 1e-8);
+      for (double v : a) CHECK(v == 0.0);
     } else {
       CHECK(d.rel < 1e-6);
     }
   }
   CHECK(net.train_loss() == l0);
+}
+
+TEST_CASE("d loss / d conv bias through a train-mode batch norm is zero: central differences of the unfolded net",
+          "[e2e][gradcheck][fold_conv_bias]") {
+  // The folded forward never adds b to the normalised input, so its finite differences in b are trivially 0. The
+  // unfolded net adds b to y before the batch norm: its central differences measure dLoss/db itself, and find 0
+  // to finite-difference noise, which is what the folded net's zero fill writes.
+  F64Net unfolded(bias_bn_spec(3), false);
+  F64Net folded(bias_bn_spec(3), true);
+  REQUIRE(unfolded.w == folded.w);  // the same layout and values: the fold changes no parameter
+  const double l0 = unfolded.train_loss();
+  REQUIRE(std::abs(folded.train_loss() - l0) <= 1e-12 * std::abs(l0));
+  const std::vector<std::byte> gu = unfolded.be->read_region(Region::Grads);
+  const std::vector<std::byte> gf = folded.be->read_region(Region::Grads);
+  int checked = 0;
+  for (const auto& prm : unfolded.c.graph.params) {
+    if (!is_conv_bias(prm.name)) continue;
+    ++checked;
+    const int64_t off = unfolded.c.plan.values[prm.value].offset / 8;
+    const int64_t n = unfolded.c.graph.values[prm.value].shape.numel();
+    std::vector<double> sub(unfolded.w.begin() + off, unfolded.w.begin() + off + n);
+    auto loss = [&] {
+      std::copy(sub.begin(), sub.end(), unfolded.w.begin() + off);
+      return unfolded.train_loss();
+    };
+    std::vector<double> moved = sub;
+    for (double& v : moved) v += 0.5;  // a shift of 0.5 changes the loss by rounding only
+    std::copy(moved.begin(), moved.end(), unfolded.w.begin() + off);
+    const double l_moved = unfolded.train_loss();
+    std::copy(sub.begin(), sub.end(), unfolded.w.begin() + off);
+    const std::vector<double> num = numeric_grad(loss, sub);
+    const std::vector<double> sums = unfolded.param_slice(gu, prm.grad), zeros = folded.param_slice(gf, prm.grad);
+    INFO(prm.name << ": loss " << l0 << ", with the bias shifted by 0.5 " << l_moved);
+    CHECK(std::abs(l_moved - l0) <= 1e-12 * std::abs(l0));
+    for (int64_t i = 0; i < n; ++i) {
+      INFO("channel " << i << ": finite differences " << num[i] << ", unfolded sum " << sums[i]);
+      CHECK(std::abs(num[i]) < 1e-8);
+      CHECK(std::abs(sums[i]) < 1e-12);
+      CHECK(zeros[i] == 0.0);
+    }
+  }
+  CHECK(checked == 2);
 }
 
 namespace {
@@ -252,8 +298,9 @@ struct Scratch {
 
 // conv1 3x3 p1 (bias) -> bn1 -> relu1 -> pool1 max 2 -> conv2 3x3 p1 (bias) -> bn2 -> relu2 -> gap -> fc, on 8x8x3
 // synthetic images (96 train / 40 val), batch 16, SGD with momentum, 2 epochs on the CPU. (Adam would turn the
-// conv biases' gradients, rounding noise around 0, into full-size steps of either sign: the folded and unfolded
-// runs would then part by more than rounding, in the running means and so in the validation loss.)
+// unfolded run's conv-bias gradients, rounding noise around 0, into full-size steps of either sign, where the
+// folded run's exact zeros give none: the runs would then part by more than rounding, in the running means and so
+// in the validation loss.)
 Spec bias_bn_train_spec() {
   Spec s = cnn_base_spec(16);
   s.seed = 7;
@@ -295,6 +342,28 @@ TrainResult train(const Spec& s, TrainOptions opt) {
   return r.value();
 }
 
+// Conv biases start at 0 (y + 0 rounds to y: nothing to compare), so the compared runs start from a checkpoint of
+// one unfolded AdamW epoch, whose noisy bias steps leave them well away from 0, and whose running statistics hold
+// them (folded, the biases' gradients are exactly 0 and Adam would leave them at 0). Options for a run from there.
+TrainOptions from_warm_checkpoint(const Spec& s, const Scratch& scratch) {
+  Spec warm = s;
+  warm.optimizer.kind = OptimizerKind::AdamW;
+  warm.optimizer.lr = 0.01;
+  warm.train.epochs = 1;
+  warm.train.accumulate_steps = 1;
+  warm.optimizer.clip_grad_norm = 0;
+  warm.train.checkpoint_every = 1;
+  warm.run.out_dir = scratch.path.string();
+  warm.run.name = "warm";
+  TrainOptions warm_opt;
+  warm_opt.fold_conv_bias = false;
+  train(warm, warm_opt);
+  TrainOptions opt;
+  opt.write_run_dir = false;
+  opt.init_from = (scratch.path / "warm").string();
+  return opt;
+}
+
 }  // namespace
 
 TEST_CASE("a conv-bias + batch-norm CNN trains with the folded bias to the unfolded run's losses (float32)",
@@ -309,20 +378,8 @@ TEST_CASE("a conv-bias + batch-norm CNN trains with the folded bias to the unfol
     for (const auto& n : c->graph.find_program("train")->nodes) folded += n.attrs.prebias;
     CHECK(folded == 2);
   }
-  // Conv biases start at 0 (y + 0 rounds to y: nothing to compare), so both runs start from a checkpoint of one
-  // AdamW epoch, whose noisy bias steps leave them well away from 0, and whose running statistics hold them.
   Scratch scratch;
-  Spec warm = s;
-  warm.optimizer.kind = OptimizerKind::AdamW;
-  warm.optimizer.lr = 0.01;
-  warm.train.epochs = 1;
-  warm.train.checkpoint_every = 1;
-  warm.run.out_dir = scratch.path.string();
-  warm.run.name = "warm";
-  train(warm, TrainOptions{});
-  TrainOptions opt;
-  opt.write_run_dir = false;
-  opt.init_from = (scratch.path / "warm").string();
+  TrainOptions opt = from_warm_checkpoint(s, scratch);
   const TrainResult a = train(s, opt);
   opt.fold_conv_bias = false;
   const TrainResult b = train(s, opt);
@@ -340,4 +397,169 @@ TEST_CASE("a conv-bias + batch-norm CNN trains with the folded bias to the unfol
   INFO("relative weight difference " << r);
   CHECK(r < 1e-5);
   CHECK(a.final_weights != b.final_weights);  // the y + b rounding did differ: a real comparison
+}
+
+TEST_CASE("with gradient accumulation and clipping, the folded biases' zero gradients train like the unfolded run",
+          "[e2e][train][cnn][fold_conv_bias][accumulate]") {
+  // Micro-batch programs zero the biases' gradients too; the accumulators add zeros, clipping scales them, the
+  // non-finite check and the optimizer see ordinary zeros.
+  Spec s = bias_bn_train_spec();
+  s.train.accumulate_steps = 2;
+  s.optimizer.clip_grad_norm = 0.5;
+  {
+    Result<DataShape> d = data_shape(s);
+    REQUIRE(d.ok());
+    Result<Compiled> c = compile_spec(s, d.value());
+    REQUIRE(c.ok());
+    int micro = 0;
+    for (const auto& p : c->graph.programs) {
+      if (p.kind != ProgramKind::Train) continue;
+      micro += p.micro;
+      int zero_fills = 0;
+      for (const auto& n : p.nodes) zero_fills += n.op == OpKind::ZeroFill;
+      INFO(p.name);
+      CHECK(zero_fills == 2);
+    }
+    CHECK(micro == 1);
+  }
+  Scratch scratch;
+  TrainOptions opt = from_warm_checkpoint(s, scratch);
+  const TrainResult a = train(s, opt);
+  opt.fold_conv_bias = false;
+  const TrainResult b = train(s, opt);
+  REQUIRE(a.epochs.size() == 2);
+  REQUIRE(b.epochs.size() == 2);
+  for (size_t e = 0; e < 2; ++e) {
+    INFO("epoch " << e + 1 << ": train loss folded " << a.epochs[e].train_loss << " unfolded "
+                  << b.epochs[e].train_loss);
+    CHECK(std::isfinite(a.epochs[e].train_loss));
+    CHECK(std::abs(a.epochs[e].train_loss - b.epochs[e].train_loss) <= 1e-5 * std::abs(b.epochs[e].train_loss));
+  }
+  CHECK(a.skipped_steps == 0);
+  REQUIRE(a.final_weights.size() == b.final_weights.size());
+  const double r = rel_diff(a.final_weights, b.final_weights);
+  INFO("relative weight difference " << r);
+  CHECK(r < 1e-5);
+}
+
+namespace {
+
+// One float32 run of `steps` SGD steps of bias_bn_train_spec's net on the CPU backend (weight decay on biases too,
+// as PyTorch's default), from weights with non-zero conv biases, over fixed random batches. Records every step's
+// conv-bias gradients, the largest |gradient| of the conv weights, and the final Weights region.
+struct StepRun {
+  Compiled c;
+  std::vector<std::vector<float>> bias_grads;  // per step: conv1.bias then conv2.bias
+  float weight_grad_max = 0;                   // the largest |conv weight gradient| over all steps
+  std::vector<float> w0, w;                    // Weights region before the first and after the last step
+};
+
+std::vector<float> floats(const std::vector<std::byte>& b) {
+  std::vector<float> f(b.size() / 4);
+  std::memcpy(f.data(), b.data(), f.size() * 4);
+  return f;
+}
+
+StepRun run_steps(bool fold, int steps) {
+  Spec s = bias_bn_train_spec();
+  s.optimizer.decay_bias_and_norm = true;
+  s.optimizer.weight_decay = 0.05;  // large, so that the biases' decay is visible over a few steps
+  Result<DataShape> d = data_shape(s);
+  REQUIRE(d.ok());
+  CompileOptions opt;
+  opt.fold_conv_bias = fold;
+  Result<Compiled> cr = compile_spec(s, d.value(), opt);
+  INFO((cr.ok() ? std::string() : cr.error_text()));
+  REQUIRE(cr.ok());
+  StepRun r;
+  r.c = std::move(cr.value());
+  const Compiled& c = r.c;
+  int train = -1;
+  for (size_t i = 0; i < c.graph.programs.size(); ++i)
+    if (c.graph.programs[i].name == "train") train = static_cast<int>(i);
+  REQUIRE(train >= 0);
+  std::unique_ptr<Backend> be = make_cpu_backend(c, 7, 2);
+  r.w0 = floats(params_init(c, 7));
+  std::vector<float> g0(static_cast<size_t>(c.plan.region_bytes[static_cast<int>(Region::Grads)] / 4), 0.0f);
+  for (const auto& prm : c.graph.params) {
+    if (!is_conv_bias(prm.name)) continue;
+    const int64_t off = c.plan.values[prm.value].offset / 4, n = c.graph.values[prm.value].shape.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      r.w0[static_cast<size_t>(off + i)] = static_cast<float>(0.6 * std::sin(1.0 + 2 * i + off));
+      g0[static_cast<size_t>(c.plan.values[prm.grad].offset / 4 + i)] = 7.0f;  // must be overwritten by a step
+    }
+  }
+  REQUIRE(be->write_weights(r.w0).ok());
+  REQUIRE(be->write_region(Region::Buffers, buffers_init(c)).ok());
+  std::vector<std::byte> gb(g0.size() * 4);
+  std::memcpy(gb.data(), g0.data(), gb.size());
+  REQUIRE(be->write_region(Region::Grads, gb).ok());
+  be->set_lr(0.05);
+  const int64_t batch = c.graph.programs[train].batch, per = 8 * 8 * 3;
+  for (int step = 0; step < steps; ++step) {
+    const std::vector<double> xd = random_vec(static_cast<size_t>(batch * per), 100 + step);
+    const std::vector<float> x(xd.begin(), xd.end());
+    std::vector<int32_t> y(static_cast<size_t>(batch));
+    for (int64_t i = 0; i < batch; ++i) y[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7 + step) % 4);
+    REQUIRE(be->load_batch(train, 0, x.data(), y.data(), batch).ok());
+    REQUIRE(be->run(train, 0).ok());
+    const std::vector<float> g = floats(be->read_region(Region::Grads));
+    std::vector<float> biases;
+    for (const auto& prm : c.graph.params) {
+      const int64_t off = c.plan.values[prm.grad].offset / 4, n = c.graph.values[prm.value].shape.numel();
+      if (is_conv_bias(prm.name))
+        biases.insert(biases.end(), g.begin() + off, g.begin() + off + n);
+      else if (prm.name == "conv1.weight" || prm.name == "conv2.weight")
+        for (int64_t i = 0; i < n; ++i) r.weight_grad_max = std::max(r.weight_grad_max, std::abs(g[off + i]));
+    }
+    r.bias_grads.push_back(std::move(biases));
+  }
+  r.w = be->read_weights();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("training with the folded conv biases: their gradients are exactly 0 every step, the weights match the "
+          "unfolded run's",
+          "[e2e][train][cnn][fold_conv_bias]") {
+  const int steps = 12;
+  const StepRun a = run_steps(true, steps), b = run_steps(false, steps);
+  int zero_fills = 0;
+  for (const auto& n : a.c.graph.find_program("train")->nodes) zero_fills += n.op == OpKind::ZeroFill;
+  CHECK(zero_fills == 2);
+  REQUIRE(a.bias_grads.size() == static_cast<size_t>(steps));
+  REQUIRE(b.bias_grads.size() == static_cast<size_t>(steps));
+  float noise = 0;  // the unfolded run's bias gradients: the column sums of dX, rounding noise around 0
+  for (int step = 0; step < steps; ++step) {
+    INFO("step " << step + 1);
+    REQUIRE(a.bias_grads[step].size() == 16);
+    for (float v : a.bias_grads[step]) CHECK(v == 0.0f);
+    for (float v : b.bias_grads[step]) noise = std::max(noise, std::abs(v));
+  }
+  INFO("unfolded bias gradients up to " << noise << ", conv weight gradients up to " << b.weight_grad_max);
+  CHECK(b.weight_grad_max > 1e-3f);
+  CHECK(noise < 1e-4f * b.weight_grad_max);
+  // Same weights to float32 rounding (the unfolded run's biases take steps of that noise; y + b rounds).
+  REQUIRE(a.w.size() == b.w.size());
+  const double r = rel_diff(a.w, b.w);
+  INFO("relative weight difference " << r);
+  CHECK(r < 1e-5);
+  // With a zero gradient, SGD with momentum moves each folded bias by weight decay alone:
+  // buf = momentum * buf + wd * b, b -= lr * buf (buf starts as the first step's wd * b).
+  for (const auto& prm : a.c.graph.params) {
+    if (!is_conv_bias(prm.name)) continue;
+    const int64_t off = a.c.plan.values[prm.value].offset / 4, n = a.c.graph.values[prm.value].shape.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      double w = a.w0[static_cast<size_t>(off + i)], buf = 0;
+      for (int step = 0; step < steps; ++step) {
+        buf = step == 0 ? 0.05 * w : 0.9 * buf + 0.05 * w;
+        w -= 0.05 * buf;
+      }
+      INFO(prm.name << "[" << i << "]: start " << a.w0[static_cast<size_t>(off + i)] << ", expected " << w << ", got "
+                    << a.w[static_cast<size_t>(off + i)]);
+      CHECK(std::abs(a.w[static_cast<size_t>(off + i)] - w) <= 1e-6 * std::max(1.0, std::abs(w)));
+      CHECK(a.w[static_cast<size_t>(off + i)] != a.w0[static_cast<size_t>(off + i)]);  // decay did apply
+    }
+  }
 }
