@@ -194,8 +194,9 @@ struct SchedulerSpec {
 enum class Precision { Fp32, Tf32, Fp16, Bf16 };
 enum class DeviceKind { Auto, Cpu, Cuda };
 // Few-input-channel convolutions (an RGB stem) under AMP on the CUDA backend: on = forward and weight gradient as
-// im2col + cuBLASLt GEMM (docs/cnn.md), forward = the forward only (the weight gradient on cuDNN), off = cuDNN for
-// both. The results are the same convolution up to summation order; a performance switch, no effect on the CPU.
+// im2col + cuBLASLt GEMM (docs/cnn.md), forward = the forward only (the weight gradient on cuDNN; the default: on
+// the H200 im2col won the forward and lost the weight gradient, RESULTS.md run 29), off = cuDNN for both. The
+// results are the same convolution up to summation order; a performance switch, no effect on the CPU backend.
 enum class ConvIm2col { On, Forward, Off };
 struct TrainSpec {
   int epochs = 1;               // >= 1
@@ -208,7 +209,7 @@ struct TrainSpec {
   // checkpoints, debug.inject_nonfinite_grad_steps) count optimizer steps. 1..65536; 1 = off.
   int accumulate_steps = 1;
   bool deterministic = true;
-  ConvIm2col conv_im2col = ConvIm2col::On;  // YAML conv_im2col: on | forward | off
+  ConvIm2col conv_im2col = ConvIm2col::Forward;  // YAML conv_im2col: on | forward | off
   int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
   // Optimizer steps between mid-epoch checkpoints (checkpoints/epoch-NNNN-step-SSSSSSSS, with the data position);
   // 0 = none. Independent of checkpoint_every (both may be set); not part of the checkpoint's spec hash.

@@ -337,7 +337,7 @@ std::string spec_to_yaml(const Spec& spec) {
   if (spec.train.accumulate_steps > 1)  // written only when set: specs without it keep their checkpoint hash
     y += "  accumulate_steps: " + std::to_string(spec.train.accumulate_steps) + "\n";
   y += std::string("  deterministic: ") + boolean(spec.train.deterministic) + "\n";
-  if (spec.train.conv_im2col != ConvIm2col::On)  // written only when set: specs without it keep their checkpoint hash
+  if (spec.train.conv_im2col != ConvIm2col::Forward)  // only when not the default: older specs keep their hash
     y += std::string("  conv_im2col: ") + to_string(spec.train.conv_im2col) + "\n";
   y += "  checkpoint_every: " + std::to_string(spec.train.checkpoint_every) + "\n";
   if (spec.train.checkpoint_every_steps > 0)  // written only when set: specs without it keep their checkpoint hash

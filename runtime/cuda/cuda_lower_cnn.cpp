@@ -208,9 +208,10 @@ Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
   return ok_status();
 }
 
-// The forward and weight gradient of a few-input-channel conv under AMP (an RGB stem: im2col_conv_eligible) run as
-// im2col + cuBLASLt GEMM (runtime/cuda/im2col_conv.h): cuDNN ran them 4-12x slower than their roofline even with
-// C padded to 8 (docs/cnn.md). The data gradient, when a program needs it, stays the padded cuDNN dgrad.
+// The forward (and with train.conv_im2col: on the weight gradient) of a few-input-channel conv under AMP (an RGB
+// stem: im2col_conv_eligible) runs as im2col + cuBLASLt GEMM (runtime/cuda/im2col_conv.h): cuDNN ran it 4-12x
+// slower than its roofline even with C padded to 8; the im2col wgrad measured slower than cuDNN's (docs/cnn.md).
+// The data gradient, when a program needs it, stays the padded cuDNN dgrad.
 bool CudaBackend::im2col_node(const Node& n) const {
   if (!lowp() || (n.op != OpKind::Conv2d && n.op != OpKind::Conv2dGradWeight) || pointwise_conv(n)) return false;
   const ConvIm2col mode = c_.spec.train.conv_im2col;  // train.conv_im2col: on | forward | off

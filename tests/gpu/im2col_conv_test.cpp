@@ -10,6 +10,7 @@
 //   sums exact, then the rounding to the output type, possibly twice (before and after the bias epilogue): acc 2u,
 //   rel 1e-2.
 //   weight gradient (fp32 output, fp32 accumulation over N*P*Q rows and over chunks): acc 1e-5, rel 1e-5.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -189,7 +190,7 @@ TEST_CASE("im2col kernel equals the CPU reference bitwise (f32, f16, bf16; align
       const int64_t kc = im2col_cols(g), all = g.n * g.p * g.q;
       // (row0, rows, kc, output offset in elements): everything, an odd range, wider rows, an output not 16-byte
       // aligned (the kernel's scalar stores).
-      const int64_t runs[][4] = {{0, all, kc, 0}, {all / 3 + 1, all / 2 - 7, kc, 0}, {5, 301, kc + 8, 0},
+      const int64_t runs[][4] = {{0, all, kc, 0}, {all / 3 + 1, all / 2 - 7, kc, 0}, {5, std::min<int64_t>(301, all - 5), kc + 8, 0},
                                  {all - 77, 77, kc, 1}};
       for (const auto& r : runs) {
         const int64_t row0 = r[0], rows = r[1], cols = r[2], off = r[3] * static_cast<int64_t>(e);
