@@ -364,26 +364,54 @@ struct GradSrc {
   const uint8_t* idx;      // Pooled only
   uint32_t hw, w, kh, kw;  // Pooled only: H*W, W, window; rows < 2^31 (the launcher checks)
   uint32_t pq, q;          // Pooled only: (H/kh)*(W/kw), W/kw
+  uint32_t h;              // Pooled only: H
 };
+
+// Pooled only: (n, h, w) of a row, found by division once per thread and then advanced by additions — the four
+// 32-bit divisions per row it replaces cost as much as the rest of the backward's arithmetic.
+struct RowPos {
+  uint32_t n, h, w;
+};
+template <class T>
+__device__ __forceinline__ RowPos row_pos(const GradSrc<T>& s, uint32_t row) {
+  RowPos p;
+  p.n = row / s.hw;
+  const uint32_t rem = row - p.n * s.hw;
+  p.h = rem / s.w;
+  p.w = rem - p.h * s.w;
+  return p;
+}
+template <class T>
+__device__ __forceinline__ void advance_rows(const GradSrc<T>& s, RowPos& p, uint32_t by) {
+  p.w += by;
+  while (p.w >= s.w) {
+    p.w -= s.w;
+    if (++p.h == s.h) {
+      p.h = 0;
+      ++p.n;
+    }
+  }
+}
 
 // out[u] = the dy V-pack of row r + 16u at column col, for the rows below r1. Pooled: row (n, h, w) reads pooled
 // row (n, h/kh, w/kw) and compares the window's argmax with its offset (h%kh)*kw + w%kw, both found once per row;
 // each element is T(0 + dy) where it is the argmax, else T(0), exactly what the tiled max-pool backward stores.
 template <bool Pooled, int U, int V, class T>
 __device__ __forceinline__ void load_grad_rows(const GradSrc<T>& s, int64_t r, int64_t r1, int64_t c, int64_t col,
-                                               Pack<T, V> (&out)[U]) {
+                                               Pack<T, V> (&out)[U], const RowPos& pos) {
   if constexpr (!Pooled) {
     load_rows(s.dy, r, r1, c, col, out);
   } else {
     int64_t prow[U];
     uint32_t off[U];
+    RowPos p = pos;  // row r's position; rows past r1 get positions past the tensor, never loaded
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const uint32_t row = static_cast<uint32_t>(min(r + u * kRowGroups, r1 - 1));
-      const uint32_t n = row / s.hw, rem = row - n * s.hw, h = rem / s.w, w = rem - h * s.w;
-      const uint32_t ph = h / s.kh, pw = w / s.kw;
-      off[u] = (h - ph * s.kh) * s.kw + (w - pw * s.kw);
-      prow[u] = static_cast<int64_t>(n) * s.pq + static_cast<int64_t>(ph) * s.q + pw;
+      const bool two = s.kh == 2 && s.kw == 2;  // VGG's 2x2 windows: shifts (uniform branch)
+      const uint32_t ph = two ? p.h >> 1 : p.h / s.kh, pw = two ? p.w >> 1 : p.w / s.kw;
+      off[u] = (p.h - ph * s.kh) * s.kw + (p.w - pw * s.kw);
+      prow[u] = static_cast<int64_t>(p.n) * s.pq + static_cast<int64_t>(ph) * s.q + pw;
+      advance_rows(s, p, kRowGroups);
     }
     Pack<T, V> d[U];
     uint8_t b[U][V];
@@ -436,9 +464,12 @@ __global__ void __launch_bounds__(512)
       }
     }
     constexpr int U = bwd_unroll<V>();
+    RowPos pos{};
+    if constexpr (Pooled) pos = row_pos(dy, static_cast<uint32_t>(r0 + ty));
     for (int64_t r = r0 + ty; r < r1; r += kRowGroups * U) {
       Pack<T, V> pd[U], px[U], py[U];
-      load_grad_rows<Pooled>(dy, r, r1, c, col, pd);
+      load_grad_rows<Pooled>(dy, r, r1, c, col, pd, pos);
+      if constexpr (Pooled) advance_rows(dy, pos, kRowGroups * U);
       load_rows(x, r, r1, c, col, px);
       if (relu_y) load_rows(relu_y, r, r1, c, col, py);
 #pragma unroll
@@ -490,9 +521,12 @@ __global__ void __launch_bounds__(512)
     b[j] = relu_beta ? relu_beta[col + j] : 0.0f;
   }
   constexpr int U = bwd_unroll<V>();
+  RowPos pos{};
+  if constexpr (Pooled) pos = row_pos(dy, static_cast<uint32_t>(r0 + threadIdx.y));
   for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowGroups * U) {
     Pack<T, V> pd[U], px[U], py[U];
-    load_grad_rows<Pooled>(dy, r, r1, c, col, pd);
+    load_grad_rows<Pooled>(dy, r, r1, c, col, pd, pos);
+    if constexpr (Pooled) advance_rows(dy, pos, kRowGroups * U);
     load_rows(x, r, r1, c, col, px);
     if (relu_y) load_rows(relu_y, r, r1, c, col, py);
 #pragma unroll
@@ -669,7 +703,7 @@ Status batchnorm_bwd_cuda(cudaStream_t s, const void* dy, const void* x, const v
                        "batchnorm_bwd_cuda: workspace missing or smaller than batchnorm_workspace_bytes");
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const GradSrc<T> gs{static_cast<const T*>(dy), nullptr, 0, 0, 0, 0, 0, 0};
+    const GradSrc<T> gs{static_cast<const T*>(dy), nullptr, 0, 0, 0, 0, 0, 0, 0};
     return bn_bwd_launch<false, T>(s, gs, x, relu_y, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
                                    workspace, relu_beta);
   });
@@ -747,7 +781,7 @@ Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint
     using T = typename decltype(tag)::type;
     const uint32_t ku = static_cast<uint32_t>(k), q = static_cast<uint32_t>(w / k);
     const GradSrc<T> gs{static_cast<const T*>(dy_pooled), idx, static_cast<uint32_t>(h * w), static_cast<uint32_t>(w),
-                        ku, ku, static_cast<uint32_t>((h / k) * q), q};
+                        ku, ku, static_cast<uint32_t>((h / k) * q), q, static_cast<uint32_t>(h)};
     return bn_bwd_launch<true, T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
                                   workspace, beta);
   });
