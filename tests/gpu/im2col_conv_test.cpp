@@ -191,7 +191,7 @@ TEST_CASE("im2col kernel equals the CPU reference bitwise (f32, f16, bf16; align
       // (row0, rows, kc, output offset in elements): everything, an odd range, wider rows, an output not 16-byte
       // aligned (the kernel's scalar stores).
       const int64_t runs[][4] = {{0, all, kc, 0}, {all / 3 + 1, all / 2 - 7, kc, 0}, {5, std::min<int64_t>(301, all - 5), kc + 8, 0},
-                                 {all - 77, 77, kc, 1}};
+                                 {std::max<int64_t>(0, all - 77), std::min<int64_t>(77, all), kc, 1}};
       for (const auto& r : runs) {
         const int64_t row0 = r[0], rows = r[1], cols = r[2], off = r[3] * static_cast<int64_t>(e);
         INFO("rows [" << row0 << ", " << row0 + rows << ") of " << all << ", kc " << cols << ", output offset "
