@@ -18,8 +18,9 @@ using namespace trctl;
 
 namespace {
 
-// A small ResNet on synthetic 16x16x3 images: stem, one identity block (its first conv pointwise with a bias: the
-// cuBLASLt path with the fused bias gradient), one downsampling block.
+// A small ResNet on synthetic 16x16x3 images: stem, one identity block (its first conv pointwise with a bias: a
+// cuBLASLt GEMM whose bias pass_fold_conv_bias folds into the batch norm after it, so its gradient is the exact
+// zero fill; the fused bias-gradient GEMM path is exercised by the fc bias only), one downsampling block.
 const char* kResidualYaml = R"(
 seed: 3
 data:
