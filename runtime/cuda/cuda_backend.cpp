@@ -99,7 +99,6 @@ CudaBackend::~CudaBackend() {
 
 Status CudaBackend::init() {
   amp_ = c_.spec.train.precision;
-  const OptimizerSpec& os = c_.spec.optimizer;
   const int device = dist_.enabled ? dist_.local_rank : 0;  // one process per GPU: LOCAL_RANK picks it
   if (dist_.enabled && device >= cuda_device_count())
     return Error{ErrCode::NotSupported, "LOCAL_RANK",

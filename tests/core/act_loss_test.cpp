@@ -95,8 +95,8 @@ TEST_CASE("loss options that do not apply or are out of range are located errors
 }
 
 TEST_CASE("activation layers and loss options round-trip through spec_to_yaml", "[spec][emit]") {
-  for (const std::string& loss : {"loss: {type: cross_entropy, label_smoothing: 0.1, class_weights: [1, 2.5]}\n",
-                                  "loss: {type: bce_with_logits}\n", "loss: {type: mse}\n"}) {
+  for (const char* loss : {"loss: {type: cross_entropy, label_smoothing: 0.1, class_weights: [1, 2.5]}\n",
+                          "loss: {type: bce_with_logits}\n", "loss: {type: mse}\n"}) {
     INFO(loss);
     Spec a = parsed(std::string(kActModel) + loss);
     Spec b = parsed(spec_to_yaml(a));
