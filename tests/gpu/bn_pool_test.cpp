@@ -244,20 +244,12 @@ TEST_CASE("fused batch norm + ReLU + max pool captured in a CUDA graph replays b
   REQUIRE_OK(enqueue());
   sync_ok(ctx);
   const auto eager = outputs();
-  REQUIRE_CUDA(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeGlobal));
-  const Status st = enqueue();
-  cudaGraph_t graph = nullptr;
-  const cudaError_t end = cudaStreamEndCapture(ctx.stream, &graph);  // always end, also after a failed launch
-  REQUIRE_OK(st);
-  REQUIRE_CUDA(end);
-  cudaGraphExec_t exec = nullptr;
-  REQUIRE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  cudaGraphExec_t exec = capture_graph(ctx, enqueue);
   reset();
   REQUIRE_CUDA(cudaGraphLaunch(exec, ctx.stream));
   sync_ok(ctx);
   const auto replay = outputs();
   REQUIRE_CUDA(cudaGraphExecDestroy(exec));
-  REQUIRE_CUDA(cudaGraphDestroy(graph));
   for (size_t i = 0; i < eager.size(); ++i)
     check_bitwise("bn+pool graph replay output " + std::to_string(i), eager[i], replay[i], 1);
 }

@@ -54,6 +54,25 @@ class DevBuf {
 // Context on device 0 (REQUIREs success).
 CudaContext make_context();
 
+// Captures enqueue() (-> Status) on ctx.stream into an executable graph, which the caller destroys. The capture is
+// always ended, also when a launch fails, so that a failure cannot leave the stream capturing. The default mode,
+// cudaStreamCaptureModeGlobal, also rejects synchronizing calls from other threads.
+template <class F>
+cudaGraphExec_t capture_graph(const CudaContext& ctx, F&& enqueue,
+                              cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal) {
+  REQUIRE_CUDA(cudaStreamBeginCapture(ctx.stream, mode));
+  const auto st = enqueue();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(ctx.stream, &graph);
+  REQUIRE_OK(st);
+  REQUIRE_CUDA(end);
+  REQUIRE(graph != nullptr);
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  REQUIRE_CUDA(cudaGraphDestroy(graph));
+  return exec;
+}
+
 // Host-side copies and fills, ordered against EVERY stream. The context's streams are cudaStreamNonBlocking, so a
 // plain cudaMemcpy / cudaMemset (legacy default stream) is not ordered with the kernels queued on them: it does not
 // wait for a kernel still reading or writing the buffer, a pageable host-to-device cudaMemcpy may return before its

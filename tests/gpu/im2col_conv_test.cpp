@@ -298,26 +298,21 @@ TEST_CASE("im2col conv replayed from a captured CUDA graph equals the eager run 
     const size_t wsb = std::max(im2col_conv_workspace_bytes(fwd), im2col_conv_workspace_bytes(wgrad));
     Buffers b = make_buffers(t, in, wsb);
     const size_t ny = in.dy.size() * gpu_dtype_size(t), nw = in.w.size() * 4;
-    auto launch = [&] {
-      REQUIRE_OK(im2col_conv_fwd(ctx, fwd, b.x.get(), b.w.get(), b.b.get(), b.y.get(), b.ws.get(), wsb));
-      REQUIRE_OK(im2col_conv_wgrad(ctx, wgrad, b.dy.get(), b.x.get(), b.dw.as<float>(), b.ws.get(), wsb));
+    auto launch = [&]() -> Status {
+      const Status st = im2col_conv_fwd(ctx, fwd, b.x.get(), b.w.get(), b.b.get(), b.y.get(), b.ws.get(), wsb);
+      if (!st) return st;
+      return im2col_conv_wgrad(ctx, wgrad, b.dy.get(), b.x.get(), b.dw.as<float>(), b.ws.get(), wsb);
     };
-    launch();
+    REQUIRE_OK(launch());
     sync_ok(ctx);
     const std::vector<uint8_t> ey = from_device<uint8_t>(b.y.get(), ny), ew = from_device<uint8_t>(b.dw.get(), nw);
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    REQUIRE_CUDA(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
-    launch();
-    REQUIRE_CUDA(cudaStreamEndCapture(ctx.stream, &graph));
-    REQUIRE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    cudaGraphExec_t exec = capture_graph(ctx, launch, cudaStreamCaptureModeThreadLocal);
     poison(b.y);
     poison(b.dw);
     REQUIRE_CUDA(cudaGraphLaunch(exec, ctx.stream));
     sync_ok(ctx);
     const std::vector<uint8_t> ry = from_device<uint8_t>(b.y.get(), ny), rw = from_device<uint8_t>(b.dw.get(), nw);
     REQUIRE_CUDA(cudaGraphExecDestroy(exec));
-    REQUIRE_CUDA(cudaGraphDestroy(graph));
     CHECK_RESULT(compare_bitwise("im2col graph replay y", ey.data(), ry.data(), ny, gpu_dtype_size(t)));
     CHECK_RESULT(compare_bitwise("im2col graph replay dw", ew.data(), rw.data(), nw, 4));
   }

@@ -540,27 +540,6 @@ TEST_CASE("a skipped step leaves the clip state, inv_scale, gradients, weights, 
   CHECK_RESULT(compare_bitwise("skipped step p|g|buf|ema", after.data(), before.data(), after.size() * 4, 4));
 }
 
-namespace {
-
-// Captures enqueue() on ctx.stream into an executable graph (cudaStreamCaptureModeGlobal rejects synchronizing
-// calls); the capture is always ended, also when a launch fails.
-template <class F>
-cudaGraphExec_t capture_graph(const CudaContext& ctx, F&& enqueue) {
-  REQUIRE_CUDA(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeGlobal));
-  const Status st = enqueue();
-  cudaGraph_t graph = nullptr;
-  const cudaError_t end = cudaStreamEndCapture(ctx.stream, &graph);
-  REQUIRE_OK(st);
-  REQUIRE_CUDA(end);
-  REQUIRE(graph != nullptr);
-  cudaGraphExec_t exec = nullptr;
-  REQUIRE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  REQUIRE_CUDA(cudaGraphDestroy(graph));
-  return exec;
-}
-
-}  // namespace
-
 TEST_CASE("clip, lars and the EMA captured once in a CUDA graph replay bitwise as eager launches",
           "[kernel][optim][graph]") {
   CudaContext ctx = make_context();
