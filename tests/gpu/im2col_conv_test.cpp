@@ -20,21 +20,13 @@
 #include "runtime/ops/conv2d/im2col_cuda.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/support/gradcheck.h"
+#include "tests/support/conv_geom.h"
 
 using namespace trctl;
+using trctl::testing::conv_geom;
 using namespace trctl::gputest;
 
 namespace {
-
-Conv2dGeom geom(int64_t n, int64_t h, int64_t w, int64_t c, int64_t k, int64_t r, int64_t s, int64_t sh, int64_t sw,
-                int64_t ph, int64_t pw, int64_t dh = 1, int64_t dw = 1) {
-  Conv2dGeom g;
-  g.n = n, g.h = h, g.w = w, g.c = c, g.k = k, g.r = r, g.s = s;
-  g.stride_h = sh, g.stride_w = sw, g.pad_h = ph, g.pad_w = pw, g.dil_h = dh, g.dil_w = dw;
-  std::string why;
-  if (!conv2d_geom_finish(g, &why)) FAIL(why);
-  return g;
-}
 
 const GpuDType kTypes[] = {GpuDType::F32, GpuDType::F16, GpuDType::BF16};
 
@@ -173,11 +165,11 @@ TEST_CASE("im2col kernel equals the CPU reference bitwise (f32, f16, bf16; align
           "[kernel][im2col][conv2d]") {
   CudaContext ctx = make_context();
   const std::pair<const char*, Conv2dGeom> cases[] = {
-      {"r50 stem 7x7/2 pad 3", geom(2, 224, 224, 3, 64, 7, 7, 2, 2, 3, 3)},
-      {"vgg 3x3 pad 1", geom(2, 64, 48, 3, 64, 3, 3, 1, 1, 1, 1)},
-      {"C=1 3x3 dilation 2 pad 3", geom(3, 19, 23, 1, 8, 3, 3, 1, 1, 3, 3, 2, 2)},
-      {"C=3 5x3 stride 2x1 pad 2x0 dil 1x2", geom(2, 21, 17, 3, 16, 5, 3, 2, 1, 2, 0, 1, 2)},
-      {"C=5 2x4 stride 3x2 pad 0x3", geom(1, 14, 25, 5, 8, 2, 4, 3, 2, 0, 3)}};
+      {"r50 stem 7x7/2 pad 3", conv_geom(2, 224, 224, 3, 64, 7, 7, 2, 2, 3, 3)},
+      {"vgg 3x3 pad 1", conv_geom(2, 64, 48, 3, 64, 3, 3, 1, 1, 1, 1)},
+      {"C=1 3x3 dilation 2 pad 3", conv_geom(3, 19, 23, 1, 8, 3, 3, 1, 1, 3, 3, 2, 2)},
+      {"C=3 5x3 stride 2x1 pad 2x0 dil 1x2", conv_geom(2, 21, 17, 3, 16, 5, 3, 2, 1, 2, 0, 1, 2)},
+      {"C=5 2x4 stride 3x2 pad 0x3", conv_geom(1, 14, 25, 5, 8, 2, 4, 3, 2, 0, 3)}};
   uint64_t seed = 100;
   for (const auto& [name, g] : cases)
     for (GpuDType t : kTypes) {
@@ -190,7 +182,9 @@ TEST_CASE("im2col kernel equals the CPU reference bitwise (f32, f16, bf16; align
       const int64_t kc = im2col_cols(g), all = g.n * g.p * g.q;
       // (row0, rows, kc, output offset in elements): everything, an odd range, wider rows, an output not 16-byte
       // aligned (the kernel's scalar stores).
-      const int64_t runs[][4] = {{0, all, kc, 0}, {all / 3 + 1, all / 2 - 7, kc, 0}, {5, std::min<int64_t>(301, all - 5), kc + 8, 0},
+      const int64_t runs[][4] = {{0, all, kc, 0},
+                                 {all / 3 + 1, all / 2 - 7, kc, 0},
+                                 {5, std::min<int64_t>(301, all - 5), kc + 8, 0},
                                  {std::max<int64_t>(0, all - 77), std::min<int64_t>(77, all), kc, 1}};
       for (const auto& r : runs) {
         const int64_t row0 = r[0], rows = r[1], cols = r[2], off = r[3] * static_cast<int64_t>(e);
@@ -222,9 +216,9 @@ TEST_CASE("im2col conv forward and fp32 weight gradient match the float64 refere
   CudaContext ctx = make_context();
   ThreadPool pool(0);
   const std::pair<const char*, Conv2dGeom> cases[] = {
-      {"r50 stem 7x7/2 pad 3", geom(4, 224, 224, 3, 64, 7, 7, 2, 2, 3, 3)},
-      {"vgg16 conv0 3x3 pad 1", geom(2, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1)},
-      {"odd C=1 5x3 stride 2x1 pad 2x1 dil 1x2", geom(3, 37, 29, 1, 24, 5, 3, 2, 1, 2, 1, 1, 2)}};
+      {"r50 stem 7x7/2 pad 3", conv_geom(4, 224, 224, 3, 64, 7, 7, 2, 2, 3, 3)},
+      {"vgg16 conv0 3x3 pad 1", conv_geom(2, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1)},
+      {"odd C=1 5x3 stride 2x1 pad 2x1 dil 1x2", conv_geom(3, 37, 29, 1, 24, 5, 3, 2, 1, 2, 1, 1, 2)}};
   uint64_t seed = 2000;
   for (const auto& [name, g] : cases)
     for (bool lowp : {false, true}) {
@@ -239,7 +233,7 @@ TEST_CASE("im2col conv over several chunks equals one chunk (within tolerance), 
           "[kernel][im2col][conv2d]") {
   CudaContext ctx = make_context();
   ThreadPool pool(0);
-  const Conv2dGeom g = geom(3, 61, 59, 3, 32, 7, 7, 2, 2, 3, 3);  // 3 x 31 x 30 = 2790 rows
+  const Conv2dGeom g = conv_geom(3, 61, 59, 3, 32, 7, 7, 2, 2, 3, 3);  // 3 x 31 x 30 = 2790 rows
   for (const Mode& m : kModes) {
     const std::string tag = gpu_dtype_name(m.io);
     INFO(tag);
@@ -287,7 +281,7 @@ TEST_CASE("im2col conv over several chunks equals one chunk (within tolerance), 
 
 TEST_CASE("im2col conv replayed from a captured CUDA graph equals the eager run bitwise", "[kernel][im2col][conv2d]") {
   CudaContext ctx = make_context();
-  const Conv2dGeom g = geom(2, 45, 38, 3, 16, 3, 3, 1, 1, 1, 1);
+  const Conv2dGeom g = conv_geom(2, 45, 38, 3, 16, 3, 3, 1, 1, 1, 1);
   for (GpuDType t : {GpuDType::F16, GpuDType::BF16}) {
     INFO(gpu_dtype_name(t));
     const Inputs in = make_inputs(g, true, 4000);
@@ -321,7 +315,7 @@ TEST_CASE("im2col conv replayed from a captured CUDA graph equals the eager run 
 TEST_CASE("im2col conv plan refuses geometries outside its rule and too small a cap", "[kernel][im2col][conv2d]") {
   CudaContext ctx = make_context();
   Im2colConvDesc d;
-  d.g = geom(2, 16, 16, 3, 12, 3, 3, 1, 1, 1, 1);  // K % 8 != 0
+  d.g = conv_geom(2, 16, 16, 3, 12, 3, 3, 1, 1, 1, 1);  // K % 8 != 0
   Result<Im2colConvPlan> p = im2col_conv_plan(ctx, d);
   REQUIRE_FALSE(p.ok());
   CHECK(p.errors()[0].code == ErrCode::Invalid);

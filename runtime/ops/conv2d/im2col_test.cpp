@@ -9,27 +9,19 @@
 
 #include "runtime/ops/conv2d/conv2d.h"
 #include "runtime/ops/conv2d/im2col.h"
+#include "tests/support/conv_geom.h"
 
 using namespace trctl;
+using trctl::testing::conv_geom;
 
 namespace {
 
-Conv2dGeom geom(int64_t n, int64_t h, int64_t w, int64_t c, int64_t k, int64_t r, int64_t s, int64_t sh, int64_t sw,
-                int64_t ph, int64_t pw, int64_t dh = 1, int64_t dw = 1) {
-  Conv2dGeom g;
-  g.n = n, g.h = h, g.w = w, g.c = c, g.k = k, g.r = r, g.s = s;
-  g.stride_h = sh, g.stride_w = sw, g.pad_h = ph, g.pad_w = pw, g.dil_h = dh, g.dil_w = dw;
-  std::string why;
-  if (!conv2d_geom_finish(g, &why)) FAIL(why);
-  return g;
-}
-
 std::vector<std::pair<const char*, Conv2dGeom>> cases() {
-  return {{"7x7 stride 2 pad 3 C=3 (stem)", geom(2, 13, 11, 3, 8, 7, 7, 2, 2, 3, 3)},
-          {"3x3 pad 1 C=3 (vgg)", geom(2, 6, 7, 3, 8, 3, 3, 1, 1, 1, 1)},
-          {"3x3 dilation 2 pad 3 C=1", geom(3, 9, 8, 1, 8, 3, 3, 1, 1, 3, 3, 2, 2)},
-          {"5x3 stride 2x1 pad 2x0 dil 1x2 C=3", geom(2, 10, 9, 3, 16, 5, 3, 2, 1, 2, 0, 1, 2)},
-          {"2x4 stride 3x2 pad 0x3 C=5", geom(1, 7, 12, 5, 8, 2, 4, 3, 2, 0, 3)}};
+  return {{"7x7 stride 2 pad 3 C=3 (stem)", conv_geom(2, 13, 11, 3, 8, 7, 7, 2, 2, 3, 3)},
+          {"3x3 pad 1 C=3 (vgg)", conv_geom(2, 6, 7, 3, 8, 3, 3, 1, 1, 1, 1)},
+          {"3x3 dilation 2 pad 3 C=1", conv_geom(3, 9, 8, 1, 8, 3, 3, 1, 1, 3, 3, 2, 2)},
+          {"5x3 stride 2x1 pad 2x0 dil 1x2 C=3", conv_geom(2, 10, 9, 3, 16, 5, 3, 2, 1, 2, 0, 1, 2)},
+          {"2x4 stride 3x2 pad 0x3 C=5", conv_geom(1, 7, 12, 5, 8, 2, 4, 3, 2, 0, 3)}};
 }
 
 std::vector<double> draw(int64_t n, uint64_t seed) {
@@ -112,13 +104,15 @@ TEST_CASE("im2col columns follow the KRSC filter: cols * W^T is the forward, dY^
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t k = 0; k < g.k; ++k) {
         double acc = 0;
-        for (int64_t j = 0; j < crs; ++j) acc += cols[static_cast<size_t>(i * kc + j)] * w[static_cast<size_t>(k * crs + j)];
+        for (int64_t j = 0; j < crs; ++j)
+          acc += cols[static_cast<size_t>(i * kc + j)] * w[static_cast<size_t>(k * crs + j)];
         err_y = std::max(err_y, std::abs(acc - y_ref[static_cast<size_t>(i * g.k + k)]));
       }
     for (int64_t k = 0; k < g.k; ++k)
       for (int64_t j = 0; j < kc; ++j) {
         double acc = 0;
-        for (int64_t i = 0; i < rows; ++i) acc += dy[static_cast<size_t>(i * g.k + k)] * cols[static_cast<size_t>(i * kc + j)];
+        for (int64_t i = 0; i < rows; ++i)
+          acc += dy[static_cast<size_t>(i * g.k + k)] * cols[static_cast<size_t>(i * kc + j)];
         if (j < crs) err_w = std::max(err_w, std::abs(acc - dw_ref[static_cast<size_t>(k * crs + j)]));
         else CHECK(acc == 0.0);  // the tail columns contribute nothing
       }
@@ -128,15 +122,15 @@ TEST_CASE("im2col columns follow the KRSC filter: cols * W^T is the forward, dY^
 }
 
 TEST_CASE("im2col conv rule: groups 1, C < 8, C*R*S <= 256, K % 8 == 0", "[im2col][conv2d]") {
-  CHECK(im2col_conv_eligible(geom(2, 224, 224, 3, 64, 7, 7, 2, 2, 3, 3)));  // ResNet-50 stem: 147 columns
-  CHECK(im2col_cols(geom(2, 224, 224, 3, 64, 7, 7, 2, 2, 3, 3)) == 152);
-  CHECK(im2col_conv_eligible(geom(2, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1)));  // VGG16 features_0: 27 columns
-  CHECK(im2col_cols(geom(2, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1)) == 32);
-  CHECK(im2col_conv_eligible(geom(2, 28, 28, 1, 32, 5, 5, 1, 1, 2, 2)));    // MNIST-style C = 1
-  CHECK_FALSE(im2col_conv_eligible(geom(2, 56, 56, 8, 64, 3, 3, 1, 1, 1, 1)));   // C = 8: cuDNN's tensor cores
-  CHECK_FALSE(im2col_conv_eligible(geom(2, 64, 64, 6, 64, 7, 7, 1, 1, 3, 3)));   // 294 columns
-  CHECK_FALSE(im2col_conv_eligible(geom(2, 32, 32, 3, 10, 3, 3, 1, 1, 1, 1)));   // K % 8 != 0
-  Conv2dGeom grouped = geom(2, 16, 16, 4, 8, 3, 3, 1, 1, 1, 1);
+  CHECK(im2col_conv_eligible(conv_geom(2, 224, 224, 3, 64, 7, 7, 2, 2, 3, 3)));  // ResNet-50 stem: 147 columns
+  CHECK(im2col_cols(conv_geom(2, 224, 224, 3, 64, 7, 7, 2, 2, 3, 3)) == 152);
+  CHECK(im2col_conv_eligible(conv_geom(2, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1)));  // VGG16 features_0: 27 columns
+  CHECK(im2col_cols(conv_geom(2, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1)) == 32);
+  CHECK(im2col_conv_eligible(conv_geom(2, 28, 28, 1, 32, 5, 5, 1, 1, 2, 2)));    // MNIST-style C = 1
+  CHECK_FALSE(im2col_conv_eligible(conv_geom(2, 56, 56, 8, 64, 3, 3, 1, 1, 1, 1)));   // C = 8: cuDNN's tensor cores
+  CHECK_FALSE(im2col_conv_eligible(conv_geom(2, 64, 64, 6, 64, 7, 7, 1, 1, 3, 3)));   // 294 columns
+  CHECK_FALSE(im2col_conv_eligible(conv_geom(2, 32, 32, 3, 10, 3, 3, 1, 1, 1, 1)));   // K % 8 != 0
+  Conv2dGeom grouped = conv_geom(2, 16, 16, 4, 8, 3, 3, 1, 1, 1, 1);
   grouped.groups = 2;
   CHECK_FALSE(im2col_conv_eligible(grouped));
 }
