@@ -228,6 +228,25 @@ __global__ void __launch_bounds__(kFinCols * kFinGroups)
   }
 }
 
+// The per-channel constants of the apply pass, y = relu?((x - m) * scale + shift [+ res]): train: m = mean,
+// scale = gamma * invstd; eval (var_not_invstd): inv = 1/sqrt(running_var + eps), m = running_mean - mean_shift
+// (nullable: a folded conv bias). One definition for the apply, the fused apply + pool and the recomputed ReLU
+// mask, so that their values are bitwise the same.
+struct ApplyConsts {
+  float m, scale, shift;
+};
+__device__ __forceinline__ ApplyConsts apply_consts(int64_t ch, const float* __restrict__ gamma,
+                                                    const float* __restrict__ beta, const float* __restrict__ mean,
+                                                    const float* __restrict__ inv_or_var, bool var_not_invstd,
+                                                    float eps, const float* __restrict__ mean_shift) {
+  const float inv = var_not_invstd ? 1.0f / sqrtf(inv_or_var[ch] + eps) : inv_or_var[ch];
+  return {mean_shift ? mean[ch] - mean_shift[ch] : mean[ch], gamma[ch] * inv, beta[ch]};
+}
+// (x - m) * scale + shift with one rounding (fmaf), before a residual, the ReLU and the rounding to T.
+__device__ __forceinline__ float apply_affine(float xf, const ApplyConsts& k) {
+  return fmaf(xf - k.m, k.scale, k.shift);
+}
+
 // Pass 3 forward (train and eval): y = relu?((x - mean) * (gamma * inv) + beta [+ res]), inv = invstd, or
 // 1/sqrt(var + eps) when var_not_invstd (eval: running_var). x, y, res (rows,c); y may alias x or res; res nullable.
 // mean_shift (c), nullable: subtracted from mean (eval with a folded conv bias: running_mean - b).
@@ -240,14 +259,10 @@ __global__ void __launch_bounds__(512)
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (col >= c) return;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rpb, r1 = min(rows, r0 + rpb);
-  float m[V], scale[V], shift[V];
+  ApplyConsts k[V];
 #pragma unroll
-  for (int j = 0; j < V; ++j) {
-    const float inv = var_not_invstd ? 1.0f / sqrtf(inv_or_var[col + j] + eps) : inv_or_var[col + j];
-    m[j] = mean_shift ? mean[col + j] - mean_shift[col + j] : mean[col + j];
-    scale[j] = gamma[col + j] * inv;
-    shift[j] = beta[col + j];
-  }
+  for (int j = 0; j < V; ++j)
+    k[j] = apply_consts(col + j, gamma, beta, mean, inv_or_var, var_not_invstd, eps, mean_shift);
   for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowGroups * kUnroll) {
     Pack<T, V> p[kUnroll], q[kUnroll];
     load_rows(x, r, r1, c, col, p);
@@ -257,7 +272,7 @@ __global__ void __launch_bounds__(512)
       if (r + u * kRowGroups >= r1) break;
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        float v = fmaf(to_f32(p[u].v[j]) - m[j], scale[j], shift[j]);
+        float v = apply_affine(to_f32(p[u].v[j]), k[j]);
         if (res) v += to_f32(q[u].v[j]);
         if (relu) v = (v > 0.0f || v != v) ? v : 0.0f;  // NaN propagates, as torch.relu
         p[u].v[j] = from_f32<T>(v);
@@ -289,14 +304,12 @@ __global__ void __launch_bounds__(256)
     const I q = t % nq;
     t /= nq;
     const I p = t % np, b = t / np;
-    float m[V], scale[V], shift[V], best_v[V];
+    ApplyConsts k[V];
+    float best_v[V];
     int best[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      const float inv = var_not_invstd ? 1.0f / sqrtf(inv_or_var[c0 + j] + eps) : inv_or_var[c0 + j];
-      m[j] = mean_shift ? mean[c0 + j] - mean_shift[c0 + j] : mean[c0 + j];
-      scale[j] = gamma[c0 + j] * inv;
-      shift[j] = beta[c0 + j];
+      k[j] = apply_consts(c0 + j, gamma, beta, mean, inv_or_var, var_not_invstd, eps, mean_shift);
       best_v[j] = -INFINITY;
       best[j] = 0;  // an all -inf window: its first element, as the max pool
     }
@@ -307,7 +320,7 @@ __global__ void __launch_bounds__(256)
         const Pack<T, V> v = pack_load<V>(xw + (static_cast<int64_t>(r) * w + s) * c);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          float e = fmaf(to_f32(v.v[j]) - m[j], scale[j], shift[j]);
+          float e = apply_affine(to_f32(v.v[j]), k[j]);
           if (relu) e = (e > 0.0f || e != e) ? e : 0.0f;
           const float f = to_f32(from_f32<T>(e));  // y as the apply kernel stores it
           if (f > best_v[j] || f != f) {
@@ -342,7 +355,7 @@ __global__ void __launch_bounds__(256)
 // T), so it is bitwise the mask of the stored y: a value that rounds to 0 or is NaN gives no gradient there too.
 template <class T>
 __device__ __forceinline__ bool relu_kept(float xf, float m, float scale, float beta) {
-  const float v = fmaf(xf - m, scale, beta);
+  const float v = apply_affine(xf, ApplyConsts{m, scale, beta});
   return to_f32(from_f32<T>(v)) > 0.0f;
 }
 
