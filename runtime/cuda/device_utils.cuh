@@ -39,6 +39,30 @@ __device__ __forceinline__ void pack_store(T* p, const Pack<T, V>& x) {
   *reinterpret_cast<Pack<T, V>*>(p) = x;
 }
 
+// V bytes (the max pool's argmax offsets, u8 per element) at p: one 8-byte access when V == 8 (p must then be
+// 8-byte aligned: the index buffers are, and their rows hold C % 8 == 0 bytes), else byte by byte.
+template <int V>
+__device__ __forceinline__ void load_bytes(const uint8_t* p, uint8_t (&b)[V]) {
+  if constexpr (V == 8) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    memcpy(b, &u, 8);
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) b[j] = p[j];
+  }
+}
+template <int V>
+__device__ __forceinline__ void store_bytes(uint8_t* p, const uint8_t (&b)[V]) {
+  if constexpr (V == 8) {
+    uint2 u;
+    memcpy(&u, b, 8);
+    *reinterpret_cast<uint2*>(p) = u;
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) p[j] = b[j];
+  }
+}
+
 // Elements per 16-byte vector.
 template <class T>
 constexpr int kVec16 = 16 / static_cast<int>(sizeof(T));

@@ -338,14 +338,7 @@ __global__ void __launch_bounds__(256)
       uint8_t bb[V];
 #pragma unroll
       for (int j = 0; j < V; ++j) bb[j] = static_cast<uint8_t>(best[j]);
-      if constexpr (V == 8) {
-        uint2 u;
-        memcpy(&u, bb, 8);
-        *reinterpret_cast<uint2*>(idx + static_cast<int64_t>(i) * V) = u;  // idx 8-byte aligned (the launcher)
-      } else {
-#pragma unroll
-        for (int j = 0; j < V; ++j) idx[static_cast<int64_t>(i) * V + j] = bb[j];
-      }
+      store_bytes<V>(idx + static_cast<int64_t>(i) * V, bb);  // idx 8-byte aligned (the launcher)
     }
   }
 }
@@ -433,13 +426,7 @@ __device__ __forceinline__ void load_grad_rows(const GradSrc<T>& s, int64_t r, i
       if (r + u * kRowGroups >= r1) continue;
       const int64_t o = prow[u] * c + col;
       d[u] = pack_load<V>(s.dy + o);
-      if constexpr (V == 8) {
-        const uint2 x = *reinterpret_cast<const uint2*>(s.idx + o);  // c % 8 == 0, idx 8-byte aligned
-        memcpy(b[u], &x, 8);
-      } else {
-#pragma unroll
-        for (int j = 0; j < V; ++j) b[u][j] = s.idx[o + j];
-      }
+      load_bytes<V>(s.idx + o, b[u]);  // V == 8: c % 8 == 0 and idx 8-byte aligned
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {

@@ -173,14 +173,7 @@ __global__ void maxpool_fwd_idx_kernel(const Pool2dGeom g, const T* __restrict__
       b[j] = static_cast<uint8_t>(best[j]);
     }
     pack_store<V>(y + i * V, out);
-    if constexpr (V == 8) {
-      uint2 u;
-      memcpy(&u, b, 8);
-      *reinterpret_cast<uint2*>(idx + i * V) = u;  // the plan aligns idx to 256 bytes: i * 8 keeps 8-byte alignment
-    } else {
-#pragma unroll
-      for (int j = 0; j < V; ++j) idx[i * V + j] = b[j];
-    }
+    store_bytes<V>(idx + i * V, b);  // the launcher checks idx is 8-byte aligned: i * 8 keeps it
   }
 }
 
@@ -205,13 +198,7 @@ __global__ void maxpool_bwd_idx_kernel(const Pool2dGeom g, const T* __restrict__
         const int64_t o = base + static_cast<int64_t>(p * nq + q) * g.c;
         const Pack<T, V> d = pack_load<V>(dy + o);
         uint8_t b[V];
-        if constexpr (V == 8) {
-          const uint2 u = *reinterpret_cast<const uint2*>(idx + o);  // c0 and C are multiples of 8: 8-byte aligned
-          memcpy(b, &u, 8);
-        } else {
-#pragma unroll
-          for (int j = 0; j < V; ++j) b[j] = idx[o + j];
-        }
+        load_bytes<V>(idx + o, b);  // V == 8: c0 and C are multiples of 8, so idx + o is 8-byte aligned
 #pragma unroll
         for (int j = 0; j < V; ++j)
           if (b[j] == self) acc[j] += to_f32(d.v[j]);
@@ -237,13 +224,7 @@ __global__ void maxpool_bwd_idx_tiled_kernel(const Pool2dGeom g, const T* __rest
     const PixelChunk<I> o = decode_item<V>(i, g.p, g.q, g.c);
     const Pack<T, V> d = pack_load<V>(dy + i * V);
     uint8_t b[V];
-    if constexpr (V == 8) {
-      const uint2 u = *reinterpret_cast<const uint2*>(idx + i * V);  // 8-byte aligned: see the forward
-      memcpy(b, &u, 8);
-    } else {
-#pragma unroll
-      for (int j = 0; j < V; ++j) b[j] = idx[i * V + j];
-    }
+    load_bytes<V>(idx + i * V, b);  // 8-byte aligned: see the forward
     T* dxn = dx + ((o.n * g.h + o.a * kh) * g.w + o.b * kw) * g.c + o.c0;
     for (int r = 0; r < kh; ++r) {
       for (int t = 0; t < kw; ++t) {
