@@ -25,6 +25,7 @@
 #include "tests/gpu/gpu_train_util.h"
 
 using namespace trctl;
+using trctl::gputest::EnvGuard;
 
 namespace {
 
@@ -66,20 +67,6 @@ struct Scratch {
   ~Scratch() {
     std::error_code ec;
     fs::remove_all(path, ec);
-  }
-};
-
-// Sets an environment variable for the scope and restores the old value (or its absence) after.
-struct EnvGuard {
-  std::string name, old;
-  bool had = false;
-  EnvGuard(const char* n, const std::string& value) : name(n) {
-    if (const char* v = std::getenv(n)) had = true, old = v;
-    ::setenv(n, value.c_str(), 1);
-  }
-  ~EnvGuard() {
-    if (had) ::setenv(name.c_str(), old.c_str(), 1);
-    else ::unsetenv(name.c_str());
   }
 };
 

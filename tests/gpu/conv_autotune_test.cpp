@@ -62,21 +62,6 @@ struct TempDir {
   std::string file(const std::string& name) const { return (dir / name).string(); }
 };
 
-// Sets an environment variable for the scope; the old value (or its absence) comes back after, so later tests in
-// this process (e.g. the backend tests, which read the cache path) are unaffected.
-struct EnvGuard {
-  std::string name, old;
-  bool had = false;
-  EnvGuard(const char* n, const std::string& value) : name(n) {
-    if (const char* v = std::getenv(n)) had = true, old = v;
-    ::setenv(n, value.c_str(), 1);
-  }
-  ~EnvGuard() {
-    if (had) ::setenv(name.c_str(), old.c_str(), 1);
-    else ::unsetenv(name.c_str());
-  }
-};
-
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f << text;

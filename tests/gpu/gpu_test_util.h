@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -53,6 +54,23 @@ class DevBuf {
 
 // Context on device 0 (REQUIREs success).
 CudaContext make_context();
+
+// Sets an environment variable for the scope; the old value (or its absence) comes back after, so later tests in
+// this process (e.g. the backend tests, which read TRCTL_AUTOTUNE_CACHE) are unaffected.
+struct EnvGuard {
+  std::string name, old;
+  bool had = false;
+  EnvGuard(const char* n, const std::string& value) : name(n) {
+    if (const char* v = std::getenv(n)) had = true, old = v;
+    ::setenv(n, value.c_str(), 1);
+  }
+  ~EnvGuard() {
+    if (had) ::setenv(name.c_str(), old.c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+};
 
 // Captures enqueue() (-> Status) on ctx.stream into an executable graph, which the caller destroys. The capture is
 // always ended, also when a launch fails, so that a failure cannot leave the stream capturing. The default mode,
