@@ -198,6 +198,11 @@ enum class DeviceKind { Auto, Cpu, Cuda };
 // the H200 im2col won the forward and lost the weight gradient, RESULTS.md run 29), off = cuDNN for both. The
 // results are the same convolution up to summation order; a performance switch, no effect on the CPU backend.
 enum class ConvIm2col { On, Forward, Off };
+// Stride-2 few-channel convolutions (the ResNet stem, 7x7/2 over RGB: s2d_conv_eligible) under AMP on the CUDA
+// backend: on = forward and weight gradient as space-to-depth + a stride-1 cuDNN conv over 16 channels (docs/cnn.md;
+// takes precedence over conv_im2col for those convs), off = the conv_im2col / cuDNN paths. The same convolution up
+// to summation order; a performance switch, no effect on the CPU backend.
+enum class ConvS2d { On, Off };
 struct TrainSpec {
   int epochs = 1;               // >= 1
   Precision precision = Precision::Fp32;
@@ -210,6 +215,7 @@ struct TrainSpec {
   int accumulate_steps = 1;
   bool deterministic = true;
   ConvIm2col conv_im2col = ConvIm2col::Forward;  // YAML conv_im2col: on | forward | off
+  ConvS2d conv_s2d = ConvS2d::On;                // YAML conv_s2d: on | off
   int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
   // Optimizer steps between mid-epoch checkpoints (checkpoints/epoch-NNNN-step-SSSSSSSS, with the data position);
   // 0 = none. Independent of checkpoint_every (both may be set); not part of the checkpoint's spec hash.
@@ -276,6 +282,7 @@ std::string spec_to_yaml(const Spec& spec);
 const char* to_string(Precision p);
 const char* to_string(DeviceKind d);
 const char* to_string(ConvIm2col c);
+const char* to_string(ConvS2d c);
 const char* to_string(OptimizerKind o);
 const char* to_string(SchedulerKind s);
 const char* to_string(LayerKind l);

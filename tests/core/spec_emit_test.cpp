@@ -82,6 +82,7 @@ Spec complex_spec() {
   s.train.checkpoint_every_steps = 250;
   s.train.deterministic = false;
   s.train.conv_im2col = ConvIm2col::Off;
+  s.train.conv_s2d = ConvS2d::Off;
   s.run.out_dir = "out dir";
   s.run.name = "true";
   s.run.log_interval = 3;
@@ -213,6 +214,8 @@ TEST_CASE("the enum names are the YAML names") {
   CHECK(std::string(to_string(LossKind::CrossEntropy)) == "cross_entropy");
   CHECK(std::string(to_string(ProgressKind::Off)) == "off");
   CHECK(std::string(to_string(ConvIm2col::Forward)) == "forward");
+  CHECK(std::string(to_string(ConvS2d::On)) == "on");
+  CHECK(std::string(to_string(ConvS2d::Off)) == "off");
 }
 
 TEST_CASE("train.conv_im2col is written only when not the default 'forward', so older specs keep their checkpoint hash") {
@@ -227,4 +230,16 @@ TEST_CASE("train.conv_im2col is written only when not the default 'forward', so 
     REQUIRE(back.ok());
     CHECK(back.value().train.conv_im2col == m);
   }
+}
+
+TEST_CASE("train.conv_s2d is written only when not the default 'on', so older specs keep their checkpoint hash") {
+  Spec s = complex_spec();
+  s.train.conv_s2d = ConvS2d::On;
+  CHECK(spec_to_yaml(s).find("conv_s2d") == std::string::npos);
+  s.train.conv_s2d = ConvS2d::Off;
+  const std::string y = spec_to_yaml(s);
+  CHECK(y.find("  conv_s2d: off\n") != std::string::npos);
+  Result<Spec> back = spec_parse(y, "emitted.yaml");
+  REQUIRE(back.ok());
+  CHECK(back.value().train.conv_s2d == ConvS2d::Off);
 }

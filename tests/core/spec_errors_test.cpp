@@ -146,6 +146,19 @@ TEST_CASE("train.conv_im2col takes on, forward or off") {
   CHECK(has_error(r, "expected one of: on, forward, off"));
 }
 
+TEST_CASE("train.conv_s2d takes on or off, default on") {
+  Result<Spec> def = parse(kModel);
+  REQUIRE(def.ok());
+  CHECK(def.value().train.conv_s2d == ConvS2d::On);
+  Result<Spec> ok = parse("train:\n  conv_s2d: off\n" + kModel);
+  REQUIRE(ok.ok());
+  CHECK(ok.value().train.conv_s2d == ConvS2d::Off);
+  Result<Spec> r = parse("train:\n  conv_s2d: forward\n" + kModel);
+  CHECK(only_code(r) == ErrCode::UnknownEnum);
+  CHECK(has_error(r, "test.yaml:2:13: unknown value 'forward' for 'train.conv_s2d'"));
+  CHECK(has_error(r, "expected one of: on, off"));
+}
+
 TEST_CASE("an unknown transform kind suggests the closest kind") {
   Result<Spec> r = parse("data:\n  train_transforms: [{random_crp: {size: 3}}]\n" + kModel);
   CHECK(only_code(r) == ErrCode::UnknownEnum);
