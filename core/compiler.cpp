@@ -6,7 +6,8 @@ namespace trctl {
 const std::vector<std::string>& compiler_stages() {
   static const std::vector<std::string> stages = {"graph_build", "fuse_linear_relu", "fuse_norm_add_relu",
                                                   "fuse_bn_add", "autodiff", "fold_conv_bias",
-                                                  "fuse_bn_pool", "fuse_grad_accumulate", "accumulate_insert",
+                                                  "fuse_bn_pool", "fuse_bn_relu_grad", "fuse_grad_accumulate",
+                                                  "accumulate_insert",
                                                   "optimizer_insert", "memplan"};
   return stages;
 }
@@ -57,6 +58,7 @@ Result<Compiled> compile_spec(const Spec& spec, const DataShape& data, const Com
       {"autodiff", pass_autodiff},
       {"fold_conv_bias", pass_fold_conv_bias},
       {"fuse_bn_pool", pass_fuse_bn_pool},
+      {"fuse_bn_relu_grad", pass_fuse_bn_relu_grad},
       {"fuse_grad_accumulate", pass_fuse_grad_accumulate},
       {"accumulate_insert", pass_accumulate_insert},
       {"optimizer_insert",
@@ -64,7 +66,7 @@ Result<Compiled> compile_spec(const Spec& spec, const DataShape& data, const Com
   };
   for (const auto& [name, pass] : passes) {
     if ((name == "optimizer_insert" && !opt.optimizer) || (name == "fold_conv_bias" && !opt.fold_conv_bias) ||
-        (name == "fuse_bn_pool" && !opt.fuse_bn_pool))
+        (name == "fuse_bn_pool" && !opt.fuse_bn_pool) || (name == "fuse_bn_relu_grad" && !opt.fuse_bn_relu_grad))
       continue;
     st = run_on_programs(c.graph, pass);
     if (!st.ok()) return st.errors();

@@ -1,6 +1,6 @@
 // The compiler pipeline: spec -> graph_build -> (per program) fuse_linear_relu -> fuse_norm_add_relu -> fuse_bn_add
-// -> autodiff -> fold_conv_bias -> fuse_bn_pool -> fuse_grad_accumulate -> accumulate_insert -> optimizer_insert
-// -> graph_verify -> memplan_build. Each stage is a named function; compile_spec runs them in order and can hand
+// -> autodiff -> fold_conv_bias -> fuse_bn_pool -> fuse_bn_relu_grad -> fuse_grad_accumulate -> accumulate_insert
+// -> optimizer_insert -> graph_verify -> memplan_build. Each stage is a named function; compile_spec runs them in order and can hand
 // the state after any stage to a dump callback (`trctl compile CFG --dump=after:STAGE`).
 #pragma once
 #include <functional>
@@ -22,6 +22,7 @@ struct CompileOptions {
   DType storage = DType::F32;  // Graph::storage: F16/BF16 for a backend that runs the spec's AMP precision
   bool fold_conv_bias = true;  // false (tests): skip pass_fold_conv_bias, for the unfolded graph to compare with
   bool fuse_bn_pool = true;    // false (tests): skip pass_fuse_bn_pool, for the unfused graph to compare with
+  bool fuse_bn_relu_grad = true;  // false (tests): skip pass_fuse_bn_relu_grad, likewise
 };
 
 // The storage dtype a backend that runs AMP (the CUDA backend) wants for the spec's precision.
@@ -36,8 +37,8 @@ struct Compiled {
 };
 
 // Stage names, in order: "graph_build", "fuse_linear_relu", "fuse_norm_add_relu", "fuse_bn_add", "autodiff",
-// "fold_conv_bias", "fuse_bn_pool", "fuse_grad_accumulate", "accumulate_insert" (a no-op without
-// train.accumulate_steps), "optimizer_insert", "memplan".
+// "fold_conv_bias", "fuse_bn_pool", "fuse_bn_relu_grad", "fuse_grad_accumulate", "accumulate_insert" (a no-op
+// without train.accumulate_steps), "optimizer_insert", "memplan".
 const std::vector<std::string>& compiler_stages();
 
 // Called after each stage with its name and the state so far (the plan is valid only after "memplan").

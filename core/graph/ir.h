@@ -78,6 +78,7 @@ enum class OpKind : uint8_t {
   Conv2dGradInput,          // dY (N,P,Q,K), W [, C (N,H,W,C)] -> dX (N,H,W,C) [+ C when attrs.accumulate]
   Conv2dGradWeight,         // dY (N,P,Q,K), X -> dW (K,R,S,C/groups)
   BatchNormGrad,            // dY, X, gamma, save_mean, save_invstd [, Y when attrs.relu] -> dX, dgamma, dbeta
+                            // [, G = dY * (Y > 0) when attrs.residual: pass_fuse_bn_relu_grad]
                             //   attrs.pool (with attrs.relu; pass_fuse_bn_pool): dY, X, gamma, save_mean,
                             //   save_invstd, beta, argmax -> dX, dgamma, dbeta: dY and argmax are the POOLED
                             //   (N,H/k,W/k,C) ones (MaxPoolGrad folded in: an element's gradient is its window's dY
@@ -116,7 +117,9 @@ struct Value {
 
 struct Attrs {
   bool relu = false;             // Linear, BatchNorm(Eval|Grad), Add: fused ReLU
-  bool residual = false;         // BatchNorm(Eval): a residual input added before the ReLU (in[5])
+  bool residual = false;         // BatchNorm(Eval): a residual input added before the ReLU (in[5]); BatchNormGrad
+                                 // (with relu): dY is the unmasked gradient of Y = relu(BN(X) + R), the fourth
+                                 // output the masked one, also R's gradient (pass_fuse_bn_relu_grad)
   bool prebias = false;          // BatchNorm(Eval): a folded conv bias, the last input (pass_fold_conv_bias)
   bool pool = false;             // BatchNorm(Eval|Grad): a fused max pool, window kernel = stride (pass_fuse_bn_pool)
   bool accumulate = false;       // LinearGradInput, pointwise Conv2dGradInput: in[2] added to the result

@@ -175,8 +175,13 @@ struct Checker {
                    "bad shapes");
           break;
         }
-        if (arity(n.attrs.relu ? 6 : 5, 3))
-          expect(in(0) == in(1) && bn_shapes_ok(1, 3) && out(0) == in(1) && out(1) == in(2) && out(2) == in(2),
+        if (n.attrs.residual && !n.attrs.relu) {
+          expect(false, "a batch-norm backward with attrs.residual needs attrs.relu (its G is the masked dY)");
+          break;
+        }
+        if (arity(n.attrs.relu ? 6 : 5, n.attrs.residual ? 4 : 3))  // [, G (rows,c)] when residual
+          expect(in(0) == in(1) && bn_shapes_ok(1, 3) && out(0) == in(1) && out(1) == in(2) && out(2) == in(2) &&
+                     (!n.attrs.residual || out(3) == in(0)),
                  "bad shapes");
         break;
       case OpKind::MaxPool:

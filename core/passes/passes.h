@@ -4,7 +4,8 @@
 // autodiff (backward nodes from per-op rules; gradients of values used twice are summed), fold_conv_bias (a
 // conv's bias, when the conv's output goes only into a batch norm, folded into that batch norm; in train programs
 // its gradient, exactly 0 through batch statistics, becomes a ZeroFill that reads nothing), fuse_bn_pool (a
-// tiling max pool, and its backward, into the batch norm + ReLU whose output only it reads), fuse_grad_accumulate
+// tiling max pool, and its backward, into the batch norm + ReLU whose output only it reads), fuse_bn_relu_grad (the
+// ReLU backward of a batch norm + residual add + ReLU into that batch norm's backward), fuse_grad_accumulate
 // (a gradient sum into the matrix-product dX node that produces one of its terms), accumulate_insert (gradient
 // accumulation over train.accumulate_steps micro-batches: the GradAccumulate node and its accumulators),
 // optimizer_insert (persistent optimizer state and the OptimizerStep node; none in a micro-batch program).
@@ -21,6 +22,7 @@ Status pass_fuse_bn_add(Graph& g, Program& p);
 Status pass_autodiff(Graph& g, Program& p);
 Status pass_fold_conv_bias(Graph& g, Program& p);
 Status pass_fuse_bn_pool(Graph& g, Program& p);
+Status pass_fuse_bn_relu_grad(Graph& g, Program& p);
 Status pass_fuse_grad_accumulate(Graph& g, Program& p);
 Status pass_accumulate_insert(Graph& g, Program& p);
 // A convolution every backend runs as a matrix product over the N*H*W rows: 1x1, stride 1, no padding, one group.

@@ -321,10 +321,11 @@ class CpuBackend final : public Backend {
     } else {
       const T* dy = f(n.in[0]);
       std::vector<T> masked;
-      if (n.attrs.relu) {
-        masked.resize(static_cast<size_t>(rows * c));
-        relu_grad_cpu<T>(dy, f(n.in[5]), masked.data(), rows * c);
-        dy = masked.data();
+      if (n.attrs.relu) {  // with attrs.residual the masked dY is the node's fourth output (pass_fuse_bn_relu_grad)
+        T* g = n.attrs.residual ? f(n.out[3]) : nullptr;
+        if (!g) masked.resize(static_cast<size_t>(rows * c)), g = masked.data();
+        relu_grad_cpu<T>(dy, f(n.in[5]), g, rows * c);
+        dy = g;
       }
       batchnorm_grad_cpu<T>(dy, f(n.in[1]), f(n.in[2]), f(n.in[3]), f(n.in[4]), f(n.out[0]), f(n.out[1]),
                             f(n.out[2]), rows, c, &pool_);

@@ -300,7 +300,7 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
     void* y = at(n.out[0]);
     out.push_back(
         [=] { return batchnorm_fwd_eval_cuda(s, x, act, gamma, beta, rm, rv, y, rows, c, eps, relu, res, prebias); });
-  } else {  // dY, X, gamma, save_mean, save_invstd [, Y] -> dX, dgamma, dbeta
+  } else {  // dY, X, gamma, save_mean, save_invstd [, Y] -> dX, dgamma, dbeta [, G]
     for (ValueId v : {n.out[1], n.out[2]})  // a frozen parameter's (unused) gradient: an f32 activation
       if (c_.plan.values[v].region != Region::Grads && !c_.graph.values[v].full_precision)
         return Error{ErrCode::NotSupported, "cuda backend",
@@ -319,8 +319,12 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
           if (f.op == OpKind::BatchNorm && f.out.size() > 1 && f.out[1] == n.in[3] && f.attrs.relu &&
               !f.attrs.residual)
             relu_beta = f32(f.in[2]);
+    // A fused residual ReLU's backward (pass_fuse_bn_relu_grad): the masked dY, the residual's gradient, written too.
+    void* g = n.attrs.residual ? at(n.out[3]) : nullptr;
+    if (g && relu_beta)
+      return Error{ErrCode::Internal, "cuda backend", "a residual batch-norm backward with a recomputed mask: " + n.name};
     out.push_back([=] {
-      return batchnorm_bwd_cuda(s, dy, x, y, act, gamma, sm, si, dx, dg, db, rows, c, ws, wsb, relu_beta);
+      return batchnorm_bwd_cuda(s, dy, x, y, act, gamma, sm, si, dx, dg, db, rows, c, ws, wsb, relu_beta, g);
     });
   }
   return ok_status();

@@ -3,6 +3,7 @@
 // after every stage; the memory plan (Buffers region, activation reuse); and graph_build's located errors.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -312,9 +313,16 @@ TEST_CASE("autodiff gives every parameter of a conv net a gradient and skips the
   CHECK(count_ops(*g.find_program("eval"), OpKind::Conv2dGradWeight) == 0);
 }
 
+// Autodiff's own nodes (pass_fuse_bn_relu_grad, tested below, merges the residual ReluGrad into the backward).
+CompileOptions unfused_relu_grad() {
+  CompileOptions o;
+  o.fuse_bn_relu_grad = false;
+  return o;
+}
+
 TEST_CASE("BatchNormGrad reads the fused output when the ReLU was fused, and not otherwise",
           "[passes][cnn][resnet]") {
-  Compiled c = compiled(resnet_block_spec(3), image_data(6, 3));
+  Compiled c = compiled(resnet_block_spec(3), image_data(6, 3), unfused_relu_grad());
   const Graph& g = c.graph;
   const Program& p = *g.find_program("train");
   REQUIRE(count_ops(p, OpKind::BatchNormGrad) == 4);
@@ -344,7 +352,7 @@ TEST_CASE("BatchNormGrad reads the fused output when the ReLU was fused, and not
 
 TEST_CASE("autodiff of the residual block: pass-through views, summed stem gradient, no input gradient",
           "[passes][cnn][resnet]") {
-  Compiled c = compiled(resnet_block_spec(3), image_data(6, 3));
+  Compiled c = compiled(resnet_block_spec(3), image_data(6, 3), unfused_relu_grad());
   const Graph& g = c.graph;
   const Program& p = *g.find_program("train");
   for (const auto& prm : g.params) {
@@ -395,6 +403,59 @@ TEST_CASE("autodiff of the residual block: pass-through views, summed stem gradi
     for (const auto& n : p.nodes)
       if (n.out[0] == v) summed.insert(n.name);
   CHECK(summed == std::set<std::string>{"conv1.grad_input", "ds_conv.grad_input"});
+}
+
+TEST_CASE("fuse_bn_relu_grad: the residual ReLU's backward becomes part of the batch-norm backward",
+          "[passes][cnn][resnet][fuse_bn_relu_grad]") {
+  Compiled c = compiled(resnet_block_spec(3), image_data(6, 3));
+  const Graph& g = c.graph;
+  const Program& p = *g.find_program("train");
+  CHECK(count_ops(p, OpKind::ReluGrad) == 0);
+  const Node* fwd = node_named(p, OpKind::BatchNorm, "ds_bn+add");
+  REQUIRE(fwd);
+  const Node* b = node_named(p, OpKind::BatchNormGrad, "ds_bn+add");
+  REQUIRE(b);
+  CHECK(b->attrs.relu);
+  CHECK(b->attrs.residual);
+  REQUIRE(b->in.size() == 6);
+  CHECK(b->in[1] == fwd->in[0]);   // X
+  CHECK(b->in[3] == fwd->out[1]);  // save_mean
+  CHECK(b->in[5] == fwd->out[0]);  // Y = relu(BN(X) + R) masks dY
+  REQUIRE(b->out.size() == 4);
+  const ValueId gv = b->out[3];  // the masked dY: R's gradient (a view) and nothing else's input
+  CHECK(g.values[gv].shape == g.values[b->in[0]].shape);
+  int views = 0;
+  for (const auto& n : p.nodes)
+    if (n.op == OpKind::Flatten && !n.in.empty() && n.in[0] == gv) {
+      ++views;
+      CHECK(g.values[n.out[0]].alias_of == gv);
+    }
+  CHECK(views == 1);
+  // Defined before every reader: the fused node stands where the ReluGrad stood.
+  size_t at = p.nodes.size();
+  for (size_t i = 0; i < p.nodes.size(); ++i)
+    if (&p.nodes[i] == b) at = i;
+  for (size_t i = 0; i < p.nodes.size(); ++i)
+    for (ValueId v : p.nodes[i].in)
+      if (v == gv) CHECK(i > at);
+  // The other batch norms' backwards are untouched.
+  CHECK_FALSE(node_named(p, OpKind::BatchNormGrad, "bn2")->attrs.residual);
+  CHECK_FALSE(node_named(p, OpKind::BatchNormGrad, "bn0")->attrs.residual);
+}
+
+TEST_CASE("graph_verify refuses a residual batch-norm backward without its masked-gradient output",
+          "[passes][cnn][resnet][fuse_bn_relu_grad]") {
+  Compiled c = compiled(resnet_block_spec(3), image_data(6, 3));
+  Graph g = c.graph;
+  Program& p = *std::find_if(g.programs.begin(), g.programs.end(), [](const Program& q) { return q.name == "train"; });
+  for (auto& n : p.nodes)
+    if (n.op == OpKind::BatchNormGrad && n.attrs.residual) n.out.pop_back();
+  CHECK_FALSE(graph_verify(g).ok());
+  Graph h = c.graph;
+  Program& q = *std::find_if(h.programs.begin(), h.programs.end(), [](const Program& r) { return r.name == "train"; });
+  for (auto& n : q.nodes)
+    if (n.op == OpKind::BatchNormGrad && n.attrs.residual) n.attrs.relu = false;
+  CHECK_FALSE(graph_verify(h).ok());
 }
 
 // ---- every stage verifies; the memory plan ----

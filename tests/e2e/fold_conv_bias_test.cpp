@@ -22,6 +22,7 @@
 #include "core/compiler.h"
 #include "runtime/backend.h"
 #include "runtime/train/trainer.h"
+#include "tests/support/backend_compare.h"
 #include "tests/support/cnn_spec.h"
 #include "tests/support/gradcheck.h"
 #include "tests/support/weights_diff.h"
@@ -46,13 +47,6 @@ Spec bias_bn_spec(int batch) {
   cnn_push(s, cnn_layer(LayerKind::GlobalAvgPool, "gap"));
   cnn_push(s, linear_layer("fc", 3));
   return s;
-}
-
-int program_index(const Compiled& c, const std::string& name) {
-  for (size_t i = 0; i < c.graph.programs.size(); ++i)
-    if (c.graph.programs[i].name == name) return static_cast<int>(i);
-  FAIL("no program " << name);
-  return -1;
 }
 
 std::vector<double> doubles(const std::vector<std::byte>& b, int64_t offset, int64_t n) {

@@ -11,6 +11,7 @@
 
 #include "core/compiler.h"
 #include "runtime/backend.h"
+#include "tests/support/backend_compare.h"
 #include "tests/support/cnn_spec.h"
 #include "tests/support/gradcheck.h"
 
@@ -41,13 +42,6 @@ Spec two_block_spec() {
   return s;
 }
 
-int program_index(const Compiled& c, const std::string& name) {
-  for (size_t i = 0; i < c.graph.programs.size(); ++i)
-    if (c.graph.programs[i].name == name) return static_cast<int>(i);
-  FAIL("no program " << name);
-  return -1;
-}
-
 struct Net {
   Compiled c;
   std::unique_ptr<Backend> be;
@@ -74,15 +68,6 @@ struct Net {
   }
 };
 
-void check_same_region(Net& a, Net& b, Region r, const std::string& what) {
-  const std::vector<std::byte> ra = a.be->read_region(r), rb = b.be->read_region(r);
-  INFO(what << " (" << to_string(r) << ")");
-  REQUIRE(ra.size() == rb.size());
-  CHECK(std::memcmp(ra.data(), rb.data(), ra.size()) == 0);
-}
-
-bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
-
 // Quarters in [-1, 1]: equal values inside windows; nan_at >= 0 puts a NaN there.
 std::vector<float> batch_input(uint32_t seed, int64_t nan_at) {
   const std::vector<double> r = random_vec(kBatch * kSide * kSide * kChannels, seed);
@@ -104,10 +89,10 @@ void run_pair(DType compute, int64_t nan_at) {
       REQUIRE(n->be->run(n->train, 0).ok());
     }
     CHECK(same_bits(fused.be->last_loss(fused.train), plain.be->last_loss(plain.train)));
-    check_same_region(fused, plain, Region::Grads, "gradients");
-    check_same_region(fused, plain, Region::Weights, "weights");
-    check_same_region(fused, plain, Region::Buffers, "running statistics");
-    if (compute == DType::F32) check_same_region(fused, plain, Region::OptState, "momentum");
+    check_same_region(*fused.be, *plain.be, Region::Grads, "gradients");
+    check_same_region(*fused.be, *plain.be, Region::Weights, "weights");
+    check_same_region(*fused.be, *plain.be, Region::Buffers, "running statistics");
+    if (compute == DType::F32) check_same_region(*fused.be, *plain.be, Region::OptState, "momentum");
   }
   const std::vector<float> xv = batch_input(40, nan_at);
   for (Net* n : {&fused, &plain}) {

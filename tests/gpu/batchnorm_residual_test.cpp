@@ -1,14 +1,18 @@
 // Batch norm with a fused residual add (pass_fuse_bn_add: y = relu?(BN(x) + r)), training and eval forward, against
 // the float64 CPU reference (batch norm, then the add, then the ReLU), f32/f16/bf16, with and without the ReLU, y
-// written over r (the planner may place it there), and bitwise equal to itself on a rerun.
+// written over r (the planner may place it there), and bitwise equal to itself on a rerun. Its backward
+// (pass_fuse_bn_relu_grad): batchnorm_bwd_cuda storing the masked gradient g_out equals relu_bwd_cuda followed by
+// the plain backward reading that gradient, bitwise (g, dx, dgamma, dbeta), with NaN and -0 in dy and y.
 // Tolerance per element: the batch-norm bound of batchnorm_test.cpp (2u times a bound on every term's magnitude)
 // plus 2u |r| for the residual (u = unit roundoff of the activation dtype; 1e-5 relative for f32): the sum is
 // formed in fp32 and rounded once.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "runtime/ops/batchnorm/batchnorm.h"
 #include "runtime/ops/batchnorm/batchnorm_cuda.h"
+#include "runtime/ops/relu/relu_cuda.h"
 #include "tests/gpu/gpu_test_util.h"
 
 using namespace trctl;
@@ -111,4 +115,71 @@ TEST_CASE("batchnorm with a fused residual add equals batch norm, add, ReLU in f
           REQUIRE(over.size() == y.size());
           CHECK_RESULT(compare_bitwise("bn+residual in place " + tag, over.data(), y.data(), y.size() * 4, 4));
         }
+}
+
+namespace {
+
+// The residual block's backward both ways: fused (g_out) or relu_bwd_cuda then the unmasked backward. off: every
+// tensor a view `off` elements into its buffer (1: the scalar path). Returns g, dx, dgamma, dbeta concatenated.
+std::vector<float> residual_bwd(const CudaContext& ctx, GpuDType t, Case s, const std::vector<float>& dy,
+                                const std::vector<float>& x, const std::vector<float>& y, const Data& d,
+                                const std::vector<float>& mean, const std::vector<float>& invstd, bool fused,
+                                int64_t off) {
+  const int64_t n = s.rows * s.c, es = gpu_dtype_size(t);
+  auto upload = [&](const std::vector<float>& v) {
+    std::vector<float> pad(static_cast<size_t>(off), 0.0f);
+    pad.insert(pad.end(), v.begin(), v.end());
+    return to_device_as(t, pad);
+  };
+  DevBuf dyb = upload(dy), xb = upload(x), yb = upload(y), g((n + off) * es + 16), dx((n + off) * es + 16);
+  DevBuf gamma = to_device(d.gamma), m = to_device(mean), is = to_device(invstd);
+  DevBuf dgamma(s.c * 4), dbeta(s.c * 4), ws(batchnorm_workspace_bytes(s.rows, s.c) + 256);
+  for (const DevBuf* b : {&g, &dx, &dgamma, &dbeta, &ws}) poison(*b);
+  auto at = [&](const DevBuf& b) { return b.as<char>() + off * es; };
+  if (fused) {
+    REQUIRE_OK(batchnorm_bwd_cuda(ctx.stream, at(dyb), at(xb), at(yb), t, gamma.as<float>(), m.as<float>(),
+                                  is.as<float>(), at(dx), dgamma.as<float>(), dbeta.as<float>(), s.rows, s.c,
+                                  ws.get(), ws.bytes(), nullptr, at(g)));
+  } else {
+    REQUIRE_OK(relu_bwd_cuda(ctx.stream, at(yb), at(dyb), at(g), n, t));
+    REQUIRE_OK(batchnorm_bwd_cuda(ctx.stream, at(g), at(xb), nullptr, t, gamma.as<float>(), m.as<float>(),
+                                  is.as<float>(), at(dx), dgamma.as<float>(), dbeta.as<float>(), s.rows, s.c,
+                                  ws.get(), ws.bytes()));
+  }
+  sync_ok(ctx);
+  std::vector<float> out = from_device_as(t, at(g), n);
+  for (const std::vector<float>& v : {from_device_as(t, at(dx), n), from_device<float>(dgamma.get(), s.c),
+                                      from_device<float>(dbeta.get(), s.c)})
+    out.insert(out.end(), v.begin(), v.end());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("batchnorm backward storing the masked gradient equals relu backward + batchnorm backward, bitwise",
+          "[kernel][batchnorm][residual]") {
+  CudaContext ctx = make_context();
+  Rng rng(172);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (GpuDType t : kTypes)
+    for (const Case& s : kCases)
+      for (int64_t off : {int64_t{0}, int64_t{1}}) {
+        const std::string tag = std::string(gpu_dtype_name(t)) + " rows=" + std::to_string(s.rows) +
+                                " c=" + std::to_string(s.c) + (off ? " misaligned" : "");
+        INFO(tag);
+        const Data d = make(rng, t, s);
+        const int64_t n = s.rows * s.c;
+        std::vector<float> dy = rng.normal_vec(n, 0.0f, 1.0f), y = rng.normal_vec(n, 0.0f, 1.0f);
+        for (auto& v : dy) v = round_to(t, v);
+        for (auto& v : y) v = round_to(t, std::max(v, 0.0f));  // about half masked
+        y[0] = -0.0f, dy[1] = -0.0f, y[1] = 1.0f;               // a masked -0 y; a kept -0 dy
+        if (n > 8) y[2] = nan, dy[3] = nan, y[3] = 1.0f, dy[4] = nan, y[4] = 0.0f;  // NaN y masks; a kept NaN dy
+        std::vector<float> mean(s.c), invstd(s.c);
+        for (int64_t j = 0; j < s.c; ++j) mean[j] = 0.1f * static_cast<float>(j % 7), invstd[j] = 0.5f + 0.01f * j;
+        const std::vector<float> fused = residual_bwd(ctx, t, s, dy, d.x, y, d, mean, invstd, true, off);
+        const std::vector<float> plain = residual_bwd(ctx, t, s, dy, d.x, y, d, mean, invstd, false, off);
+        REQUIRE(fused.size() == plain.size());
+        CHECK_RESULT(compare_bitwise("masked g, dx, dgamma, dbeta " + tag, fused.data(), plain.data(),
+                                     fused.size() * 4, 4));
+      }
 }

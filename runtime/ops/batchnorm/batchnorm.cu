@@ -10,6 +10,7 @@
 // that normalises on load (bn_pool_apply_kernel); the backward's passes 1 and 3 read the pooled dy and argmax in
 // place of the full-resolution dy (load_grad_rows), with the same row split and summation order.
 #include <algorithm>
+#include <initializer_list>
 #include <type_traits>
 
 #include "runtime/cuda/cuda_check.h"
@@ -442,12 +443,15 @@ __device__ __forceinline__ void load_grad_rows(const GradSrc<T>& s, int64_t r, i
 // (row blocks, c), g = dy masked by relu_y > 0 when relu_y is given, or by the mask recomputed from x when
 // relu_beta (c) is given (then gamma and invstd (c) too; relu_y is not read).
 // dy comes from GradSrc (Pooled: the fused max pool's gradient).
+// g_out (rows,c), nullable (not Pooled, relu_y given): g stored, relu_y > 0 ? dy : 0 with dy's bits, exactly what
+// relu_bwd_cuda writes (the residual's gradient of a fused BN + add + ReLU, pass_fuse_bn_relu_grad).
 template <class T, int V, bool Pooled>
 __global__ void __launch_bounds__(512)
     bn_bwd_stats_kernel(const GradSrc<T> dy, const T* __restrict__ x, const T* __restrict__ relu_y,
                         const float* __restrict__ mean, int64_t rows, int64_t c, int64_t rpb,
                         float* __restrict__ part_g, float* __restrict__ part_gx, const float* __restrict__ gamma,
-                        const float* __restrict__ invstd, const float* __restrict__ relu_beta) {
+                        const float* __restrict__ invstd, const float* __restrict__ relu_beta,
+                        T* __restrict__ g_out) {
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * blockDim.x + tx) * V;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rpb, r1 = min(rows, r0 + rpb);
@@ -480,6 +484,14 @@ __global__ void __launch_bounds__(512)
           const float g = relu_grad_in<T>(pd[u].v[j], px[u].v[j], py[u].v[j], relu_beta, relu_y, m[j], a[j], b[j]);
           sg[j] += g;
           sgx[j] = fmaf(g, to_f32(px[u].v[j]) - m[j], sgx[j]);
+        }
+        if constexpr (!Pooled) {
+          if (g_out) {
+            const T zero = from_f32<T>(0.0f);
+#pragma unroll
+            for (int j = 0; j < V; ++j) pd[u].v[j] = to_f32(py[u].v[j]) > 0.0f ? pd[u].v[j] : zero;
+            pack_store<V>(g_out + (r + u * kRowGroups) * c + col, pd[u]);
+          }
         }
       }
     }
@@ -545,10 +557,15 @@ __global__ void __launch_bounds__(512)
 // Calls f(std::integral_constant<int, V>) with the widest V for which every row of every pointer is V-aligned:
 // 16 bytes, else 2 elements, else scalar. The results do not depend on the choice (see the file comment).
 template <class T, class F>
-Status with_vector_width(int64_t c, const void* a, const void* b, const void* p, const void* q, F&& f) {
+Status with_vector_width(int64_t c, std::initializer_list<const void*> ptrs, F&& f) {
   constexpr int kV16 = kVec16<T>;
-  if (c % kV16 == 0 && gpu_aligned(16, a, b, p, q)) return f(std::integral_constant<int, kV16>{});
-  if (c % 2 == 0 && gpu_aligned(2 * sizeof(T), a, b, p, q)) return f(std::integral_constant<int, 2>{});
+  auto aligned = [&](size_t bytes) {
+    for (const void* p : ptrs)
+      if (!gpu_aligned(bytes, p)) return false;
+    return true;
+  };
+  if (c % kV16 == 0 && aligned(16)) return f(std::integral_constant<int, kV16>{});
+  if (c % 2 == 0 && aligned(2 * sizeof(T))) return f(std::integral_constant<int, 2>{});
   return f(std::integral_constant<int, 1>{});
 }
 
@@ -583,7 +600,7 @@ Status batchnorm_fwd_train_cuda(cudaStream_t s, const void* x, GpuDType t, const
   float* part_m2 = part_mean + align256(static_cast<size_t>(rs.blocks * c) * sizeof(float)) / sizeof(float);
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return with_vector_width<T>(c, x, y, residual, nullptr, [&](auto vw) {
+    return with_vector_width<T>(c, {x, y, residual}, [&](auto vw) {
       constexpr int V = decltype(vw)::value;
       const Launch l = make_launch(c, V, rs);
       bn_fwd_stats_kernel<T, V><<<l.grid, l.block, l.smem, s>>>(static_cast<const T*>(x), rows, c,
@@ -613,7 +630,7 @@ Status batchnorm_fwd_eval_cuda(cudaStream_t s, const void* x, GpuDType t, const 
   const RowSplit rs = row_split(rows, c);
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return with_vector_width<T>(c, x, y, residual, nullptr, [&](auto vw) {
+    return with_vector_width<T>(c, {x, y, residual}, [&](auto vw) {
       constexpr int V = decltype(vw)::value;
       const Launch l = make_launch(c, V, rs);
       bn_fwd_apply_kernel<T, V><<<l.grid, l.block, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(residual),
@@ -629,29 +646,34 @@ namespace {
 
 // The backward's three launches (see the file comment); dy from GradSrc (Pooled: pass_fuse_bn_pool's pooled
 // gradient and argmax, idx 8-byte aligned).
+// g_out (not Pooled, with relu_y): pass 1 stores the masked gradient there and pass 3 reads it back unmasked.
 template <bool Pooled, class T>
 Status bn_bwd_launch(cudaStream_t s, const GradSrc<T>& gs, const void* x, const void* relu_y, const float* gamma,
                      const float* save_mean, const float* save_invstd, void* dx, float* dgamma, float* dbeta,
-                     int64_t rows, int64_t c, void* workspace, const float* relu_beta) {
+                     int64_t rows, int64_t c, void* workspace, const float* relu_beta, void* g_out = nullptr) {
   const RowSplit rs = row_split(rows, c);
   float* part_g = static_cast<float*>(workspace);  // (row blocks, c)
   float* part_gx = part_g + align256(static_cast<size_t>(rs.blocks * c) * sizeof(float)) / sizeof(float);
-  return with_vector_width<T>(c, gs.dy, x, relu_y, dx, [&](auto vw) {
+  return with_vector_width<T>(c, {gs.dy, x, relu_y, dx, g_out}, [&](auto vw) {
     constexpr int V = decltype(vw)::value;
     const Launch l = make_launch(c, V, rs);
     const T* xs = static_cast<const T*>(x);
     const T* ys = static_cast<const T*>(relu_y);
+    T* gs_out = static_cast<T*>(g_out);
     bn_bwd_stats_kernel<T, V, Pooled><<<l.grid, l.block, l.smem, s>>>(gs, xs, relu_beta ? nullptr : ys, save_mean,
                                                                        rows, c, rs.rows_per_block, part_g, part_gx,
-                                                                       gamma, save_invstd, relu_beta);
+                                                                       gamma, save_invstd, relu_beta, gs_out);
     BN_LAUNCHED("bn_bwd_stats_kernel");
     const unsigned fin_grid = static_cast<unsigned>((c + kFinCols - 1) / kFinCols);
     bn_bwd_finalize_kernel<<<fin_grid, dim3(kFinCols, kFinGroups), 0, s>>>(
         part_g, part_gx, rows, c, rs.rows_per_block, rs.blocks, save_invstd, dgamma, dbeta);
     BN_LAUNCHED("bn_bwd_finalize_kernel");
-    bn_bwd_apply_kernel<T, V, Pooled><<<l.grid, l.block, 0, s>>>(gs, xs, relu_beta ? nullptr : ys, gamma, save_mean,
-                                                                  save_invstd, dgamma, dbeta, static_cast<T*>(dx),
-                                                                  rows, c, rs.rows_per_block, relu_beta);
+    // Pass 3 reads the stored g (already masked) in place of dy and the ReLU output.
+    GradSrc<T> gs3 = gs;
+    if (gs_out) gs3.dy = gs_out;
+    bn_bwd_apply_kernel<T, V, Pooled><<<l.grid, l.block, 0, s>>>(
+        gs3, xs, relu_beta || gs_out ? nullptr : ys, gamma, save_mean, save_invstd, dgamma, dbeta,
+        static_cast<T*>(dx), rows, c, rs.rows_per_block, relu_beta);
     return TRCTL_CUDA_LAUNCH_STATUS("bn_bwd_apply_kernel");
   });
 }
@@ -693,8 +715,11 @@ bool pool_tiles(int64_t n, int64_t h, int64_t w, int64_t c, int k) {
 Status batchnorm_bwd_cuda(cudaStream_t s, const void* dy, const void* x, const void* relu_y, GpuDType t,
                           const float* gamma, const float* save_mean, const float* save_invstd, void* dx,
                           float* dgamma, float* dbeta, int64_t rows, int64_t c, void* workspace,
-                          size_t workspace_bytes, const float* relu_beta) {
+                          size_t workspace_bytes, const float* relu_beta, void* g_out) {
   TRCTL_CUDA_ARG_CHECK(rows >= 1, "batchnorm_bwd_cuda: rows < 1");
+  TRCTL_CUDA_ARG_CHECK(!g_out || (relu_y && !relu_beta), "batchnorm_bwd_cuda: g_out needs relu_y and no relu_beta");
+  TRCTL_CUDA_ARG_CHECK(!g_out || (g_out != x && g_out != relu_y && g_out != dx && g_out != dy),
+                       "batchnorm_bwd_cuda: g_out aliases dy, x, relu_y or dx");
   TRCTL_CUDA_ARG_CHECK(c >= 1 && c < (int64_t{1} << 31), "batchnorm_bwd_cuda: c outside [1, 2^31)");
   TRCTL_CUDA_ARG_CHECK(dy && x && gamma && save_mean && save_invstd && dx && dgamma && dbeta,
                        "batchnorm_bwd_cuda: null pointer");
@@ -705,7 +730,7 @@ Status batchnorm_bwd_cuda(cudaStream_t s, const void* dy, const void* x, const v
     using T = typename decltype(tag)::type;
     const GradSrc<T> gs{static_cast<const T*>(dy), nullptr, 0, 0, 0, 0, 0, 0, 0};
     return bn_bwd_launch<false, T>(s, gs, x, relu_y, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
-                                   workspace, relu_beta);
+                                   workspace, relu_beta, g_out);
   });
 }
 
@@ -728,7 +753,7 @@ Status batchnorm_fwd_train_pool_cuda(cudaStream_t s, const void* x, GpuDType t, 
   float* part_m2 = part_mean + align256(static_cast<size_t>(rs.blocks * c) * sizeof(float)) / sizeof(float);
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    Status st = with_vector_width<T>(c, x, nullptr, nullptr, nullptr, [&](auto vw) {  // the statistics as unfused
+    Status st = with_vector_width<T>(c, {x}, [&](auto vw) {  // the statistics as unfused
       constexpr int V = decltype(vw)::value;
       const Launch l = make_launch(c, V, rs);
       bn_fwd_stats_kernel<T, V><<<l.grid, l.block, l.smem, s>>>(static_cast<const T*>(x), rows, c,

@@ -45,10 +45,14 @@ Status batchnorm_fwd_eval_cuda(cudaStream_t s, const void* x, GpuDType t, const 
 // relu_beta (c) f32, nullable: the forward's beta when it fused a ReLU WITHOUT a residual; the mask y > 0 is then
 // recomputed from x exactly as the forward rounded y (bitwise the same mask) and relu_y is not read (two fewer
 // passes over (rows,c)). With a residual the mask depends on it: pass relu_y and no relu_beta.
+// g_out (rows,c) t, nullable (needs relu_y, no relu_beta; aliases none of dy, x, relu_y, dx): the masked gradient
+// g = relu_y > 0 ? dy : 0 is also stored there, bitwise what relu_bwd_cuda(relu_y, dy) writes, from the first
+// pass, and the last pass reads it instead of dy and relu_y: a fused BN + residual add + ReLU's backward, whose g is
+// also the residual's gradient (pass_fuse_bn_relu_grad), without a separate ReLU-backward pass.
 Status batchnorm_bwd_cuda(cudaStream_t s, const void* dy, const void* x, const void* relu_y, GpuDType t,
                           const float* gamma, const float* save_mean, const float* save_invstd, void* dx,
                           float* dgamma, float* dbeta, int64_t rows, int64_t c, void* workspace,
-                          size_t workspace_bytes, const float* relu_beta = nullptr);
+                          size_t workspace_bytes, const float* relu_beta = nullptr, void* g_out = nullptr);
 
 // A batch norm + ReLU with the max pool that follows it fused (pass_fuse_bn_pool): x (n,h,w,c) t, the k x k windows
 // with stride k tiling (h, w) (h, w multiples of k, k*k <= 256). The training forward writes only the pooled
