@@ -12,7 +12,8 @@ namespace trctl {
 // The cuDNN convolution plans of a compiled model: one per direction (fwd, dgrad, wgrad) of each distinct
 // geometry (a direction no program runs, e.g. the first layer's dgrad, is not planned and not counted; 1x1
 // convolutions run as cuBLASLt GEMMs and are not counted either, nor under AMP the forward and weight gradient of
-// an RGB stem, which run as im2col + GEMM: docs/cnn.md), by where the algorithm came from.
+// an RGB stem that run as im2col + GEMM: docs/cnn.md; a space-to-depth stem's are counted under its stride-1
+// geometry), by where the algorithm came from.
 struct ConvAlgoSources {
   std::string cache;          // the autotune cache path read (autotune_cache_path(); "": none, no HOME)
   bool cache_exists = false;  // whether that file existed (a missing file is an empty cache)

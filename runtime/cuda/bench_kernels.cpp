@@ -1,6 +1,6 @@
 // cuda_bench_kernels: ceilings first (copy bandwidth, GEMM rates), then every kernel at sizes that fill the chip
-// and at the MLP's own sizes, then the RGB-stem convolutions (im2col + GEMM vs cuDNN); median of repeated
-// event-timed launches after a warm-up.
+// and at the MLP's own sizes, then the RGB-stem convolutions (im2col + GEMM, space-to-depth + cuDNN, plain cuDNN);
+// median of repeated event-timed launches after a warm-up.
 #include "runtime/cuda/bench_kernels.h"
 
 #include <cuda_runtime.h>
@@ -15,10 +15,12 @@
 #include "runtime/cuda/cudnn_conv.h"
 #include "runtime/cuda/im2col_conv.h"
 #include "runtime/cuda/lt_gemm.h"
+#include "runtime/cuda/s2d_conv.h"
 #include "runtime/ops/amp/amp_cuda.h"
 #include "runtime/ops/bias_grad/bias_grad_cuda.h"
 #include "runtime/ops/cast/cast_cuda.h"
 #include "runtime/ops/channel_copy/channel_copy_cuda.h"
+#include "runtime/ops/conv2d/s2d.h"
 #include "runtime/ops/dropout/dropout_cuda.h"
 #include "runtime/ops/optim/optim_cuda.h"
 #include "runtime/ops/optim/optim_extra_cuda.h"
@@ -163,9 +165,38 @@ Status fill_f16(cudaStream_t s, const void* src, int64_t src_n, void* dst, int64
   return ok_status();
 }
 
+// The ResNet-50 stem through space-to-depth + a stride-1 cuDNN conv over 16 channels (s2d_conv.h, the backend's
+// path under AMP with train.conv_s2d: on): forward with the x -> z and w -> w2 transforms, weight gradient with
+// x -> z, the cuDNN wgrad into f16 dw2 and its regather into the fp32 dw, all inside the timed work.
+Status bench_stem_s2d(Bench& b, const Conv2dGeom& g, const std::string& name, const std::string& size, double flops,
+                      const void* x, const void* w, void* y, const void* dy, float* dw) {
+  ConvDesc cd;
+  cd.g = s2d_conv_geom(g);
+  cd.io = GpuDType::F16;
+  cd.need_dgrad = false;
+  Result<CudnnConvPlan> plan = cudnn_conv_plan(b.ctx.cudnn, cd);
+  if (!plan.ok()) return plan.errors();
+  const size_t wsb = std::max<size_t>(cudnn_conv_workspace_bytes(plan.value()), 256);
+  DeviceBuffer z, w2, dw2, ws;
+  for (auto [buf, bytes] : {std::pair{&z, s2d_conv_input_bytes(g, GpuDType::F16)},
+                            {&w2, s2d_conv_filter_bytes(g, GpuDType::F16)},
+                            {&dw2, s2d_conv_filter_bytes(g, GpuDType::F16)}, {&ws, wsb}})
+    TRCTL_CUDA_TRY(cudaMalloc(&buf->p, bytes));
+  const cudaStream_t s = b.ctx.stream;
+  const CudnnConvPlan& p = plan.value();
+  Status st = b.add(name + " fwd s2d f16", size, flops, true, b.gemm_f16, [&] {
+    return s2d_conv_fwd(b.ctx.cudnn, s, g, p, x, w, nullptr, y, z.p, w2.p, ws.p, wsb);
+  });
+  if (st.ok()) st = b.add(name + " wgrad s2d f16", size, flops, true, b.gemm_f16, [&] {
+    return s2d_conv_wgrad(b.ctx.cudnn, s, g, p, dy, x, dw, z.p, dw2.p, ws.p, wsb);
+  });
+  return st;
+}
+
 // The RGB stems at batch 256 in f16 (docs/cnn.md), forward and weight gradient, through the im2col + GEMM path the
 // backend runs under AMP (im2col_conv.h) and through the cuDNN path it ran before: forward on C padded to 8 (the
-// two pad copies included), weight gradient unpadded plus the cast of dW to fp32. TFLOP/s of the real C = 3 work.
+// two pad copies included), weight gradient unpadded plus the cast of dW to fp32; and for the stride-2 ResNet-50
+// stem the space-to-depth path (bench_stem_s2d). TFLOP/s of the real C = 3 work.
 Status bench_stem_convs(Bench& b, const void* random, int64_t random_n) {
   const cudaStream_t s = b.ctx.stream;
   struct Shape {
@@ -224,6 +255,8 @@ Status bench_stem_convs(Bench& b, const void* random, int64_t random_n) {
       if (Status c = cudnn_conv_wgrad(b.ctx.cudnn, s, real.value(), dy.p, x.p, dwl.p, ws.p, wsb); !c.ok()) return c;
       return channel_copy_cuda(s, dwl.p, GpuDType::F16, 3, dw.p, GpuDType::F32, 3, rsk);
     });
+    if (st.ok() && s2d_conv_eligible(g))
+      st = bench_stem_s2d(b, g, n, size, flops, x.p, w.p, y.p, dy.p, static_cast<float*>(dw.p));
     if (!st.ok()) return st;
   }
   return ok_status();

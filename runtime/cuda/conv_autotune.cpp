@@ -14,10 +14,12 @@
 #include <vector>
 
 #include "core/ckpt/atomic_file.h"
+#include "core/passes/passes.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_context.h"
 #include "runtime/ops/conv2d/im2col.h"
+#include "runtime/ops/conv2d/s2d.h"
 
 namespace trctl {
 namespace {
@@ -471,17 +473,29 @@ Status conv_autotune_spec(const Compiled& c, const std::string& path, std::strin
       ValueId x = 0, w = 0;
       if (!conv_node_operands(n, &x, &w)) continue;
       d.g = conv2d_geom_of(c.graph, n, x, w);
-      // Under AMP the forward and weight gradient of a few-channel conv (im2col_conv_eligible) run as im2col + GEMM
-      // with no cuDNN plan (CudaBackend::im2col_node; train.conv_im2col: forward keeps the weight gradient on cuDNN,
-      // off both): nothing to measure; a data gradient still is.
-      const ConvIm2col mode = c.spec.train.conv_im2col;
-      const bool im2col_dir = n.op == OpKind::Conv2d ? mode != ConvIm2col::Off
-                              : n.op == OpKind::Conv2dGradWeight ? mode == ConvIm2col::On
-                                                                 : false;
-      if (lowp && im2col_dir && im2col_conv_eligible(d.g)) continue;
-      // The backend plans the forward and data gradient of an AMP conv over C % 8 != 0 channels (an RGB stem) with
-      // C padded to a multiple of 8 (CudaBackend::padded_channels): measure that geometry, so its key is found.
-      if (lowp && n.op != OpKind::Conv2dGradWeight && d.g.groups == 1 && d.g.c % 8 != 0) d.g.c = (d.g.c + 7) / 8 * 8;
+      // Under AMP with train.conv_s2d: on the forward and weight gradient of a stride-2 few-channel conv
+      // (s2d_conv_eligible: the ResNet stem) run as space-to-depth + a stride-1 cuDNN conv planned on
+      // s2d_conv_geom (CudaBackend::s2d_node, which takes precedence over im2col): measure that geometry.
+      const bool s2d = lowp && c.spec.train.conv_s2d == ConvS2d::On &&
+                       (n.op == OpKind::Conv2d || n.op == OpKind::Conv2dGradWeight) && !pointwise_conv(n) &&
+                       s2d_conv_eligible(d.g);
+      if (s2d) {
+        d.g = s2d_conv_geom(d.g);
+      } else {
+        // Under AMP the forward and weight gradient of a few-channel conv (im2col_conv_eligible) run as im2col +
+        // GEMM with no cuDNN plan (CudaBackend::im2col_node; train.conv_im2col: forward keeps the weight gradient
+        // on cuDNN, off both): nothing to measure; a data gradient still is.
+        const ConvIm2col mode = c.spec.train.conv_im2col;
+        const bool im2col_dir = n.op == OpKind::Conv2d ? mode != ConvIm2col::Off
+                                : n.op == OpKind::Conv2dGradWeight ? mode == ConvIm2col::On
+                                                                   : false;
+        if (lowp && im2col_dir && im2col_conv_eligible(d.g)) continue;
+        // The backend plans the forward and data gradient of an AMP conv over C % 8 != 0 channels (an RGB stem)
+        // with C padded to a multiple of 8 (CudaBackend::padded_channels): measure that geometry, so its key is
+        // found.
+        if (lowp && n.op != OpKind::Conv2dGradWeight && d.g.groups == 1 && d.g.c % 8 != 0)
+          d.g.c = (d.g.c + 7) / 8 * 8;
+      }
       if (!seen.insert(autotune_key(none, ConvDir::Fwd, d)).second) continue;
       if (Status st = autotune_one(ctx.value().cudnn, d, cache.value(), size_t{256} << 20, report); !st) return st;
     }

@@ -89,7 +89,7 @@ CudaBackend::~CudaBackend() {
   TRCTL_CUDA_WARN(cudaFree(bn_ws_));
   TRCTL_CUDA_WARN(cudaFree(lowp_dw_));
   TRCTL_CUDA_WARN(cudaFree(bias_ws_));
-  for (void* b : {pad_x_, pad_dx_, pad_w_}) TRCTL_CUDA_WARN(cudaFree(b));
+  for (void* b : {pad_x_, pad_dx_, pad_w_, s2d_z_, s2d_w_}) TRCTL_CUDA_WARN(cudaFree(b));
   TRCTL_CUDA_WARN(cudaFree(lowp_weights_));
   TRCTL_CUDA_WARN(cudaFree(inject_steps_));
   TRCTL_CUDA_WARN(cudaFree(clip_ws_));
@@ -924,7 +924,7 @@ std::string CudaBackend::memory_report() {
   size_t data = 0;
   for (const SplitData& sd : split_) data += static_cast<size_t>(sd.n) * 4 * 2 + (sd.uploaded ? sd.bytes : 0);
   size_t ws = conv_ws_bytes_ + bn_ws_bytes_ + bias_ws_bytes_ + ctx_.workspace_bytes +
-              static_cast<size_t>(2 * pad_x_elems_ + pad_w_elems_) * 2;
+              static_cast<size_t>(2 * pad_x_elems_ + pad_w_elems_) * 2 + s2d_z_bytes_ + s2d_w_bytes_;
   for (size_t b : ce_ws_bytes_) ws += b;
   const size_t copy = lowp() ? static_cast<size_t>(c_.plan.weights_bytes / 2) : 0;
   size_t free_b = 0, total_b = 0;

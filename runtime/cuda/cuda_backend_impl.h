@@ -16,6 +16,7 @@
 #include "runtime/cuda/cudnn_conv.h"
 #include "runtime/cuda/im2col_conv.h"
 #include "runtime/cuda/lt_gemm.h"
+#include "runtime/cuda/s2d_conv.h"
 #include "runtime/ops/amp/amp_cuda.h"
 #include "runtime/ops/augment/augment_cuda.h"
 #include "runtime/ops/optim/optim_cuda.h"
@@ -128,6 +129,10 @@ class CudaBackend final : public Backend {
   std::string im2col_key(const Node& n) const;
   Status plan_im2col(const Node& n);
   Status lower_im2col_conv_node(const Node& n, std::vector<Launch>& out);
+  // Stride-2 few-channel convs under AMP (s2d_conv_eligible, train.conv_s2d): fwd and wgrad as space-to-depth + a
+  // stride-1 cuDNN conv (planned in conv_ on s2d_conv_geom); takes precedence over im2col.
+  bool s2d_node(const Node& n) const;
+  Status lower_s2d_conv_node(const Node& n, std::vector<Launch>& out);
   Status lower_batch_norm_node(const Node& n, std::vector<Launch>& out);
   Status lower_batch_norm_pool_node(const Node& n, std::vector<Launch>& out);  // attrs.pool: pass_fuse_bn_pool
   // Activation and Loss nodes (runtime/cuda/cuda_lower_act_loss.cpp): the class weights' device copy, then launches.
@@ -180,6 +185,8 @@ class CudaBackend final : public Backend {
   void *pad_x_ = nullptr, *pad_dx_ = nullptr, *pad_w_ = nullptr;  // channel-padded conv scratch (AMP, C % 8 != 0)
   int64_t pad_x_elems_ = 0, pad_w_elems_ = 0;                     // AMP: a conv weight gradient in the activation dtype, before its cast
   std::map<std::string, Im2colConvPlan> im2col_;  // by im2col_key; their cols and Wc live in conv_ws_
+  void *s2d_z_ = nullptr, *s2d_w_ = nullptr;      // space-to-depth scratch: z (N, Hz, Wz, Cz), w2 (K, R2, S2, Cz)
+  size_t s2d_z_bytes_ = 0, s2d_w_bytes_ = 0;      // (io dtype; the largest of all s2d convs)
   std::vector<Launch> warm_;                    // cuDNN calls run once before capture (module loading)
   std::vector<cudaGraphExec_t> exec_;
   // Host-fed steps: one graph per (program, input slot), a copy stream and its events.

@@ -16,6 +16,7 @@
 #include "runtime/ops/cast/cast_cuda.h"
 #include "runtime/ops/channel_copy/channel_copy_cuda.h"
 #include "runtime/ops/conv2d/im2col.h"
+#include "runtime/ops/conv2d/s2d.h"
 #include "runtime/ops/pool/pool_cuda.h"
 
 namespace trctl::cuda_detail {
@@ -52,16 +53,19 @@ int64_t CudaBackend::padded_channels(const Conv2dGeom& g) const {
 }
 
 // The weight gradient keeps the real channels: measured on the H200 (run 14), cuDNN's wgrad of the 7x7 C=3 stem
-// took 0.55 ms, the padded one plus its copies 1.19 ms; the forward went from 3.06 to 1.49 ms padded.
+// took 0.55 ms, the padded one plus its copies 1.19 ms; the forward went from 3.06 to 1.49 ms padded. A
+// space-to-depth conv (s2d_node) is planned on its stride-1 geometry over Cz channels.
 Conv2dGeom CudaBackend::planned_geom(const Node& n) const {
   const auto [x, w] = conv_operands(n);
   Conv2dGeom g = conv2d_geom_of(c_.graph, n, x, w);
+  if (s2d_node(n)) return s2d_conv_geom(g);
   if (n.op != OpKind::Conv2dGradWeight) g.c = padded_channels(g);
   return g;
 }
 
 // Conv plans for every conv node of every program (train and train_last differ in N), the largest workspace any
-// of them needs, batch norm's workspace, and (AMP) the scratch for a weight gradient before its cast to fp32.
+// of them needs, batch norm's workspace, (AMP) the scratch for a weight gradient before its cast to fp32, and the
+// space-to-depth convs' blocked input z and filter w2 (one of each, sized to the largest; s2d_node).
 // Each direction runs the algorithm measured by `trctl bench CFG --autotune` when the autotune cache
 // (autotune_cache_path(), read once, before the first conv) has it, else the heuristics' choice; conv_sources_
 // counts the plans of each origin (run.json's conv_algorithms).
@@ -90,7 +94,10 @@ Status CudaBackend::plan_cnn() {
         const auto [x, w] = conv_operands(n);
         const Conv2dGeom real = conv2d_geom_of(c_.graph, n, x, w);
         d.g = planned_geom(n);
-        if (d.g.c != real.c) {  // scratch for the padded input, filter, filter gradient and input gradient
+        if (s2d_node(n)) {  // z (N, Hz, Wz, Cz) and w2 (K, R2, S2, Cz); dw2 goes to lowp_dw_ (max_dw below)
+          s2d_z_bytes_ = std::max(s2d_z_bytes_, s2d_conv_input_bytes(real, d.io));
+          s2d_w_bytes_ = std::max(s2d_w_bytes_, s2d_conv_filter_bytes(real, d.io));
+        } else if (d.g.c != real.c) {  // scratch for the padded input, filter, filter gradient and input gradient
           pad_x_elems_ = std::max(pad_x_elems_, real.n * real.h * real.w * d.g.c);
           pad_w_elems_ = std::max(pad_w_elems_, real.k * real.r * real.s * d.g.c);
         }
@@ -135,6 +142,10 @@ Status CudaBackend::plan_cnn() {
     TRCTL_CUDA_TRY(cudaMalloc(&pad_dx_, static_cast<size_t>(pad_x_elems_) * 2));
     TRCTL_CUDA_TRY(cudaMalloc(&pad_w_, static_cast<size_t>(pad_w_elems_) * 2));
   }
+  if (s2d_z_bytes_ > 0) {
+    TRCTL_CUDA_TRY(cudaMalloc(&s2d_z_, s2d_z_bytes_));
+    TRCTL_CUDA_TRY(cudaMalloc(&s2d_w_, s2d_w_bytes_));
+  }
   return ok_status();
 }
 
@@ -144,6 +155,7 @@ const CudnnConvPlan* CudaBackend::conv_plan(const Node& n) const {
 }
 
 Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
+  if (s2d_node(n)) return lower_s2d_conv_node(n, out);
   if (im2col_node(n)) return lower_im2col_conv_node(n, out);
   const CudnnConvPlan* plan = conv_plan(n);
   if (!plan) return Error{ErrCode::Internal, "cuda backend", "no cuDNN plan for " + n.name};
@@ -214,6 +226,7 @@ Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
 // The data gradient, when a program needs it, stays the padded cuDNN dgrad.
 bool CudaBackend::im2col_node(const Node& n) const {
   if (!lowp() || (n.op != OpKind::Conv2d && n.op != OpKind::Conv2dGradWeight) || pointwise_conv(n)) return false;
+  if (s2d_node(n)) return false;  // space-to-depth takes precedence
   const ConvIm2col mode = c_.spec.train.conv_im2col;  // train.conv_im2col: on | forward | off
   if (mode == ConvIm2col::Off || (mode == ConvIm2col::Forward && n.op == OpKind::Conv2dGradWeight)) return false;
   const auto [x, w] = conv_operands(n);
@@ -267,6 +280,52 @@ Status CudaBackend::lower_im2col_conv_node(const Node& n, std::vector<Launch>& o
   const void* x = at(n.in[1]);
   float* dw = reinterpret_cast<float*>(at(n.out[0]));
   out.push_back([this, plan, dy, x, dw, ws, wsb] { return im2col_conv_wgrad(ctx_, *plan, dy, x, dw, ws, wsb); });
+  return ok_status();
+}
+
+// The forward and weight gradient of a stride-2 few-channel conv under AMP (the ResNet stem: s2d_conv_eligible)
+// with train.conv_s2d: on run as space-to-depth + a stride-1 cuDNN conv over Cz = 16 channels
+// (runtime/cuda/s2d_conv.h), planned in plan_cnn like every cuDNN conv (its own key: the stride-1 geometry, so it
+// is autotuned and counted in conv_algorithms). Takes precedence over im2col. The data gradient, when a program
+// needs it, stays the padded cuDNN dgrad of the original geometry.
+bool CudaBackend::s2d_node(const Node& n) const {
+  if (!lowp() || c_.spec.train.conv_s2d != ConvS2d::On) return false;
+  if ((n.op != OpKind::Conv2d && n.op != OpKind::Conv2dGradWeight) || pointwise_conv(n)) return false;
+  const auto [x, w] = conv_operands(n);
+  return s2d_conv_eligible(conv2d_geom_of(c_.graph, n, x, w));
+}
+
+Status CudaBackend::lower_s2d_conv_node(const Node& n, std::vector<Launch>& out) {
+  const CudnnConvPlan* plan = conv_plan(n);
+  if (!plan || !s2d_z_ || !s2d_w_ || (n.op == OpKind::Conv2dGradWeight && !lowp_dw_))
+    return Error{ErrCode::Internal, "cuda backend", "no space-to-depth plan or scratch for " + n.name};
+  const cudaStream_t s = ctx_.stream;
+  const cudnnHandle_t h = ctx_.cudnn;
+  void* ws = conv_ws_;
+  const size_t wsb = conv_ws_bytes_;
+  const auto [xv, wv] = conv_operands(n);
+  const Conv2dGeom g = conv2d_geom_of(c_.graph, n, xv, wv);
+  void* z = s2d_z_;
+  Launch conv;
+  if (n.op == OpKind::Conv2d) {  // X, W [, b] -> Y; W and b from the AMP weight copy, w2 into its scratch
+    const void* x = at(n.in[0]);
+    const void* w = weight_ptr(n.in[1]);
+    const void* b = n.in.size() == 3 ? weight_ptr(n.in[2]) : nullptr;
+    void* y = at(n.out[0]);
+    void* w2 = s2d_w_;
+    conv = [=] { return s2d_conv_fwd(h, s, g, *plan, x, w, b, y, z, w2, ws, wsb); };
+  } else {  // dY, X -> dW: z recomputed, dw2 (io dtype) in lowp_dw_, regathered into the fp32 gradient
+    if (c_.plan.values[n.out[0]].region != Region::Grads)
+      return Error{ErrCode::NotSupported, "cuda backend",
+                   "a convolution weight used more than once (" + n.name + ") is not supported under AMP yet"};
+    const void* dy = at(n.in[0]);
+    const void* x = at(n.in[1]);
+    float* dw = reinterpret_cast<float*>(at(n.out[0]));
+    void* dw2 = lowp_dw_;
+    conv = [=] { return s2d_conv_wgrad(h, s, g, *plan, dy, x, dw, z, dw2, ws, wsb); };
+  }
+  out.push_back(conv);
+  warm_.push_back(conv);
   return ok_status();
 }
 
