@@ -200,9 +200,10 @@ enum class DeviceKind { Auto, Cpu, Cuda };
 enum class ConvIm2col { On, Forward, Off };
 // Stride-2 few-channel convolutions (the ResNet stem, 7x7/2 over RGB: s2d_conv_eligible) under AMP on the CUDA
 // backend: on = forward and weight gradient as space-to-depth + a stride-1 cuDNN conv over 16 channels (docs/cnn.md;
-// takes precedence over conv_im2col for those convs), off = the conv_im2col / cuDNN paths. The same convolution up
-// to summation order; a performance switch, no effect on the CPU backend.
-enum class ConvS2d { On, Off };
+// takes precedence over conv_im2col for those convs), forward = the forward only (the default: on the H200 the s2d
+// weight gradient measured slower than cuDNN's on the real 3 channels), off = the conv_im2col / cuDNN paths. The
+// same convolution up to summation order; a performance switch, no effect on the CPU backend.
+enum class ConvS2d { On, Forward, Off };
 struct TrainSpec {
   int epochs = 1;               // >= 1
   Precision precision = Precision::Fp32;
@@ -215,7 +216,7 @@ struct TrainSpec {
   int accumulate_steps = 1;
   bool deterministic = true;
   ConvIm2col conv_im2col = ConvIm2col::Forward;  // YAML conv_im2col: on | forward | off
-  ConvS2d conv_s2d = ConvS2d::On;                // YAML conv_s2d: on | off
+  ConvS2d conv_s2d = ConvS2d::Forward;           // YAML conv_s2d: on | forward | off
   int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
   // Optimizer steps between mid-epoch checkpoints (checkpoints/epoch-NNNN-step-SSSSSSSS, with the data position);
   // 0 = none. Independent of checkpoint_every (both may be set); not part of the checkpoint's spec hash.

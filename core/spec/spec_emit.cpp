@@ -118,6 +118,7 @@ const char* to_string(ConvIm2col c) {
 const char* to_string(ConvS2d c) {
   switch (c) {
     case ConvS2d::On: return "on";
+    case ConvS2d::Forward: return "forward";
     case ConvS2d::Off: return "off";
   }
   return "?";
@@ -346,7 +347,7 @@ std::string spec_to_yaml(const Spec& spec) {
   y += std::string("  deterministic: ") + boolean(spec.train.deterministic) + "\n";
   if (spec.train.conv_im2col != ConvIm2col::Forward)  // only when not the default: older specs keep their hash
     y += std::string("  conv_im2col: ") + to_string(spec.train.conv_im2col) + "\n";
-  if (spec.train.conv_s2d != ConvS2d::On)  // only when not the default: older specs keep their hash
+  if (spec.train.conv_s2d != ConvS2d::Forward)  // only when not the default: older specs keep their hash
     y += std::string("  conv_s2d: ") + to_string(spec.train.conv_s2d) + "\n";
   y += "  checkpoint_every: " + std::to_string(spec.train.checkpoint_every) + "\n";
   if (spec.train.checkpoint_every_steps > 0)  // written only when set: specs without it keep their checkpoint hash

@@ -195,7 +195,7 @@ void parse_train_section(Diagnostics& d, const YamlNode& map, TrainSpec& out) {
   get_int(d, map, s, "accumulate_steps", IntRange{1, 65536}, out.accumulate_steps);
   get_bool(d, map, s, "deterministic", out.deterministic);
   get_enum(d, map, s, "conv_im2col", {ConvIm2col::On, ConvIm2col::Forward, ConvIm2col::Off}, out.conv_im2col);
-  get_enum(d, map, s, "conv_s2d", {ConvS2d::On, ConvS2d::Off}, out.conv_s2d);
+  get_enum(d, map, s, "conv_s2d", {ConvS2d::On, ConvS2d::Forward, ConvS2d::Off}, out.conv_s2d);
   get_int(d, map, s, "checkpoint_every", int_at_least(0), out.checkpoint_every);
   get_int(d, map, s, "checkpoint_every_steps", int_at_least(0), out.checkpoint_every_steps);
   get_int(d, map, s, "keep_last", int_at_least(0), out.keep_last);

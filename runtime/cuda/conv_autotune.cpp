@@ -473,12 +473,14 @@ Status conv_autotune_spec(const Compiled& c, const std::string& path, std::strin
       ValueId x = 0, w = 0;
       if (!conv_node_operands(n, &x, &w)) continue;
       d.g = conv2d_geom_of(c.graph, n, x, w);
-      // Under AMP with train.conv_s2d: on the forward and weight gradient of a stride-2 few-channel conv
-      // (s2d_conv_eligible: the ResNet stem) run as space-to-depth + a stride-1 cuDNN conv planned on
-      // s2d_conv_geom (CudaBackend::s2d_node, which takes precedence over im2col): measure that geometry.
-      const bool s2d = lowp && c.spec.train.conv_s2d == ConvS2d::On &&
-                       (n.op == OpKind::Conv2d || n.op == OpKind::Conv2dGradWeight) && !pointwise_conv(n) &&
-                       s2d_conv_eligible(d.g);
+      // Under AMP the forward (train.conv_s2d: forward, the default, or on) and the weight gradient (on) of a
+      // stride-2 few-channel conv (s2d_conv_eligible: the ResNet stem) run as space-to-depth + a stride-1 cuDNN
+      // conv planned on s2d_conv_geom (CudaBackend::s2d_node, which takes precedence over im2col): measure that.
+      const ConvS2d s2d_mode = c.spec.train.conv_s2d;
+      const bool s2d_dir = n.op == OpKind::Conv2d ? s2d_mode != ConvS2d::Off
+                           : n.op == OpKind::Conv2dGradWeight ? s2d_mode == ConvS2d::On
+                                                              : false;
+      const bool s2d = lowp && s2d_dir && !pointwise_conv(n) && s2d_conv_eligible(d.g);
       if (s2d) {
         d.g = s2d_conv_geom(d.g);
       } else {

@@ -76,8 +76,8 @@ Result<CudnnConvPlan> cudnn_conv_plan_cached(cudnnHandle_t h, const ConvDesc& d,
 // For `trctl bench CFG --autotune`: every distinct conv geometry of every program of c, with the ConvDesc that
 // CudaBackend::plan_cnn builds (io = the AMP dtype of c.spec.train.precision, tf32 when precision is tf32,
 // deterministic = c.spec.train.deterministic; under AMP the forward and data gradient of a conv over C % 8 != 0
-// channels with C padded to a multiple of 8, and with train.conv_s2d: on the forward and weight gradient of a
-// space-to-depth conv on its stride-1 geometry, as the backend plans them), measured on device 0 and merged into the
+// channels with C padded to a multiple of 8, and a space-to-depth conv's forward (train.conv_s2d: forward or on)
+// and weight gradient (on) on its stride-1 geometry, as the backend plans them), measured on device 0 and merged into the
 // cache at `path` (other entries kept). `report` (may be nullptr) gets one line per direction and geometry: the
 // chosen algorithm and its time, and the heuristic's algorithm with its measured time for comparison.
 Status conv_autotune_spec(const Compiled& c, const std::string& path, std::string* report);

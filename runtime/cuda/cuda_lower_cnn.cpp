@@ -283,14 +283,15 @@ Status CudaBackend::lower_im2col_conv_node(const Node& n, std::vector<Launch>& o
   return ok_status();
 }
 
-// The forward and weight gradient of a stride-2 few-channel conv under AMP (the ResNet stem: s2d_conv_eligible)
-// with train.conv_s2d: on run as space-to-depth + a stride-1 cuDNN conv over Cz = 16 channels
+// The forward (and with train.conv_s2d: on the weight gradient) of a stride-2 few-channel conv under AMP (the
+// ResNet stem: s2d_conv_eligible) runs as space-to-depth + a stride-1 cuDNN conv over Cz = 16 channels
 // (runtime/cuda/s2d_conv.h), planned in plan_cnn like every cuDNN conv (its own key: the stride-1 geometry, so it
 // is autotuned and counted in conv_algorithms). Takes precedence over im2col. The data gradient, when a program
 // needs it, stays the padded cuDNN dgrad of the original geometry.
 bool CudaBackend::s2d_node(const Node& n) const {
-  if (!lowp() || c_.spec.train.conv_s2d != ConvS2d::On) return false;
-  if ((n.op != OpKind::Conv2d && n.op != OpKind::Conv2dGradWeight) || pointwise_conv(n)) return false;
+  const ConvS2d mode = c_.spec.train.conv_s2d;  // on | forward (the default) | off
+  if (!lowp() || mode == ConvS2d::Off || pointwise_conv(n)) return false;
+  if (n.op != OpKind::Conv2d && (n.op != OpKind::Conv2dGradWeight || mode != ConvS2d::On)) return false;
   const auto [x, w] = conv_operands(n);
   return s2d_conv_eligible(conv2d_geom_of(c_.graph, n, x, w));
 }

@@ -215,6 +215,7 @@ TEST_CASE("the enum names are the YAML names") {
   CHECK(std::string(to_string(ProgressKind::Off)) == "off");
   CHECK(std::string(to_string(ConvIm2col::Forward)) == "forward");
   CHECK(std::string(to_string(ConvS2d::On)) == "on");
+  CHECK(std::string(to_string(ConvS2d::Forward)) == "forward");
   CHECK(std::string(to_string(ConvS2d::Off)) == "off");
 }
 
@@ -232,14 +233,16 @@ TEST_CASE("train.conv_im2col is written only when not the default 'forward', so 
   }
 }
 
-TEST_CASE("train.conv_s2d is written only when not the default 'on', so older specs keep their checkpoint hash") {
+TEST_CASE("train.conv_s2d is written only when not the default 'forward', so older specs keep their checkpoint hash") {
   Spec s = complex_spec();
-  s.train.conv_s2d = ConvS2d::On;
+  s.train.conv_s2d = ConvS2d::Forward;
   CHECK(spec_to_yaml(s).find("conv_s2d") == std::string::npos);
-  s.train.conv_s2d = ConvS2d::Off;
-  const std::string y = spec_to_yaml(s);
-  CHECK(y.find("  conv_s2d: off\n") != std::string::npos);
-  Result<Spec> back = spec_parse(y, "emitted.yaml");
-  REQUIRE(back.ok());
-  CHECK(back.value().train.conv_s2d == ConvS2d::Off);
+  for (ConvS2d m : {ConvS2d::On, ConvS2d::Off}) {
+    s.train.conv_s2d = m;
+    const std::string y = spec_to_yaml(s);
+    CHECK(y.find(std::string("  conv_s2d: ") + to_string(m) + "\n") != std::string::npos);
+    Result<Spec> back = spec_parse(y, "emitted.yaml");
+    REQUIRE(back.ok());
+    CHECK(back.value().train.conv_s2d == m);
+  }
 }

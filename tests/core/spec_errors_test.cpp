@@ -146,17 +146,19 @@ TEST_CASE("train.conv_im2col takes on, forward or off") {
   CHECK(has_error(r, "expected one of: on, forward, off"));
 }
 
-TEST_CASE("train.conv_s2d takes on or off, default on") {
+TEST_CASE("train.conv_s2d takes on, forward or off, default forward") {
   Result<Spec> def = parse(kModel);
   REQUIRE(def.ok());
-  CHECK(def.value().train.conv_s2d == ConvS2d::On);
-  Result<Spec> ok = parse("train:\n  conv_s2d: off\n" + kModel);
-  REQUIRE(ok.ok());
-  CHECK(ok.value().train.conv_s2d == ConvS2d::Off);
-  Result<Spec> r = parse("train:\n  conv_s2d: forward\n" + kModel);
+  CHECK(def.value().train.conv_s2d == ConvS2d::Forward);
+  for (auto [text, mode] : {std::pair{"on", ConvS2d::On}, {"forward", ConvS2d::Forward}, {"off", ConvS2d::Off}}) {
+    Result<Spec> ok = parse(std::string("train:\n  conv_s2d: ") + text + "\n" + kModel);
+    REQUIRE(ok.ok());
+    CHECK(ok.value().train.conv_s2d == mode);
+  }
+  Result<Spec> r = parse("train:\n  conv_s2d: fwd\n" + kModel);
   CHECK(only_code(r) == ErrCode::UnknownEnum);
-  CHECK(has_error(r, "test.yaml:2:13: unknown value 'forward' for 'train.conv_s2d'"));
-  CHECK(has_error(r, "expected one of: on, off"));
+  CHECK(has_error(r, "test.yaml:2:13: unknown value 'fwd' for 'train.conv_s2d'"));
+  CHECK(has_error(r, "expected one of: on, forward, off"));
 }
 
 TEST_CASE("an unknown transform kind suggests the closest kind") {
