@@ -166,8 +166,9 @@ Status fill_f16(cudaStream_t s, const void* src, int64_t src_n, void* dst, int64
 }
 
 // The ResNet-50 stem through space-to-depth + a stride-1 cuDNN conv over 16 channels (s2d_conv.h, the backend's
-// path under AMP: the forward with train.conv_s2d: forward (the default) or on, the weight gradient with on): forward with the x -> z and w -> w2 transforms, weight gradient with
-// x -> z, the cuDNN wgrad into f16 dw2 and its regather into the fp32 dw, all inside the timed work.
+// path under AMP: the forward with train.conv_s2d: forward (the default) or on, the weight gradient with on):
+// forward with the x -> z and w -> w2 transforms, weight gradient with x -> z, the cuDNN wgrad into f16 dw2 and
+// its regather into the fp32 dw, all inside the timed work.
 Status bench_stem_s2d(Bench& b, const Conv2dGeom& g, const std::string& name, const std::string& size, double flops,
                       const void* x, const void* w, void* y, const void* dy, float* dw) {
   ConvDesc cd;

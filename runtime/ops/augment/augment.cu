@@ -1,6 +1,8 @@
-// Gather + augment kernels (see augment_cuda.h): one block per sample draws the parameters exactly as
-// transforms_draw does and evaluates them per pixel as transforms_apply does; a one-thread kernel advances
-// the cursor.
+// Gather + augment kernels (see augment_cuda.h): the blocks of a sample (one per slice of its pixels) draw the
+// sample's parameters exactly as transforms_draw does and evaluate them per pixel as transforms_apply does; a
+// one-thread kernel advances the cursor.
+#include <algorithm>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -52,8 +54,9 @@ __device__ void draw_sample(const GpuPipeline& p, int32_t idx, uint64_t seed, ui
   }
 }
 
-// One block per sample: thread 0 draws the sample's parameters into shared memory, then every thread computes
-// output pixels (all channels) by the backward maps.
+// Blocks (sample, slice): thread 0 of each draws the sample's parameters into shared memory (the same draws in
+// every slice: a few Philox calls), then every thread computes output pixels (all channels) of the slice's range
+// by the backward maps. Slices give a large image more than one block (ResNet's 224² batch of 256 had only 256).
 template <class T>
 __global__ void augment_kernel(GpuPipeline p, ResidentSplit split, uint64_t seed, int32_t* y, T* x) {
   __shared__ SampleGeo g;
@@ -61,13 +64,15 @@ __global__ void augment_kernel(GpuPipeline p, ResidentSplit split, uint64_t seed
   const int64_t j = blockIdx.x;
   if (threadIdx.x == 0) {
     idx = split.order[(static_cast<int64_t>(*split.cursor) + j) % split.n];
-    y[j] = split.labels[idx];
+    if (blockIdx.y == 0) y[j] = split.labels[idx];
     draw_sample(p, idx, seed, *split.epoch, g);
   }
   __syncthreads();
   const int32_t per = p.out_h * p.out_w;
+  const int32_t chunk = (per + static_cast<int32_t>(gridDim.y) - 1) / static_cast<int32_t>(gridDim.y);
+  const int32_t t0 = static_cast<int32_t>(blockIdx.y) * chunk, t1 = min(per, t0 + chunk);
   const uint8_t* src = split.pixels + static_cast<int64_t>(idx) * p.in_h * p.in_w * p.c;
-  for (int32_t t = threadIdx.x; t < per; t += blockDim.x) {
+  for (int32_t t = t0 + static_cast<int32_t>(threadIdx.x); t < t1; t += blockDim.x) {
     const int32_t yy = t / p.out_w, xx = t % p.out_w;
     int32_t sy = 0, sx = 0;
     const bool inside = geo_source_pixel(g.maps, g.nmaps, yy, xx, &sy, &sx);
@@ -121,7 +126,11 @@ Status augment_batch_cuda(cudaStream_t stream, const GpuPipeline& p, const Resid
   TRCTL_CUDA_ARG_CHECK(batch > 0 && batch < (int64_t{1} << 31) && split.n > 0 && x && y && split.cursor && split.epoch,
                        "augment_batch_cuda: bad arguments");
   TRCTL_CUDA_ARG_CHECK(!book.key || (book.micro && book.steps), "augment_batch_cuda: key without micro or steps");
-  const unsigned grid = static_cast<unsigned>(batch), block = 256;
+  // About 8 pixels per thread and block; at most 64 slices of a sample.
+  const int64_t per = static_cast<int64_t>(p.out_h) * p.out_w;
+  const unsigned slices = static_cast<unsigned>(std::min<int64_t>(64, std::max<int64_t>(1, per / (256 * 8))));
+  const dim3 grid(static_cast<unsigned>(batch), slices);
+  const unsigned block = 256;
   switch (x_type) {
     case GpuDType::F32:
       augment_kernel<float><<<grid, block, 0, stream>>>(p, split, seed, y, static_cast<float*>(x));
