@@ -258,26 +258,6 @@ Status bench_stem_convs(Bench& b, const void* random, int64_t random_n) {
     });
     if (st.ok() && s2d_conv_eligible(g))
       st = bench_stem_s2d(b, g, n, size, flops, x.p, w.p, y.p, dy.p, static_cast<float*>(dw.p));
-    // Smaller cols chunks (the default is kIm2colMaxColsBytes): a chunk that stays in the 50 MB L2 between its
-    // im2col write and its GEMM read turns the cols round trip into L2 traffic.
-    for (size_t mib : {size_t{16}, size_t{4}}) {
-      if (!st.ok()) break;
-      Im2colConvDesc cd2 = id;
-      cd2.max_cols_bytes = mib << 20;
-      cd2.dir = Im2colDir::Fwd;
-      Result<Im2colConvPlan> f2 = im2col_conv_plan(b.ctx, cd2);
-      cd2.dir = Im2colDir::Wgrad;
-      Result<Im2colConvPlan> w2 = im2col_conv_plan(b.ctx, cd2);
-      if (!f2.ok()) return f2.errors();
-      if (!w2.ok()) return w2.errors();
-      const std::string tag = " " + std::to_string(mib) + "MiB f16";
-      st = b.add(n + " fwd im2col" + tag, size, flops, true, ceil, [&] {
-        return im2col_conv_fwd(b.ctx, f2.value(), x.p, w.p, nullptr, y.p, ws.p, wsb);
-      });
-      if (st.ok()) st = b.add(n + " wgrad im2col" + tag, size, flops, true, ceil, [&] {
-        return im2col_conv_wgrad(b.ctx, w2.value(), dy.p, x.p, static_cast<float*>(dw.p), ws.p, wsb);
-      });
-    }
     if (!st.ok()) return st;
   }
   return ok_status();
