@@ -19,6 +19,7 @@
 #include "runtime/ops/conv2d/im2col.h"
 #include "runtime/ops/conv2d/im2col_cuda.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/stem_conv_ref.h"
 #include "tests/support/gradcheck.h"
 #include "tests/support/conv_geom.h"
 
@@ -44,73 +45,15 @@ std::vector<uint8_t> host_cols(const Conv2dGeom& g, GpuDType t, const std::vecto
   return out;
 }
 
-struct Mode {
-  GpuDType io;
-  double acc, rel;  // forward tolerances (see the file comment)
-};
-const Mode kModes[] = {{GpuDType::F32, 1e-5, 1e-5},
-                       {GpuDType::F16, 2 * std::ldexp(1.0, -11), 1e-2},
-                       {GpuDType::BF16, 2 * std::ldexp(1.0, -8), 1e-2}};
 constexpr double kWgradAcc = 1e-5, kWgradRel = 1e-5;
 
-struct Inputs {
-  std::vector<float> x, w, b, dy;  // x (N,H,W,C), w (K,R,S,C), b (K), dy (N,P,Q,K)
-};
-Inputs make_inputs(const Conv2dGeom& g, bool lowp, uint64_t seed) {
-  Rng rng(seed);
-  auto draw = [&](int64_t n) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (auto& e : v) e = lowp ? static_cast<float>(rng.below(129) - 64) / 64.0f : rng.uniform(-1.0f, 1.0f);
-    return v;
-  };
-  Inputs in;
-  in.x = draw(g.n * g.h * g.w * g.c);
-  in.w = draw(g.k * g.r * g.s * g.c);
-  in.b = draw(g.k);
-  in.dy = draw(g.n * g.p * g.q * g.k);
-  return in;
-}
-
-struct Ref {
-  std::vector<double> y, y_mag, yb, yb_mag, dw, dw_mag;  // y without and with the bias
-};
-Ref make_ref(const Conv2dGeom& g, const Inputs& in, ThreadPool* pool) {
-  auto d = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
-  auto a = [](const std::vector<float>& v) {
-    std::vector<double> r(v.size());
-    for (size_t i = 0; i < v.size(); ++i) r[i] = std::fabs(static_cast<double>(v[i]));
-    return r;
-  };
-  const std::vector<double> x = d(in.x), w = d(in.w), b = d(in.b), dy = d(in.dy);
-  const std::vector<double> ax = a(in.x), aw = a(in.w), ab = a(in.b), ady = a(in.dy);
-  Ref r;
-  for (auto* v : {&r.y, &r.y_mag, &r.yb, &r.yb_mag}) v->resize(dy.size());
-  r.dw.resize(w.size()), r.dw_mag.resize(w.size());
-  conv2d_fwd_cpu<double>(g, x.data(), w.data(), nullptr, r.y.data(), pool);
-  conv2d_fwd_cpu<double>(g, ax.data(), aw.data(), nullptr, r.y_mag.data(), pool);
-  conv2d_fwd_cpu<double>(g, x.data(), w.data(), b.data(), r.yb.data(), pool);
-  conv2d_fwd_cpu<double>(g, ax.data(), aw.data(), ab.data(), r.yb_mag.data(), pool);
-  conv2d_grad_weight_cpu<double>(g, dy.data(), x.data(), r.dw.data(), pool);
-  conv2d_grad_weight_cpu<double>(g, ady.data(), ax.data(), r.dw_mag.data(), pool);
-  return r;
-}
-
-void check_close(const std::string& what, double acc, double rel, double u, const std::vector<float>& got,
-                 const std::vector<double>& ref, const std::vector<double>& mag, int64_t cols) {
-  std::vector<double> bound(ref.size());
-  for (size_t i = 0; i < ref.size(); ++i) bound[i] = acc * mag[i] + u * std::fabs(ref[i]);
-  CHECK_RESULT(compare_close(what, to_double(got), ref, bound, cols));
-  const testing::Diff d = testing::diff(got, ref);
-  INFO(what << ": norm-wise " << d.str());
-  CHECK(d.rel < rel);
-}
 
 // Device tensors of one case and the workspace for the plans given.
 struct Buffers {
   DevBuf x, w, b, dy, y, dw, ws;
   size_t ws_bytes = 0;
 };
-Buffers make_buffers(GpuDType t, const Inputs& in, size_t ws_bytes) {
+Buffers make_buffers(GpuDType t, const StemInputs& in, size_t ws_bytes) {
   Buffers b;
   b.x = to_device_as(t, in.x), b.w = to_device_as(t, in.w), b.b = to_device_as(t, in.b), b.dy = to_device_as(t, in.dy);
   b.y = DevBuf(in.dy.size() * gpu_dtype_size(t));
@@ -131,8 +74,8 @@ Im2colConvPlan plan_of(const CudaContext& ctx, const Conv2dGeom& g, GpuDType t, 
 }
 
 // Forward with and without bias and the weight gradient of one geometry in one mode, against the float64 reference.
-void run_case(const CudaContext& ctx, const std::string& name, const Conv2dGeom& g, const Mode& m, const Inputs& in,
-              const Ref& ref, size_t max_cols) {
+void run_case(const CudaContext& ctx, const std::string& name, const Conv2dGeom& g, const StemMode& m,
+              const StemInputs& in, const StemRef& ref, size_t max_cols) {
   const std::string tag = name + " " + gpu_dtype_name(m.io);
   INFO(tag << ": " << conv2d_geom_str(g));
   Im2colConvPlan fwd = plan_of(ctx, g, m.io, Im2colDir::Fwd, false, max_cols);
@@ -146,17 +89,17 @@ void run_case(const CudaContext& ctx, const std::string& name, const Conv2dGeom&
   poison(b.y);
   REQUIRE_OK(im2col_conv_fwd(ctx, fwd, b.x.get(), b.w.get(), nullptr, b.y.get(), b.ws.get(), wsb));
   sync_ok(ctx);
-  check_close("im2col fwd y " + tag, m.acc, m.rel, u, from_device_as(m.io, b.y.get(), ny), ref.y, ref.y_mag, g.k);
+  check_stem_close("im2col fwd y " + tag, m.acc, m.rel, u, from_device_as(m.io, b.y.get(), ny), ref.y, ref.y_mag, g.k);
   poison(b.y);
   REQUIRE_OK(im2col_conv_fwd(ctx, fwdb, b.x.get(), b.w.get(), b.b.get(), b.y.get(), b.ws.get(), wsb));
   sync_ok(ctx);
-  check_close("im2col fwd+bias y " + tag, m.acc, m.rel, u, from_device_as(m.io, b.y.get(), ny), ref.yb, ref.yb_mag,
-              g.k);
+  check_stem_close("im2col fwd+bias y " + tag, m.acc, m.rel, u, from_device_as(m.io, b.y.get(), ny), ref.yb,
+                   ref.yb_mag, g.k);
   poison(b.dw);
   REQUIRE_OK(im2col_conv_wgrad(ctx, wgrad, b.dy.get(), b.x.get(), b.dw.as<float>(), b.ws.get(), wsb));
   sync_ok(ctx);
-  check_close("im2col wgrad dw " + tag, kWgradAcc, kWgradRel, unit_roundoff(GpuDType::F32),
-              from_device<float>(b.dw.get(), nw), ref.dw, ref.dw_mag, g.r * g.s * g.c);
+  check_stem_close("im2col wgrad dw " + tag, kWgradAcc, kWgradRel, unit_roundoff(GpuDType::F32),
+                   from_device<float>(b.dw.get(), nw), ref.dw, ref.dw_mag, g.r * g.s * g.c);
 }
 
 }  // namespace
@@ -222,9 +165,9 @@ TEST_CASE("im2col conv forward and fp32 weight gradient match the float64 refere
   uint64_t seed = 2000;
   for (const auto& [name, g] : cases)
     for (bool lowp : {false, true}) {
-      const Inputs in = make_inputs(g, lowp, ++seed);
-      const Ref ref = make_ref(g, in, &pool);
-      for (const Mode& m : kModes)
+      const StemInputs in = stem_inputs(g, lowp, ++seed);
+      const StemRef ref = stem_ref(g, in, &pool);
+      for (const StemMode& m : kStemModes)
         if ((m.io != GpuDType::F32) == lowp) run_case(ctx, name, g, m, in, ref, kIm2colMaxColsBytes);
     }
 }
@@ -234,10 +177,10 @@ TEST_CASE("im2col conv over several chunks equals one chunk (within tolerance), 
   CudaContext ctx = make_context();
   ThreadPool pool(0);
   const Conv2dGeom g = conv_geom(3, 61, 59, 3, 32, 7, 7, 2, 2, 3, 3);  // 3 x 31 x 30 = 2790 rows
-  for (const Mode& m : kModes) {
+  for (const StemMode& m : kStemModes) {
     const std::string tag = gpu_dtype_name(m.io);
     INFO(tag);
-    const Inputs in = make_inputs(g, m.io != GpuDType::F32, 3000);
+    const StemInputs in = stem_inputs(g, m.io != GpuDType::F32, 3000);
     const size_t row_bytes = static_cast<size_t>(im2col_cols(g)) * gpu_dtype_size(m.io);
     const size_t small = 256 * row_bytes;  // 256 rows a chunk: 11 chunks, the last 230 rows
     Im2colConvPlan one = plan_of(ctx, g, m.io, Im2colDir::Wgrad, false);
@@ -264,18 +207,18 @@ TEST_CASE("im2col conv over several chunks equals one chunk (within tolerance), 
     const std::vector<float> w1 = wgrad(one), wm = wgrad(many), wm2 = wgrad(many);
     CHECK_RESULT(compare_bitwise("chunked wgrad rerun " + tag, wm.data(), wm2.data(), nw * 4, 4));
     // Chunks only regroup fp32 sums: within the fp32 accumulation tolerance of the one-chunk result.
-    Inputs ad = in;
+    StemInputs ad = in;
     for (auto* v : {&ad.x, &ad.dy})
       for (float& f : *v) f = std::fabs(f);
     std::vector<double> mag(nw);
     conv2d_grad_weight_cpu<double>(g, to_double(ad.dy).data(), to_double(ad.x).data(), mag.data(), &pool);
-    check_close("chunked wgrad vs one chunk " + tag, kWgradAcc, kWgradRel, unit_roundoff(GpuDType::F32), wm,
-                to_double(w1), mag, g.r * g.s * g.c);
+    check_stem_close("chunked wgrad vs one chunk " + tag, kWgradAcc, kWgradRel, unit_roundoff(GpuDType::F32), wm,
+                     to_double(w1), mag, g.r * g.s * g.c);
     const std::vector<uint8_t> ym = fwd(fmany), ym2 = fwd(fmany);
     CHECK_RESULT(compare_bitwise("chunked fwd rerun " + tag, ym.data(), ym2.data(), ny * e, e));
-    const Ref ref = make_ref(g, in, &pool);
-    check_close("chunked fwd+bias y " + tag, m.acc, m.rel, unit_roundoff(m.io), from_device_as(m.io, b.y.get(), ny),
-                ref.yb, ref.yb_mag, g.k);
+    const StemRef ref = stem_ref(g, in, &pool);
+    check_stem_close("chunked fwd+bias y " + tag, m.acc, m.rel, unit_roundoff(m.io),
+                     from_device_as(m.io, b.y.get(), ny), ref.yb, ref.yb_mag, g.k);
   }
 }
 
@@ -284,7 +227,7 @@ TEST_CASE("im2col conv replayed from a captured CUDA graph equals the eager run 
   const Conv2dGeom g = conv_geom(2, 45, 38, 3, 16, 3, 3, 1, 1, 1, 1);
   for (GpuDType t : {GpuDType::F16, GpuDType::BF16}) {
     INFO(gpu_dtype_name(t));
-    const Inputs in = make_inputs(g, true, 4000);
+    const StemInputs in = stem_inputs(g, true, 4000);
     const size_t small = 512 * static_cast<size_t>(im2col_cols(g)) * gpu_dtype_size(t);  // several chunks
     Im2colConvPlan fwd = plan_of(ctx, g, t, Im2colDir::Fwd, true, small);
     Im2colConvPlan wgrad = plan_of(ctx, g, t, Im2colDir::Wgrad, false, small);

@@ -33,6 +33,7 @@
 #include "runtime/run_facts.h"
 #include "runtime/train/trainer.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/stem_conv_ref.h"
 #include "tests/gpu/gpu_train_util.h"
 #include "tests/support/conv_geom.h"
 #include "tests/support/gradcheck.h"
@@ -75,64 +76,6 @@ std::vector<std::pair<const char*, Conv2dGeom>> kernel_cases() {
           {"2x6/2 pad 0x3 C=2", conv_geom(1, 16, 25, 2, 8, 2, 6, 2, 2, 0, 3)}};
 }
 
-struct Mode {
-  GpuDType io;
-  double acc, rel;  // see the file comment
-};
-const Mode kModes[] = {{GpuDType::F32, 1e-5, 1e-5},
-                       {GpuDType::F16, 2 * std::ldexp(1.0, -11), 1e-2},
-                       {GpuDType::BF16, 2 * std::ldexp(1.0, -8), 1e-2}};
-
-struct Inputs {
-  std::vector<float> x, w, b, dy;  // x (N,H,W,C), w (K,R,S,C), b (K), dy (N,P,Q,K)
-};
-Inputs make_inputs(const Conv2dGeom& g, bool lowp, uint64_t seed) {
-  Rng rng(seed);
-  auto draw = [&](int64_t n) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (auto& e : v) e = lowp ? static_cast<float>(rng.below(129) - 64) / 64.0f : rng.uniform(-1.0f, 1.0f);
-    return v;
-  };
-  Inputs in;
-  in.x = draw(g.n * g.h * g.w * g.c);
-  in.w = draw(g.k * g.r * g.s * g.c);
-  in.b = draw(g.k);
-  in.dy = draw(g.n * g.p * g.q * g.k);
-  return in;
-}
-
-struct Ref {
-  std::vector<double> y, y_mag, yb, yb_mag, dw, dw_mag;  // the direct conv without and with bias; its wgrad
-};
-Ref make_ref(const Conv2dGeom& g, const Inputs& in, ThreadPool* pool) {
-  auto a = [](const std::vector<float>& v) {
-    std::vector<double> r(v.size());
-    for (size_t i = 0; i < v.size(); ++i) r[i] = std::fabs(static_cast<double>(v[i]));
-    return r;
-  };
-  const std::vector<double> x = to_double(in.x), w = to_double(in.w), b = to_double(in.b), dy = to_double(in.dy);
-  const std::vector<double> ax = a(in.x), aw = a(in.w), ab = a(in.b), ady = a(in.dy);
-  Ref r;
-  for (auto* v : {&r.y, &r.y_mag, &r.yb, &r.yb_mag}) v->resize(dy.size());
-  r.dw.resize(w.size()), r.dw_mag.resize(w.size());
-  conv2d_fwd_cpu<double>(g, x.data(), w.data(), nullptr, r.y.data(), pool);
-  conv2d_fwd_cpu<double>(g, ax.data(), aw.data(), nullptr, r.y_mag.data(), pool);
-  conv2d_fwd_cpu<double>(g, x.data(), w.data(), b.data(), r.yb.data(), pool);
-  conv2d_fwd_cpu<double>(g, ax.data(), aw.data(), ab.data(), r.yb_mag.data(), pool);
-  conv2d_grad_weight_cpu<double>(g, dy.data(), x.data(), r.dw.data(), pool);
-  conv2d_grad_weight_cpu<double>(g, ady.data(), ax.data(), r.dw_mag.data(), pool);
-  return r;
-}
-
-void check_close(const std::string& what, double acc, double rel, double u, const std::vector<float>& got,
-                 const std::vector<double>& ref, const std::vector<double>& mag, int64_t cols) {
-  std::vector<double> bound(ref.size());
-  for (size_t i = 0; i < ref.size(); ++i) bound[i] = acc * mag[i] + u * std::fabs(ref[i]);
-  CHECK_RESULT(compare_close(what, to_double(got), ref, bound, cols));
-  const testing::Diff d = testing::diff(got, ref);
-  INFO(what << ": norm-wise " << d.str());
-  CHECK(d.rel < rel);
-}
 
 CudnnConvPlan s2d_plan(const CudaContext& ctx, const Conv2dGeom& g, GpuDType t) {
   ConvDesc d;
@@ -150,7 +93,7 @@ struct Buffers {
   DevBuf x, w, b, dy, y, dw, z, w2, dw2, ws;
   size_t ws_bytes = 0;
 };
-Buffers make_buffers(const Conv2dGeom& g, GpuDType t, const Inputs& in, const CudnnConvPlan& plan) {
+Buffers make_buffers(const Conv2dGeom& g, GpuDType t, const StemInputs& in, const CudnnConvPlan& plan) {
   Buffers b;
   b.x = to_device_as(t, in.x), b.w = to_device_as(t, in.w), b.b = to_device_as(t, in.b), b.dy = to_device_as(t, in.dy);
   b.y = DevBuf(in.dy.size() * gpu_dtype_size(t));
@@ -249,9 +192,9 @@ TEST_CASE("s2d conv forward and weight gradient match the float64 direct conv (R
   uint64_t seed = 2000;
   for (const auto& [name, g] : cases)
     for (bool lowp : {false, true}) {
-      const Inputs in = make_inputs(g, lowp, ++seed);
-      const Ref ref = make_ref(g, in, &pool);
-      for (const Mode& m : kModes) {
+      const StemInputs in = stem_inputs(g, lowp, ++seed);
+      const StemRef ref = stem_ref(g, in, &pool);
+      for (const StemMode& m : kStemModes) {
         if ((m.io != GpuDType::F32) != lowp) continue;
         const std::string tag = std::string(name) + " " + gpu_dtype_name(m.io);
         INFO(tag << ": " << conv2d_geom_str(g));
@@ -263,15 +206,16 @@ TEST_CASE("s2d conv forward and weight gradient match the float64 direct conv (R
           poison(b.y);
           REQUIRE_OK(fwd(ctx, g, plan, b, bias));
           sync_ok(ctx);
-          check_close("s2d fwd" + std::string(bias ? "+bias " : " ") + tag, m.acc, m.rel, u,
-                      from_device_as(m.io, b.y.get(), ny), bias ? ref.yb : ref.y, bias ? ref.yb_mag : ref.y_mag, g.k);
+          check_stem_close("s2d fwd" + std::string(bias ? "+bias " : " ") + tag, m.acc, m.rel, u,
+                           from_device_as(m.io, b.y.get(), ny), bias ? ref.yb : ref.y, bias ? ref.yb_mag : ref.y_mag,
+                           g.k);
         }
         poison(b.dw);
         poison(b.z);  // the weight gradient recomputes z
         REQUIRE_OK(wgrad(ctx, g, plan, b));
         sync_ok(ctx);
-        check_close("s2d wgrad dw " + tag, m.acc, m.rel, u, from_device<float>(b.dw.get(), nw), ref.dw, ref.dw_mag,
-                    g.r * g.s * g.c);
+        check_stem_close("s2d wgrad dw " + tag, m.acc, m.rel, u, from_device<float>(b.dw.get(), nw), ref.dw,
+                         ref.dw_mag, g.r * g.s * g.c);
       }
     }
 }
@@ -281,7 +225,7 @@ TEST_CASE("s2d conv replayed from a captured CUDA graph equals the eager run bit
   const Conv2dGeom g = conv_geom(2, 64, 48, 3, 64, 7, 7, 2, 2, 3, 3);
   for (GpuDType t : {GpuDType::F16, GpuDType::BF16}) {
     INFO(gpu_dtype_name(t));
-    const Inputs in = make_inputs(g, true, 4000);
+    const StemInputs in = stem_inputs(g, true, 4000);
     const CudnnConvPlan plan = s2d_plan(ctx, g, t);
     Buffers b = make_buffers(g, t, in, plan);
     const size_t ny = in.dy.size() * gpu_dtype_size(t), nw = in.w.size() * 4;
@@ -309,7 +253,7 @@ TEST_CASE("s2d conv replayed from a captured CUDA graph equals the eager run bit
 TEST_CASE("s2d conv refuses a cuDNN plan that is not the stride-1 conv of its geometry", "[kernel][s2d][conv2d]") {
   CudaContext ctx = make_context();
   const Conv2dGeom g = conv_geom(2, 32, 32, 3, 16, 7, 7, 2, 2, 3, 3);
-  const Inputs in = make_inputs(g, true, 5000);
+  const StemInputs in = stem_inputs(g, true, 5000);
   ConvDesc d;
   d.g = s2d_conv_geom(g);
   d.g.n = 1;  // another batch size
