@@ -5,6 +5,7 @@
 // of the full cols matrix is below 2^31 (64-bit division costs several times more instructions), else int64_t.
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_utils.cuh"
+#include "runtime/ops/conv2d/store8.cuh"
 #include "runtime/ops/conv2d/im2col_cuda.h"
 
 namespace trctl {
@@ -47,19 +48,7 @@ __global__ void im2col_kernel(const T* __restrict__ x, T* __restrict__ cols, Im2
       }
     }
     T* out = cols + row * a.kc + j0;
-    if constexpr (kVecStore) {
-      constexpr int V = kVec16<T>;
-#pragma unroll
-      for (int b = 0; b < 8; b += V) {
-        Pack<T, V> pk;
-#pragma unroll
-        for (int u = 0; u < V; ++u) pk.v[u] = v[b + u];
-        pack_store<V>(out + b, pk);
-      }
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) out[e] = v[e];
-    }
+    store_run8<kVecStore>(out, v);
   }
 }
 

@@ -5,6 +5,7 @@
 // once per thread, then stepped. The filter transforms are a few thousand elements: one thread per output element.
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_utils.cuh"
+#include "runtime/ops/conv2d/store8.cuh"
 #include "runtime/ops/conv2d/s2d.h"
 #include "runtime/ops/conv2d/s2d_cuda.h"
 
@@ -41,19 +42,7 @@ __global__ void s2d_input_kernel(const T* __restrict__ x, T* __restrict__ z, S2d
       }
     }
     T* out = z + pix * a.cz + j0;
-    if constexpr (kVecStore) {
-      constexpr int V = kVec16<T>;
-#pragma unroll
-      for (int b = 0; b < 8; b += V) {
-        Pack<T, V> pk;
-#pragma unroll
-        for (int u2 = 0; u2 < V; ++u2) pk.v[u2] = vals[b + u2];
-        pack_store<V>(out + b, pk);
-      }
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) out[e] = vals[e];
-    }
+    store_run8<kVecStore>(out, vals);
   }
 }
 
