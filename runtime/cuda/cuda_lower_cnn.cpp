@@ -390,8 +390,9 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
   return ok_status();
 }
 
-// A batch norm + ReLU with its max pool fused (attrs.pool, pass_fuse_bn_pool): the forward writes the pooled Y
-// (and the argmax), the backward reads the pooled dY and the argmax; the full-resolution Y and dY are never stored.
+// A batch norm + ReLU with its max pool fused (attrs.pool, pass_fuse_bn_pool: kernel, stride, pad): the forward
+// writes the pooled Y (and the argmax), the backward reads the pooled dY and the argmax; the full-resolution Y and dY
+// are never stored.
 Status CudaBackend::lower_batch_norm_pool_node(const Node& n, std::vector<Launch>& out) {
   const cudaStream_t s = ctx_.stream;
   const GpuDType act = act_type();
@@ -402,8 +403,7 @@ Status CudaBackend::lower_batch_norm_pool_node(const Node& n, std::vector<Launch
   if (xs.dims.size() != 4 || !n.attrs.relu)
     return Error{ErrCode::Internal, "cuda backend", "a fused max pool over a batch norm without ReLU or NHWC input: " +
                                                         n.name};
-  const int64_t nb = xs.dims[0], h = xs.dims[1], w = xs.dims[2], c = xs.dims[3];
-  const int k = n.attrs.kernel;
+  const Pool2dGeom pg = pool2d_geom_of(c_.graph, n, n.in[grad ? 1 : 0]);  // attrs.kernel/stride/pad over X
   const float eps = n.attrs.eps, momentum = n.attrs.momentum;
   void* ws = bn_ws_;
   const size_t wsb = bn_ws_bytes_;
@@ -415,14 +415,14 @@ Status CudaBackend::lower_batch_norm_pool_node(const Node& n, std::vector<Launch
     void* y = at(n.out[0]);
     uint8_t* idx = u8(n.out[3]);
     out.push_back([=] {
-      return batchnorm_fwd_train_pool_cuda(s, x, act, gamma, beta, y, idx, sm, si, rm, rv, nb, h, w, c, k, eps,
-                                           momentum, true, ws, wsb, prebias);
+      return batchnorm_fwd_train_pool_cuda(s, x, act, gamma, beta, y, idx, sm, si, rm, rv, pg, eps, momentum, true, ws,
+                                           wsb, prebias);
     });
   } else if (n.op == OpKind::BatchNormEval) {  // X, gamma, beta, rm, rv [, b] -> pooled Y
     const float *gamma = f32(n.in[1]), *beta = f32(n.in[2]), *rm = f32(n.in[3]), *rv = f32(n.in[4]);
     void* y = at(n.out[0]);
     out.push_back([=] {
-      return batchnorm_fwd_eval_pool_cuda(s, x, act, gamma, beta, rm, rv, y, nb, h, w, c, k, eps, true, prebias);
+      return batchnorm_fwd_eval_pool_cuda(s, x, act, gamma, beta, rm, rv, y, pg, eps, true, prebias);
     });
   } else {  // pooled dY, X, gamma, save_mean, save_invstd, beta, argmax -> dX, dgamma, dbeta
     for (ValueId v : {n.out[1], n.out[2]})
@@ -435,7 +435,7 @@ Status CudaBackend::lower_batch_norm_pool_node(const Node& n, std::vector<Launch
     void* dx = at(n.out[0]);
     float *dg = f32(n.out[1]), *db = f32(n.out[2]);
     out.push_back([=] {
-      return batchnorm_bwd_pool_cuda(s, dy, idx, x, act, gamma, beta, sm, si, dx, dg, db, nb, h, w, c, k, ws, wsb);
+      return batchnorm_bwd_pool_cuda(s, dy, idx, x, act, gamma, beta, sm, si, dx, dg, db, pg, ws, wsb);
     });
   }
   return ok_status();

@@ -1,10 +1,12 @@
-// Batch norm + ReLU with the 2x2/2-style max pool that follows it fused (pass_fuse_bn_pool): the fused kernels
-// against the unfused chain they replace, bitwise. Training forward (batchnorm_fwd_train_pool_cuda vs
-// batchnorm_fwd_train_cuda + maxpool2d_fwd_idx_cuda: pooled y, argmax, saved and running statistics), eval forward
-// (vs batchnorm_fwd_eval_cuda + maxpool2d_fwd_cuda), backward (batchnorm_bwd_pool_cuda vs maxpool2d_bwd_idx_cuda +
-// batchnorm_bwd_cuda with the mask recomputed from x: dx, dgamma, dbeta); f32/f16/bf16, VGG-like shapes at small N,
-// odd channel counts, 2x2 and 3x3 windows, inputs with ties and a NaN channel, vector and scalar (misaligned) paths;
-// capture and replay; then a small CNN of conv-BN-ReLU-pool blocks trained 20 fp32 steps on CUDA vs the CPU.
+// Batch norm + ReLU with the max pool that follows it fused (pass_fuse_bn_pool): the fused kernels against the
+// unfused chain they replace, bitwise. Training forward (batchnorm_fwd_train_pool_cuda vs batchnorm_fwd_train_cuda
+// + maxpool2d_fwd_idx_cuda: pooled y, argmax, saved and running statistics), eval forward (vs
+// batchnorm_fwd_eval_cuda + maxpool2d_fwd_cuda), backward (batchnorm_bwd_pool_cuda vs maxpool2d_bwd_idx_cuda +
+// batchnorm_bwd_cuda with the mask recomputed from x: dx, dgamma, dbeta); f32/f16/bf16; tiling windows (VGG-like
+// 2x2/2 shapes at small N, 3x3/3) and general ones (ResNet's stem 3x3/2 pad 1 on even and odd sizes, 3x3/1 pad 1,
+// 2x2/1, 2x2/2 on odd sizes, 3x3/2), odd channel counts, inputs with ties and a NaN channel, vector and scalar
+// (misaligned) paths; capture and replay; the launchers' geometry checks; then small CNNs of conv-BN-ReLU-pool
+// blocks (2x2/2 pools, and a 3x3/2 pad 1 stem pool) trained 20 fp32 steps on CUDA vs the CPU.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -27,20 +29,43 @@ namespace {
 constexpr float kEps = 1e-5f, kMomentum = 0.1f;
 const GpuDType kTypes[] = {GpuDType::F32, GpuDType::F16, GpuDType::BF16};
 
+// x (n,h,w,c), pooled over k x k windows with stride s and padding pad.
 struct Geo {
   int64_t n, h, w, c;
-  int k;
+  int k, s, pad;
+  Pool2dGeom pool() const {
+    Pool2dGeom p;
+    p.n = n;
+    p.h = h;
+    p.w = w;
+    p.c = c;
+    p.kh = p.kw = k;
+    p.sh = p.sw = s;
+    p.ph = p.pw = pad;
+    REQUIRE(pool2d_geom_finish(p));
+    return p;
+  }
   int64_t rows() const { return n * h * w; }
   int64_t full() const { return n * h * w * c; }
-  int64_t pooled() const { return n * (h / k) * (w / k) * c; }
+  int64_t pooled() const {
+    const Pool2dGeom p = pool();
+    return n * p.p * p.q * c;
+  }
 };
-// Scalar-path sizes, odd channels, VGG's stage shapes at small N (14x14x512, 28x28x256, 56x56x128), 3x3 windows.
-const Geo kGeos[] = {{2, 4, 4, 5, 2},    {3, 6, 10, 64, 2},   {2, 8, 8, 67, 2},  {2, 14, 14, 512, 2},
-                     {2, 28, 28, 256, 2}, {1, 56, 56, 128, 2}, {2, 6, 6, 24, 3},  {2, 12, 12, 33, 3}};
+// Tiling: scalar-path sizes, odd channels, VGG's stage shapes at small N (14x14x512, 28x28x256, 56x56x128), 3x3/3.
+// General: the ResNet stem's 3x3/2 pad 1 (its 112x112x64 at N=2, odd sizes, 5 and 24 channels), 3x3/1 pad 1, 2x2/1,
+// 2x2/2 on odd sizes (not tiling: the last row and column in no window), 3x3/2 without padding.
+const Geo kGeos[] = {{2, 4, 4, 5, 2, 2, 0},     {3, 6, 10, 64, 2, 2, 0},  {2, 8, 8, 67, 2, 2, 0},
+                     {2, 14, 14, 512, 2, 2, 0}, {2, 28, 28, 256, 2, 2, 0}, {1, 56, 56, 128, 2, 2, 0},
+                     {2, 6, 6, 24, 3, 3, 0},    {2, 12, 12, 33, 3, 3, 0},  {2, 112, 112, 64, 3, 2, 1},
+                     {2, 11, 11, 5, 3, 2, 1},   {3, 9, 13, 24, 3, 2, 1},   {2, 8, 8, 64, 3, 2, 1},
+                     {2, 7, 9, 33, 3, 1, 1},    {2, 8, 7, 16, 2, 1, 0},    {2, 7, 7, 8, 2, 2, 0},
+                     {2, 9, 9, 40, 3, 2, 0}};
 
 std::string tag_of(GpuDType t, const Geo& g, int64_t off) {
   return std::string(gpu_dtype_name(t)) + " (" + std::to_string(g.n) + "," + std::to_string(g.h) + "," +
-         std::to_string(g.w) + "," + std::to_string(g.c) + ") k" + std::to_string(g.k) + (off ? " misaligned" : "");
+         std::to_string(g.w) + "," + std::to_string(g.c) + ") " + std::to_string(g.k) + "x" + std::to_string(g.k) +
+         "/" + std::to_string(g.s) + " pad " + std::to_string(g.pad) + (off ? " misaligned" : "");
 }
 
 struct Data {
@@ -66,17 +91,6 @@ Data make_data(Rng& rng, GpuDType t, const Geo& g, bool nan) {
   d.rm = rng.normal_vec(g.c, 0.0f, 0.5f);
   d.rv = rng.uniform_vec(g.c, 0.5f, 2.0f);
   return d;
-}
-
-Pool2dGeom pool_geom(const Geo& g) {
-  Pool2dGeom p;
-  p.n = g.n;
-  p.h = g.h;
-  p.w = g.w;
-  p.c = g.c;
-  p.kh = p.kw = p.sh = p.sw = g.k;
-  REQUIRE(pool2d_geom_finish(p));
-  return p;
 }
 
 // A device array of n elements of t starting `off` elements into its allocation (off = 1: the scalar path).
@@ -110,18 +124,17 @@ Outs run(const CudaContext& ctx, GpuDType t, const Geo& g, const Data& d, bool f
   DevBuf rm = to_device(d.rm), rv = to_device(d.rv), mean(c * 4), invstd(c * 4), dgamma(c * 4), dbeta(c * 4);
   DevBuf ws(batchnorm_workspace_bytes(g.rows(), c));
   for (const DevBuf* b : {&idx, &mean, &invstd, &dgamma, &dbeta}) poison(*b);
-  const Pool2dGeom pg = pool_geom(g);
+  const Pool2dGeom pg = g.pool();
   uint8_t* ip = idx.as<uint8_t>();
   const float *ga = gamma.as<float>(), *be = beta.as<float>();
   float *mp = mean.as<float>(), *sp = invstd.as<float>();
   if (fused) {
     REQUIRE_OK(batchnorm_fwd_train_pool_cuda(ctx.stream, x.p, t, ga, be, y.p, ip, mp, sp, rm.as<float>(),
-                                             rv.as<float>(), g.n, g.h, g.w, c, g.k, kEps, kMomentum, true, ws.get(),
-                                             ws.bytes()));
+                                             rv.as<float>(), pg, kEps, kMomentum, true, ws.get(), ws.bytes()));
     REQUIRE_OK(batchnorm_bwd_pool_cuda(ctx.stream, dyp.p, ip, x.p, t, ga, be, mp, sp, dx.p, dgamma.as<float>(),
-                                       dbeta.as<float>(), g.n, g.h, g.w, c, g.k, ws.get(), ws.bytes()));
-    REQUIRE_OK(batchnorm_fwd_eval_pool_cuda(ctx.stream, x.p, t, ga, be, rm.as<float>(), rv.as<float>(), ye.p, g.n,
-                                            g.h, g.w, c, g.k, kEps, true));
+                                       dbeta.as<float>(), pg, ws.get(), ws.bytes()));
+    REQUIRE_OK(batchnorm_fwd_eval_pool_cuda(ctx.stream, x.p, t, ga, be, rm.as<float>(), rv.as<float>(), ye.p, pg,
+                                            kEps, true));
   } else {
     REQUIRE_OK(batchnorm_fwd_train_cuda(ctx.stream, x.p, t, ga, be, yfull.p, mp, sp, rm.as<float>(), rv.as<float>(),
                                         g.rows(), c, kEps, kMomentum, true, ws.get(), ws.bytes()));
@@ -189,7 +202,9 @@ TEST_CASE("fused batch norm + ReLU + max pool equals the unfused kernels bitwise
   CudaContext ctx = make_context();
   Rng rng(92);
   for (GpuDType t : kTypes)
-    for (const Geo& g : {Geo{2, 4, 4, 5, 2}, Geo{2, 8, 8, 64, 2}, Geo{2, 6, 6, 24, 3}}) {
+    for (const Geo& g : {Geo{2, 4, 4, 5, 2, 2, 0}, Geo{2, 8, 8, 64, 2, 2, 0}, Geo{2, 6, 6, 24, 3, 3, 0},
+                         Geo{2, 11, 11, 5, 3, 2, 1}, Geo{2, 8, 8, 64, 3, 2, 1}, Geo{2, 7, 9, 33, 3, 1, 1},
+                         Geo{2, 8, 7, 16, 2, 1, 0}}) {
       const std::string tag = tag_of(t, g, 0) + " nan";
       INFO(tag);
       const Data d = make_data(rng, t, g, true);
@@ -200,11 +215,11 @@ TEST_CASE("fused batch norm + ReLU + max pool equals the unfused kernels bitwise
 TEST_CASE("fused batch norm + ReLU + max pool vector and scalar paths agree bitwise", "[gpu][kernel][bnpool]") {
   CudaContext ctx = make_context();
   Rng rng(93);
-  for (GpuDType t : kTypes) {
-    const Geo g{2, 14, 14, 512, 2};
-    const Data d = make_data(rng, t, g, false);
-    check_same(tag_of(t, g, 0) + " vector vs scalar", run(ctx, t, g, d, true, 0), run(ctx, t, g, d, true, 1), t);
-  }
+  for (GpuDType t : kTypes)
+    for (const Geo& g : {Geo{2, 14, 14, 512, 2, 2, 0}, Geo{2, 56, 56, 64, 3, 2, 1}}) {
+      const Data d = make_data(rng, t, g, false);
+      check_same(tag_of(t, g, 0) + " vector vs scalar", run(ctx, t, g, d, true, 0), run(ctx, t, g, d, true, 1), t);
+    }
 }
 
 TEST_CASE("fused batch norm + ReLU + max pool captured in a CUDA graph replays bitwise like eager launches",
@@ -212,63 +227,79 @@ TEST_CASE("fused batch norm + ReLU + max pool captured in a CUDA graph replays b
   CudaContext ctx = make_context();
   Rng rng(94);
   const GpuDType t = GpuDType::F16;
-  const Geo g{2, 28, 28, 256, 2};
-  const Data d = make_data(rng, t, g, false);
-  DevBuf x = to_device_as(t, d.x), dyp = to_device_as(t, d.dyp), y(g.pooled() * 2), dx(g.full() * 2);
-  DevBuf idx(g.pooled() + 16), gamma = to_device(d.gamma), beta = to_device(d.beta), rm(g.c * 4), rv(g.c * 4);
-  DevBuf mean(g.c * 4), invstd(g.c * 4), dgamma(g.c * 4), dbeta(g.c * 4);
-  DevBuf ws(batchnorm_workspace_bytes(g.rows(), g.c));
-  auto enqueue = [&]() -> Status {
-    Status st = batchnorm_fwd_train_pool_cuda(ctx.stream, x.get(), t, gamma.as<float>(), beta.as<float>(), y.get(),
-                                              idx.as<uint8_t>(), mean.as<float>(), invstd.as<float>(),
-                                              rm.as<float>(), rv.as<float>(), g.n, g.h, g.w, g.c, g.k, kEps,
-                                              kMomentum, true, ws.get(), ws.bytes());
-    if (!st) return st;
-    return batchnorm_bwd_pool_cuda(ctx.stream, dyp.get(), idx.as<uint8_t>(), x.get(), t, gamma.as<float>(),
-                                   beta.as<float>(), mean.as<float>(), invstd.as<float>(), dx.get(),
-                                   dgamma.as<float>(), dbeta.as<float>(), g.n, g.h, g.w, g.c, g.k, ws.get(),
-                                   ws.bytes());
-  };
-  auto reset = [&] {
-    for (const DevBuf* b : {&y, &dx, &idx, &mean, &invstd, &dgamma, &dbeta}) poison(*b);
-    upload(rm.get(), d.rm);
-    upload(rv.get(), d.rv);
-  };
-  auto outputs = [&] {
-    return std::vector<std::vector<uint8_t>>{
-        bytes_of(y.get(), g.pooled() * 2), bytes_of(dx.get(), g.full() * 2), bytes_of(idx.get(), g.pooled()),
-        bytes_of(mean.get(), g.c * 4),     bytes_of(invstd.get(), g.c * 4),  bytes_of(rm.get(), g.c * 4),
-        bytes_of(rv.get(), g.c * 4),       bytes_of(dgamma.get(), g.c * 4),  bytes_of(dbeta.get(), g.c * 4)};
-  };
-  reset();
-  REQUIRE_OK(enqueue());
-  sync_ok(ctx);
-  const auto eager = outputs();
-  cudaGraphExec_t exec = capture_graph(ctx, enqueue);
-  reset();
-  REQUIRE_CUDA(cudaGraphLaunch(exec, ctx.stream));
-  sync_ok(ctx);
-  const auto replay = outputs();
-  REQUIRE_CUDA(cudaGraphExecDestroy(exec));
-  for (size_t i = 0; i < eager.size(); ++i)
-    check_bitwise("bn+pool graph replay output " + std::to_string(i), eager[i], replay[i], 1);
+  for (const Geo& g : {Geo{2, 28, 28, 256, 2, 2, 0}, Geo{2, 56, 56, 64, 3, 2, 1}}) {
+    INFO(tag_of(t, g, 0));
+    const Pool2dGeom pg = g.pool();
+    const Data d = make_data(rng, t, g, false);
+    DevBuf x = to_device_as(t, d.x), dyp = to_device_as(t, d.dyp), y(g.pooled() * 2), dx(g.full() * 2);
+    DevBuf idx(g.pooled() + 16), gamma = to_device(d.gamma), beta = to_device(d.beta), rm(g.c * 4), rv(g.c * 4);
+    DevBuf mean(g.c * 4), invstd(g.c * 4), dgamma(g.c * 4), dbeta(g.c * 4);
+    DevBuf ws(batchnorm_workspace_bytes(g.rows(), g.c));
+    auto enqueue = [&]() -> Status {
+      Status st = batchnorm_fwd_train_pool_cuda(ctx.stream, x.get(), t, gamma.as<float>(), beta.as<float>(), y.get(),
+                                                idx.as<uint8_t>(), mean.as<float>(), invstd.as<float>(),
+                                                rm.as<float>(), rv.as<float>(), pg, kEps, kMomentum, true, ws.get(),
+                                                ws.bytes());
+      if (!st) return st;
+      return batchnorm_bwd_pool_cuda(ctx.stream, dyp.get(), idx.as<uint8_t>(), x.get(), t, gamma.as<float>(),
+                                     beta.as<float>(), mean.as<float>(), invstd.as<float>(), dx.get(),
+                                     dgamma.as<float>(), dbeta.as<float>(), pg, ws.get(), ws.bytes());
+    };
+    auto reset = [&] {
+      for (const DevBuf* b : {&y, &dx, &idx, &mean, &invstd, &dgamma, &dbeta}) poison(*b);
+      upload(rm.get(), d.rm);
+      upload(rv.get(), d.rv);
+    };
+    auto outputs = [&] {
+      return std::vector<std::vector<uint8_t>>{
+          bytes_of(y.get(), g.pooled() * 2), bytes_of(dx.get(), g.full() * 2), bytes_of(idx.get(), g.pooled()),
+          bytes_of(mean.get(), g.c * 4),     bytes_of(invstd.get(), g.c * 4),  bytes_of(rm.get(), g.c * 4),
+          bytes_of(rv.get(), g.c * 4),       bytes_of(dgamma.get(), g.c * 4),  bytes_of(dbeta.get(), g.c * 4)};
+    };
+    reset();
+    REQUIRE_OK(enqueue());
+    sync_ok(ctx);
+    const auto eager = outputs();
+    cudaGraphExec_t exec = capture_graph(ctx, enqueue);
+    reset();
+    REQUIRE_CUDA(cudaGraphLaunch(exec, ctx.stream));
+    sync_ok(ctx);
+    const auto replay = outputs();
+    REQUIRE_CUDA(cudaGraphExecDestroy(exec));
+    for (size_t i = 0; i < eager.size(); ++i)
+      check_bitwise("bn+pool graph replay output " + std::to_string(i), eager[i], replay[i], 1);
+  }
 }
 
-TEST_CASE("fused batch norm + max pool launchers reject windows that do not tile the input", "[gpu][kernel][bnpool]") {
+TEST_CASE("fused batch norm + max pool launchers reject geometries the kernels cannot run", "[gpu][kernel][bnpool]") {
   CudaContext ctx = make_context();
-  DevBuf a(4096), b(4096), p(256), q(256), ws(batchnorm_workspace_bytes(2 * 5 * 4, 4));
+  DevBuf a(4096), b(4096), p(256), q(256), ws(batchnorm_workspace_bytes(2 * 17 * 17, 4));
   auto f = [](const DevBuf& d) { return d.as<float>(); };
-  // h = 5 is not a multiple of k = 2.
-  CHECK_FALSE(batchnorm_fwd_train_pool_cuda(ctx.stream, a.get(), GpuDType::F32, f(p), f(q), b.get(), b.as<uint8_t>(),
-                                            f(p), f(q), nullptr, nullptr, 2, 5, 4, 4, 2, kEps, kMomentum, true,
-                                            ws.get(), ws.bytes())
-                   .ok());
-  CHECK_FALSE(batchnorm_fwd_eval_pool_cuda(ctx.stream, a.get(), GpuDType::F32, f(p), f(q), f(p), f(q), b.get(), 2, 5,
-                                           4, 4, 2, kEps, true)
-                  .ok());
-  CHECK_FALSE(batchnorm_bwd_pool_cuda(ctx.stream, a.get(), b.as<uint8_t>(), b.get(), GpuDType::F32, f(p), f(q), f(p),
-                                      f(q), a.get(), f(p), f(q), 2, 5, 4, 4, 2, ws.get(), ws.bytes())
-                  .ok());
+  auto geom = [](int64_t h, int64_t w, int64_t k, int64_t s, bool finish) {
+    Pool2dGeom g;
+    g.n = 2;
+    g.h = h;
+    g.w = w;
+    g.c = 4;
+    g.kh = g.kw = k;
+    g.sh = g.sw = s;
+    if (finish) REQUIRE(pool2d_geom_finish(g));
+    return g;
+  };
+  // A stride past the kernel, a window of 17 x 17 > 256 elements, and an unfinished geometry (p = q = 0).
+  for (const Pool2dGeom& g : {geom(6, 4, 2, 3, true), geom(17, 17, 17, 1, true), geom(6, 6, 3, 2, false)}) {
+    INFO("kernel " << g.kh << " stride " << g.sh << " p " << g.p);
+    CHECK_FALSE(batchnorm_fwd_train_pool_cuda(ctx.stream, a.get(), GpuDType::F32, f(p), f(q), b.get(),
+                                              b.as<uint8_t>(), f(p), f(q), nullptr, nullptr, g, kEps, kMomentum, true,
+                                              ws.get(), ws.bytes())
+                     .ok());
+    CHECK_FALSE(batchnorm_fwd_eval_pool_cuda(ctx.stream, a.get(), GpuDType::F32, f(p), f(q), f(p), f(q), b.get(), g,
+                                             kEps, true)
+                    .ok());
+    CHECK_FALSE(batchnorm_bwd_pool_cuda(ctx.stream, a.get(), b.as<uint8_t>(), b.get(), GpuDType::F32, f(p), f(q),
+                                        f(p), f(q), a.get(), f(p), f(q), g, ws.get(), ws.bytes())
+                    .ok());
+  }
   sync_ok(ctx);
 }
 
@@ -304,11 +335,9 @@ train: {epochs: 1, precision: fp32}
 run: {progress: off}
 )";
 
-}  // namespace
-
-TEST_CASE("a CNN of conv-BN-ReLU-pool blocks with fused pools trains on the GPU to the CPU backend's weights (fp32)",
-          "[gpu][backend][cnn][bnpool]") {
-  Result<Spec> sr = spec_parse(kYaml, "bn_pool.yaml", {});
+// Trains the yaml's CNN one epoch in fp32 on the CPU and on CUDA (its two max pools fused) and compares.
+void check_trains_like_cpu(const std::string& yaml) {
+  Result<Spec> sr = spec_parse(yaml, "bn_pool.yaml", {});
   INFO((sr.ok() ? std::string() : sr.error_text()));
   REQUIRE(sr.ok());
   const Spec s = sr.value();
@@ -346,4 +375,21 @@ TEST_CASE("a CNN of conv-BN-ReLU-pool blocks with fused pools trains on the GPU 
   CHECK(r < 2e-3);
   CHECK(std::abs(a.epochs[0].train_loss - b.epochs[0].train_loss) < 2e-3);
   CHECK(std::abs(a.epochs[0].val_loss - b.epochs[0].val_loss) < 5e-3);
+}
+
+}  // namespace
+
+TEST_CASE("a CNN of conv-BN-ReLU-pool blocks with fused pools trains on the GPU to the CPU backend's weights (fp32)",
+          "[gpu][backend][cnn][bnpool]") {
+  check_trains_like_cpu(kYaml);
+}
+
+TEST_CASE("a CNN with a fused 3x3/2 pad 1 stem pool trains on the GPU to the CPU backend's weights (fp32)",
+          "[gpu][backend][cnn][bnpool]") {
+  std::string yaml = kYaml;  // pool1: ResNet's stem pool, 16x16 -> 8x8
+  const std::string tiling = "{type: max_pool, name: pool1, kernel_size: 2, stride: 2}";
+  const size_t at = yaml.find(tiling);
+  REQUIRE(at != std::string::npos);
+  yaml.replace(at, tiling.size(), "{type: max_pool, name: pool1, kernel_size: 3, stride: 2, padding: 1}");
+  check_trains_like_cpu(yaml);
 }

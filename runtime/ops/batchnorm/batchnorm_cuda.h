@@ -13,6 +13,7 @@
 
 #include "core/util/error.h"
 #include "runtime/cuda/gpu_dtype.h"
+#include "runtime/ops/pool/pool.h"
 
 namespace trctl {
 
@@ -54,27 +55,30 @@ Status batchnorm_bwd_cuda(cudaStream_t s, const void* dy, const void* x, const v
                           float* dgamma, float* dbeta, int64_t rows, int64_t c, void* workspace,
                           size_t workspace_bytes, const float* relu_beta = nullptr, void* g_out = nullptr);
 
-// A batch norm + ReLU with the max pool that follows it fused (pass_fuse_bn_pool): x (n,h,w,c) t, the k x k windows
-// with stride k tiling (h, w) (h, w multiples of k, k*k <= 256). The training forward writes only the pooled
-// y (n,h/k,w/k,c) t and the argmax idx (n,h/k,w/k,c) u8 (offset in the window, 8-byte aligned), bitwise what
-// batchnorm_fwd_train_cuda + maxpool2d_fwd_idx_cuda give (the statistics and running statistics are the same
+// A batch norm + ReLU with the max pool that follows it fused (pass_fuse_bn_pool; runtime/ops/batchnorm/
+// batchnorm_pool.cu): x (g.n,g.h,g.w,g.c) t, pooled (g.n,g.p,g.q,g.c) over the kh x kw windows of g with stride
+// sh <= kh, sw <= kw and padding ph, pw (g as pool2d_geom_finish makes it; kh*kw <= 256): tiling windows (VGG's
+// 2x2/2) or overlapping ones (ResNet's stem 3x3/2 pad 1), max pool semantics as maxpool2d_fwd_cpu. The training
+// forward writes only the pooled y t and the argmax idx u8 (offset in the nominal window, 8-byte aligned), bitwise
+// what batchnorm_fwd_train_cuda + maxpool2d_fwd_idx_cuda give (the statistics and running statistics are the same
 // passes); relu as there.
 Status batchnorm_fwd_train_pool_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma,
                                      const float* beta, void* y, uint8_t* idx, float* save_mean, float* save_invstd,
-                                     float* running_mean, float* running_var, int64_t n, int64_t h, int64_t w,
-                                     int64_t c, int k, float eps, float momentum, bool relu, void* workspace,
-                                     size_t workspace_bytes, const float* prebias = nullptr);
-// Eval forward with the fused pool: the pooled y (n,h/k,w/k,c) of batchnorm_fwd_eval_cuda + maxpool2d_fwd_cuda.
+                                     float* running_mean, float* running_var, const Pool2dGeom& g, float eps,
+                                     float momentum, bool relu, void* workspace, size_t workspace_bytes,
+                                     const float* prebias = nullptr);
+// Eval forward with the fused pool: the pooled y (g.n,g.p,g.q,g.c) of batchnorm_fwd_eval_cuda + maxpool2d_fwd_cuda.
 Status batchnorm_fwd_eval_pool_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma, const float* beta,
-                                    const float* running_mean, const float* running_var, void* y, int64_t n,
-                                    int64_t h, int64_t w, int64_t c, int k, float eps, bool relu,
-                                    const float* prebias = nullptr);
-// Backward of the fused forward (with its ReLU): dy_pooled, idx (n,h/k,w/k,c) t / u8 (8-byte aligned), x (n,h,w,c)
-// t -> dx (n,h,w,c) t, dgamma, dbeta (c) f32: bitwise maxpool2d_bwd_idx_cuda (tiled) + batchnorm_bwd_cuda with
-// relu_beta = beta, without the full-resolution dy. n*h*w < 2^31; dx aliases neither x nor dy_pooled.
+                                    const float* running_mean, const float* running_var, void* y,
+                                    const Pool2dGeom& g, float eps, bool relu, const float* prebias = nullptr);
+// Backward of the fused forward (with its ReLU): dy_pooled, idx (g.n,g.p,g.q,g.c) t / u8 (8-byte aligned),
+// x (g.n,g.h,g.w,g.c) t -> dx (same) t, dgamma, dbeta (c) f32: bitwise maxpool2d_bwd_idx_cuda +
+// batchnorm_bwd_cuda with relu_beta = beta, without the full-resolution dy (an element's gradient: the sum, in
+// that kernel's window order and fp32, of the pooled dy of the windows whose argmax it is, rounded once to t).
+// n*h*w and n*p*q < 2^31; dx aliases neither x nor dy_pooled.
 Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint8_t* idx, const void* x, GpuDType t,
                                const float* gamma, const float* beta, const float* save_mean,
-                               const float* save_invstd, void* dx, float* dgamma, float* dbeta, int64_t n, int64_t h,
-                               int64_t w, int64_t c, int k, void* workspace, size_t workspace_bytes);
+                               const float* save_invstd, void* dx, float* dgamma, float* dbeta, const Pool2dGeom& g,
+                               void* workspace, size_t workspace_bytes);
 
 }  // namespace trctl

@@ -1,0 +1,421 @@
+// Batch norm + ReLU with the max pool that follows it fused (pass_fuse_bn_pool; batchnorm_cuda.h): the forward
+// keeps the plain forward's statistics and finalize passes (batchnorm_kernels.cuh) and replaces its apply pass with
+// a max pool that normalises each window element on load; the backward runs the plain backward's three kernels
+// with a pooled gradient source in place of the full-resolution dy. Two variants of each, picked by the launchers:
+//   - tiling windows (stride = kernel, no padding, H = P kh, W = Q kw; VGG's 2x2/2): one window per element, found
+//     by shifts (2x2) or divisions and then advanced incrementally (TiledPoolGrad);
+//   - general windows (stride s <= kernel k, padding p <= k/2; ResNet's overlapping 3x3/2 pad 1 stem pool): an
+//     element lies in up to ceil(k/s)^2 windows and its gradient is the sum, over those whose argmax it is, of
+//     their dy, added in maxpool_bwd_idx_kernel's (p, q) order in fp32 and rounded once to T (WindowPoolGrad).
+// Both give bitwise what the unfused chain (batchnorm_fwd_train_cuda + maxpool2d_fwd_idx_cuda,
+// maxpool2d_bwd_idx_cuda + batchnorm_bwd_cuda) gives, which itself picks its tiled max-pool backward exactly
+// when the windows tile.
+#include "runtime/ops/batchnorm/batchnorm_cuda.h"
+#include "runtime/ops/batchnorm/batchnorm_kernels.cuh"
+
+namespace trctl {
+
+namespace {
+
+// Pass 3 forward with a fused max pool whose windows tile x (stride = kernel, no padding, H = P kh, W = Q kw: VGG's
+// 2x2/2): x (N,H,W,C) -> y (N,H/kh,W/kw,C), idx (same, u8, nullable). One thread per output pixel and V channels
+// normalises its window's elements on load exactly as bn_fwd_apply_kernel computes and rounds y (same constants,
+// one fmaf, the ReLU, the rounding to T), then takes the max with maxpool_fwd_idx_kernel's rule (a greater value
+// or a NaN takes over, ties keep the first), so y and idx are bitwise those of the unfused apply + max pool.
+// Constants as bn_fwd_apply_kernel (train: mean, invstd; eval: running mean and variance, var_not_invstd,
+// mean_shift).
+template <class T, int V, class I>
+__global__ void __launch_bounds__(256)
+    bn_pool_apply_kernel(const T* __restrict__ x, T* __restrict__ y, uint8_t* __restrict__ idx,
+                         const float* __restrict__ gamma, const float* __restrict__ beta,
+                         const float* __restrict__ mean, const float* __restrict__ inv_or_var, bool var_not_invstd,
+                         float eps, bool relu, const float* __restrict__ mean_shift, int64_t n, int64_t h, int64_t w,
+                         int64_t c, int kh, int kw) {
+  const I np = static_cast<I>(h / kh), nq = static_cast<I>(w / kw), cv = static_cast<I>(c / V);
+  const I total = static_cast<I>(n) * np * nq * cv;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<I>(gridDim.x) * blockDim.x) {
+    const I c0 = (i % cv) * V;
+    I t = i / cv;
+    const I q = t % nq;
+    t /= nq;
+    const I p = t % np, b = t / np;
+    ApplyConsts k[V];
+    float best_v[V];
+    int best[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      k[j] = apply_consts(c0 + j, gamma, beta, mean, inv_or_var, var_not_invstd, eps, mean_shift);
+      best_v[j] = -INFINITY;
+      best[j] = 0;  // an all -inf window: its first element, as the max pool
+    }
+    const T* xw = x + ((static_cast<int64_t>(b) * h + static_cast<int64_t>(p) * kh) * w +
+                       static_cast<int64_t>(q) * kw) * c + c0;
+    for (int r = 0; r < kh; ++r) {
+      for (int s = 0; s < kw; ++s) {
+        const Pack<T, V> v = pack_load<V>(xw + (static_cast<int64_t>(r) * w + s) * c);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          float e = apply_affine(to_f32(v.v[j]), k[j]);
+          if (relu) e = (e > 0.0f || e != e) ? e : 0.0f;
+          const float f = to_f32(from_f32<T>(e));  // y as the apply kernel stores it
+          if (f > best_v[j] || f != f) {
+            best_v[j] = f;
+            best[j] = r * kw + s;
+          }
+        }
+      }
+    }
+    Pack<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = from_f32<T>(best_v[j]);
+    pack_store<V>(y + static_cast<int64_t>(i) * V, out);
+    if (idx) {
+      uint8_t bb[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) bb[j] = static_cast<uint8_t>(best[j]);
+      store_bytes<V>(idx + static_cast<int64_t>(i) * V, bb);  // idx 8-byte aligned (the launcher)
+    }
+  }
+}
+
+// Pass 3 forward with a fused max pool over general windows: x (N,H,W,C) -> y (N,P,Q,C), idx (same, u8, nullable)
+// over the kh x kw windows of g (stride sh, sw, padding ph, pw). One thread per output pixel and V channels scans
+// its window's real elements (padding clipped away, pool2d_window) in maxpool_fwd_idx_kernel's row-major order,
+// normalising each on load as bn_fwd_apply_kernel computes and rounds y, and keeps the max with the pool's rule (a
+// greater value or a NaN takes over; an all -inf window keeps its first real element), recording the offset in
+// the nominal window, (ih - (p sh - ph)) * kw + (iw - (q sw - pw)): y and idx are bitwise the unfused ones.
+template <class T, int V, class I>
+__global__ void __launch_bounds__(256)
+    bn_pool_window_apply_kernel(const T* __restrict__ x, T* __restrict__ y, uint8_t* __restrict__ idx,
+                                const float* __restrict__ gamma, const float* __restrict__ beta,
+                                const float* __restrict__ mean, const float* __restrict__ inv_or_var,
+                                bool var_not_invstd, float eps, bool relu, const float* __restrict__ mean_shift,
+                                const Pool2dGeom g) {
+  const I np = static_cast<I>(g.p), nq = static_cast<I>(g.q), cv = static_cast<I>(g.c / V);
+  const I total = static_cast<I>(g.n) * np * nq * cv;
+  const int kw = static_cast<int>(g.kw);
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<I>(gridDim.x) * blockDim.x) {
+    const I c0 = (i % cv) * V;
+    I t = i / cv;
+    const I q = t % nq;
+    t /= nq;
+    const I p = t % np, b = t / np;
+    const PoolWindowT<I> win = pool2d_window(g, p, q);
+    const int hs = static_cast<int>(p * g.sh - g.ph), ws = static_cast<int>(q * g.sw - g.pw);
+    ApplyConsts k[V];
+    float best_v[V];
+    int best[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      k[j] = apply_consts(c0 + j, gamma, beta, mean, inv_or_var, var_not_invstd, eps, mean_shift);
+      best_v[j] = -INFINITY;
+      best[j] = (static_cast<int>(win.h0) - hs) * kw + (static_cast<int>(win.w0) - ws);  // all -inf: the first
+    }
+    const T* xn = x + static_cast<int64_t>(b) * g.h * g.w * g.c + c0;
+    for (int ih = static_cast<int>(win.h0); ih < static_cast<int>(win.h1); ++ih) {
+      for (int iw = static_cast<int>(win.w0); iw < static_cast<int>(win.w1); ++iw) {
+        const Pack<T, V> v = pack_load<V>(xn + (static_cast<int64_t>(ih) * g.w + iw) * g.c);
+        const int o = (ih - hs) * kw + (iw - ws);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          float e = apply_affine(to_f32(v.v[j]), k[j]);
+          if (relu) e = (e > 0.0f || e != e) ? e : 0.0f;
+          const float f = to_f32(from_f32<T>(e));  // y as the apply kernel stores it
+          if (f > best_v[j] || f != f) {
+            best_v[j] = f;
+            best[j] = o;
+          }
+        }
+      }
+    }
+    Pack<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = from_f32<T>(best_v[j]);
+    pack_store<V>(y + static_cast<int64_t>(i) * V, out);
+    if (idx) {
+      uint8_t bb[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) bb[j] = static_cast<uint8_t>(best[j]);
+      store_bytes<V>(idx + static_cast<int64_t>(i) * V, bb);  // idx 8-byte aligned (the launcher)
+    }
+  }
+}
+
+// (n, h, w) of a row, found by division once per thread and then advanced by additions — the four 32-bit
+// divisions per row it replaces cost as much as the rest of the backward's arithmetic. S: a pooled gradient
+// source (its hw = H*W, w = W, h = H).
+struct RowPos {
+  uint32_t n, h, w;
+};
+template <class S>
+__device__ __forceinline__ RowPos row_pos(const S& s, uint32_t row) {
+  RowPos p;
+  p.n = row / s.hw;
+  const uint32_t rem = row - p.n * s.hw;
+  p.h = rem / s.w;
+  p.w = rem - p.h * s.w;
+  return p;
+}
+template <class S>
+__device__ __forceinline__ void advance_rows(const S& s, RowPos& p, uint32_t by) {
+  p.w += by;
+  while (p.w >= s.w) {
+    p.w -= s.w;
+    if (++p.h == s.h) {
+      p.h = 0;
+      ++p.n;
+    }
+  }
+}
+
+// The backward's dy when the kh x kw windows tile (N,H,W,C): the pooled gradient dy (N,H/kh,W/kw,C) and argmax
+// idx (same, u8) stand for the full-resolution dy that maxpool_bwd_idx_tiled_kernel would have written. Row
+// (n, h, w) reads pooled row (n, h/kh, w/kw) and compares the window's argmax with its offset (h%kh)*kw + w%kw,
+// both found once per row; each element is T(0 + dy) where it is the argmax, else T(0), exactly what the tiled
+// max-pool backward stores. rows < 2^31 (the launcher checks).
+template <class T>
+struct TiledPoolGrad {
+  static constexpr bool kPooled = true;
+  const T* dy;
+  const uint8_t* idx;
+  uint32_t hw, w, kh, kw;  // H*W, W, window
+  uint32_t pq, q;          // (H/kh)*(W/kw), W/kw
+  uint32_t h;              // H
+  using Pos = RowPos;
+  __device__ __forceinline__ Pos start(int64_t row) const { return row_pos(*this, static_cast<uint32_t>(row)); }
+  __device__ __forceinline__ void advance(Pos& p, uint32_t by) const { advance_rows(*this, p, by); }
+  // out[u] = the dy V-pack of row r + 16u at column col, for the rows below r1; pos: row r's position (rows past
+  // r1 get positions past the tensor, never loaded).
+  template <int U, int V>
+  __device__ __forceinline__ void load(int64_t r, int64_t r1, int64_t c, int64_t col, Pack<T, V> (&out)[U],
+                                       const Pos& pos) const {
+    int64_t prow[U];
+    uint32_t off[U];
+    RowPos p = pos;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const bool two = kh == 2 && kw == 2;  // VGG's 2x2 windows: shifts (uniform branch)
+      const uint32_t ph = two ? p.h >> 1 : p.h / kh, pw = two ? p.w >> 1 : p.w / kw;
+      off[u] = (p.h - ph * kh) * kw + (p.w - pw * kw);
+      prow[u] = static_cast<int64_t>(p.n) * pq + static_cast<int64_t>(ph) * q + pw;
+      advance_rows(*this, p, kRowGroups);
+    }
+    Pack<T, V> d[U];
+    uint8_t b[U][V];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (r + u * kRowGroups >= r1) continue;
+      const int64_t o = prow[u] * c + col;
+      d[u] = pack_load<V>(dy + o);
+      load_bytes<V>(idx + o, b[u]);  // V == 8: c % 8 == 0 and idx 8-byte aligned
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (r + u * kRowGroups >= r1) continue;
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        out[u].v[j] = from_f32<T>(b[u][j] == off[u] ? 0.0f + to_f32(d[u].v[j]) : 0.0f);
+    }
+  }
+};
+
+// The windows [lo, hi) along one axis that contain padded coordinate xp (= input coordinate + pad), k the window,
+// s the stride, n the output size: pool2d_cover's formulas, with shifts for stride 2 (uniform branch).
+struct AxisCover {
+  uint32_t lo, hi;
+};
+__device__ __forceinline__ AxisCover axis_cover(uint32_t xp, uint32_t k, uint32_t s, uint32_t n) {
+  const bool two = s == 2;  // the ResNet stem's 3x3/2
+  const uint32_t last = two ? xp >> 1 : xp / s;
+  const uint32_t first = xp < k ? 0u : (two ? (xp - k) >> 1 : (xp - k) / s) + 1;
+  return {first, min(last + 1, n)};
+}
+
+// The backward's dy for general windows (kh x kw, stride sh <= kh, sw <= kw, padding ph, pw): the pooled gradient
+// dy (N,P,Q,C) and argmax idx (same, u8) stand for the full-resolution dy that maxpool_bwd_idx_kernel would have
+// written. Row (n, h, w) visits the windows (p, q) that contain it in (p, q) order (at most ceil(kh/sh) *
+// ceil(kw/sw)), and adds, in fp32 from 0, the window's dy wherever its argmax is this element's offset in the
+// window, (h + ph - p sh) * kw + (w + pw - q sw); the sum rounded once to T is exactly what that kernel stores
+// (same terms, same order, same precision: an element in no window or argmax of none gets T(0), one window's
+// gradient T(0 + dy)). N*H*W and N*P*Q < 2^31 (the launcher checks).
+template <class T>
+struct WindowPoolGrad {
+  static constexpr bool kPooled = true;
+  const T* dy;
+  const uint8_t* idx;
+  uint32_t hw, w, h;               // H*W, W, H
+  uint32_t kh, kw, sh, sw, ph, pw;  // window, stride, padding
+  uint32_t np, nq, pq;             // P, Q, P*Q
+  using Pos = RowPos;
+  __device__ __forceinline__ Pos start(int64_t row) const { return row_pos(*this, static_cast<uint32_t>(row)); }
+  __device__ __forceinline__ void advance(Pos& p, uint32_t by) const { advance_rows(*this, p, by); }
+  template <int U, int V>
+  __device__ __forceinline__ void load(int64_t r, int64_t r1, int64_t c, int64_t col, Pack<T, V> (&out)[U],
+                                       const Pos& pos) const {
+    RowPos e = pos;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (r + u * kRowGroups < r1) {
+        const uint32_t hp = e.h + ph, wp = e.w + pw;  // padded coordinates
+        const AxisCover ch = axis_cover(hp, kh, sh, np), cw = axis_cover(wp, kw, sw, nq);
+        const uint32_t base = e.n * pq;  // pooled row of (n, 0, 0)
+        float acc[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc[j] = 0.0f;
+        for (uint32_t p = ch.lo; p < ch.hi; ++p) {
+          const uint32_t row_off = (hp - p * sh) * kw;
+          for (uint32_t q = cw.lo; q < cw.hi; ++q) {
+            const uint32_t self = row_off + (wp - q * sw);
+            const int64_t o = static_cast<int64_t>(base + p * nq + q) * c + col;
+            const Pack<T, V> d = pack_load<V>(dy + o);
+            uint8_t b[V];
+            load_bytes<V>(idx + o, b);  // V == 8: c % 8 == 0 and idx 8-byte aligned
+#pragma unroll
+            for (int j = 0; j < V; ++j)
+              if (b[j] == self) acc[j] += to_f32(d.v[j]);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < V; ++j) out[u].v[j] = from_f32<T>(acc[j]);
+      }
+      advance_rows(*this, e, kRowGroups);
+    }
+  }
+};
+
+// True when the windows tile the input exactly: the case in which maxpool2d_bwd_idx_cuda runs its tiled kernel and
+// the fused kernels their tiling variants.
+bool windows_tile(const Pool2dGeom& g) {
+  return g.sh == g.kh && g.sw == g.kw && g.ph == 0 && g.pw == 0 && g.h == g.p * g.kh && g.w == g.q * g.kw;
+}
+
+// The geometries the fused kernels run: g exactly as pool2d_geom_finish makes it, windows of at most 256 elements
+// (the u8 argmax), stride <= kernel, c < 2^31.
+bool fused_pool_geom_ok(const Pool2dGeom& g) {
+  Pool2dGeom f = g;
+  return pool2d_geom_finish(f) && f.p == g.p && f.q == g.q && g.kh * g.kw <= 256 && g.sh <= g.kh && g.sw <= g.kw &&
+         g.c < (int64_t{1} << 31);
+}
+
+// The fused max pool's forward launch over x (n,h,w,c) -> y, idx (n,p,q,c): the tiling kernel when the windows
+// tile x, else the general one; 32-bit indices when they fit.
+template <class T>
+Status bn_pool_apply_launch(cudaStream_t s, const Pool2dGeom& g, const void* x, void* y, uint8_t* idx,
+                            const float* gamma, const float* beta, const float* mean, const float* inv_or_var,
+                            bool var_not_invstd, float eps, bool relu, const float* mean_shift) {
+  const bool tiled = windows_tile(g);
+  auto launch = [&](auto vw) {
+    constexpr int V = decltype(vw)::value;
+    const int64_t items = g.n * g.p * g.q * (g.c / V);
+    const T* xs = static_cast<const T*>(x);
+    T* ys = static_cast<T*>(y);
+    const int kh = static_cast<int>(g.kh), kw = static_cast<int>(g.kw);
+    const bool small = std::max(g.n * g.h * g.w, g.n * g.p * g.q) * g.c < (int64_t{1} << 30);
+    if (tiled) {
+      if (small)
+        bn_pool_apply_kernel<T, V, int32_t><<<elementwise_grid(items), kElementwiseBlock, 0, s>>>(
+            xs, ys, idx, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g.n, g.h, g.w, g.c, kh,
+            kw);
+      else
+        bn_pool_apply_kernel<T, V, int64_t><<<elementwise_grid(items), kElementwiseBlock, 0, s>>>(
+            xs, ys, idx, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g.n, g.h, g.w, g.c, kh,
+            kw);
+      return TRCTL_CUDA_LAUNCH_STATUS("bn_pool_apply_kernel");
+    }
+    if (small)
+      bn_pool_window_apply_kernel<T, V, int32_t><<<elementwise_grid(items), kElementwiseBlock, 0, s>>>(
+          xs, ys, idx, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g);
+    else
+      bn_pool_window_apply_kernel<T, V, int64_t><<<elementwise_grid(items), kElementwiseBlock, 0, s>>>(
+          xs, ys, idx, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g);
+    return TRCTL_CUDA_LAUNCH_STATUS("bn_pool_window_apply_kernel");
+  };
+  constexpr int kV16 = kVec16<T>;
+  if (g.c % kV16 == 0 && gpu_aligned(16, x, y))  // idx: 8-byte aligned (the launchers check)
+    return launch(std::integral_constant<int, kV16>{});
+  if (g.c % 2 == 0 && gpu_aligned(2 * sizeof(T), x, y)) return launch(std::integral_constant<int, 2>{});
+  return launch(std::integral_constant<int, 1>{});
+}
+
+}  // namespace
+
+Status batchnorm_fwd_train_pool_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma,
+                                     const float* beta, void* y, uint8_t* idx, float* save_mean, float* save_invstd,
+                                     float* running_mean, float* running_var, const Pool2dGeom& g, float eps,
+                                     float momentum, bool relu, void* workspace, size_t workspace_bytes,
+                                     const float* prebias) {
+  TRCTL_CUDA_ARG_CHECK(fused_pool_geom_ok(g), "batchnorm_fwd_train_pool_cuda: unfinished Pool2dGeom, a window over "
+                                              "256 elements, a stride past the kernel or c >= 2^31");
+  const int64_t rows = g.n * g.h * g.w, c = g.c;
+  TRCTL_CUDA_ARG_CHECK(rows >= 2, "batchnorm_fwd_train_pool_cuda: rows < 2");
+  TRCTL_CUDA_ARG_CHECK(x && y && idx && gamma && beta && save_mean && save_invstd,
+                       "batchnorm_fwd_train_pool_cuda: null pointer");
+  TRCTL_CUDA_ARG_CHECK(gpu_aligned(8, idx), "batchnorm_fwd_train_pool_cuda: idx not 8-byte aligned");
+  TRCTL_CUDA_ARG_CHECK(workspace && workspace_bytes >= batchnorm_workspace_bytes(rows, c),
+                       "batchnorm_fwd_train_pool_cuda: workspace missing or smaller than batchnorm_workspace_bytes");
+  return dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    Status st = with_vector_width<T>(c, {x}, [&](auto vw) {  // the statistics as unfused
+      return bn_fwd_stats_launch<T, decltype(vw)::value>(s, static_cast<const T*>(x), rows, c, workspace, eps,
+                                                          momentum, save_mean, save_invstd, running_mean,
+                                                          running_var, prebias);
+    });
+    if (!st) return st;
+    return bn_pool_apply_launch<T>(s, g, x, y, idx, gamma, beta, save_mean, save_invstd, false, eps, relu, nullptr);
+  });
+}
+
+Status batchnorm_fwd_eval_pool_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma, const float* beta,
+                                    const float* running_mean, const float* running_var, void* y,
+                                    const Pool2dGeom& g, float eps, bool relu, const float* prebias) {
+  TRCTL_CUDA_ARG_CHECK(g.n >= 0, "batchnorm_fwd_eval_pool_cuda: n < 0");
+  if (g.n == 0) return ok_status();
+  TRCTL_CUDA_ARG_CHECK(fused_pool_geom_ok(g), "batchnorm_fwd_eval_pool_cuda: unfinished Pool2dGeom, a window over "
+                                              "256 elements, a stride past the kernel or c >= 2^31");
+  TRCTL_CUDA_ARG_CHECK(x && y && gamma && beta && running_mean && running_var,
+                       "batchnorm_fwd_eval_pool_cuda: null pointer");
+  return dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return bn_pool_apply_launch<T>(s, g, x, y, nullptr, gamma, beta, running_mean, running_var, true, eps, relu,
+                                   prebias);
+  });
+}
+
+Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint8_t* idx, const void* x, GpuDType t,
+                               const float* gamma, const float* beta, const float* save_mean,
+                               const float* save_invstd, void* dx, float* dgamma, float* dbeta, const Pool2dGeom& g,
+                               void* workspace, size_t workspace_bytes) {
+  TRCTL_CUDA_ARG_CHECK(fused_pool_geom_ok(g), "batchnorm_bwd_pool_cuda: unfinished Pool2dGeom, a window over 256 "
+                                              "elements, a stride past the kernel or c >= 2^31");
+  const int64_t rows = g.n * g.h * g.w, c = g.c;
+  TRCTL_CUDA_ARG_CHECK(rows < (int64_t{1} << 31) && g.n * g.p * g.q < (int64_t{1} << 31),
+                       "batchnorm_bwd_pool_cuda: n*h*w or n*p*q >= 2^31");
+  TRCTL_CUDA_ARG_CHECK(dy_pooled && idx && x && gamma && beta && save_mean && save_invstd && dx && dgamma && dbeta,
+                       "batchnorm_bwd_pool_cuda: null pointer");
+  TRCTL_CUDA_ARG_CHECK(gpu_aligned(8, idx), "batchnorm_bwd_pool_cuda: idx not 8-byte aligned");
+  TRCTL_CUDA_ARG_CHECK(dx != x && dx != dy_pooled, "batchnorm_bwd_pool_cuda: dx aliases x or dy");
+  TRCTL_CUDA_ARG_CHECK(workspace && workspace_bytes >= batchnorm_workspace_bytes(rows, c),
+                       "batchnorm_bwd_pool_cuda: workspace missing or smaller than batchnorm_workspace_bytes");
+  auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
+  return dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* dy = static_cast<const T*>(dy_pooled);
+    if (windows_tile(g)) {
+      const TiledPoolGrad<T> gs{dy, idx, u32(g.h * g.w), u32(g.w), u32(g.kh), u32(g.kw), u32(g.p * g.q), u32(g.q),
+                                u32(g.h)};
+      return bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
+                              workspace, beta);
+    }
+    const WindowPoolGrad<T> gs{dy,        idx,       u32(g.h * g.w), u32(g.w), u32(g.h), u32(g.kh),
+                               u32(g.kw), u32(g.sh), u32(g.sw),      u32(g.ph), u32(g.pw), u32(g.p),
+                               u32(g.q),  u32(g.p * g.q)};
+    return bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c, workspace,
+                            beta);
+  });
+}
+
+#undef BN_LAUNCHED
+
+}  // namespace trctl
