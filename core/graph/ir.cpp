@@ -156,7 +156,9 @@ std::string graph_dump(const Graph& g) {
       if (n.attrs.relu) os << "[relu]";
       if (n.attrs.residual) os << "[residual]";
       if (n.attrs.prebias) os << "[prebias]";
-      if (n.attrs.pool) os << "[max_pool k=" << n.attrs.kernel << " s=" << n.attrs.stride << "]";
+      if (n.attrs.pool)
+        os << "[max_pool k=" << n.attrs.kernel << " s=" << n.attrs.stride
+           << (n.attrs.pad ? " p=" + std::to_string(n.attrs.pad) : std::string()) << "]";
       if (n.attrs.accumulate) os << "[accumulate]";
       if (n.op == OpKind::GradAccumulate) os << (n.attrs.flush ? "[flush]" : "[add]");
       if (n.attrs.grad_scale != 1.0f) os << "[grad_scale=" << n.attrs.grad_scale << "]";  // 1/accumulate_steps

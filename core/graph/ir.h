@@ -47,9 +47,10 @@ enum class OpKind : uint8_t {
                          //   attrs.residual as BatchNorm; attrs.prebias: running_mean - b in place of running_mean
                          // attrs.pool (BatchNorm, BatchNormEval; with attrs.relu, without attrs.residual;
                          //   pass_fuse_bn_pool, after autodiff): the max pool that was the only reader of Y is
-                         //   fused: Y is the POOLED output (N,H/k,W/k,C), k = attrs.kernel = attrs.stride, no
-                         //   padding, the windows tiling (H,W); the full-resolution Y is never stored. BatchNorm
-                         //   then has a 4th output, the argmax (N,H/k,W/k,C) u8 (MaxPool's, offset in the window)
+                         //   fused: Y is the POOLED output (N,P,Q,C) of k x k windows (k = attrs.kernel, k*k <=
+                         //   256) with attrs.stride <= k and attrs.pad <= k/2 (tiling 2x2/2 or overlapping 3x3/2
+                         //   pad 1); the full-resolution Y is never stored. BatchNorm then has a 4th output, the
+                         //   argmax (N,P,Q,C) u8 (MaxPool's, offset in the window)
   MaxPool,               // X (N,H,W,C) -> Y (N,P,Q,C) [, argmax (N,P,Q,C) u8: offset in the window, train
                          //   programs]; attrs.kernel/stride/pad
   AvgPool,               // X (N,H,W,C) -> Y (N,P,Q,C); count_include_pad (PyTorch's default)
@@ -81,8 +82,9 @@ enum class OpKind : uint8_t {
                             // [, G = dY * (Y > 0) when attrs.residual: pass_fuse_bn_relu_grad]
                             //   attrs.pool (with attrs.relu; pass_fuse_bn_pool): dY, X, gamma, save_mean,
                             //   save_invstd, beta, argmax -> dX, dgamma, dbeta: dY and argmax are the POOLED
-                            //   (N,H/k,W/k,C) ones (MaxPoolGrad folded in: an element's gradient is its window's dY
-                            //   where it is the window's argmax, else 0), the ReLU mask recomputed from X with beta
+                            //   (N,P,Q,C) ones (MaxPoolGrad folded in: an element's gradient is the sum of dY over
+                            //   the windows whose argmax it is, as MaxPoolGrad sums it), the ReLU mask recomputed
+                            //   from X with beta
   MaxPoolGrad,              // dY, X [, argmax] -> dX (each window's gradient to its first maximum)
   AvgPoolGrad,              // dY -> dX
   GlobalAvgPoolGrad,        // dY (N,C) -> dX (N,H,W,C)
@@ -121,7 +123,7 @@ struct Attrs {
                                  // (with relu): dY is the unmasked gradient of Y = relu(BN(X) + R), the fourth
                                  // output the masked one, also R's gradient (pass_fuse_bn_relu_grad)
   bool prebias = false;          // BatchNorm(Eval): a folded conv bias, the last input (pass_fold_conv_bias)
-  bool pool = false;             // BatchNorm(Eval|Grad): a fused max pool, window kernel = stride (pass_fuse_bn_pool)
+  bool pool = false;             // BatchNorm(Eval|Grad): a fused max pool, kernel/stride/pad (pass_fuse_bn_pool)
   bool accumulate = false;       // LinearGradInput, pointwise Conv2dGradInput: in[2] added to the result
   float p = 0;                   // Dropout
   uint32_t op_id = 0;            // Dropout RNG stream id (stable layer index)

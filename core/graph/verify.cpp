@@ -42,19 +42,23 @@ struct Checker {
            y.dims[1] == window_out_size(x.dims[1], a.kernel, a.stride, a.pad, 1) &&
            y.dims[2] == window_out_size(x.dims[2], a.kernel, a.stride, a.pad, 1);
   }
-  // A fused max pool (attrs.pool): after a ReLU, no residual, windows k x k with stride k and no padding.
+  // A fused max pool (attrs.pool): after a ReLU, no residual; k x k windows of at most 256 elements (the u8
+  // argmax), stride 1 <= s <= k, padding p <= k/2 (pass_fuse_bn_pool's rule).
   bool bn_pool_ok() {
     const Attrs& a = n.attrs;
-    const bool ok = a.relu && !a.residual && a.kernel >= 1 && a.kernel * a.kernel <= 256 && a.stride == a.kernel &&
-                    a.pad == 0;
-    expect(ok, "a fused max pool needs attrs.relu, no residual, kernel == stride (window <= 256) and no padding");
+    const bool ok = a.relu && !a.residual && a.kernel >= 1 && a.kernel * a.kernel <= 256 && a.stride >= 1 &&
+                    a.stride <= a.kernel && a.pad >= 0 && 2 * a.pad <= a.kernel;
+    expect(ok, "a fused max pool needs attrs.relu, no residual, a window of at most 256 elements, 1 <= stride <= "
+               "kernel and pad <= kernel/2");
     return ok;
   }
-  // y (N,H/k,W/k,C) is the pooled x (N,H,W,C), the k x k windows tiling x.
+  // y (N,P,Q,C) is x (N,H,W,C) max-pooled with the node's kernel, stride and pad.
   bool bn_pooled(const Shape& x, const Shape& y) const {
-    const int64_t k = n.attrs.kernel;
-    return x.dims.size() == 4 && y.dims.size() == 4 && x.dims[1] % k == 0 && x.dims[2] % k == 0 &&
-           y == Shape{{x.dims[0], x.dims[1] / k, x.dims[2] / k, x.dims[3]}};
+    const Attrs& a = n.attrs;
+    if (x.dims.size() != 4) return false;
+    const int64_t p = window_out_size(x.dims[1], a.kernel, a.stride, a.pad, 1);
+    const int64_t q = window_out_size(x.dims[2], a.kernel, a.stride, a.pad, 1);
+    return p >= 1 && q >= 1 && y == Shape{{x.dims[0], p, q, x.dims[3]}};
   }
   // in(x) is (..., C) and the `count` inputs after it are (C).
   bool bn_shapes_ok(size_t x, size_t count) const {

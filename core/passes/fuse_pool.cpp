@@ -1,15 +1,18 @@
 // pass_fuse_bn_pool (after autodiff): a batch norm with a fused ReLU and no residual whose output Y is read only by
-// one max pool whose k x k windows tile Y (stride k, no padding, H and W multiples of k; VGG's 2x2/2 pools) takes
-// the pool in: the batch norm outputs the pooled Y (and, in a train program, the pool's argmax) and the
-// full-resolution Y is never stored (attrs.pool, core/graph/ir.h). In a train program the only other readers of Y
-// must be the pool's backward (MaxPoolGrad reading Y and the argmax) and the batch norm's backward (reading Y for
-// its ReLU mask, and MaxPoolGrad's output, read by nothing else, as its dY); these two become one BatchNormGrad
-// that reads the pooled dY and the argmax (each element's gradient is its window's dY where it is the window's
-// argmax, else 0) and recomputes the ReLU mask from X with beta. Saves, per such layer and step, the write and
-// read of Y in the forward and the write and two reads of the full-resolution dY in the backward.
+// one max pool with k x k windows, stride s <= k and padding p <= k/2 (k*k <= 256, so that the u8 argmax holds the
+// offset in the window) takes the pool in: VGG's tiling 2x2/2 pools and ResNet's overlapping 3x3/2 pad-1 stem pool.
+// The batch norm outputs the pooled Y (and, in a train program, the pool's argmax) and the full-resolution Y is
+// never stored (attrs.pool with the pool's kernel, stride and pad, core/graph/ir.h). In a train program the only
+// other readers of Y must be the pool's backward (MaxPoolGrad reading Y and the argmax) and the batch norm's backward
+// (reading Y for its ReLU mask, and MaxPoolGrad's output, read by nothing else, as its dY); these two become one
+// BatchNormGrad that reads the pooled dY and the argmax (each element's gradient is the sum of dY over the windows
+// whose argmax it is, in MaxPoolGrad's order and precision) and recomputes the ReLU mask from X with beta. Saves,
+// per such layer and step, the write and read of Y in the forward and the write and two reads of the
+// full-resolution dY in the backward.
 #include <cstdint>
 #include <map>
 
+#include "core/graph/build.h"
 #include "core/passes/passes.h"
 
 namespace trctl {
@@ -17,13 +20,20 @@ namespace {
 
 bool is_bn(const Node& n) { return n.op == OpKind::BatchNorm || n.op == OpKind::BatchNormEval; }
 
-// The k x k / stride k / no padding max pool over y (N,H,W,C) whose windows tile y.
-bool pool_tiles(const Graph& g, const Node& pool, ValueId y) {
+// A max pool over y (N,H,W,C) that the fused kernels can run: k x k windows of at most 256 elements (the u8
+// argmax), stride 1 <= s <= k (every element in at most ceil(k/s)^2 windows), padding p <= k/2 (PyTorch's rule:
+// no window is padding only), and N*H*W, N*P*Q below 2^31 (the backward's 32-bit row positions).
+bool pool_fusable(const Graph& g, const Node& pool, ValueId y) {
   const Attrs& a = pool.attrs;
   const Shape& s = g.values[y].shape;
-  return pool.op == OpKind::MaxPool && pool.in.size() == 1 && a.kernel >= 1 && a.kernel * a.kernel <= 256 &&
-         a.stride == a.kernel && a.pad == 0 && s.dims.size() == 4 && s.dims[1] % a.kernel == 0 &&
-         s.dims[2] % a.kernel == 0;
+  if (pool.op != OpKind::MaxPool || pool.in.size() != 1 || s.dims.size() != 4) return false;
+  if (a.kernel < 1 || a.kernel * a.kernel > 256 || a.stride < 1 || a.stride > a.kernel || a.pad < 0 ||
+      2 * a.pad > a.kernel)
+    return false;
+  const int64_t p = window_out_size(s.dims[1], a.kernel, a.stride, a.pad, 1);
+  const int64_t q = window_out_size(s.dims[2], a.kernel, a.stride, a.pad, 1);
+  constexpr int64_t kRowLimit = int64_t{1} << 31;
+  return p >= 1 && q >= 1 && s.dims[0] * s.dims[1] * s.dims[2] < kRowLimit && s.dims[0] * p * q < kRowLimit;
 }
 
 struct Readers {
@@ -64,7 +74,7 @@ bool find_bn_pool(const Graph& g, const Program& p, const Readers& r, size_t at,
   size_t pools = 0;
   for (size_t i : r.at(y))
     if (p.nodes[i].op == OpKind::MaxPool) ++pools, f.pool = i;
-  if (pools != 1 || !pool_tiles(g, p.nodes[f.pool], y)) return false;
+  if (pools != 1 || !pool_fusable(g, p.nodes[f.pool], y)) return false;
   const Node& pool = p.nodes[f.pool];
   const bool train = bn.op == OpKind::BatchNorm;
   if (train != (pool.out.size() == 2)) return false;  // a train pool records its argmax, an eval pool does not
@@ -106,10 +116,11 @@ Status pass_fuse_bn_pool(Graph& g, Program& p) {
     Node& bn = p.nodes[i];
     const Node& pool = p.nodes[f.pool];
     bn.attrs.pool = true;
-    bn.attrs.kernel = bn.attrs.stride = pool.attrs.kernel;
-    bn.attrs.pad = 0;
-    bn.out[0] = pool.out[0];                                              // (N,H/k,W/k,C)
-    if (bn.op == OpKind::BatchNorm) bn.out.push_back(pool.out[1]);       // argmax (N,H/k,W/k,C) u8
+    bn.attrs.kernel = pool.attrs.kernel;
+    bn.attrs.stride = pool.attrs.stride;
+    bn.attrs.pad = pool.attrs.pad;
+    bn.out[0] = pool.out[0];                                              // (N,P,Q,C)
+    if (bn.op == OpKind::BatchNorm) bn.out.push_back(pool.out[1]);       // argmax (N,P,Q,C) u8
     bn.name += "+" + pool.name;
     removed[f.pool] = true;
     if (f.bn_grad == SIZE_MAX) continue;
@@ -118,8 +129,9 @@ Status pass_fuse_bn_pool(Graph& g, Program& p) {
     // pooled dY, X, gamma, save_mean, save_invstd, beta, argmax
     bg.in = {pg.in[0], bg.in[1], bg.in[2], bg.in[3], bg.in[4], bn.in[2], pool.out[1]};
     bg.attrs.pool = true;
-    bg.attrs.kernel = bg.attrs.stride = pool.attrs.kernel;
-    bg.attrs.pad = 0;
+    bg.attrs.kernel = pool.attrs.kernel;
+    bg.attrs.stride = pool.attrs.stride;
+    bg.attrs.pad = pool.attrs.pad;
     bg.name += "+" + pg.name;
     removed[f.pool_grad] = true;
   }

@@ -4,7 +4,7 @@
 // autodiff (backward nodes from per-op rules; gradients of values used twice are summed), fold_conv_bias (a
 // conv's bias, when the conv's output goes only into a batch norm, folded into that batch norm; in train programs
 // its gradient, exactly 0 through batch statistics, becomes a ZeroFill that reads nothing), fuse_bn_pool (a
-// tiling max pool, and its backward, into the batch norm + ReLU whose output only it reads), fuse_bn_relu_grad (the
+// max pool, tiling or overlapping, and its backward, into the batch norm + ReLU whose output only it reads), fuse_bn_relu_grad (the
 // ReLU backward of a batch norm + residual add + ReLU into that batch norm's backward), fuse_grad_accumulate
 // (a gradient sum into the matrix-product dX node that produces one of its terms), accumulate_insert (gradient
 // accumulation over train.accumulate_steps micro-batches: the GradAccumulate node and its accumulators),

@@ -1,8 +1,9 @@
-// pass_fuse_bn_pool: a batch norm + ReLU whose output only a tiling max pool (and, in train programs, the pool's
-// and the batch norm's backward) reads takes the pool in, forward and backward, train and eval: VGG16-BN gets five
-// fused nodes per program; a pool with padding, overlapping windows or windows that do not tile the input, a Y with
-// a second reader, and a batch norm with a fused residual are left alone; the stage's place and its switch; graph_verify
-// on the fused nodes; the planned activations shrink.
+// pass_fuse_bn_pool: a batch norm + ReLU whose output only a max pool (and, in train programs, the pool's and the
+// batch norm's backward) reads takes the pool in, forward and backward, train and eval: VGG16-BN gets five fused
+// nodes per program (tiling 2x2/2), ResNet-50 its stem (overlapping 3x3/2 pad 1); pools with padding, overlapping
+// or non-tiling windows fuse, a stride larger than the kernel or a window over 256 elements does not; a Y with a
+// second reader and a batch norm with a fused residual are left alone; the stage's place and its switch;
+// graph_verify on the fused nodes; the planned activations shrink.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -102,15 +103,62 @@ TEST_CASE("fuse_bn_pool fuses VGG16-BN's five batch norm + ReLU + 2x2/2 max pool
   CHECK_THAT(dump, Catch::Contains("[relu][prebias][max_pool k=2 s=2]"));
 }
 
-TEST_CASE("fuse_bn_pool leaves a max pool with padding, overlapping or non-tiling windows alone",
+TEST_CASE("fuse_bn_pool fuses ResNet-50's stem: batch norm + ReLU + the overlapping 3x3/2 pad 1 max pool",
+          "[passes][cnn][fuse_bn_pool]") {
+  Result<Spec> spec = spec_load(std::string(TRCTL_SOURCE_DIR) + "/configs/resnet50.yaml");
+  INFO((spec.ok() ? std::string() : spec.error_text()));
+  REQUIRE(spec.ok());
+  const DataShape data = image_data(2560, 512, 224, 3, 1000);
+  const Compiled c = compiled(spec.value(), data);
+  const Compiled u = compiled(spec.value(), data, false);
+  const Graph& g = c.graph;
+  for (const Program& p : g.programs) {
+    INFO(p.name);
+    const bool train = p.kind == ProgramKind::Train;
+    CHECK(fused(p) == 1);
+    CHECK(count(p, OpKind::MaxPool, false) == 0);
+    CHECK(count(p, OpKind::MaxPoolGrad, false) == 0);
+    CHECK(count(p, OpKind::BatchNormGrad, true) == (train ? 1 : 0));
+    const Program* up = u.graph.find_program(p.name);
+    REQUIRE(up);
+    CHECK(up->nodes.size() == p.nodes.size() + (train ? 2 : 1));
+    for (const Node& n : p.nodes) {
+      if (!n.attrs.pool) continue;
+      CHECK(n.attrs.kernel == 3);
+      CHECK(n.attrs.stride == 2);
+      CHECK(n.attrs.pad == 1);
+      const Shape& x = g.values[n.in[n.op == OpKind::BatchNormGrad ? 1 : 0]].shape;  // (N,112,112,64)
+      CHECK(x == Shape{{x.dims[0], 112, 112, 64}});
+      const Shape pooled{{x.dims[0], 56, 56, 64}};
+      if (n.op == OpKind::BatchNormGrad) {  // pooled dY, X, gamma, mean, invstd, beta, argmax
+        REQUIRE(n.in.size() == 7);
+        CHECK(g.values[n.in[0]].shape == pooled);
+        CHECK(g.values[n.in[6]].shape == pooled);
+        CHECK(g.values[n.in[6]].dtype == DType::U8);
+        continue;
+      }
+      CHECK(n.name == "bn1+relu+maxpool");
+      CHECK(g.values[n.out[0]].shape == pooled);
+      CHECK(n.out.size() == (train ? 4u : 1u));
+      if (train) CHECK(g.values[n.out[3]].dtype == DType::U8);
+    }
+  }
+  CHECK(c.plan.region_bytes[static_cast<int>(Region::Activations)] <
+        u.plan.region_bytes[static_cast<int>(Region::Activations)]);
+  CHECK_THAT(graph_dump(g), Catch::Contains("[relu][max_pool k=3 s=2 p=1]"));
+}
+
+TEST_CASE("fuse_bn_pool fuses tiling, overlapping and padded max pools, not strides past the kernel or big windows",
           "[passes][cnn][fuse_bn_pool]") {
   struct Geo {
     int kernel, stride, pad;
     int64_t side;
     bool fuses;
   };
-  for (const Geo& k : {Geo{2, 2, 0, 8, true}, Geo{3, 3, 0, 9, true}, Geo{3, 2, 1, 8, false}, Geo{2, 1, 0, 8, false},
-                       Geo{3, 2, 0, 9, false}, Geo{2, 2, 0, 7, false}, Geo{2, 2, 1, 8, false}}) {
+  for (const Geo& k : {Geo{2, 2, 0, 8, true}, Geo{3, 3, 0, 9, true}, Geo{3, 2, 1, 8, true}, Geo{3, 2, 1, 9, true},
+                       Geo{3, 1, 1, 7, true}, Geo{2, 1, 0, 8, true}, Geo{3, 2, 0, 9, true}, Geo{2, 2, 0, 7, true},
+                       Geo{2, 2, 1, 8, true}, Geo{16, 1, 0, 17, true}, Geo{2, 3, 0, 8, false},
+                       Geo{17, 1, 0, 18, false}, Geo{17, 17, 0, 17, false}}) {
     INFO("kernel " << k.kernel << " stride " << k.stride << " pad " << k.pad << " side " << k.side);
     const Compiled c = compiled(pool_spec(k.kernel, k.stride, k.pad), image_data(7, 5, k.side));
     for (const Program& p : c.graph.programs) {
@@ -118,6 +166,12 @@ TEST_CASE("fuse_bn_pool leaves a max pool with padding, overlapping or non-tilin
       CHECK(fused(p) == (k.fuses ? 1 : 0));
       CHECK(count(p, OpKind::MaxPool, false) == (k.fuses ? 0 : 1));
       if (p.kind == ProgramKind::Train) CHECK(count(p, OpKind::BatchNormGrad, true) == (k.fuses ? 1 : 0));
+      for (const Node& n : p.nodes) {
+        if (!n.attrs.pool) continue;
+        CHECK(n.attrs.kernel == k.kernel);
+        CHECK(n.attrs.stride == k.stride);
+        CHECK(n.attrs.pad == k.pad);
+      }
     }
   }
 }
@@ -170,7 +224,7 @@ TEST_CASE("fuse_bn_pool runs right after fold_conv_bias and can be switched off"
   for (const Program& p : on.graph.programs) CHECK(fused(p) == 1);
 }
 
-TEST_CASE("graph_verify rejects a fused max pool whose windows overlap or whose outputs disagree",
+TEST_CASE("graph_verify rejects a fused max pool whose geometry the kernels cannot run or whose outputs disagree",
           "[passes][fuse_bn_pool][verify]") {
   const Compiled c = compiled(small_cnn_spec(3), image_data(7, 5));
   REQUIRE(graph_verify(c.graph).ok());
@@ -181,7 +235,10 @@ TEST_CASE("graph_verify rejects a fused max pool whose windows overlap or whose 
         if (n.attrs.pool) edit(g, n);
     return !graph_verify(g).ok();
   };
-  CHECK(broken([](Graph&, Node& n) { n.attrs.stride = 1; }));
+  CHECK(broken([](Graph&, Node& n) { n.attrs.stride = 1; }));  // the pooled shapes no longer match
+  CHECK(broken([](Graph&, Node& n) { n.attrs.stride = 3; }));  // stride past the kernel
+  CHECK(broken([](Graph&, Node& n) { n.attrs.pad = 2; }));     // more than half the kernel
+  CHECK(broken([](Graph&, Node& n) { n.attrs.kernel = 17; }));
   CHECK(broken([](Graph&, Node& n) { n.attrs.relu = false; }));
   CHECK(broken([](Graph& g, Node& n) {
     if (n.op == OpKind::BatchNorm) g.values[n.out[3]].dtype = DType::F32;
@@ -189,4 +246,23 @@ TEST_CASE("graph_verify rejects a fused max pool whose windows overlap or whose 
   CHECK(broken([](Graph&, Node& n) {
     if (n.op == OpKind::BatchNormGrad) n.in.pop_back();
   }));
+}
+
+TEST_CASE("graph_verify accepts the fused stem pool 3x3/2 pad 1 and checks its pooled shape",
+          "[passes][fuse_bn_pool][verify]") {
+  const Compiled c = compiled(pool_spec(3, 2, 1), image_data(7, 5, 9));  // 9x9 -> 5x5
+  REQUIRE(graph_verify(c.graph).ok());
+  int seen = 0;
+  for (const Program& p : c.graph.programs)
+    for (const Node& n : p.nodes)
+      if (n.attrs.pool && n.op != OpKind::BatchNormGrad) {
+        CHECK(c.graph.values[n.out[0]].shape.dims[1] == 5);
+        ++seen;
+      }
+  CHECK(seen > 0);
+  Graph g = c.graph;
+  for (Program& p : g.programs)
+    for (Node& n : p.nodes)
+      if (n.attrs.pool) n.attrs.pad = 0;  // 9x9 3x3/2 pad 0 would be 4x4
+  CHECK_FALSE(graph_verify(g).ok());
 }
