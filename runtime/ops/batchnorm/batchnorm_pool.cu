@@ -17,6 +17,23 @@ namespace trctl {
 
 namespace {
 
+// The pooled V-pack i of both fused forward kernels: the window maxima (rounded to T) and, when idx is given, their
+// offsets in the window as bytes (idx 8-byte aligned: the launchers check it).
+template <class T, int V, class I>
+__device__ __forceinline__ void store_pooled(T* y, uint8_t* idx, I i, const float (&best_v)[V],
+                                             const int (&best)[V]) {
+  Pack<T, V> out;
+#pragma unroll
+  for (int j = 0; j < V; ++j) out.v[j] = from_f32<T>(best_v[j]);
+  pack_store<V>(y + static_cast<int64_t>(i) * V, out);
+  if (idx) {
+    uint8_t bb[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) bb[j] = static_cast<uint8_t>(best[j]);
+    store_bytes<V>(idx + static_cast<int64_t>(i) * V, bb);
+  }
+}
+
 // Pass 3 forward with a fused max pool whose windows tile x (stride = kernel, no padding, H = P kh, W = Q kw: VGG's
 // 2x2/2): x (N,H,W,C) -> y (N,H/kh,W/kw,C), idx (same, u8, nullable). One thread per output pixel and V channels
 // normalises its window's elements on load exactly as bn_fwd_apply_kernel computes and rounds y (same constants,
@@ -66,16 +83,7 @@ __global__ void __launch_bounds__(256)
         }
       }
     }
-    Pack<T, V> out;
-#pragma unroll
-    for (int j = 0; j < V; ++j) out.v[j] = from_f32<T>(best_v[j]);
-    pack_store<V>(y + static_cast<int64_t>(i) * V, out);
-    if (idx) {
-      uint8_t bb[V];
-#pragma unroll
-      for (int j = 0; j < V; ++j) bb[j] = static_cast<uint8_t>(best[j]);
-      store_bytes<V>(idx + static_cast<int64_t>(i) * V, bb);  // idx 8-byte aligned (the launcher)
-    }
+    store_pooled<T, V>(y, idx, i, best_v, best);
   }
 }
 
@@ -130,16 +138,7 @@ __global__ void __launch_bounds__(256)
         }
       }
     }
-    Pack<T, V> out;
-#pragma unroll
-    for (int j = 0; j < V; ++j) out.v[j] = from_f32<T>(best_v[j]);
-    pack_store<V>(y + static_cast<int64_t>(i) * V, out);
-    if (idx) {
-      uint8_t bb[V];
-#pragma unroll
-      for (int j = 0; j < V; ++j) bb[j] = static_cast<uint8_t>(best[j]);
-      store_bytes<V>(idx + static_cast<int64_t>(i) * V, bb);  // idx 8-byte aligned (the launcher)
-    }
+    store_pooled<T, V>(y, idx, i, best_v, best);
   }
 }
 
