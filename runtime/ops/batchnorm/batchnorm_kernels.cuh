@@ -272,11 +272,10 @@ __device__ __forceinline__ float relu_grad_in(T dy, T x, T y, bool recompute, bo
 // Where the backward's incoming gradient dy comes from: a gradient source Src provides, for the rows r, r + 16,
 // ... (r < r1) of one thread, Pos start(row) (its position state at the thread's first row), load(r, r1, c, col,
 // out, pos) (out[u] = the dy V-pack of row r + 16u at column col, as the full-resolution dy would hold it),
-// advance(pos, rows) and kPooled (no full-resolution dy exists: dx may not alias it, no g_out). DenseGrad reads dy
-// (rows,c) itself; the fused max pool's sources (pass_fuse_bn_pool) are in batchnorm_pool.cu.
+// and advance(pos, rows). DenseGrad reads dy (rows,c) itself; the fused max pool's sources (pass_fuse_bn_pool,
+// with no full-resolution dy: dx may not alias theirs) are in batchnorm_pool.cu.
 template <class T>
 struct DenseGrad {
-  static constexpr bool kPooled = false;
   const T* dy;  // (rows,c)
   struct Pos {};
   __device__ __forceinline__ Pos start(int64_t) const { return {}; }
@@ -292,8 +291,9 @@ struct DenseGrad {
 // (row blocks, c), g = dy masked by relu_y > 0 when relu_y is given, or by the mask recomputed from x when
 // relu_beta (c) is given (then gamma and invstd (c) too; relu_y is not read).
 // dy comes from the gradient source Src (DenseGrad, or a fused max pool's pooled gradient: batchnorm_pool.cu).
-// g_out (rows,c), nullable (DenseGrad, relu_y given): g stored, relu_y > 0 ? dy : 0 with dy's bits, exactly what
-// relu_bwd_cuda writes (the residual's gradient of a fused BN + add + ReLU, pass_fuse_bn_relu_grad).
+// g_out (rows,c), nullable: with relu_y (DenseGrad), g stored, relu_y > 0 ? dy : 0 with dy's bits, exactly what
+// relu_bwd_cuda writes (the residual's gradient of a fused BN + add + ReLU, pass_fuse_bn_relu_grad); without
+// relu_y, dy itself as the source loaded it (a fused max pool's gathered gradient, read back densely by pass 3).
 template <class T, int V, class Src>
 __global__ void __launch_bounds__(512)
     bn_bwd_stats_kernel(const Src dy, const T* __restrict__ x, const T* __restrict__ relu_y,
@@ -333,13 +333,13 @@ __global__ void __launch_bounds__(512)
           sg[j] += g;
           sgx[j] = fmaf(g, to_f32(px[u].v[j]) - m[j], sgx[j]);
         }
-        if constexpr (!Src::kPooled) {
-          if (g_out) {
+        if (g_out) {
+          if (relu_y) {
             const T zero = from_f32<T>(0.0f);
 #pragma unroll
             for (int j = 0; j < V; ++j) pd[u].v[j] = to_f32(py[u].v[j]) > 0.0f ? pd[u].v[j] : zero;
-            pack_store<V>(g_out + (r + u * kRowGroups) * c + col, pd[u]);
           }
+          pack_store<V>(g_out + (r + u * kRowGroups) * c + col, pd[u]);
         }
       }
     }
@@ -443,8 +443,10 @@ Status bn_fwd_stats_launch(cudaStream_t s, const T* x, int64_t rows, int64_t c, 
 }
 
 // The backward's three launches (see the file comment) with dy from the gradient source gs (DenseGrad, or a fused
-// max pool's: idx 8-byte aligned). g_out (DenseGrad, with relu_y): pass 1 stores the masked gradient there and
-// pass 3 reads it back unmasked.
+// max pool's: idx 8-byte aligned). g_out: pass 1 stores the incoming gradient there (masked when relu_y is given:
+// pass_fuse_bn_relu_grad's G; as loaded otherwise: a fused pool's gathered dy, with g_out = dx) and pass 3 reads it
+// back densely (with the mask recomputed from relu_beta when given, else none), so a pooled source's gather runs
+// once instead of twice.
 template <class T, class Src>
 Status bn_bwd_launch(cudaStream_t s, const Src& gs, const void* x, const void* relu_y, const float* gamma,
                      const float* save_mean, const float* save_invstd, void* dx, float* dgamma, float* dbeta,
@@ -466,13 +468,15 @@ Status bn_bwd_launch(cudaStream_t s, const Src& gs, const void* x, const void* r
     bn_bwd_finalize_kernel<<<fin_grid, dim3(kFinCols, kFinGroups), 0, s>>>(
         part_g, part_gx, rows, c, rs.rows_per_block, rs.blocks, save_invstd, dgamma, dbeta);
     BN_LAUNCHED("bn_bwd_finalize_kernel");
-    // Pass 3 reads the stored g (already masked) in place of dy and the ReLU output.
-    Src gs3 = gs;
-    if constexpr (!Src::kPooled)
-      if (gs_out) gs3.dy = gs_out;
-    bn_bwd_apply_kernel<T, V, Src><<<l.grid, l.block, 0, s>>>(
-        gs3, xs, relu_beta || gs_out ? nullptr : ys, gamma, save_mean, save_invstd, dgamma, dbeta,
-        static_cast<T*>(dx), rows, c, rs.rows_per_block, relu_beta);
+    if (gs_out) {  // pass 3 reads the stored gradient in place of the source (and of the ReLU output)
+      bn_bwd_apply_kernel<T, V, DenseGrad<T>><<<l.grid, l.block, 0, s>>>(
+          DenseGrad<T>{gs_out}, xs, nullptr, gamma, save_mean, save_invstd, dgamma, dbeta, static_cast<T*>(dx), rows,
+          c, rs.rows_per_block, relu_beta);
+    } else {
+      bn_bwd_apply_kernel<T, V, Src><<<l.grid, l.block, 0, s>>>(
+          gs, xs, relu_beta ? nullptr : ys, gamma, save_mean, save_invstd, dgamma, dbeta, static_cast<T*>(dx), rows,
+          c, rs.rows_per_block, relu_beta);
+    }
     return TRCTL_CUDA_LAUNCH_STATUS("bn_bwd_apply_kernel");
   });
 }

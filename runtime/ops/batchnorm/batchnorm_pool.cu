@@ -176,7 +176,6 @@ __device__ __forceinline__ void advance_rows(const S& s, RowPos& p, uint32_t by)
 // max-pool backward stores. rows < 2^31 (the launcher checks).
 template <class T>
 struct TiledPoolGrad {
-  static constexpr bool kPooled = true;
   const T* dy;
   const uint8_t* idx;
   uint32_t hw, w, kh, kw;  // H*W, W, window
@@ -241,7 +240,6 @@ __device__ __forceinline__ AxisCover axis_cover(uint32_t xp, uint32_t k, uint32_
 // gradient T(0 + dy)). N*H*W and N*P*Q < 2^31 (the launcher checks).
 template <class T>
 struct WindowPoolGrad {
-  static constexpr bool kPooled = true;
   const T* dy;
   const uint8_t* idx;
   uint32_t hw, w, h;               // H*W, W, H
@@ -410,8 +408,10 @@ Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint
     const WindowPoolGrad<T> gs{dy,        idx,       u32(g.h * g.w), u32(g.w), u32(g.h), u32(g.kh),
                                u32(g.kw), u32(g.sh), u32(g.sw),      u32(g.ph), u32(g.pw), u32(g.p),
                                u32(g.q),  u32(g.p * g.q)};
+    // Overlapping windows: pass 1 writes the gathered full-resolution dy into dx and pass 3 reads it back in place
+    // (measured on ResNet-50's stem, RESULTS.md run 36: gathering in both passes cost more than the unfused pair).
     return bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c, workspace,
-                            beta);
+                            beta, dx);
   });
 }
 
