@@ -17,23 +17,15 @@
 #include "dataio/dataset.h"
 #include "dataio/pack_sources.h"
 #include "runtime/train/trainer.h"
+#include "tests/support/scratch_dir.h"
 
 using namespace trctl;
+using trctl::testing::ScratchDir;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Scratch {
-  fs::path path = fs::temp_directory_path() / ("trctl_val_size_" + std::to_string(::getpid()));
-  Scratch() {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+constexpr const char* kScratch = "trctl_val_size";  // ScratchDir prefix
 
 std::string slurp(const fs::path& p) {
   std::ifstream f(p);
@@ -70,7 +62,7 @@ std::string fmnist_yaml() {
          kModel;
 }
 
-Spec spec_of(const Scratch& s, const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+Spec spec_of(const ScratchDir& s, const std::string& yaml, const std::vector<std::string>& overrides = {}) {
   const fs::path cfg = s.path / "two_sizes.yaml";
   std::ofstream(cfg) << yaml;
   Result<Spec> spec = spec_load(cfg.string(), overrides);
@@ -112,7 +104,7 @@ void pack_fmnist(const fs::path& dir, bool train, int64_t n) {
 }  // namespace
 
 TEST_CASE("a CNN trained at 24x24 validates at 28x28 on the CPU backend, bitwise repeatably", "[e2e][val_size]") {
-  Scratch s;
+  ScratchDir s(kScratch);
   const Spec spec = spec_of(s, fmnist_yaml(), {"run.out_dir=" + s.path.string(), "run.name=r"});
   std::ostringstream log;
   TrainResult a = train(spec, true, &log);
@@ -143,7 +135,7 @@ TEST_CASE("a CNN trained at 24x24 validates at 28x28 on the CPU backend, bitwise
 
 TEST_CASE("trctl eval's engine and a resumed run validate at the validation size like the training run",
           "[e2e][val_size][eval][resume]") {
-  Scratch s;
+  ScratchDir s(kScratch);
   const Spec spec = spec_of(s, fmnist_yaml(), {"run.out_dir=" + s.path.string(), "run.name=r",
                                                "train.checkpoint_every=1"});
   TrainResult full = train(spec, true);
@@ -166,7 +158,7 @@ TEST_CASE("trctl eval's engine and a resumed run validate at the validation size
 }
 
 TEST_CASE("a streamed dataset trains at one size and validates at another, bitwise repeatably", "[e2e][val_size]") {
-  Scratch s;
+  ScratchDir s(kScratch);
   pack_fmnist(s.path, true, 2000);
   pack_fmnist(s.path, false, 330);  // a partial last validation batch too
   const std::string yaml =
@@ -201,7 +193,7 @@ TEST_CASE("a streamed dataset trains at one size and validates at another, bitwi
 }
 
 TEST_CASE("a flatten -> linear model with two image sizes is refused naming the layer", "[e2e][val_size]") {
-  Scratch s;
+  ScratchDir s(kScratch);
   std::string yaml = fmnist_yaml();
   const std::string from = "    - {type: global_avg_pool, name: gap}\n";
   yaml.replace(yaml.find(from), from.size(), "    - {type: flatten, name: flat}\n");

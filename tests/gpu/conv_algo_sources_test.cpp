@@ -23,11 +23,15 @@
 #include "runtime/train/trainer.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu/gpu_train_util.h"
+#include "tests/support/scratch_dir.h"
 
 using namespace trctl;
+using trctl::testing::ScratchDir;
 using trctl::gputest::EnvGuard;
 
 namespace {
+
+constexpr const char* kScratch = "trctl_conv_sources_gpu";  // ScratchDir prefix
 
 namespace fs = std::filesystem;
 
@@ -57,18 +61,6 @@ optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
 train: {epochs: 1, precision: fp32}
 run: {progress: off}
 )";
-
-struct Scratch {
-  fs::path path = fs::temp_directory_path() / ("trctl_conv_sources_gpu_" + std::to_string(::getpid()));
-  Scratch() {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 Spec spec_of(const fs::path& out_dir, const std::string& precision) {
   Result<Spec> s = spec_parse(kYaml, "conv_sources.yaml",
@@ -133,7 +125,7 @@ int expected_plans(const Compiled& c, int* geometries) {
 
 TEST_CASE("run.json counts the cuDNN conv plans from the heuristics, the autotune cache, or both (fp32)",
           "[gpu][backend][cnn][autotune]") {
-  Scratch scratch;
+  ScratchDir scratch(kScratch);
   const std::string cache = (scratch.path / "conv_autotune.txt").string();
   EnvGuard env("TRCTL_AUTOTUNE_CACHE", cache);
   const Spec spec = spec_of(scratch.path / "runs", "fp32");
@@ -186,7 +178,7 @@ TEST_CASE("after autotune every cuDNN conv plan of an fp16 AMP run comes from th
       {"on", ConvIm2col::On}, {"forward", ConvIm2col::Forward}, {"off", ConvIm2col::Off}};
   for (const auto& [mode, value] : modes) {
     INFO("train.conv_im2col=" << mode);
-    Scratch scratch;
+    ScratchDir scratch(kScratch);
     const std::string cache = (scratch.path / "conv_autotune.txt").string();
     EnvGuard env("TRCTL_AUTOTUNE_CACHE", cache);
     Spec spec = spec_of(scratch.path / "runs", "fp16");

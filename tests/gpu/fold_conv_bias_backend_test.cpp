@@ -20,8 +20,10 @@
 #include "tests/support/weights_diff.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu/gpu_train_util.h"
+#include "tests/support/scratch_dir.h"
 
 using namespace trctl;
+using trctl::testing::ScratchDir;
 
 namespace {
 
@@ -64,15 +66,6 @@ Spec spec_of(const std::vector<std::string>& overrides) {
 
 TrainResult train(const Spec& spec, TrainOptions opt) { return gputest::train_cuda(spec, opt); }
 
-struct Scratch {
-  fs::path path = fs::temp_directory_path() / ("trctl_fold_gpu_" + std::to_string(::getpid()));
-  Scratch() { fs::remove_all(path); }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 using testing::rel_diff;
 
 }  // namespace
@@ -98,7 +91,7 @@ TEST_CASE("a CNN with folded conv biases trains on the GPU to the CPU backend's 
   // Conv biases start at 0; one unfolded AdamW epoch on the CPU (noisy bias steps; folded, their gradients are
   // exactly 0 and Adam leaves them at 0) leaves them, and the running means, away from it. Both backends start from
   // that checkpoint.
-  Scratch scratch;
+  ScratchDir scratch("trctl_fold_gpu", false);
   Spec warm = s;
   warm.optimizer.kind = OptimizerKind::AdamW;
   warm.optimizer.lr = 0.01;

@@ -16,20 +16,15 @@
 
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/train/trainer.h"
+#include "tests/support/scratch_dir.h"
 
 using namespace trctl;
+using trctl::testing::ScratchDir;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Scratch {
-  fs::path path = fs::temp_directory_path() / ("trctl_gpu_resume_" + std::to_string(::getpid()));
-  Scratch() { fs::remove_all(path); }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+constexpr const char* kScratch = "trctl_gpu_resume";  // ScratchDir prefix
 
 Spec mlp_spec(std::vector<std::string> overrides) {
   overrides.insert(overrides.begin(), {"train.device=cuda", "data.train_subset=3000", "train.epochs=3",
@@ -60,7 +55,7 @@ TEST_CASE("GPU runs resumed after epoch 1 end bitwise equal to the uninterrupted
           "[gpu][resume]") {
   for (const char* prec : {"fp16", "fp32"}) {
     INFO(prec);
-    Scratch s;
+    ScratchDir s(kScratch, false);
     const std::vector<std::string> o = {std::string("train.precision=") + prec, "train.checkpoint_every=1",
                                         "run.out_dir=" + s.path.string(), "run.name=a"};
     Result<TrainResult> full = train(mlp_spec(o), "", true);
@@ -79,7 +74,7 @@ TEST_CASE("GPU runs resumed after epoch 1 end bitwise equal to the uninterrupted
 }
 
 TEST_CASE("a GPU run stopped mid-epoch resumes at the saved batch and ends bitwise equal", "[gpu][resume][signal]") {
-  Scratch s;
+  ScratchDir s(kScratch, false);
   const std::vector<std::string> o = {"train.precision=fp16"};
   Result<TrainResult> whole = train(mlp_spec(o), "", false);
   REQUIRE(whole.ok());
@@ -101,7 +96,7 @@ TEST_CASE("a GPU run stopped mid-epoch resumes at the saved batch and ends bitwi
 }
 
 TEST_CASE("state.bin carries the device's fp16 loss scale and Adam's update count", "[gpu][resume]") {
-  Scratch s;
+  ScratchDir s(kScratch, false);
   Result<TrainResult> full = train(mlp_spec({"train.precision=fp16", "train.checkpoint_every=1", "train.epochs=1",
                                              "run.out_dir=" + s.path.string(), "run.name=c"}),
                                    "", true);

@@ -37,8 +37,10 @@
 #include "tests/gpu/gpu_train_util.h"
 #include "tests/support/conv_geom.h"
 #include "tests/support/gradcheck.h"
+#include "tests/support/scratch_dir.h"
 
 using namespace trctl;
+using trctl::testing::ScratchDir;
 using trctl::testing::conv_geom;
 using namespace trctl::gputest;
 
@@ -299,18 +301,6 @@ train: {epochs: 1, precision: fp16}
 run: {progress: off}
 )";
 
-struct Scratch {
-  fs::path path = fs::temp_directory_path() / ("trctl_s2d_gpu_" + std::to_string(::getpid()));
-  Scratch() {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 Spec stem_spec(const fs::path& out_dir, const char* s2d) {
   Result<Spec> s = spec_parse(kStemYaml, "s2d_stem.yaml",
                               {"run.out_dir=" + out_dir.string(), "run.name=r", std::string("train.conv_s2d=") + s2d});
@@ -363,7 +353,7 @@ bool has_key_with(const AutotuneCache& c, const std::string& part) {
 
 TEST_CASE("a 7x7/2 stem trains under fp16 AMP with conv_s2d on like off, each planning what --autotune measured",
           "[gpu][backend][cnn][s2d][autotune][amp]") {
-  Scratch scratch;
+  ScratchDir scratch("trctl_s2d_gpu");
   // The stem at N = 32: 32x32 -> 16x16; its s2d conv 19x19 over 16 channels with a 4x4 filter.
   const std::string s2d_key = "n=32 h=19 w=19 c=16 k=16 r=4 s=4 stride=1x1 pad=0x0";
   const std::string stem_key = "n=32 h=32 w=32 c=3 k=16 r=7 s=7 stride=2x2 pad=3x3";  // off: the C = 3 wgrad
