@@ -129,6 +129,7 @@ class CudaBackend final : public Backend {
   std::string im2col_key(const Node& n) const;
   Status plan_im2col(const Node& n);
   Status lower_im2col_conv_node(const Node& n, std::vector<Launch>& out);
+  Status lowp_wgrad_supported(const Node& n) const;  // the AMP conv wgrad's destination is the gradient slot
   // Stride-2 few-channel convs under AMP (s2d_conv_eligible, train.conv_s2d): fwd (and with `on` wgrad) as
   // space-to-depth + a stride-1 cuDNN conv (planned in conv_ on s2d_conv_geom); takes precedence over im2col.
   bool s2d_node(const Node& n) const;

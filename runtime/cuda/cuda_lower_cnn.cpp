@@ -154,6 +154,14 @@ const CudnnConvPlan* CudaBackend::conv_plan(const Node& n) const {
   return it == conv_.end() ? nullptr : &it->second;
 }
 
+// An AMP conv weight gradient is written (cast from the io dtype, or straight in fp32) into the parameter's own
+// gradient slot: a weight used by more than one conv (its gradient a sum of contributions) is not supported yet.
+Status CudaBackend::lowp_wgrad_supported(const Node& n) const {
+  if (c_.plan.values[n.out[0]].region == Region::Grads) return ok_status();
+  return Error{ErrCode::NotSupported, "cuda backend",
+               "a convolution weight used more than once (" + n.name + ") is not supported under AMP yet"};
+}
+
 Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
   if (s2d_node(n)) return lower_s2d_conv_node(n, out);
   if (im2col_node(n)) return lower_im2col_conv_node(n, out);
@@ -204,10 +212,8 @@ Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
     if (padded) out.push_back([=] { return channel_copy_cuda(s, dxp, act, cp, dx, act, c, xrows); });
   } else {
     // dW in the io dtype (cuDNN's filter type); under AMP cast (and sliced, when padded) into the fp32 gradient.
-    const Placement& pl = c_.plan.values[n.out[0]];
-    if (lowp() && pl.region != Region::Grads)
-      return Error{ErrCode::NotSupported, "cuda backend",
-                   "a convolution weight used more than once (" + n.name + ") is not supported under AMP yet"};
+    if (lowp())
+      if (Status st = lowp_wgrad_supported(n); !st.ok()) return st;
     const void* dy = at(n.in[0]);
     const void* x = pad_x(at(n.in[1]));
     void* dw_f32 = at(n.out[0]);
@@ -273,9 +279,7 @@ Status CudaBackend::lower_im2col_conv_node(const Node& n, std::vector<Launch>& o
     return ok_status();
   }
   // dY, X -> dW: straight into the fp32 gradient (the cuDNN path's destination after its cast).
-  if (c_.plan.values[n.out[0]].region != Region::Grads)
-    return Error{ErrCode::NotSupported, "cuda backend",
-                 "a convolution weight used more than once (" + n.name + ") is not supported under AMP yet"};
+  if (Status st = lowp_wgrad_supported(n); !st.ok()) return st;
   const void* dy = at(n.in[0]);
   const void* x = at(n.in[1]);
   float* dw = reinterpret_cast<float*>(at(n.out[0]));
@@ -316,9 +320,7 @@ Status CudaBackend::lower_s2d_conv_node(const Node& n, std::vector<Launch>& out)
     void* w2 = s2d_w_;
     conv = [=] { return s2d_conv_fwd(h, s, g, *plan, x, w, b, y, z, w2, ws, wsb); };
   } else {  // dY, X -> dW: z recomputed, dw2 (io dtype) in lowp_dw_, regathered into the fp32 gradient
-    if (c_.plan.values[n.out[0]].region != Region::Grads)
-      return Error{ErrCode::NotSupported, "cuda backend",
-                   "a convolution weight used more than once (" + n.name + ") is not supported under AMP yet"};
+    if (Status st = lowp_wgrad_supported(n); !st.ok()) return st;
     const void* dy = at(n.in[0]);
     const void* x = at(n.in[1]);
     float* dw = reinterpret_cast<float*>(at(n.out[0]));

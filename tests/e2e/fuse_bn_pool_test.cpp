@@ -97,17 +97,8 @@ void run_pair(DType compute, int64_t nan_at, const PoolGeo& pg = kTiling) {
   const std::vector<int32_t> y = {2, 0, 1, 1};
   for (int step = 0; step < 3; ++step) {
     INFO("step " << step);
-    const std::vector<float> x = batch_input(11 + step, pg.side, nan_at);
-    for (Net* n : {&fused, &plain}) {
-      REQUIRE(n->be->load_batch(n->train, 0, x.data(), y.data(), kBatch).ok());
-      n->be->set_step(step);
-      REQUIRE(n->be->run(n->train, 0).ok());
-    }
-    CHECK(same_bits(fused.be->last_loss(fused.train), plain.be->last_loss(plain.train)));
-    check_same_region(*fused.be, *plain.be, Region::Grads, "gradients");
-    check_same_region(*fused.be, *plain.be, Region::Weights, "weights");
-    check_same_region(*fused.be, *plain.be, Region::Buffers, "running statistics");
-    if (compute == DType::F32) check_same_region(*fused.be, *plain.be, Region::OptState, "momentum");
+    step_both_and_compare(*fused.be, fused.train, *plain.be, plain.train, step, batch_input(11 + step, pg.side, nan_at), y, kBatch,
+                          compute == DType::F32);
   }
   const std::vector<float> xv = batch_input(40, pg.side, nan_at);
   for (Net* n : {&fused, &plain}) {
