@@ -384,7 +384,8 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
     // A fused residual ReLU's backward (pass_fuse_bn_relu_grad): the masked dY, the residual's gradient, written too.
     void* g = n.attrs.residual ? at(n.out[3]) : nullptr;
     if (g && relu_beta)
-      return Error{ErrCode::Internal, "cuda backend", "a residual batch-norm backward with a recomputed mask: " + n.name};
+      return Error{ErrCode::Internal, "cuda backend",
+                   "a residual batch-norm backward with a recomputed mask: " + n.name};
     out.push_back([=] {
       return batchnorm_bwd_cuda(s, dy, x, y, act, gamma, sm, si, dx, dg, db, rows, c, ws, wsb, relu_beta, g);
     });

@@ -84,8 +84,8 @@ void run_pair(DType compute, int64_t nan_at) {
   const std::vector<int32_t> y = {2, 0, 1};
   for (int step = 0; step < 3; ++step) {
     INFO("step " << step);
-    step_both_and_compare(*fused.be, fused.train, *plain.be, plain.train, step, batch_input(21 + step, nan_at), y, kBatch,
-                          compute == DType::F32);
+    const std::vector<float> x = batch_input(21 + step, nan_at);
+    step_both_and_compare(*fused.be, fused.train, *plain.be, plain.train, step, x, y, kBatch, compute == DType::F32);
   }
 }
 
