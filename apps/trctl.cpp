@@ -200,9 +200,9 @@ int main(int argc, char** argv) {
   add_spec_args(validate, validate_a);
   auto* compile = app.add_subcommand("compile", "compile a spec and print the IR/plan after a stage");
   add_spec_args(compile, compile_a);
-  compile->add_option("--dump", dump,
-                      "after:STAGE (graph_build, fuse_linear_relu, fuse_norm_add_relu, autodiff, optimizer_insert, "
-                      "memplan)");
+  std::string stage_list;  // compiler_stages(), the one list
+  for (const std::string& st : compiler_stages()) stage_list += (stage_list.empty() ? "" : ", ") + st;
+  compile->add_option("--dump", dump, "after:STAGE, STAGE one of: " + stage_list);
   SpecArgs bench_a;
   BenchConfigArgs bc;
   int bench_reps = 0;
