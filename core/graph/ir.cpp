@@ -44,6 +44,11 @@ const char* to_string(Role r) {
   return "?";
 }
 
+bool fused_pool_window_ok(const Attrs& a) {
+  return a.kernel >= 1 && a.kernel * a.kernel <= 256 && a.stride >= 1 && a.stride <= a.kernel && a.pad >= 0 &&
+         2 * a.pad <= a.kernel;
+}
+
 const char* to_string(OpKind k) {
   switch (k) {
     case OpKind::Flatten: return "flatten";

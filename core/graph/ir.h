@@ -140,6 +140,11 @@ struct Attrs {
   float eps = 1e-5f, momentum = 0.1f;  // BatchNorm
 };
 
+// The max-pool windows a batch norm can take in (pass_fuse_bn_pool, graph_verify, the fused kernels): kernel k
+// with k*k <= 256 (the u8 argmax holds the offset in the window), stride 1 <= s <= k (each element in at most
+// ceil(k/s)^2 windows) and padding 0 <= p <= k/2 (PyTorch's rule: no window of padding only).
+bool fused_pool_window_ok(const Attrs& a);
+
 struct Node {
   OpKind op = OpKind::Relu;
   std::vector<ValueId> in;

@@ -42,12 +42,10 @@ struct Checker {
            y.dims[1] == window_out_size(x.dims[1], a.kernel, a.stride, a.pad, 1) &&
            y.dims[2] == window_out_size(x.dims[2], a.kernel, a.stride, a.pad, 1);
   }
-  // A fused max pool (attrs.pool): after a ReLU, no residual; k x k windows of at most 256 elements (the u8
-  // argmax), stride 1 <= s <= k, padding p <= k/2 (pass_fuse_bn_pool's rule).
+  // A fused max pool (attrs.pool): after a ReLU, no residual, a window fused_pool_window_ok accepts.
   bool bn_pool_ok() {
     const Attrs& a = n.attrs;
-    const bool ok = a.relu && !a.residual && a.kernel >= 1 && a.kernel * a.kernel <= 256 && a.stride >= 1 &&
-                    a.stride <= a.kernel && a.pad >= 0 && 2 * a.pad <= a.kernel;
+    const bool ok = a.relu && !a.residual && fused_pool_window_ok(a);
     expect(ok, "a fused max pool needs attrs.relu, no residual, a window of at most 256 elements, 1 <= stride <= "
                "kernel and pad <= kernel/2");
     return ok;

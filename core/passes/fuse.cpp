@@ -76,6 +76,10 @@ Status fuse_relu_into(Program& p, const std::vector<OpKind>& producers) {
 
 }  // namespace
 
+bool is_program_io(const Program& p, ValueId v) {
+  return v == p.logits || v == p.loss || v == p.correct || v == p.correct5 || v == p.input || v == p.label;
+}
+
 bool pointwise_conv(const Node& n) {
   const bool conv = n.op == OpKind::Conv2d || n.op == OpKind::Conv2dGradInput || n.op == OpKind::Conv2dGradWeight;
   return conv && n.attrs.kernel == 1 && n.attrs.stride == 1 && n.attrs.pad == 0 && n.attrs.groups == 1;

@@ -10,10 +10,6 @@
 namespace trctl {
 namespace {
 
-bool is_program_output(const Program& p, ValueId v) {
-  return v == p.logits || v == p.loss || v == p.correct || v == p.correct5 || v == p.input || v == p.label;
-}
-
 // The index of the node producing v, or SIZE_MAX.
 size_t producer_of(const Program& p, ValueId v) {
   for (size_t i = 0; i < p.nodes.size(); ++i)
@@ -41,7 +37,7 @@ Status pass_fuse_bn_relu_grad(Graph& g, Program& p) {
     const Node& r = p.nodes[i];
     if (r.op != OpKind::ReluGrad || r.in.size() != 2 || r.out.size() != 1) continue;
     const ValueId dy = r.in[0], y = r.in[1], gv = r.out[0];
-    if (is_program_output(p, gv) || dy == y) continue;
+    if (is_program_io(p, gv) || dy == y) continue;
     const size_t fi = producer_of(p, y);
     if (fi == SIZE_MAX) continue;
     const Node& f = p.nodes[fi];

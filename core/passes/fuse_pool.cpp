@@ -20,15 +20,12 @@ namespace {
 
 bool is_bn(const Node& n) { return n.op == OpKind::BatchNorm || n.op == OpKind::BatchNormEval; }
 
-// A max pool over y (N,H,W,C) that the fused kernels can run: k x k windows of at most 256 elements (the u8
-// argmax), stride 1 <= s <= k (every element in at most ceil(k/s)^2 windows), padding p <= k/2 (PyTorch's rule:
-// no window is padding only), and N*H*W, N*P*Q below 2^31 (the backward's 32-bit row positions).
+// A max pool over y (N,H,W,C) that the fused kernels can run: a window fused_pool_window_ok accepts, and N*H*W,
+// N*P*Q below 2^31 (the backward's 32-bit row positions).
 bool pool_fusable(const Graph& g, const Node& pool, ValueId y) {
   const Attrs& a = pool.attrs;
   const Shape& s = g.values[y].shape;
-  if (pool.op != OpKind::MaxPool || pool.in.size() != 1 || s.dims.size() != 4) return false;
-  if (a.kernel < 1 || a.kernel * a.kernel > 256 || a.stride < 1 || a.stride > a.kernel || a.pad < 0 ||
-      2 * a.pad > a.kernel)
+  if (pool.op != OpKind::MaxPool || pool.in.size() != 1 || s.dims.size() != 4 || !fused_pool_window_ok(a))
     return false;
   const int64_t p = window_out_size(s.dims[1], a.kernel, a.stride, a.pad, 1);
   const int64_t q = window_out_size(s.dims[2], a.kernel, a.stride, a.pad, 1);
@@ -59,16 +56,12 @@ struct BnPool {
   size_t pool_grad = SIZE_MAX, bn_grad = SIZE_MAX;
 };
 
-bool is_program_output(const Program& p, ValueId v) {
-  return v == p.logits || v == p.loss || v == p.correct || v == p.correct5 || v == p.input || v == p.label;
-}
-
 // Whether the batch norm at `at` qualifies, and its partners; see the file comment.
 bool find_bn_pool(const Graph& g, const Program& p, const Readers& r, size_t at, BnPool& f) {
   const Node& bn = p.nodes[at];
   if (!is_bn(bn) || !bn.attrs.relu || bn.attrs.residual || bn.attrs.pool) return false;
   const ValueId y = bn.out[0];
-  if (is_program_output(p, y) || g.values[y].dtype == DType::U8) return false;
+  if (is_program_io(p, y) || g.values[y].dtype == DType::U8) return false;
   f = BnPool{};
   f.bn = at;
   size_t pools = 0;
@@ -79,7 +72,7 @@ bool find_bn_pool(const Graph& g, const Program& p, const Readers& r, size_t at,
   const bool train = bn.op == OpKind::BatchNorm;
   if (train != (pool.out.size() == 2)) return false;  // a train pool records its argmax, an eval pool does not
   for (ValueId v : pool.out)
-    if (is_program_output(p, v)) return false;
+    if (is_program_io(p, v)) return false;
   for (size_t i : r.at(y)) {
     const Node& n = p.nodes[i];
     if (i == f.pool) continue;
@@ -101,7 +94,7 @@ bool find_bn_pool(const Graph& g, const Program& p, const Readers& r, size_t at,
   const Node& pg = p.nodes[f.pool_grad];
   const Node& bg = p.nodes[f.bn_grad];
   const ValueId dy = pg.out[0];
-  if (bg.in[0] != dy || r.at(dy).size() != 1 || is_program_output(p, dy) || f.pool_grad > f.bn_grad) return false;
+  if (bg.in[0] != dy || r.at(dy).size() != 1 || is_program_io(p, dy) || f.pool_grad > f.bn_grad) return false;
   return r.at(pool.out[1]) == std::vector<size_t>{f.pool_grad};  // the argmax: read by the pool's backward only
 }
 

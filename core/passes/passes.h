@@ -25,6 +25,9 @@ Status pass_fuse_bn_pool(Graph& g, Program& p);
 Status pass_fuse_bn_relu_grad(Graph& g, Program& p);
 Status pass_fuse_grad_accumulate(Graph& g, Program& p);
 Status pass_accumulate_insert(Graph& g, Program& p);
+// One of the values the trainer reads or writes (input, label, logits, loss, correct, correct5): a fusion must not
+// remove it or change what it holds.
+bool is_program_io(const Program& p, ValueId v);
 // A convolution every backend runs as a matrix product over the N*H*W rows: 1x1, stride 1, no padding, one group.
 bool pointwise_conv(const Node& n);
 // ema: one more state copy per parameter (the exponential moving average, after the optimizer's own states).
