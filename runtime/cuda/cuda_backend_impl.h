@@ -135,6 +135,7 @@ class CudaBackend final : public Backend {
   bool s2d_node(const Node& n) const;
   Status lower_s2d_conv_node(const Node& n, std::vector<Launch>& out);
   Status lower_batch_norm_node(const Node& n, std::vector<Launch>& out);
+  Status bn_param_grads_supported(const Node& n) const;  // dgamma, dbeta go to the parameters' own gradient slots
   Status lower_batch_norm_pool_node(const Node& n, std::vector<Launch>& out);  // attrs.pool: pass_fuse_bn_pool
   // Activation and Loss nodes (runtime/cuda/cuda_lower_act_loss.cpp): the class weights' device copy, then launches.
   Status plan_losses();

@@ -332,7 +332,18 @@ Status CudaBackend::lower_s2d_conv_node(const Node& n, std::vector<Launch>& out)
   return ok_status();
 }
 
+// A batch-norm backward writes dgamma and dbeta straight into the parameters' gradient slots (or, for a frozen
+// parameter, into an unused fp32 activation): a gamma or beta shared by several batch norms is not supported yet.
+Status CudaBackend::bn_param_grads_supported(const Node& n) const {
+  for (ValueId v : {n.out[1], n.out[2]})
+    if (c_.plan.values[v].region != Region::Grads && !c_.graph.values[v].full_precision)
+      return Error{ErrCode::NotSupported, "cuda backend",
+                   "a batch-norm parameter used more than once (" + n.name + ") is not supported on CUDA yet"};
+  return ok_status();
+}
+
 Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& out) {
+  if (n.attrs.pool) return lower_batch_norm_pool_node(n, out);  // pass_fuse_bn_pool
   const cudaStream_t s = ctx_.stream;
   const GpuDType act = act_type();
   auto f32 = [&](ValueId v) { return reinterpret_cast<float*>(at(v)); };
@@ -348,7 +359,6 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
   const void* res = !grad && n.attrs.residual ? at(n.in[5]) : nullptr;  // fused residual add (pass_fuse_bn_add)
   // A folded conv bias (pass_fold_conv_bias), the last input: the fp32 master copy.
   const float* prebias = !grad && n.attrs.prebias ? f32(n.in.back()) : nullptr;
-  if (n.attrs.pool) return lower_batch_norm_pool_node(n, out);
   if (n.op == OpKind::BatchNorm) {  // X, gamma, beta, running mean, running var [, R] [, b] -> Y, save mean/invstd
     const float *gamma = f32(n.in[1]), *beta = f32(n.in[2]);
     float *rm = f32(n.in[3]), *rv = f32(n.in[4]), *sm = f32(n.out[1]), *si = f32(n.out[2]);
@@ -363,10 +373,7 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
     out.push_back(
         [=] { return batchnorm_fwd_eval_cuda(s, x, act, gamma, beta, rm, rv, y, rows, c, eps, relu, res, prebias); });
   } else {  // dY, X, gamma, save_mean, save_invstd [, Y] -> dX, dgamma, dbeta [, G]
-    for (ValueId v : {n.out[1], n.out[2]})  // a frozen parameter's (unused) gradient: an f32 activation
-      if (c_.plan.values[v].region != Region::Grads && !c_.graph.values[v].full_precision)
-        return Error{ErrCode::NotSupported, "cuda backend",
-                     "a batch-norm parameter used more than once (" + n.name + ") is not supported on CUDA yet"};
+    if (Status st = bn_param_grads_supported(n); !st.ok()) return st;
     const void* dy = at(n.in[0]);
     const float *gamma = f32(n.in[2]), *sm = f32(n.in[3]), *si = f32(n.in[4]);
     const void* y = relu ? at(n.in[5]) : nullptr;
@@ -428,10 +435,7 @@ Status CudaBackend::lower_batch_norm_pool_node(const Node& n, std::vector<Launch
       return batchnorm_fwd_eval_pool_cuda(s, x, act, gamma, beta, rm, rv, y, pg, eps, true, prebias);
     });
   } else {  // pooled dY, X, gamma, save_mean, save_invstd, beta, argmax -> dX, dgamma, dbeta
-    for (ValueId v : {n.out[1], n.out[2]})
-      if (c_.plan.values[v].region != Region::Grads && !c_.graph.values[v].full_precision)
-        return Error{ErrCode::NotSupported, "cuda backend",
-                     "a batch-norm parameter used more than once (" + n.name + ") is not supported on CUDA yet"};
+    if (Status st = bn_param_grads_supported(n); !st.ok()) return st;
     const void* dy = at(n.in[0]);
     const float *gamma = f32(n.in[2]), *sm = f32(n.in[3]), *si = f32(n.in[4]), *beta = f32(n.in[5]);
     const uint8_t* idx = u8(n.in[6]);

@@ -282,12 +282,6 @@ struct WindowPoolGrad {
   }
 };
 
-// True when the windows tile the input exactly: the case in which maxpool2d_bwd_idx_cuda runs its tiled kernel and
-// the fused kernels their tiling variants.
-bool windows_tile(const Pool2dGeom& g) {
-  return g.sh == g.kh && g.sw == g.kw && g.ph == 0 && g.pw == 0 && g.h == g.p * g.kh && g.w == g.q * g.kw;
-}
-
 // The geometries the fused kernels run: g exactly as pool2d_geom_finish makes it, windows of at most 256 elements
 // (the u8 argmax), stride <= kernel, c < 2^31.
 bool fused_pool_geom_ok(const Pool2dGeom& g) {
@@ -302,7 +296,7 @@ template <class T>
 Status bn_pool_apply_launch(cudaStream_t s, const Pool2dGeom& g, const void* x, void* y, uint8_t* idx,
                             const float* gamma, const float* beta, const float* mean, const float* inv_or_var,
                             bool var_not_invstd, float eps, bool relu, const float* mean_shift) {
-  const bool tiled = windows_tile(g);
+  const bool tiled = pool2d_windows_tile(g);
   auto launch = [&](auto vw) {
     constexpr int V = decltype(vw)::value;
     const int64_t items = g.n * g.p * g.q * (g.c / V);
@@ -399,7 +393,7 @@ Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* dy = static_cast<const T*>(dy_pooled);
-    if (windows_tile(g)) {
+    if (pool2d_windows_tile(g)) {
       const TiledPoolGrad<T> gs{dy, idx, u32(g.h * g.w), u32(g.w), u32(g.kh), u32(g.kw), u32(g.p * g.q), u32(g.q),
                                 u32(g.h)};
       return bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,

@@ -238,11 +238,6 @@ __global__ void maxpool_bwd_idx_tiled_kernel(const Pool2dGeom g, const T* __rest
   }
 }
 
-// True when the windows tile the input exactly (maxpool_bwd_idx_tiled_kernel applies).
-bool pool_windows_tile(const Pool2dGeom& g) {
-  return g.sh == g.kh && g.sw == g.kw && g.ph == 0 && g.pw == 0 && g.h == g.p * g.kh && g.w == g.q * g.kw;
-}
-
 // x (N, H, W, C) -> y (N, P, Q, C): window sum in scan order, divided by kh*kw (padding counts as zeros).
 template <class T, int V, class I>
 __global__ void avgpool_fwd_kernel(const Pool2dGeom g, const T* __restrict__ x, T* __restrict__ y) {
@@ -428,7 +423,7 @@ Status maxpool2d_bwd_idx_cuda(cudaStream_t s, const Pool2dGeom& g, const void* d
     return with_vec_and_index<T>(g, dy, dx, nullptr, [&](auto vec, auto it) {
       constexpr int V = decltype(vec)::value;
       using I = typename decltype(it)::type;
-      if (pool_windows_tile(g)) {
+      if (pool2d_windows_tile(g)) {
         maxpool_bwd_idx_tiled_kernel<T, V, I><<<elementwise_grid(g.n * g.p * g.q * (g.c / V)), kElementwiseBlock, 0,
                                              s>>>(g, static_cast<const T*>(dy), idx, static_cast<T*>(dx));
         return TRCTL_CUDA_LAUNCH_STATUS("maxpool_bwd_idx_tiled_kernel");

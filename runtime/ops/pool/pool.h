@@ -17,6 +17,13 @@ struct Pool2dGeom {
 // real input element, so a max window never consists of padding only).
 bool pool2d_geom_finish(Pool2dGeom& g);
 
+// True when the windows tile the input exactly (stride = kernel, no padding, H = P kh, W = Q kw): the CUDA max-pool
+// backward then runs its one-thread-per-window kernel, and the fused batch norm + pool kernels their tiling variants
+// (which must match it bit for bit, so both ask this one function).
+inline bool pool2d_windows_tile(const Pool2dGeom& g) {
+  return g.sh == g.kh && g.sw == g.kw && g.ph == 0 && g.pw == 0 && g.h == g.p * g.kh && g.w == g.q * g.kw;
+}
+
 // Max over each window; padded positions never win (they count as -inf). A NaN in the window makes the output NaN,
 // as in PyTorch. x (N, H, W, C), y (N, P, Q, C).
 template <class T>
