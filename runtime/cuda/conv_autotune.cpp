@@ -14,12 +14,10 @@
 #include <vector>
 
 #include "core/ckpt/atomic_file.h"
-#include "core/passes/passes.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_context.h"
-#include "runtime/ops/conv2d/im2col.h"
-#include "runtime/ops/conv2d/s2d.h"
+#include "runtime/ops/conv2d/conv_route.h"
 
 namespace trctl {
 namespace {
@@ -465,7 +463,7 @@ Status conv_autotune_spec(const Compiled& c, const std::string& path, std::strin
   d.io = prec == Precision::Fp16 ? GpuDType::F16 : prec == Precision::Bf16 ? GpuDType::BF16 : GpuDType::F32;
   d.tf32 = prec == Precision::Tf32;
   d.deterministic = c.spec.train.deterministic;
-  const bool lowp = prec == Precision::Fp16 || prec == Precision::Bf16;
+  const ConvRouteOptions route = conv_route_options(c.spec);
   const AutotuneDevice none;
   std::set<std::string> seen;  // geometries already measured
   for (const Program& p : c.graph.programs)
@@ -473,31 +471,11 @@ Status conv_autotune_spec(const Compiled& c, const std::string& path, std::strin
       ValueId x = 0, w = 0;
       if (!conv_node_operands(n, &x, &w)) continue;
       d.g = conv2d_geom_of(c.graph, n, x, w);
-      // Under AMP the forward (train.conv_s2d: forward, the default, or on) and the weight gradient (on) of a
-      // stride-2 few-channel conv (s2d_conv_eligible: the ResNet stem) run as space-to-depth + a stride-1 cuDNN
-      // conv planned on s2d_conv_geom (CudaBackend::s2d_node, which takes precedence over im2col): measure that.
-      const ConvS2d s2d_mode = c.spec.train.conv_s2d;
-      const bool s2d_dir = n.op == OpKind::Conv2d ? s2d_mode != ConvS2d::Off
-                           : n.op == OpKind::Conv2dGradWeight ? s2d_mode == ConvS2d::On
-                                                              : false;
-      const bool s2d = lowp && s2d_dir && !pointwise_conv(n) && s2d_conv_eligible(d.g);
-      if (s2d) {
-        d.g = s2d_conv_geom(d.g);
-      } else {
-        // Under AMP the forward and weight gradient of a few-channel conv (im2col_conv_eligible) run as im2col +
-        // GEMM with no cuDNN plan (CudaBackend::im2col_node; train.conv_im2col: forward keeps the weight gradient
-        // on cuDNN, off both): nothing to measure; a data gradient still is.
-        const ConvIm2col mode = c.spec.train.conv_im2col;
-        const bool im2col_dir = n.op == OpKind::Conv2d ? mode != ConvIm2col::Off
-                                : n.op == OpKind::Conv2dGradWeight ? mode == ConvIm2col::On
-                                                                   : false;
-        if (lowp && im2col_dir && im2col_conv_eligible(d.g)) continue;
-        // The backend plans the forward and data gradient of an AMP conv over C % 8 != 0 channels (an RGB stem)
-        // with C padded to a multiple of 8 (CudaBackend::padded_channels): measure that geometry, so its key is
-        // found.
-        if (lowp && n.op != OpKind::Conv2dGradWeight && d.g.groups == 1 && d.g.c % 8 != 0)
-          d.g.c = (d.g.c + 7) / 8 * 8;
-      }
+      // What the backend plans for this direction (runtime/ops/conv2d/conv_route.h, CudaBackend::planned_geom):
+      // nothing for im2col + GEMM (a data gradient still is measured), else the cuDNN plan's geometry
+      // (space-to-depth's stride-1 one, or C padded to a multiple of 8 under AMP), so its key is found.
+      if (conv_route(route, n.op, d.g) == ConvRoute::Im2col) continue;
+      d.g = conv_plan_geom(route, n.op, d.g);
       if (!seen.insert(autotune_key(none, ConvDir::Fwd, d)).second) continue;
       if (Status st = autotune_one(ctx.value().cudnn, d, cache.value(), size_t{256} << 20, report); !st) return st;
     }

@@ -17,6 +17,7 @@
 #include "runtime/cuda/im2col_conv.h"
 #include "runtime/cuda/lt_gemm.h"
 #include "runtime/cuda/s2d_conv.h"
+#include "runtime/ops/conv2d/conv_route.h"
 #include "runtime/ops/amp/amp_cuda.h"
 #include "runtime/ops/augment/augment_cuda.h"
 #include "runtime/ops/optim/optim_cuda.h"
@@ -120,7 +121,7 @@ class CudaBackend final : public Backend {
   // CNN nodes (runtime/cuda/cuda_lower_cnn.cpp): cuDNN plans and workspaces, then one launch list per node.
   Status plan_cnn();
   const CudnnConvPlan* conv_plan(const Node& n) const;
-  int64_t padded_channels(const Conv2dGeom& g) const;
+  ConvRoute conv_route_of(const Node& n) const;  // runtime/ops/conv2d/conv_route.h
   Conv2dGeom planned_geom(const Node& n) const;
   Status lower_cnn_node(int program, size_t i, std::vector<Launch>& out);
   Status lower_conv_node(const Node& n, std::vector<Launch>& out);

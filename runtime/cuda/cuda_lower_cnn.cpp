@@ -15,6 +15,7 @@
 #include "runtime/ops/batchnorm/batchnorm_cuda.h"
 #include "runtime/ops/cast/cast_cuda.h"
 #include "runtime/ops/channel_copy/channel_copy_cuda.h"
+#include "runtime/ops/conv2d/conv_route.h"
 #include "runtime/ops/conv2d/im2col.h"
 #include "runtime/ops/conv2d/s2d.h"
 #include "runtime/ops/pool/pool_cuda.h"
@@ -44,23 +45,21 @@ std::pair<ValueId, ValueId> conv_operands(const Node& n) {
 
 }  // namespace
 
-// cuDNN runs a convolution over 3 input channels (an RGB stem) with FMA kernels, an order of magnitude slower than
-// over 8 with tensor cores: under AMP such inputs and filters are padded with zero channels to a multiple of 8
-// (the result is the same: zero channels add nothing), and the weight gradient is sliced back.
-int64_t CudaBackend::padded_channels(const Conv2dGeom& g) const {
-  if (!lowp() || g.groups != 1 || g.c % 8 == 0) return g.c;
-  return (g.c + 7) / 8 * 8;
+// How a (non-pointwise) conv node runs and the geometry of its cuDNN plan: runtime/ops/conv2d/conv_route.h, the
+// rule `trctl bench --autotune` measures by. cuDNN runs a convolution over 3 input channels (an RGB stem) with FMA
+// kernels, an order of magnitude slower than over 8 with tensor cores: under AMP the forward and data gradient pad
+// such inputs and filters with zero channels to a multiple of 8. The weight gradient keeps the real channels:
+// measured on the H200 (run 14), cuDNN's wgrad of the 7x7 C=3 stem took 0.55 ms, the padded one plus its copies
+// 1.19 ms; the forward went from 3.06 to 1.49 ms padded.
+ConvRoute CudaBackend::conv_route_of(const Node& n) const {
+  if (pointwise_conv(n)) return ConvRoute::Cudnn;  // cuBLASLt GEMMs (plan_gemms): never routed here
+  const auto [x, w] = conv_operands(n);
+  return conv_route(conv_route_options(c_.spec), n.op, conv2d_geom_of(c_.graph, n, x, w));
 }
 
-// The weight gradient keeps the real channels: measured on the H200 (run 14), cuDNN's wgrad of the 7x7 C=3 stem
-// took 0.55 ms, the padded one plus its copies 1.19 ms; the forward went from 3.06 to 1.49 ms padded. A
-// space-to-depth conv (s2d_node) is planned on its stride-1 geometry over Cz channels.
 Conv2dGeom CudaBackend::planned_geom(const Node& n) const {
   const auto [x, w] = conv_operands(n);
-  Conv2dGeom g = conv2d_geom_of(c_.graph, n, x, w);
-  if (s2d_node(n)) return s2d_conv_geom(g);
-  if (n.op != OpKind::Conv2dGradWeight) g.c = padded_channels(g);
-  return g;
+  return conv_plan_geom(conv_route_options(c_.spec), n.op, conv2d_geom_of(c_.graph, n, x, w));
 }
 
 // Conv plans for every conv node of every program (train and train_last differ in N), the largest workspace any
@@ -230,14 +229,7 @@ Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
 // stem: im2col_conv_eligible) runs as im2col + cuBLASLt GEMM (runtime/cuda/im2col_conv.h): cuDNN ran it 4-12x
 // slower than its roofline even with C padded to 8; the im2col wgrad measured slower than cuDNN's (docs/cnn.md).
 // The data gradient, when a program needs it, stays the padded cuDNN dgrad.
-bool CudaBackend::im2col_node(const Node& n) const {
-  if (!lowp() || (n.op != OpKind::Conv2d && n.op != OpKind::Conv2dGradWeight) || pointwise_conv(n)) return false;
-  if (s2d_node(n)) return false;  // space-to-depth takes precedence
-  const ConvIm2col mode = c_.spec.train.conv_im2col;  // train.conv_im2col: on | forward | off
-  if (mode == ConvIm2col::Off || (mode == ConvIm2col::Forward && n.op == OpKind::Conv2dGradWeight)) return false;
-  const auto [x, w] = conv_operands(n);
-  return im2col_conv_eligible(conv2d_geom_of(c_.graph, n, x, w));
-}
+bool CudaBackend::im2col_node(const Node& n) const { return conv_route_of(n) == ConvRoute::Im2col; }
 
 std::string CudaBackend::im2col_key(const Node& n) const {
   const auto [x, w] = conv_operands(n);
@@ -292,13 +284,7 @@ Status CudaBackend::lower_im2col_conv_node(const Node& n, std::vector<Launch>& o
 // (runtime/cuda/s2d_conv.h), planned in plan_cnn like every cuDNN conv (its own key: the stride-1 geometry, so it
 // is autotuned and counted in conv_algorithms). Takes precedence over im2col. The data gradient, when a program
 // needs it, stays the padded cuDNN dgrad of the original geometry.
-bool CudaBackend::s2d_node(const Node& n) const {
-  const ConvS2d mode = c_.spec.train.conv_s2d;  // on | forward (the default) | off
-  if (!lowp() || mode == ConvS2d::Off || pointwise_conv(n)) return false;
-  if (n.op != OpKind::Conv2d && (n.op != OpKind::Conv2dGradWeight || mode != ConvS2d::On)) return false;
-  const auto [x, w] = conv_operands(n);
-  return s2d_conv_eligible(conv2d_geom_of(c_.graph, n, x, w));
-}
+bool CudaBackend::s2d_node(const Node& n) const { return conv_route_of(n) == ConvRoute::S2d; }
 
 Status CudaBackend::lower_s2d_conv_node(const Node& n, std::vector<Launch>& out) {
   const CudnnConvPlan* plan = conv_plan(n);
