@@ -35,6 +35,7 @@ struct NodeTime {
   double ms = 0;             // device time per run
   double flops = 0;          // arithmetic of GEMM/convolution nodes (0 for the others)
   double bytes = 0;          // bytes its inputs and outputs take as stored (read once, written once)
+  std::vector<double> launch_ms;  // nodes lowered to several launches: each one's device time on its own
 };
 struct StepProfile {
   std::vector<NodeTime> nodes;

@@ -2,7 +2,8 @@
 // `reps` times between two events; then each node's launches (as lowered for the graph, batch fetch first) run on
 // their own, `reps` times between two events. Nodes are timed outside the graph, so their sum includes one launch
 // latency each; the difference to the replay time is what the graph saves. Running a node repeatedly is
-// harmless for timing: every node overwrites its outputs (the optimizer and the running statistics drift).
+// harmless for timing: every node overwrites its outputs (the optimizer and the running statistics drift). A node of
+// several launches (batch norm: statistics, finalize, apply) also has each launch timed alone (launch_ms).
 #include "runtime/cuda/cuda_backend_impl.h"
 #include "runtime/cuda/cuda_check.h"
 
@@ -105,6 +106,13 @@ Result<StepProfile> CudaBackend::profile(int program, int reps) {
     if (st.ok()) st = checked(cudaEventRecord(e1, ctx_.stream), "cudaEventRecord", __LINE__);
     if (st.ok()) st = elapsed(&ms);
     rows[k].ms = ms / reps;
+    for (size_t j = 0; j < groups[k].size() && groups[k].size() > 1 && st.ok(); ++j) {  // each launch alone
+      st = checked(cudaEventRecord(e0, ctx_.stream), "cudaEventRecord", __LINE__);
+      for (int r = 0; r < reps && st.ok(); ++r) st = groups[k][j]();
+      if (st.ok()) st = checked(cudaEventRecord(e1, ctx_.stream), "cudaEventRecord", __LINE__);
+      if (st.ok()) st = elapsed(&ms);
+      rows[k].launch_ms.push_back(ms / reps);
+    }
   }
   TRCTL_CUDA_WARN(cudaEventDestroy(e0));
   TRCTL_CUDA_WARN(cudaEventDestroy(e1));

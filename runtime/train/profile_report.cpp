@@ -98,7 +98,13 @@ void profile_metrics(const StepProfile& p, int64_t batch, BenchResult* out) {
     const NodeTime& n = p.nodes[i];
     nodes += std::string(i ? ",\n    " : "\n    ") + "{\"name\": " + json_quote(n.name) + ", \"op\": " +
              json_quote(n.op) + ", \"shape\": " + json_quote(n.shape) + ", \"ms\": " + json_number(n.ms) +
-             ", \"flops\": " + json_number(n.flops) + ", \"bytes\": " + json_number(n.bytes) + "}";
+             ", \"flops\": " + json_number(n.flops) + ", \"bytes\": " + json_number(n.bytes);
+    if (!n.launch_ms.empty()) {
+      nodes += ", \"launch_ms\": [";
+      for (size_t k = 0; k < n.launch_ms.size(); ++k) nodes += (k ? ", " : "") + json_number(n.launch_ms[k]);
+      nodes += "]";
+    }
+    nodes += "}";
   }
   out->details.emplace_back("nodes", nodes + (p.nodes.empty() ? "]" : "\n  ]"));
   out->details.emplace_back("batch", std::to_string(batch));
