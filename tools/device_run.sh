@@ -20,6 +20,11 @@
 #             (without gnuplot on the device: --no-plots; `trctl report` here in the unpacked cnn/ redraws them)
 #             CNN_EXTRA: more trctl overrides (e.g. train.deterministic=false), also given to autotune and the
 #             CNNs' layers runs (the autotune cache is keyed by the deterministic flag)
+#   epochlen  why a training epoch's step is longer than the profile's back-to-back replays: trctl train of
+#             each of CNN_MODELS (3 epochs) at each epoch length of EPOCHLEN_SIZES images (default "6400 25600",
+#             25 and 100 steps at batch 256) with run.log_interval 10 (a loss read, i.e. a synchronize, every 10
+#             steps) and 1000000 (none), nvidia-smi sampling clocks, power and throttle reasons every 100 ms
+#             (epochlen.tar.gz; the steady img/s of each run in summary.txt). Run after autotune.
 #   cnnacc    configs/cnn_fmnist.yaml trained to the end (test accuracy; CNNACC_EPOCHS to change)
 #   autotune  trctl bench CFG --autotune for each of CNN_MODELS (the cache in $TRCTL_AUTOTUNE_CACHE, used by the
 #             stages after it; without this stage runs use cuDNN's heuristics)
@@ -146,10 +151,34 @@ if has layers; then
       --json "/tmp/prof/layers_$m.json" >"/tmp/prof/layers_$m.txt" 2>&1
     echo "trctl layers $m: rc $?" >>"$SUM"
     # the replay next to the node sum, then the op kinds by time
-    grep -E 'step \(captured|^graph replay vs|^  ' "/tmp/prof/layers_$m.txt" | head -n 17 | sed 's/^/    /' >>"$SUM"
+    grep -E 'step \(captured|^graph replay vs|^graph launch|^  ' "/tmp/prof/layers_$m.txt" | head -n 18 | sed 's/^/    /' >>"$SUM"
   done
 fi
 if has autotune || has layers; then tar czf "$OUT/prof.tar.gz" -C /tmp prof; fi
+
+if has epochlen; then
+  rm -rf /tmp/epochlen && mkdir -p /tmp/epochlen
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+    --format=csv -lms 100 >/tmp/epochlen/smi.csv 2>&1 &
+  smi_pid=$!
+  for m in ${CNN_MODELS:-resnet50}; do
+    for n in ${EPOCHLEN_SIZES:-6400 25600}; do
+      for li in 10 1000000; do
+        name="${m}_n${n}_log${li}"
+        echo "$(date -u +%T.%N) start $name" >>/tmp/epochlen/marks.txt
+        timeout 150 "$BIN/trctl" train "configs/$m.yaml" train.epochs=3 data.synthetic.train_size="$n" \
+          data.synthetic.val_size=512 run.out_dir=/tmp/epochlen run.name="$name" run.progress=off \
+          run.log_interval="$li" ${CNN_EXTRA:-} >"/tmp/epochlen/$name.log" 2>&1
+        echo "epochlen $name: rc $? :: $(grep -E '^done' "/tmp/epochlen/$name.log" | grep -oE 'steady[^;]*')" >>"$SUM"
+        grep -E 'epoch [23]/' "/tmp/epochlen/$name.log" | grep -oE '[0-9]+ img/s.*' | sed 's/^/    /' >>"$SUM"
+      done
+    done
+  done
+  kill "$smi_pid" 2>/dev/null
+  awk -F', ' 'NR > 1 && $2+0 > 0 {n++; c += $2; p += $4} END {if (n) printf "    nvidia-smi: %d samples, mean SM clock %.0f MHz, mean power %.0f W\n", n, c/n, p/n}' \
+    /tmp/epochlen/smi.csv >>"$SUM"
+  tar czf "$OUT/epochlen.tar.gz" -C /tmp epochlen
+fi
 
 if has cnn; then
   rm -rf /tmp/cnn && mkdir -p /tmp/cnn

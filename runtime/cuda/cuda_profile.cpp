@@ -4,6 +4,10 @@
 // latency each; the difference to the replay time is what the graph saves. Running a node repeatedly is
 // harmless for timing: every node overwrites its outputs (the optimizer and the running statistics drift). A node of
 // several launches (batch norm: statistics, finalize, apply) also has each launch timed alone (launch_ms).
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
 #include "runtime/cuda/cuda_backend_impl.h"
 #include "runtime/cuda/cuda_check.h"
 
@@ -68,11 +72,31 @@ Result<StepProfile> CudaBackend::profile(int program, int reps) {
   // The whole step as the trainer runs it (warm-up replays first).
   for (int r = 0; r < 3 && st.ok(); ++r) st = checked(cudaGraphLaunch(exec_[program], ctx_.stream), "cudaGraphLaunch", __LINE__);
   if (st.ok()) st = checked(cudaEventRecord(e0, ctx_.stream), "cudaEventRecord", __LINE__);
-  for (int r = 0; r < reps && st.ok(); ++r)
+  double host_s = 0;
+  for (int r = 0; r < reps && st.ok(); ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
     st = checked(cudaGraphLaunch(exec_[program], ctx_.stream), "cudaGraphLaunch", __LINE__);
+    host_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   if (st.ok()) st = checked(cudaEventRecord(e1, ctx_.stream), "cudaEventRecord", __LINE__);
   if (st.ok()) st = elapsed(&ms);
   prof.graph_ms = ms / reps;
+  prof.launch_host_ms = 1e3 * host_s / reps;
+  // What a synchronize between steps costs (the trainer's loss reads at log_interval, epoch boundaries): host wall
+  // time of launch + synchronize on a drained stream, less the replay's device time; the median of 5.
+  std::vector<double> restart;
+  for (int r = 0; r < 5 && st.ok(); ++r) {
+    st = checked(cudaStreamSynchronize(ctx_.stream), "cudaStreamSynchronize", __LINE__);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (st.ok()) st = checked(cudaGraphLaunch(exec_[program], ctx_.stream), "cudaGraphLaunch", __LINE__);
+    if (st.ok()) st = checked(cudaStreamSynchronize(ctx_.stream), "cudaStreamSynchronize", __LINE__);
+    restart.push_back(1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() -
+                      prof.graph_ms);
+  }
+  if (!restart.empty()) {
+    std::sort(restart.begin(), restart.end());
+    prof.restart_ms = restart[restart.size() / 2];
+  }
   // Each node on its own.
   std::vector<std::vector<Launch>> groups;
   std::vector<NodeTime> rows;
@@ -81,7 +105,7 @@ Result<StepProfile> CudaBackend::profile(int program, int reps) {
     if (!fetch.ok()) st = fetch.errors();
     else groups.push_back({fetch.value()});
     rows.push_back({"augment", "batch_fetch", c_.graph.values[p.input].shape.str(), 0, 0,
-                    static_cast<double>(stored_bytes(c_.graph, p.input))});
+                    static_cast<double>(stored_bytes(c_.graph, p.input)), {}});
   }
   for (size_t i = 0; i < p.nodes.size() && st.ok(); ++i) {
     std::vector<Launch> g;
@@ -89,7 +113,7 @@ Result<StepProfile> CudaBackend::profile(int program, int reps) {
     const Node& n = p.nodes[i];
     groups.push_back(std::move(g));
     rows.push_back({n.name, to_string(n.op), c_.graph.values[n.out[0]].shape.str(), 0, node_flops(c_.graph, n),
-                    node_bytes(c_.graph, n)});
+                    node_bytes(c_.graph, n), {}});
   }
   warm_.clear();
   for (size_t k = 0; k < groups.size() && st.ok(); ++k) {

@@ -56,6 +56,13 @@ std::string profile_table(const StepProfile& p, int64_t batch, int top) {
                   p.graph_ms, total, p.graph_ms / total, saved >= 0 ? "saves" : "costs", std::fabs(saved));
     out += buf;
   }
+  if (p.graph_ms > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "graph launch: %.3f ms of host time per cudaGraphLaunch; a launch after a synchronize costs "
+                  "%.3f ms more than a replay (the drained stream's start and end)\n",
+                  p.launch_host_ms, p.restart_ms);
+    out += buf;
+  }
   std::map<std::string, OpTotal> by_op;
   for (const NodeTime& n : p.nodes) {
     OpTotal& t = by_op[n.op];
@@ -90,6 +97,8 @@ void profile_metrics(const StepProfile& p, int64_t batch, BenchResult* out) {
   out->add("step_ms", p.graph_ms, "ms", false);
   out->add("images_per_s", p.graph_ms > 0 ? batch / (p.graph_ms * 1e-3) : 0.0, "img/s", true);
   out->add("nodes_ms", sum_ms(p), "ms", false);
+  out->add("launch_host_ms", p.launch_host_ms, "ms", false);
+  out->add("restart_ms", p.restart_ms, "ms", false);
   std::map<std::string, double> by_op;
   for (const NodeTime& n : p.nodes) by_op[n.op] += n.ms;
   for (const auto& [op, ms] : by_op) out->add("op/" + op + "_ms", ms, "ms", false);
