@@ -40,7 +40,7 @@ struct NodeTime {
 struct StepProfile {
   std::vector<NodeTime> nodes;
   double graph_ms = 0;       // one replay of the captured step
-  double launch_host_ms = 0; // host time of one cudaGraphLaunch call (the replays above)
+  double launch_host_ms = 0; // host time of one cudaGraphLaunch call onto a drained stream
   double restart_ms = 0;     // a launch onto a drained stream: host wall time to its end, less graph_ms
   int reps = 0;
 };

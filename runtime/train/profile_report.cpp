@@ -58,8 +58,8 @@ std::string profile_table(const StepProfile& p, int64_t batch, int top) {
   }
   if (p.graph_ms > 0) {
     std::snprintf(buf, sizeof buf,
-                  "graph launch: %.3f ms of host time per cudaGraphLaunch; a launch after a synchronize costs "
-                  "%.3f ms more than a replay (the drained stream's start and end)\n",
+                  "graph launch: %.3f ms of host time per cudaGraphLaunch onto a drained stream; that launch costs "
+                  "%.3f ms more than a replay (the stream's start and end)\n",
                   p.launch_host_ms, p.restart_ms);
     out += buf;
   }
