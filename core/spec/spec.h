@@ -204,6 +204,12 @@ enum class ConvIm2col { On, Forward, Off };
 // weight gradient measured slower than cuDNN's on the real 3 channels), off = the conv_im2col / cuDNN paths. The
 // same convolution up to summation order; a performance switch, no effect on the CPU backend.
 enum class ConvS2d { On, Forward, Off };
+// Few-channel convolutions (C <= 4: RGB stems; fewc_conv_eligible, runtime/ops/conv2d/fewc.h) under AMP on the CUDA
+// backend: forward = the forward as trctl's tensor-core implicit GEMM (takes precedence over conv_s2d and
+// conv_im2col; the default), on = also the weight gradient of stride-2 ones with K = 64 (fewc_wgrad_eligible),
+// off = the conv_s2d / conv_im2col / cuDNN paths. The same convolution up to summation order; a performance
+// switch, no effect on the CPU backend.
+enum class ConvFewc { On, Forward, Off };
 struct TrainSpec {
   int epochs = 1;               // >= 1
   Precision precision = Precision::Fp32;
@@ -217,6 +223,7 @@ struct TrainSpec {
   bool deterministic = true;
   ConvIm2col conv_im2col = ConvIm2col::Forward;  // YAML conv_im2col: on | forward | off
   ConvS2d conv_s2d = ConvS2d::Forward;           // YAML conv_s2d: on | forward | off
+  ConvFewc conv_fewc = ConvFewc::Forward;        // YAML conv_fewc: on | forward | off
   int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
   // Optimizer steps between mid-epoch checkpoints (checkpoints/epoch-NNNN-step-SSSSSSSS, with the data position);
   // 0 = none. Independent of checkpoint_every (both may be set); not part of the checkpoint's spec hash.
@@ -284,6 +291,7 @@ const char* to_string(Precision p);
 const char* to_string(DeviceKind d);
 const char* to_string(ConvIm2col c);
 const char* to_string(ConvS2d c);
+const char* to_string(ConvFewc c);
 const char* to_string(OptimizerKind o);
 const char* to_string(SchedulerKind s);
 const char* to_string(LayerKind l);

@@ -20,6 +20,7 @@
 #include "runtime/ops/bias_grad/bias_grad_cuda.h"
 #include "runtime/ops/cast/cast_cuda.h"
 #include "runtime/ops/channel_copy/channel_copy_cuda.h"
+#include "runtime/ops/conv2d/fewc_cuda.h"
 #include "runtime/ops/conv2d/s2d.h"
 #include "runtime/ops/dropout/dropout_cuda.h"
 #include "runtime/ops/optim/optim_cuda.h"
@@ -197,7 +198,8 @@ Status bench_stem_s2d(Bench& b, const Conv2dGeom& g, const std::string& name, co
 // The RGB stems at batch 256 in f16 (docs/cnn.md), forward and weight gradient, through the im2col + GEMM path the
 // backend runs under AMP (im2col_conv.h) and through the cuDNN path it ran before: forward on C padded to 8 (the
 // two pad copies included), weight gradient unpadded plus the cast of dW to fp32; and for the stride-2 ResNet-50
-// stem the space-to-depth path (bench_stem_s2d). TFLOP/s of the real C = 3 work.
+// stem the space-to-depth path (bench_stem_s2d); the forward through trctl's few-channel tensor-core kernel
+// (fewc_cuda.h). TFLOP/s of the real C = 3 work.
 Status bench_stem_convs(Bench& b, const void* random, int64_t random_n) {
   const cudaStream_t s = b.ctx.stream;
   struct Shape {
@@ -258,6 +260,22 @@ Status bench_stem_convs(Bench& b, const void* random, int64_t random_n) {
     });
     if (st.ok() && s2d_conv_eligible(g))
       st = bench_stem_s2d(b, g, n, size, flops, x.p, w.p, y.p, dy.p, static_cast<float*>(dw.p));
+    if (st.ok()) {  // the backend's forward under AMP with train.conv_fewc: forward (the default)
+      Result<FewcConvPlan> fp = fewc_conv_plan(g, GpuDType::F16);
+      if (!fp.ok()) return fp.errors();
+      st = b.add(n + " fwd fewc f16", size, flops, true, ceil,
+                 [&] { return fewc_conv_fwd_cuda(s, fp.value(), x.p, w.p, nullptr, y.p); });
+    }
+    if (st.ok() && fewc_wgrad_eligible(g)) {  // with train.conv_fewc: on
+      Result<FewcWgradPlan> wp = fewc_wgrad_plan(g, GpuDType::F16);
+      if (!wp.ok()) return wp.errors();
+      DeviceBuffer fws;
+      const size_t fwsb = fewc_wgrad_workspace_bytes(wp.value());
+      TRCTL_CUDA_TRY(cudaMalloc(&fws.p, fwsb));
+      st = b.add(n + " wgrad fewc f16", size, flops, true, ceil, [&] {
+        return fewc_conv_wgrad_cuda(s, wp.value(), dy.p, x.p, static_cast<float*>(dw.p), fws.p, fwsb);
+      });
+    }
     if (!st.ok()) return st;
   }
   return ok_status();

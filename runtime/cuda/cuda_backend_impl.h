@@ -18,6 +18,7 @@
 #include "runtime/cuda/lt_gemm.h"
 #include "runtime/cuda/s2d_conv.h"
 #include "runtime/ops/conv2d/conv_route.h"
+#include "runtime/ops/conv2d/fewc_cuda.h"
 #include "runtime/ops/amp/amp_cuda.h"
 #include "runtime/ops/augment/augment_cuda.h"
 #include "runtime/ops/optim/optim_cuda.h"
@@ -135,6 +136,12 @@ class CudaBackend final : public Backend {
   // space-to-depth + a stride-1 cuDNN conv (planned in conv_ on s2d_conv_geom); takes precedence over im2col.
   bool s2d_node(const Node& n) const;
   Status lower_s2d_conv_node(const Node& n, std::vector<Launch>& out);
+  // Few-channel convs under AMP (train.conv_fewc): the forward (fewc_conv_eligible) and with `on` the weight
+  // gradient (fewc_wgrad_eligible) as trctl's tensor-core implicit GEMM (runtime/ops/conv2d/fewc_cuda.h), no cuDNN
+  // plan; takes precedence over s2d and im2col.
+  bool fewc_node(const Node& n) const;
+  Status plan_fewc(const Node& n);
+  Status lower_fewc_conv_node(const Node& n, std::vector<Launch>& out);
   Status lower_batch_norm_node(const Node& n, std::vector<Launch>& out);
   Status bn_param_grads_supported(const Node& n) const;  // dgamma, dbeta go to the parameters' own gradient slots
   Status lower_batch_norm_pool_node(const Node& n, std::vector<Launch>& out);  // attrs.pool: pass_fuse_bn_pool
@@ -188,6 +195,8 @@ class CudaBackend final : public Backend {
   void *pad_x_ = nullptr, *pad_dx_ = nullptr, *pad_w_ = nullptr;  // channel-padded conv scratch (AMP, C % 8 != 0)
   int64_t pad_x_elems_ = 0, pad_w_elems_ = 0;                     // AMP: a conv weight gradient in the activation dtype, before its cast
   std::map<std::string, Im2colConvPlan> im2col_;  // by im2col_key; their cols and Wc live in conv_ws_
+  std::map<std::string, FewcConvPlan> fewc_;          // forwards, by geometry key (conv_key)
+  std::map<std::string, FewcWgradPlan> fewc_wgrad_;   // weight gradients (partials in conv_ws_), likewise
   void *s2d_z_ = nullptr, *s2d_w_ = nullptr;      // space-to-depth scratch: z (N, Hz, Wz, Cz), w2 (K, R2, S2, Cz)
   size_t s2d_z_bytes_ = 0, s2d_w_bytes_ = 0;      // (io dtype; the largest of all s2d convs)
   std::vector<Launch> warm_;                    // cuDNN calls run once before capture (module loading)

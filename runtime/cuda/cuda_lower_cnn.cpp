@@ -86,6 +86,10 @@ Status CudaBackend::plan_cnn() {
   for (const Program& p : c_.graph.programs)
     for (const Node& n : p.nodes) {
       if (is_conv(n.op) && !pointwise_conv(n)) {  // pointwise ones are cuBLASLt GEMMs (plan_gemms)
+        if (fewc_node(n)) {  // trctl's kernel: no cuDNN plan (nor a count in conv_sources_)
+          if (Status st = plan_fewc(n); !st.ok()) return st;
+          continue;
+        }
         if (im2col_node(n)) {  // im2col + GEMM: no cuDNN plan (nor a count in conv_sources_), like the 1x1 GEMMs
           if (Status st = plan_im2col(n); !st.ok()) return st;
           continue;
@@ -162,6 +166,7 @@ Status CudaBackend::lowp_wgrad_supported(const Node& n) const {
 }
 
 Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
+  if (fewc_node(n)) return lower_fewc_conv_node(n, out);
   if (s2d_node(n)) return lower_s2d_conv_node(n, out);
   if (im2col_node(n)) return lower_im2col_conv_node(n, out);
   const CudnnConvPlan* plan = conv_plan(n);
@@ -315,6 +320,61 @@ Status CudaBackend::lower_s2d_conv_node(const Node& n, std::vector<Launch>& out)
   }
   out.push_back(conv);
   warm_.push_back(conv);
+  return ok_status();
+}
+
+// The forward of a few-channel conv under AMP (fewc_conv_eligible, train.conv_fewc: forward, the default) and with
+// conv_fewc: on the weight gradient of a stride-2 one (fewc_wgrad_eligible): trctl's tensor-core implicit GEMM
+// (runtime/ops/conv2d/fewc_cuda.h). cuDNN ran ResNet-50's 7x7/2 stem in 0.75 ms through space-to-depth, its weight
+// gradient in 0.55 ms, and VGG's 3x3/1 C=3 conv in 1.57 ms through im2col (runs 30, 38). The data gradient keeps
+// its route.
+bool CudaBackend::fewc_node(const Node& n) const { return conv_route_of(n) == ConvRoute::Fewc; }
+
+Status CudaBackend::plan_fewc(const Node& n) {
+  const auto [x, w] = conv_operands(n);
+  const Conv2dGeom g = conv2d_geom_of(c_.graph, n, x, w);
+  const std::string key = conv_key(g);
+  if (n.op == OpKind::Conv2dGradWeight) {  // its CTAs' partials live in conv_ws_
+    if (fewc_wgrad_.count(key)) return ok_status();
+    Result<FewcWgradPlan> plan = fewc_wgrad_plan(g, act_type());
+    if (!plan.ok()) return plan.errors();
+    conv_ws_bytes_ = std::max(conv_ws_bytes_, fewc_wgrad_workspace_bytes(plan.value()));
+    fewc_wgrad_.emplace(key, plan.value());
+    return ok_status();
+  }
+  if (fewc_.count(key)) return ok_status();
+  Result<FewcConvPlan> plan = fewc_conv_plan(g, act_type());
+  if (!plan.ok()) return plan.errors();
+  fewc_.emplace(key, plan.value());
+  return ok_status();
+}
+
+Status CudaBackend::lower_fewc_conv_node(const Node& n, std::vector<Launch>& out) {
+  const auto [xv, wv] = conv_operands(n);
+  const std::string key = conv_key(conv2d_geom_of(c_.graph, n, xv, wv));
+  const cudaStream_t s = ctx_.stream;
+  if (n.op == OpKind::Conv2dGradWeight) {  // dY, X -> dW straight into the fp32 gradient
+    auto wit = fewc_wgrad_.find(key);
+    if (wit == fewc_wgrad_.end())
+      return Error{ErrCode::Internal, "cuda backend", "no few-channel weight-gradient plan for " + n.name};
+    if (Status st = lowp_wgrad_supported(n); !st.ok()) return st;
+    const FewcWgradPlan* plan = &wit->second;
+    const void* dy = at(n.in[0]);
+    const void* x = at(n.in[1]);
+    float* dw = reinterpret_cast<float*>(at(n.out[0]));
+    void* ws = conv_ws_;
+    const size_t wsb = conv_ws_bytes_;
+    out.push_back([=] { return fewc_conv_wgrad_cuda(s, *plan, dy, x, dw, ws, wsb); });
+    return ok_status();
+  }
+  auto it = fewc_.find(key);
+  if (it == fewc_.end()) return Error{ErrCode::Internal, "cuda backend", "no few-channel conv plan for " + n.name};
+  const FewcConvPlan* plan = &it->second;
+  const void* x = at(n.in[0]);  // X, W [, b] -> Y; W and b from the AMP weight copy
+  const void* w = weight_ptr(n.in[1]);
+  const void* b = n.in.size() == 3 ? weight_ptr(n.in[2]) : nullptr;
+  void* y = at(n.out[0]);
+  out.push_back([=] { return fewc_conv_fwd_cuda(s, *plan, x, w, b, y); });
   return ok_status();
 }
 

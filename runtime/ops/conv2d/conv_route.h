@@ -13,21 +13,26 @@ enum class ConvRoute {
   Cudnn,   // a cuDNN plan of conv_plan_geom
   Im2col,  // im2col + cuBLASLt GEMM, no cuDNN plan (runtime/cuda/im2col_conv.h)
   S2d,     // space-to-depth + a cuDNN plan of conv_plan_geom = s2d_conv_geom (runtime/cuda/s2d_conv.h)
+  Fewc,    // trctl's few-channel tensor-core implicit GEMM, no cuDNN plan (runtime/ops/conv2d/fewc_cuda.h)
 };
 
 struct ConvRouteOptions {
   bool lowp = false;  // AMP (fp16/bf16 activations): the only case with other routes than cuDNN
   ConvIm2col im2col = ConvIm2col::Forward;
   ConvS2d s2d = ConvS2d::Forward;
+  ConvFewc fewc = ConvFewc::Forward;
 };
 ConvRouteOptions conv_route_options(const Spec& spec);
 
-// op: Conv2d, Conv2dGradInput or Conv2dGradWeight; g: the real geometry. Under AMP, space-to-depth for
+// op: Conv2d, Conv2dGradInput or Conv2dGradWeight; g: the real geometry. Under AMP, the few-channel kernel for
+// fewc_conv_eligible convs' forward unless conv_fewc is off, and for fewc_wgrad_eligible ones' weight gradient when
+// it is on; else space-to-depth for
 // s2d_conv_eligible convs (forward unless conv_s2d is off, weight gradient when on), else im2col for
 // im2col_conv_eligible ones (forward unless conv_im2col is off, weight gradient when on), else cuDNN.
 ConvRoute conv_route(const ConvRouteOptions& o, OpKind op, const Conv2dGeom& g);
 
-// The geometry of the cuDNN plan of route Cudnn or S2d: s2d_conv_geom for S2d; under AMP the forward and data
+// The geometry of the cuDNN plan of route Cudnn or S2d (g for Fewc, which has none): s2d_conv_geom for S2d; under
+// AMP the forward and data
 // gradient of a groups-1 conv over C % 8 != 0 channels with C padded to a multiple of 8 (tensor cores; the zero
 // channels add nothing), the weight gradient on the real channels; else g.
 Conv2dGeom conv_plan_geom(const ConvRouteOptions& o, OpKind op, const Conv2dGeom& g);

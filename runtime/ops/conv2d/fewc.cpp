@@ -1,0 +1,50 @@
+// fewc_conv_eligible / fewc_conv_tiling: see fewc.h.
+#include "runtime/ops/conv2d/fewc.h"
+
+#include <algorithm>
+
+namespace trctl {
+
+FewcTiling fewc_conv_tiling(const Conv2dGeom& g) {
+  FewcTiling t;
+  const int64_t stride = g.stride_w;
+  t.sg = (g.s + 3) / 4;
+  t.ksteps = g.r * t.sg;
+  t.mt = (g.q + 15) / 16;
+  t.tp = std::min<int64_t>(g.q <= 128 ? 2 : 1, std::max<int64_t>(g.p, 1));
+  t.tasks = g.n * ((g.p + t.tp - 1) / t.tp);
+  t.patch_rows = (t.tp - 1) * g.stride_h + g.r;
+  t.patch_cols = (16 * t.mt - 1) * stride + 4 * t.sg;
+  t.w_stride = 16 * t.ksteps + 8;
+  t.warps = std::min<int64_t>(8, (t.tp * t.mt + 1) / 2);
+  const int64_t elem = 2;
+  const int64_t patch = (t.patch_rows * t.patch_cols * 4 + 7) / 8 * 8;  // the staging after it 16-byte aligned
+  t.smem_bytes = elem * (g.k * t.w_stride + patch + t.warps * 2 * 16 * (g.k + 8));
+  return t;
+}
+
+bool fewc_conv_eligible(const Conv2dGeom& g) {
+  if (g.p <= 0 || g.q <= 0 || g.n <= 0) return false;  // not finished
+  if (g.groups != 1 || g.dil_h != 1 || g.dil_w != 1) return false;
+  if (g.c < 1 || g.c > 4) return false;
+  if (g.k != 16 && g.k != 32 && g.k != 64) return false;
+  if (g.r < 1 || g.r > 8 || g.s < 1 || g.s > 8) return false;
+  if (g.stride_h != g.stride_w || (g.stride_h != 1 && g.stride_h != 2)) return false;
+  return fewc_conv_tiling(g).smem_bytes <= kFewcMaxSmemBytes;
+}
+
+FewcWgradTiling fewc_wgrad_tiling(const Conv2dGeom& g) {
+  FewcWgradTiling w;
+  w.t = fewc_conv_tiling(g);
+  w.dy_stride = g.k + 8;
+  const int64_t patch = (w.t.patch_rows * w.t.patch_cols * 4 + 7) / 8 * 8;
+  w.smem_bytes = 2 * (patch + w.t.tp * w.t.mt * 16 * w.dy_stride + 8);
+  return w;
+}
+
+bool fewc_wgrad_eligible(const Conv2dGeom& g) {
+  return fewc_conv_eligible(g) && g.stride_h == 2 && g.k == 64 &&
+         fewc_wgrad_tiling(g).smem_bytes <= kFewcMaxSmemBytes;
+}
+
+}  // namespace trctl

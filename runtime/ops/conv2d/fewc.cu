@@ -1,0 +1,226 @@
+// The few-input-channel tensor-core convolution forward (fewc_cuda.h; the GEMM and the tiling in fewc.h).
+// A persistent CTA loads the filter once into shared memory as B (K, w_stride) in the reduction order of fewc.h,
+// then per task (image n, output rows p0 .. p0+TP-1) the input patch (patch_rows, patch_cols, 4 channels, zero
+// outside the image and for c >= C), and its warps run pairs of 16-column row tiles:
+//   A fragments: one 32-bit shared load per register (an element pair is two channels of one input pixel: the
+//     patch keeps 4 channels per pixel, so k pairs never straddle pixels), any stride;
+//   B fragments: ldmatrix.x4 from the filter rows (row stride 2 ksteps + 1 sixteen-byte units: conflict-free);
+//   mma.sync m16n8k16 with fp32 accumulators, one rounding to the io type at the end (+ the bias in fp32);
+//   the tile goes through the warp's shared staging (16 pixels x (K + 8)) so that y is written in whole 16-byte
+//   pieces, each pixel's K channels contiguous.
+// Values are copied as bits up to the MMA: the kernel works on uint16_t storage for f16 and bf16 alike.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_utils.cuh"
+#include "runtime/ops/conv2d/fewc_cuda.h"
+#include "runtime/ops/conv2d/fewc_kernels.cuh"
+
+namespace trctl {
+namespace {
+
+struct FewcArgs {
+  const uint16_t* x;     // (N, H, W, C)
+  const uint16_t* w;     // (K, R, S, C)
+  const uint16_t* bias;  // (K) or nullptr
+  uint16_t* y;           // (N, P, Q, K)
+  int h, w_in, c, r, s, stride, pad_h, pad_w, p, q;
+  int sg, ksteps, mt, tp, tasks, row_tasks, patch_rows, patch_cols, w_stride;
+};
+
+// T: __half or __nv_bfloat16 (the MMA type and the output rounding); NT = K / 8 column tiles.
+template <class T, int NT>
+__global__ void __launch_bounds__(256) fewc_fwd_kernel(FewcArgs a) {
+  constexpr int K = NT * 8;
+  constexpr int kStage = K + 8;  // staging row (elements): conflict-free fragment stores, 16-byte rows
+  extern __shared__ __align__(16) uint16_t smem[];
+  const int tid = threadIdx.x, nthreads = blockDim.x, nwarps = nthreads >> 5;
+  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int kred = a.ksteps * 16;
+  uint16_t* wsm = smem;                             // (K, w_stride)
+  uint16_t* patch = wsm + K * a.w_stride;           // (patch_rows, patch_cols, 4)
+  const int patch_elems = a.patch_rows * a.patch_cols * 4;
+  uint16_t* stage = patch + (patch_elems + 7) / 8 * 8;  // (warps, 2, 16, kStage)
+  const uint32_t* patch32 = reinterpret_cast<const uint32_t*>(patch);  // 2 words per pixel
+
+  // B (K, kred): wsm[n][((r SG + sg) 4 + s4) 4 + c4] = w[n, r, sg 4 + s4, c4], 0 outside the filter.
+  for (int i = tid; i < K * kred; i += nthreads) {
+    const int n = i / kred, kk = i - n * kred;
+    const int ks = kk >> 4, s4 = (kk >> 2) & 3, c4 = kk & 3;
+    const int r = ks / a.sg, s = (ks - r * a.sg) * 4 + s4;
+    wsm[n * a.w_stride + kk] = (s < a.s && c4 < a.c) ? a.w[((n * a.r + r) * a.s + s) * a.c + c4] : uint16_t{0};
+  }
+  // This lane's bias: channels j 8 + 2t and j 8 + 2t + 1 of column tile j.
+  float bias[NT][2];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) bias[j][e] = a.bias ? f32_of(a.bias[j * 8 + 2 * t + e], T{}) : 0.0f;
+
+  const PatchGeom pg{a.h, a.w_in, a.c, a.stride, a.pad_h, a.pad_w, a.patch_rows, a.patch_cols};
+  const int tiles = a.tp * a.mt, units = (tiles + 1) / 2;
+  for (int task = blockIdx.x; task < a.tasks; task += gridDim.x) {
+    const int n = task / a.row_tasks, p0 = (task - n * a.row_tasks) * a.tp;
+    __syncthreads();  // the previous task's MMAs have read the patch (first task: the filter is written)
+    load_patch(a.x + static_cast<int64_t>(n) * a.h * a.w_in * a.c, pg, p0, patch);
+    __syncthreads();
+
+    for (int unit = warp; unit < units; unit += nwarps) {
+      const bool two = 2 * unit + 1 < tiles;
+      int pl[2], q0[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int m = min(2 * unit + i, tiles - 1);
+        pl[i] = m / a.mt;
+        q0[i] = (m - pl[i] * a.mt) * 16;
+      }
+      float acc[2][NT][4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+      // Pixel offsets (patch columns) of rows g and g + 8 of each tile, at tap s4 = t / 2.
+      int col_lo[2], col_hi[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        col_lo[i] = (q0[i] + g) * a.stride + (t >> 1);
+        col_hi[i] = (q0[i] + g + 8) * a.stride + (t >> 1);
+      }
+      const int word = t & 1;  // channels (0, 1) or (2, 3)
+      for (int ks = 0; ks < a.ksteps; ++ks) {
+        const int r = ks / a.sg, s0 = (ks - r * a.sg) * 4;
+        uint32_t b[NT][2];
+#pragma unroll
+        for (int j = 0; j < NT; j += 2) {
+          const int mat = lane >> 3;
+          const int nrow = (j + (mat >> 1)) * 8 + (lane & 7);
+          const uint32_t addr = static_cast<uint32_t>(
+              __cvta_generic_to_shared(wsm + nrow * a.w_stride + ks * 16 + (mat & 1) * 8));
+          asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                       : "=r"(b[j][0]), "=r"(b[j][1]), "=r"(b[j + 1][0]), "=r"(b[j + 1][1])
+                       : "r"(addr));
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          if (i == 1 && !two) break;
+          const int row = (pl[i] * a.stride + r) * a.patch_cols + s0;
+          const int lo = row + col_lo[i], hi = row + col_hi[i];
+          // Taps past the filter (s >= S: zero weights) read 0, not the pixel: an Inf there must not give NaN.
+          const bool in1 = s0 + (t >> 1) < a.s, in2 = s0 + (t >> 1) + 2 < a.s;
+          const uint32_t a0 = in1 ? patch32[lo * 2 + word] : 0u, a1 = in1 ? patch32[hi * 2 + word] : 0u;
+          const uint32_t a2 = in2 ? patch32[(lo + 2) * 2 + word] : 0u, a3 = in2 ? patch32[(hi + 2) * 2 + word] : 0u;
+#pragma unroll
+          for (int j = 0; j < NT; ++j) mma16816<T>(acc[i][j], a0, a1, a2, a3, b[j][0], b[j][1]);
+        }
+      }
+      // Epilogue: round (with the bias) into the staging tile, then whole 16-byte pieces of y.
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        if (i == 1 && !two) break;
+        uint16_t* st = stage + (warp * 2 + i) * 16 * kStage;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          const int ch = j * 8 + 2 * t;
+          const uint32_t lo = static_cast<uint32_t>(bits_of(acc[i][j][0] + bias[j][0], T{})) |
+                              (static_cast<uint32_t>(bits_of(acc[i][j][1] + bias[j][1], T{})) << 16);
+          const uint32_t hi = static_cast<uint32_t>(bits_of(acc[i][j][2] + bias[j][0], T{})) |
+                              (static_cast<uint32_t>(bits_of(acc[i][j][3] + bias[j][1], T{})) << 16);
+          *reinterpret_cast<uint32_t*>(st + g * kStage + ch) = lo;
+          *reinterpret_cast<uint32_t*>(st + (g + 8) * kStage + ch) = hi;
+        }
+        __syncwarp();
+        const int p = p0 + pl[i];
+        constexpr int kChunks = K / 8;  // 16-byte pieces per pixel
+        for (int cidx = lane; cidx < 16 * kChunks; cidx += 32) {
+          const int px = cidx / kChunks, ck = cidx - px * kChunks;
+          const int q = q0[i] + px;
+          if (p < a.p && q < a.q)
+            *reinterpret_cast<uint4*>(a.y + ((static_cast<int64_t>(n) * a.p + p) * a.q + q) * K + ck * 8) =
+                *reinterpret_cast<const uint4*>(st + px * kStage + ck * 8);
+        }
+        __syncwarp();
+      }
+    }
+  }
+}
+
+using FewcKernel = void (*)(FewcArgs);
+
+template <class T>
+FewcKernel fewc_kernel_k(int64_t k) {
+  switch (k) {
+    case 16: return fewc_fwd_kernel<T, 2>;
+    case 32: return fewc_fwd_kernel<T, 4>;
+    case 64: return fewc_fwd_kernel<T, 8>;
+    default: return nullptr;
+  }
+}
+FewcKernel fewc_kernel(GpuDType io, int64_t k) {
+  if (io == GpuDType::F16) return fewc_kernel_k<__half>(k);
+  if (io == GpuDType::BF16) return fewc_kernel_k<__nv_bfloat16>(k);
+  return nullptr;
+}
+
+}  // namespace
+
+Result<FewcConvPlan> fewc_conv_plan(const Conv2dGeom& g, GpuDType io) {
+  if (io != GpuDType::F16 && io != GpuDType::BF16)
+    return Error{ErrCode::NotSupported, "fewc conv",
+                 std::string("the few-channel tensor-core conv takes f16 or bf16, not ") + gpu_dtype_name(io)};
+  if (!fewc_conv_eligible(g))
+    return Error{ErrCode::NotSupported, "fewc conv", "not a few-channel conv it covers: " + conv2d_geom_str(g)};
+  FewcConvPlan plan;
+  plan.g = g;
+  plan.io = io;
+  plan.t = fewc_conv_tiling(g);
+  const FewcKernel kernel = fewc_kernel(io, g.k);
+  if (!kernel) return Error{ErrCode::Internal, "fewc conv", "no kernel for K = " + std::to_string(g.k)};
+  const int threads = static_cast<int>(plan.t.warps) * 32;
+  const int smem = static_cast<int>(plan.t.smem_bytes);
+  TRCTL_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  int dev = 0, sms = 0, per_sm = 0;
+  TRCTL_CUDA_TRY(cudaGetDevice(&dev));
+  TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  TRCTL_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  if (per_sm < 1)
+    return Error{ErrCode::NotSupported, "fewc conv",
+                 "no CTA of " + std::to_string(smem) + " B shared memory fits an SM: " + conv2d_geom_str(g)};
+  plan.grid = static_cast<int>(std::min<int64_t>(plan.t.tasks, static_cast<int64_t>(sms) * per_sm));
+  return plan;
+}
+
+Status fewc_conv_fwd_cuda(cudaStream_t stream, const FewcConvPlan& plan, const void* x, const void* w,
+                          const void* bias, void* y) {
+  const FewcKernel kernel = fewc_kernel(plan.io, plan.g.k);
+  if (!kernel) return Error{ErrCode::Internal, "fewc conv", "launch of an unplanned geometry"};
+  if (reinterpret_cast<uintptr_t>(y) % 16 != 0)
+    return Error{ErrCode::Internal, "fewc conv", "y must be 16-byte aligned"};
+  const Conv2dGeom& g = plan.g;
+  const FewcTiling& t = plan.t;
+  FewcArgs a;
+  a.x = static_cast<const uint16_t*>(x);
+  a.w = static_cast<const uint16_t*>(w);
+  a.bias = static_cast<const uint16_t*>(bias);
+  a.y = static_cast<uint16_t*>(y);
+  a.h = static_cast<int>(g.h), a.w_in = static_cast<int>(g.w), a.c = static_cast<int>(g.c);
+  a.r = static_cast<int>(g.r), a.s = static_cast<int>(g.s), a.stride = static_cast<int>(g.stride_h);
+  a.pad_h = static_cast<int>(g.pad_h), a.pad_w = static_cast<int>(g.pad_w);
+  a.p = static_cast<int>(g.p), a.q = static_cast<int>(g.q);
+  a.sg = static_cast<int>(t.sg), a.ksteps = static_cast<int>(t.ksteps), a.mt = static_cast<int>(t.mt);
+  a.tp = static_cast<int>(t.tp), a.tasks = static_cast<int>(t.tasks);
+  a.row_tasks = static_cast<int>((g.p + t.tp - 1) / t.tp);
+  a.patch_rows = static_cast<int>(t.patch_rows), a.patch_cols = static_cast<int>(t.patch_cols);
+  a.w_stride = static_cast<int>(t.w_stride);
+  kernel<<<plan.grid, static_cast<unsigned>(t.warps * 32), static_cast<size_t>(t.smem_bytes), stream>>>(a);
+  return TRCTL_CUDA_LAUNCH_STATUS("fewc_fwd_kernel");
+}
+
+}  // namespace trctl

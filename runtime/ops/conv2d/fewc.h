@@ -1,0 +1,60 @@
+// Few-input-channel convolutions as a hand-written tensor-core implicit GEMM (fewc_cuda.h): the rule that selects
+// them and the kernel's tiling, plain C++ (tested on the CPU). cuDNN runs a C = 3 stem far from its roofline (the
+// ResNet-50 7x7/2 stem 0.75 ms through space-to-depth, VGG16-BN's 3x3/1 1.57 ms through im2col, against 0.12 and
+// 0.43 ms of output traffic at batch 256); this kernel builds its operand tiles in shared memory instead.
+//
+// The GEMM: y[n,p,q,k] = sum over the reduction index kk = ((r * SG + sg) * 4 + s4) * 4 + c4 of
+//   A[(n,p,q), kk] = x[n, p*stride - pad_h + r, q*stride - pad_w + sg*4 + s4, c4]   (0 outside the image, c4 >= C)
+//   B[kk, k]       = w[k, r, sg*4 + s4, c4]                                          (0 for s >= S or c4 >= C)
+// with SG = ceil(S / 4) groups of 4 filter columns per filter row, so the reduction is R * SG steps of 16 (one
+// m16n8k16 MMA step each): ResNet's 7x7 stem 14 steps, a 3x3 conv 3. Accumulation in fp32, one rounding to the io
+// type per output (plus the bias in fp32 before it); every output is summed in one fixed order: deterministic.
+//
+// Tiling: a CTA holds B for all k (K x (16 R SG + 8) elements) and, per task, the input patch of TP output rows:
+// ((TP-1) stride + R) rows x ((16 MT - 1) stride + 4 SG) columns x 4 channels, MT = ceil(Q / 16) MMA row tiles
+// of 16 output columns per output row. Warps take pairs of row tiles; a task is (n, TP output rows).
+#pragma once
+#include <cstdint>
+
+#include "runtime/ops/conv2d/conv2d.h"
+
+namespace trctl {
+
+// The rule: g finished, groups 1, dilation 1, 1 <= C <= 4, K in {16, 32, 64}, R and S in 1..8, stride 1 or 2
+// (the same in both dimensions), and the shared memory of fewc_conv_tiling within kFewcMaxSmemBytes.
+bool fewc_conv_eligible(const Conv2dGeom& g);
+
+// The weight gradient's rule: fewc_conv_eligible, stride 2 (its patch columns then pair up into 16-byte rows for
+// ldmatrix: q * 2 + s0 is even) and K = 64.
+bool fewc_wgrad_eligible(const Conv2dGeom& g);
+
+constexpr int64_t kFewcMaxSmemBytes = 112 * 1024;  // two CTAs per H100/H200 SM (228 KB)
+
+struct FewcTiling {
+  int64_t sg = 1;          // ceil(S / 4)
+  int64_t ksteps = 1;      // R * SG reduction steps of 16
+  int64_t mt = 1;          // row tiles of 16 output columns per output row: ceil(Q / 16)
+  int64_t tp = 1;          // output rows per task
+  int64_t tasks = 1;       // N * ceil(P / TP)
+  int64_t patch_rows = 1, patch_cols = 1;  // the input patch of a task (4 channels per element)
+  int64_t w_stride = 24;   // elements per filter row in shared memory: 16 ksteps + 8 (conflict-free ldmatrix)
+  int64_t warps = 1;       // ceil(TP * MT / 2), at most 8
+  int64_t smem_bytes = 0;  // filter + patch (rounded up to 8 elements) + the warps' output staging
+                           // (2 x 16 x (K + 8) elements each)
+};
+// The weight gradient dW[k, kk] = sum over output pixels (n,p,q) of dy[n,p,q,k] * A[(n,p,q), kk] (A as above)
+// runs over the same tasks and patches; a CTA also stages the task's dy (TP * MT * 16 pixels x (K + 8)), its 8
+// warps split (4 row tiles of 16 channels) x (2 halves of the reduction steps), and each CTA writes its fp32
+// partial (K, 16 ksteps) to a workspace that a second kernel sums in CTA order into dW (K, R, S, C): deterministic.
+struct FewcWgradTiling {
+  FewcTiling t;            // tasks, patch, mt, tp as the forward's (its warps and smem_bytes unused)
+  int64_t dy_stride = 72;  // elements per staged dy pixel: K + 8 (conflict-free ldmatrix.trans rows)
+  int64_t smem_bytes = 0;  // patch (rounded up to 8 elements) + staged dy + one zero row of 8 elements
+};
+FewcWgradTiling fewc_wgrad_tiling(const Conv2dGeom& g);
+
+// The tiling of a finished geometry with 2-byte io elements: TP = 2 when Q <= 128 (a ResNet stem: 7 row tiles per
+// output row), else 1.
+FewcTiling fewc_conv_tiling(const Conv2dGeom& g);
+
+}  // namespace trctl

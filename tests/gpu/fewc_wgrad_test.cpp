@@ -1,0 +1,171 @@
+// The few-channel tensor-core weight gradient (and a quick forward check) on the GPU (runtime/ops/conv2d/fewc_cuda.h: fewc_wgrad_plan,
+// fewc_conv_wgrad_cuda; the backend runs it with train.conv_fewc: on) against the float64 direct conv's weight
+// gradient (tests/gpu/stem_conv_ref.h) on the ResNet-50 stem and on odd, few-channel and largest-filter stride-2
+// geometries in f16 and bf16; two runs and a captured graph's replay bitwise equal to the eager run; what the plan
+// refuses (stride 1, K != 64, f32) and a short workspace.
+//
+// Tolerances: inputs on the 1/64 grid, so every product is exact in fp32; the sums are fp32 (MMA accumulators, then
+// the CTA partials added in order), dw stays fp32: |got - ref| <= acc * mag + 2^-24 |ref| with the stem modes' acc
+// (2^-10 f16, 2^-7 bf16: far above fp32 summation error), and the norm-wise relative error below rel.
+#include <string>
+#include <vector>
+
+#include "core/util/thread_pool.h"
+#include "runtime/ops/conv2d/conv2d.h"
+#include "runtime/ops/conv2d/fewc.h"
+#include "runtime/ops/conv2d/fewc_cuda.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/stem_conv_ref.h"
+#include "tests/support/conv_geom.h"
+
+using namespace trctl;
+using trctl::testing::conv_geom;
+using namespace trctl::gputest;
+
+namespace {
+
+FewcWgradPlan wgrad_plan(const Conv2dGeom& g, GpuDType t) {
+  Result<FewcWgradPlan> p = fewc_wgrad_plan(g, t);
+  if (!p.ok()) FAIL(p.error_text());
+  std::printf("  fewc wgrad %s %s: grid %d, smem %lld B\n", gpu_dtype_name(t), conv2d_geom_str(g).c_str(),
+              p.value().grid, static_cast<long long>(p.value().t.smem_bytes));
+  return p.value();
+}
+
+struct WgradBuffers {
+  DevBuf x, dy, dw, ws;
+  size_t ws_bytes = 0;
+};
+WgradBuffers wgrad_buffers(GpuDType t, const StemInputs& in, const FewcWgradPlan& plan) {
+  WgradBuffers b;
+  b.x = to_device_as(t, in.x);
+  b.dy = to_device_as(t, in.dy);
+  b.dw = DevBuf(in.w.size() * 4);
+  b.ws_bytes = fewc_wgrad_workspace_bytes(plan);
+  b.ws = DevBuf(b.ws_bytes);
+  return b;
+}
+Status run_wgrad(const CudaContext& ctx, const FewcWgradPlan& p, WgradBuffers& b) {
+  return fewc_conv_wgrad_cuda(ctx.stream, p, b.dy.get(), b.x.get(), b.dw.as<float>(), b.ws.get(), b.ws_bytes);
+}
+
+}  // namespace
+
+TEST_CASE("fewc weight gradient matches the float64 direct conv (ResNet-50 stem, odd sizes, C=1..4, 8x8)",
+          "[kernel][fewc][conv2d]") {
+  CudaContext ctx = make_context();
+  ThreadPool pool(0);
+  const std::pair<const char*, Conv2dGeom> cases[] = {
+      {"r50 stem 7x7/2 pad 3", conv_geom(2, 224, 224, 3, 64, 7, 7, 2, 2, 3, 3)},
+      {"7x7/2 pad 3 odd 37x37 N=3", conv_geom(3, 37, 37, 3, 64, 7, 7, 2, 2, 3, 3)},
+      {"5x5/2 pad 2 C=1 41x30", conv_geom(2, 41, 30, 1, 64, 5, 5, 2, 2, 2, 2)},
+      {"3x3/2 pad 1 C=4 33x20", conv_geom(2, 33, 20, 4, 64, 3, 3, 2, 2, 1, 1)},
+      {"8x8/2 pad 3 C=2 300x52", conv_geom(1, 300, 52, 2, 64, 8, 8, 2, 2, 3, 3)}};
+  uint64_t seed = 7100;
+  for (const auto& [name, g] : cases) {
+    REQUIRE(fewc_wgrad_eligible(g));
+    const StemInputs in = stem_inputs(g, true, ++seed);
+    const StemRef ref = stem_ref(g, in, &pool);
+    for (const StemMode& m : kStemModes) {
+      if (m.io == GpuDType::F32) continue;
+      const std::string tag = std::string(name) + " " + gpu_dtype_name(m.io);
+      INFO(tag << ": " << conv2d_geom_str(g));
+      const FewcWgradPlan plan = wgrad_plan(g, m.io);
+      WgradBuffers b = wgrad_buffers(m.io, in, plan);
+      poison(b.dw);
+      poison(b.ws);
+      REQUIRE_OK(run_wgrad(ctx, plan, b));
+      sync_ok(ctx);
+      const std::vector<float> dw = from_device<float>(b.dw.get(), in.w.size());
+      check_stem_close("fewc wgrad dw " + tag, m.acc, m.rel, std::ldexp(1.0, -24), dw, ref.dw, ref.dw_mag,
+                       g.r * g.s * g.c);
+      // A second run (poisoned workspace again) is bitwise the first.
+      poison(b.ws);
+      REQUIRE_OK(run_wgrad(ctx, plan, b));
+      sync_ok(ctx);
+      const std::vector<float> again = from_device<float>(b.dw.get(), in.w.size());
+      CHECK_RESULT(compare_bitwise("fewc wgrad rerun " + tag, again.data(), dw.data(), dw.size() * 4, 4));
+    }
+  }
+}
+
+// The forward's quick check beside the weight gradient (tests/gpu/fewc_conv_test.cpp has the forward's own cases).
+TEST_CASE("fewc forward matches the float64 direct conv on the two RGB stems (f16, bf16, with and without bias)",
+          "[kernel][fewc][conv2d]") {
+  CudaContext ctx = make_context();
+  ThreadPool pool(0);
+  const std::pair<const char*, Conv2dGeom> cases[] = {
+      {"r50 stem 7x7/2 pad 3", conv_geom(2, 224, 224, 3, 64, 7, 7, 2, 2, 3, 3)},
+      {"vgg conv0 3x3/1 pad 1 40x40", conv_geom(2, 40, 40, 3, 64, 3, 3, 1, 1, 1, 1)},
+      {"7x7/2 pad 3 odd 37x37 N=3 K=32", conv_geom(3, 37, 37, 3, 32, 7, 7, 2, 2, 3, 3)}};
+  uint64_t seed = 7000;
+  for (const auto& [name, g] : cases) {
+    const StemInputs in = stem_inputs(g, true, ++seed);
+    const StemRef ref = stem_ref(g, in, &pool);
+    for (const StemMode& m : kStemModes) {
+      if (m.io == GpuDType::F32) continue;
+      const std::string tag = std::string(name) + " " + gpu_dtype_name(m.io);
+      INFO(tag << ": " << conv2d_geom_str(g));
+      Result<FewcConvPlan> plan = fewc_conv_plan(g, m.io);
+      REQUIRE_OK(plan);
+      const DevBuf x = to_device_as(m.io, in.x), w = to_device_as(m.io, in.w), b = to_device_as(m.io, in.b);
+      DevBuf y(in.dy.size() * gpu_dtype_size(m.io));
+      for (bool bias : {false, true}) {
+        poison(y);
+        REQUIRE_OK(fewc_conv_fwd_cuda(ctx.stream, plan.value(), x.get(), w.get(), bias ? b.get() : nullptr, y.get()));
+        sync_ok(ctx);
+        check_stem_close("fewc fwd" + std::string(bias ? "+bias " : " ") + tag, m.acc, m.rel, unit_roundoff(m.io),
+                         from_device_as(m.io, y.get(), in.dy.size()), bias ? ref.yb : ref.y,
+                         bias ? ref.yb_mag : ref.y_mag, g.k);
+      }
+    }
+  }
+}
+
+TEST_CASE("fewc weight gradient replayed from a captured CUDA graph equals the eager run bitwise",
+          "[kernel][fewc][conv2d]") {
+  CudaContext ctx = make_context();
+  const Conv2dGeom g = conv_geom(2, 64, 48, 3, 64, 7, 7, 2, 2, 3, 3);
+  for (GpuDType t : {GpuDType::F16, GpuDType::BF16}) {
+    INFO(gpu_dtype_name(t));
+    const StemInputs in = stem_inputs(g, true, 7200);
+    const FewcWgradPlan plan = wgrad_plan(g, t);
+    WgradBuffers b = wgrad_buffers(t, in, plan);
+    const size_t nw = in.w.size() * 4;
+    auto launch = [&]() -> Status { return run_wgrad(ctx, plan, b); };
+    REQUIRE_OK(launch());
+    sync_ok(ctx);
+    const std::vector<uint8_t> eager = from_device<uint8_t>(b.dw.get(), nw);
+    cudaGraphExec_t exec = capture_graph(ctx, launch, cudaStreamCaptureModeThreadLocal);
+    poison(b.dw);
+    poison(b.ws);
+    REQUIRE_CUDA(cudaGraphLaunch(exec, ctx.stream));
+    sync_ok(ctx);
+    const std::vector<uint8_t> replay = from_device<uint8_t>(b.dw.get(), nw);
+    REQUIRE_CUDA(cudaGraphExecDestroy(exec));
+    CHECK_RESULT(compare_bitwise("fewc wgrad graph replay", eager.data(), replay.data(), nw, 4));
+  }
+}
+
+TEST_CASE("fewc weight gradient refuses what it does not cover and a short workspace", "[kernel][fewc][conv2d]") {
+  CudaContext ctx = make_context();
+  const Conv2dGeom stride1 = conv_geom(2, 16, 16, 3, 64, 3, 3, 1, 1, 1, 1);
+  const Conv2dGeom k32 = conv_geom(2, 16, 16, 3, 32, 7, 7, 2, 2, 3, 3);
+  const Conv2dGeom ok = conv_geom(2, 16, 16, 3, 64, 7, 7, 2, 2, 3, 3);
+  for (const Conv2dGeom& g : {stride1, k32}) {
+    Result<FewcWgradPlan> p = fewc_wgrad_plan(g, GpuDType::F16);
+    REQUIRE_FALSE(p.ok());
+    CHECK(p.errors()[0].code == ErrCode::NotSupported);
+  }
+  Result<FewcWgradPlan> f32 = fewc_wgrad_plan(ok, GpuDType::F32);
+  REQUIRE_FALSE(f32.ok());
+  CHECK(f32.errors()[0].code == ErrCode::NotSupported);
+  const FewcWgradPlan plan = wgrad_plan(ok, GpuDType::F16);
+  const StemInputs in = stem_inputs(ok, true, 7300);
+  WgradBuffers b = wgrad_buffers(GpuDType::F16, in, plan);
+  const Status st =
+      fewc_conv_wgrad_cuda(ctx.stream, plan, b.dy.get(), b.x.get(), b.dw.as<float>(), b.ws.get(), b.ws_bytes - 4);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.errors()[0].code == ErrCode::Internal);
+  sync_ok(ctx);
+}
