@@ -183,6 +183,7 @@ TEST_CASE("after autotune every cuDNN conv plan of an fp16 AMP run comes from th
     EnvGuard env("TRCTL_AUTOTUNE_CACHE", cache);
     Spec spec = spec_of(scratch.path / "runs", "fp16");
     spec.train.conv_im2col = value;
+    spec.train.conv_fewc = ConvFewc::Off;  // else the stem's forward runs trctl's few-channel kernel in every mode
     const RunFacts before = train_facts(spec);
     CHECK(before.conv.from_cache == 0);
     heuristic_plans[mode] = before.conv.from_heuristics;

@@ -303,7 +303,8 @@ run: {progress: off}
 
 Spec stem_spec(const fs::path& out_dir, const char* s2d) {
   Result<Spec> s = spec_parse(kStemYaml, "s2d_stem.yaml",
-                              {"run.out_dir=" + out_dir.string(), "run.name=r", std::string("train.conv_s2d=") + s2d});
+                              {"run.out_dir=" + out_dir.string(), "run.name=r", std::string("train.conv_s2d=") + s2d,
+                               "train.conv_fewc=off"});  // else the forward runs trctl's few-channel kernel
   INFO((s.ok() ? std::string() : s.error_text()));
   REQUIRE(s.ok());
   return s.value();
