@@ -32,11 +32,12 @@ struct FewcArgs {
   uint16_t* y;           // (N, P, Q, K)
   int h, w_in, c, r, s, stride, pad_h, pad_w, p, q;
   int sg, ksteps, mt, tp, tasks, row_tasks, patch_rows, patch_cols, w_stride;
+  int vec;  // PatchGeom::vec
 };
 
 // T: __half or __nv_bfloat16 (the MMA type and the output rounding); NT = K / 8 column tiles.
 template <class T, int NT>
-__global__ void __launch_bounds__(256) fewc_fwd_kernel(FewcArgs a) {
+__global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CTAs per SM: <= 128 registers
   constexpr int K = NT * 8;
   constexpr int kStage = K + 8;  // staging row (elements): conflict-free fragment stores, 16-byte rows
   extern __shared__ __align__(16) uint16_t smem[];
@@ -56,14 +57,9 @@ __global__ void __launch_bounds__(256) fewc_fwd_kernel(FewcArgs a) {
     const int r = ks / a.sg, s = (ks - r * a.sg) * 4 + s4;
     wsm[n * a.w_stride + kk] = (s < a.s && c4 < a.c) ? a.w[((n * a.r + r) * a.s + s) * a.c + c4] : uint16_t{0};
   }
-  // This lane's bias: channels j 8 + 2t and j 8 + 2t + 1 of column tile j.
-  float bias[NT][2];
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) bias[j][e] = a.bias ? f32_of(a.bias[j * 8 + 2 * t + e], T{}) : 0.0f;
 
-  const PatchGeom pg{a.h, a.w_in, a.c, a.stride, a.pad_h, a.pad_w, a.patch_rows, a.patch_cols};
+  const PatchGeom pg{a.h, a.w_in, a.c, a.stride, a.pad_h, a.pad_w, a.patch_rows, a.patch_cols, a.vec != 0};
+  zero_patch(pg, patch);  // ordered before the first load_patch by the task loop's first barrier
   const int tiles = a.tp * a.mt, units = (tiles + 1) / 2;
   for (int task = blockIdx.x; task < a.tasks; task += gridDim.x) {
     const int n = task / a.row_tasks, p0 = (task - n * a.row_tasks) * a.tp;
@@ -128,11 +124,12 @@ __global__ void __launch_bounds__(256) fewc_fwd_kernel(FewcArgs a) {
         uint16_t* st = stage + (warp * 2 + i) * 16 * kStage;
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-          const int ch = j * 8 + 2 * t;
-          const uint32_t lo = static_cast<uint32_t>(bits_of(acc[i][j][0] + bias[j][0], T{})) |
-                              (static_cast<uint32_t>(bits_of(acc[i][j][1] + bias[j][1], T{})) << 16);
-          const uint32_t hi = static_cast<uint32_t>(bits_of(acc[i][j][2] + bias[j][0], T{})) |
-                              (static_cast<uint32_t>(bits_of(acc[i][j][3] + bias[j][1], T{})) << 16);
+          const int ch = j * 8 + 2 * t;  // and ch + 1; the bias read here (cached), not held in registers
+          const float b0 = a.bias ? f32_of(a.bias[ch], T{}) : 0.0f, b1 = a.bias ? f32_of(a.bias[ch + 1], T{}) : 0.0f;
+          const uint32_t lo = static_cast<uint32_t>(bits_of(acc[i][j][0] + b0, T{})) |
+                              (static_cast<uint32_t>(bits_of(acc[i][j][1] + b1, T{})) << 16);
+          const uint32_t hi = static_cast<uint32_t>(bits_of(acc[i][j][2] + b0, T{})) |
+                              (static_cast<uint32_t>(bits_of(acc[i][j][3] + b1, T{})) << 16);
           *reinterpret_cast<uint32_t*>(st + g * kStage + ch) = lo;
           *reinterpret_cast<uint32_t*>(st + (g + 8) * kStage + ch) = hi;
         }
@@ -219,6 +216,7 @@ Status fewc_conv_fwd_cuda(cudaStream_t stream, const FewcConvPlan& plan, const v
   a.row_tasks = static_cast<int>((g.p + t.tp - 1) / t.tp);
   a.patch_rows = static_cast<int>(t.patch_rows), a.patch_cols = static_cast<int>(t.patch_cols);
   a.w_stride = static_cast<int>(t.w_stride);
+  a.vec = fewc_rows_vectorizable(g, x);
   kernel<<<plan.grid, static_cast<unsigned>(t.warps * 32), static_cast<size_t>(t.smem_bytes), stream>>>(a);
   return TRCTL_CUDA_LAUNCH_STATUS("fewc_fwd_kernel");
 }

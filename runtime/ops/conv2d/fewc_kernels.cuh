@@ -6,7 +6,10 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
+
+#include "runtime/ops/conv2d/conv2d.h"
 
 namespace trctl {
 namespace {
@@ -39,38 +42,61 @@ __device__ __forceinline__ float f32_of(uint16_t b, __nv_bfloat16) {
   return __bfloat162float(__ushort_as_bfloat16(b));
 }
 
+// Whether load_patch may read x's rows in 16-byte pieces: x 16-byte aligned, W * C a multiple of 8 elements.
+inline int fewc_rows_vectorizable(const Conv2dGeom& g, const void* x) {
+  return reinterpret_cast<uintptr_t>(x) % 16 == 0 && (g.w * g.c) % 8 == 0 ? 1 : 0;
+}
+
 struct PatchGeom {
   int h, w, c, stride, pad_h, pad_w, rows, cols;  // input (H, W, C), the conv's stride and padding, the patch
+  bool vec;  // every input row starts 16-byte aligned and holds a multiple of 8 elements: 16-byte loads
 };
 
-// patch (rows, cols, 4) of image xn (H, W, C) for output rows p0.., by the whole block (no barrier inside).
+// patch (rows, cols, 4) := 0, once per CTA: load_patch never writes the columns outside the image nor the channels
+// >= C, so they stay 0 for every task.
+__device__ __forceinline__ void zero_patch(const PatchGeom& pg, uint16_t* patch) {
+  for (int i = threadIdx.x; i < pg.rows * pg.cols; i += blockDim.x) reinterpret_cast<uint2*>(patch)[i] = uint2{0, 0};
+}
+
+// The patch of output rows p0.. from image xn (H, W, C), by the whole block (no barrier inside): patch row pr is
+// input row ih = p0 * stride - pad_h + pr (0 outside the image); of it only the in-image span [0, W * C) is written
+// (pixel e / C at column pad_w + e / C, channel e % C), with kUnroll loads in flight per thread: 16-byte pieces when
+// pg.vec, else single elements.
 __device__ __forceinline__ void load_patch(const uint16_t* __restrict__ xn, const PatchGeom& pg, int p0,
                                            uint16_t* patch) {
-    // kLoadUnroll pixels per thread and round, all loads issued before the stores: more loads in flight.
-    constexpr int kLoadUnroll = 4;
-    const int npix = pg.rows * pg.cols;
-    for (int i0 = static_cast<int>(threadIdx.x); i0 < npix; i0 += kLoadUnroll * static_cast<int>(blockDim.x)) {
-      uint16_t v[kLoadUnroll][4];
+  constexpr int kUnroll = 4;
+  const int rowlen = pg.w * pg.c, per = pg.vec ? 8 : 1, pieces = rowlen / per, total = pg.rows * pieces;
+  const int shift = pg.c == 1 ? 0 : pg.c == 2 ? 1 : 2;  // e / C for C = 1, 2, 4 (C = 3 divides)
+  const int nthreads = static_cast<int>(blockDim.x);
+  for (int i0 = static_cast<int>(threadIdx.x); i0 < total; i0 += kUnroll * nthreads) {
+    uint16_t v[kUnroll][8];
 #pragma unroll
-      for (int u = 0; u < kLoadUnroll; ++u) {
-        const int i = i0 + u * static_cast<int>(blockDim.x);
-        const int pr = i / pg.cols, pc = i - pr * pg.cols;
-        const int ih = p0 * pg.stride - pg.pad_h + pr, iw = pc - pg.pad_w;
-        const bool in = i < npix && ih >= 0 && ih < pg.h && iw >= 0 && iw < pg.w;
-        const uint16_t* px = xn + (static_cast<int64_t>(ih) * pg.w + iw) * pg.c;
-#pragma unroll
-        for (int c = 0; c < 4; ++c) v[u][c] = (in && c < pg.c) ? px[c] : uint16_t{0};
-      }
-#pragma unroll
-      for (int u = 0; u < kLoadUnroll; ++u) {
-        const int i = i0 + u * static_cast<int>(blockDim.x);
-        if (i >= npix) break;
-        uint2 w2;
-        w2.x = static_cast<uint32_t>(v[u][0]) | (static_cast<uint32_t>(v[u][1]) << 16);
-        w2.y = static_cast<uint32_t>(v[u][2]) | (static_cast<uint32_t>(v[u][3]) << 16);
-        reinterpret_cast<uint2*>(patch)[i] = w2;
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = i0 + u * nthreads;
+      const int pr = i / pieces, j = i - pr * pieces;
+      const int ih = p0 * pg.stride - pg.pad_h + pr;
+      const bool in = i < total && ih >= 0 && ih < pg.h;
+      const uint16_t* src = xn + static_cast<int64_t>(ih) * rowlen + j * per;
+      if (pg.vec) {
+        const uint4 q = in ? *reinterpret_cast<const uint4*>(src) : uint4{0, 0, 0, 0};
+        memcpy(v[u], &q, 16);
+      } else {
+        v[u][0] = in ? *src : uint16_t{0};
       }
     }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = i0 + u * nthreads;
+      if (i >= total) break;
+      const int pr = i / pieces, j = i - pr * pieces;
+      uint16_t* row = patch + static_cast<int64_t>(pr) * pg.cols * 4;
+      for (int e = 0; e < per; ++e) {
+        const int el = j * per + e;
+        const int px = pg.c == 3 ? el / 3 : el >> shift;
+        row[(pg.pad_w + px) * 4 + (el - px * pg.c)] = v[u][e];
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -35,6 +35,7 @@ struct FewcWgradArgs {
   float* partial;      // (grid, K, kred)
   int h, w_in, c, pad_h, pad_w, p, q;
   int sg, ksteps, mt, tp, row_tasks, tasks, patch_rows, patch_cols, dy_stride;
+  int vec;  // PatchGeom::vec
 };
 
 __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* row_addr) {
@@ -45,7 +46,7 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* row_
 }
 
 template <class T>
-__global__ void __launch_bounds__(kWgradWarps * 32) fewc_wgrad_kernel(FewcWgradArgs a) {
+__global__ void __launch_bounds__(kWgradWarps * 32, 2) fewc_wgrad_kernel(FewcWgradArgs a) {
   constexpr int K = kWgradK;
   extern __shared__ __align__(16) uint16_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -67,20 +68,31 @@ __global__ void __launch_bounds__(kWgradWarps * 32) fewc_wgrad_kernel(FewcWgradA
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][h][e] = 0.0f;
 
-  const PatchGeom pg{a.h, a.w_in, a.c, 2, a.pad_h, a.pad_w, a.patch_rows, a.patch_cols};
+  const PatchGeom pg{a.h, a.w_in, a.c, 2, a.pad_h, a.pad_w, a.patch_rows, a.patch_cols, a.vec != 0};
+  zero_patch(pg, patch);  // ordered before the first load_patch by the task loop's first barrier
   const int tiles = a.tp * a.mt;
   for (int task = blockIdx.x; task < a.tasks; task += gridDim.x) {
     const int n = task / a.row_tasks, p0 = (task - n * a.row_tasks) * a.tp;
     __syncthreads();  // the previous task's fragments are read
     load_patch(a.x + static_cast<int64_t>(n) * a.h * a.w_in * a.c, pg, p0, patch);
     // dy of the task's pixels (tile pixel i: output row p0 + i / (16 MT), column i % (16 MT)), 0 past P or Q.
-    for (int ci = tid; ci < tile_px * (K / 8); ci += blockDim.x) {
-      const int px = ci >> 3, ck = ci & 7;
-      const int pl = px / (a.mt * 16), q = px - pl * a.mt * 16, p = p0 + pl;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (p < a.p && q < a.q)
-        v = *reinterpret_cast<const uint4*>(a.dy + ((static_cast<int64_t>(n) * a.p + p) * a.q + q) * K + ck * 8);
-      *reinterpret_cast<uint4*>(dys + px * a.dy_stride + ck * 8) = v;
+    constexpr int kUnroll = 4;  // loads in flight per thread
+    const int pieces = tile_px * (K / 8);
+    for (int c0 = tid; c0 < pieces; c0 += kUnroll * blockDim.x) {
+      uint4 v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int ci = c0 + u * blockDim.x, px = ci >> 3, ck = ci & 7;
+        const int pl = px / (a.mt * 16), q = px - pl * a.mt * 16, p = p0 + pl;
+        v[u] = make_uint4(0, 0, 0, 0);
+        if (ci < pieces && p < a.p && q < a.q)
+          v[u] = *reinterpret_cast<const uint4*>(a.dy + ((static_cast<int64_t>(n) * a.p + p) * a.q + q) * K + ck * 8);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int ci = c0 + u * blockDim.x;
+        if (ci < pieces) *reinterpret_cast<uint4*>(dys + (ci >> 3) * a.dy_stride + (ci & 7) * 8) = v[u];
+      }
     }
     __syncthreads();
 
@@ -203,6 +215,7 @@ Status fewc_conv_wgrad_cuda(cudaStream_t stream, const FewcWgradPlan& plan, cons
   a.tasks = static_cast<int>(t.tasks);
   a.patch_rows = static_cast<int>(t.patch_rows), a.patch_cols = static_cast<int>(t.patch_cols);
   a.dy_stride = static_cast<int>(plan.t.dy_stride);
+  a.vec = fewc_rows_vectorizable(g, x);
   kernel<<<plan.grid, kWgradWarps * 32, static_cast<size_t>(plan.t.smem_bytes), stream>>>(a);
   if (Status st = TRCTL_CUDA_LAUNCH_STATUS("fewc_wgrad_kernel"); !st.ok()) return st;
   const int total = static_cast<int>(g.k * g.r * g.s * g.c);
