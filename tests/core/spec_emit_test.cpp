@@ -83,6 +83,7 @@ Spec complex_spec() {
   s.train.deterministic = false;
   s.train.conv_im2col = ConvIm2col::Off;
   s.train.conv_s2d = ConvS2d::Off;
+  s.train.conv_fewc = ConvFewc::Off;
   s.run.out_dir = "out dir";
   s.run.name = "true";
   s.run.log_interval = 3;
@@ -217,6 +218,9 @@ TEST_CASE("the enum names are the YAML names") {
   CHECK(std::string(to_string(ConvS2d::On)) == "on");
   CHECK(std::string(to_string(ConvS2d::Forward)) == "forward");
   CHECK(std::string(to_string(ConvS2d::Off)) == "off");
+  CHECK(std::string(to_string(ConvFewc::On)) == "on");
+  CHECK(std::string(to_string(ConvFewc::Forward)) == "forward");
+  CHECK(std::string(to_string(ConvFewc::Off)) == "off");
 }
 
 TEST_CASE("train.conv_im2col is written only when not the default 'forward', so older specs keep their checkpoint hash") {
@@ -244,5 +248,19 @@ TEST_CASE("train.conv_s2d is written only when not the default 'forward', so old
     Result<Spec> back = spec_parse(y, "emitted.yaml");
     REQUIRE(back.ok());
     CHECK(back.value().train.conv_s2d == m);
+  }
+}
+
+TEST_CASE("train.conv_fewc is written only when not the default 'forward', so older specs keep their checkpoint hash") {
+  Spec s = complex_spec();
+  s.train.conv_fewc = ConvFewc::Forward;
+  CHECK(spec_to_yaml(s).find("conv_fewc") == std::string::npos);
+  for (ConvFewc m : {ConvFewc::On, ConvFewc::Off}) {
+    s.train.conv_fewc = m;
+    const std::string y = spec_to_yaml(s);
+    CHECK(y.find(std::string("  conv_fewc: ") + to_string(m) + "\n") != std::string::npos);
+    Result<Spec> back = spec_parse(y, "emitted.yaml");
+    REQUIRE(back.ok());
+    CHECK(back.value().train.conv_fewc == m);
   }
 }

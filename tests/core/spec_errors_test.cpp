@@ -161,6 +161,27 @@ TEST_CASE("train.conv_s2d takes on, forward or off, default forward") {
   CHECK(has_error(r, "expected one of: on, forward, off"));
 }
 
+TEST_CASE("train.conv_fewc takes on, forward or off, default forward") {
+  Result<Spec> def = parse(kModel);
+  REQUIRE(def.ok());
+  CHECK(def.value().train.conv_fewc == ConvFewc::Forward);
+  for (auto [text, mode] : {std::pair{"on", ConvFewc::On}, {"forward", ConvFewc::Forward}, {"off", ConvFewc::Off}}) {
+    Result<Spec> ok = parse(std::string("train:\n  conv_fewc: ") + text + "\n" + kModel);
+    REQUIRE(ok.ok());
+    CHECK(ok.value().train.conv_fewc == mode);
+  }
+  Result<Spec> r = parse("train:\n  conv_fewc: fwd\n" + kModel);
+  CHECK(only_code(r) == ErrCode::UnknownEnum);
+  CHECK(has_error(r, "test.yaml:2:14: unknown value 'fwd' for 'train.conv_fewc'"));
+  CHECK(has_error(r, "expected one of: on, forward, off"));
+}
+
+TEST_CASE("a misspelt train.conv_fewc key suggests conv_fewc") {
+  Result<Spec> r = parse("train:\n  conv_fewcc: off\n" + kModel);
+  CHECK(only_code(r) == ErrCode::UnknownKey);
+  CHECK(has_error(r, "test.yaml:2:3: unknown key 'conv_fewcc' in 'train' (did you mean 'conv_fewc'?)"));
+}
+
 TEST_CASE("an unknown transform kind suggests the closest kind") {
   Result<Spec> r = parse("data:\n  train_transforms: [{random_crp: {size: 3}}]\n" + kModel);
   CHECK(only_code(r) == ErrCode::UnknownEnum);
