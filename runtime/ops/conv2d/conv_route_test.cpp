@@ -1,9 +1,11 @@
 // conv_route / conv_plan_geom (runtime/ops/conv2d/conv_route.h): the ResNet stem (7x7/2, C=3), VGG's stem (3x3/1,
-// C=3) and an ordinary conv (3x3/1, C=64) under fp32 and AMP with every conv_im2col / conv_s2d setting, each
-// direction's route and the geometry of its cuDNN plan.
+// C=3) and an ordinary conv (3x3/1, C=64) under fp32 and AMP with every conv_im2col / conv_s2d / conv_fewc setting,
+// each direction's route and the geometry of its cuDNN plan: the few-channel kernel (conv_fewc) first, then
+// space-to-depth, im2col and cuDNN as before when it is off.
 #include <catch2/catch.hpp>
 
 #include "runtime/ops/conv2d/conv_route.h"
+#include "runtime/ops/conv2d/fewc.h"
 #include "runtime/ops/conv2d/s2d.h"
 #include "tests/support/conv_geom.h"
 
@@ -12,36 +14,49 @@ using trctl::testing::conv_geom;
 
 namespace {
 
-ConvRouteOptions opts(bool lowp, ConvIm2col im2col, ConvS2d s2d) {
+ConvRouteOptions opts(bool lowp, ConvIm2col im2col, ConvS2d s2d, ConvFewc fewc) {
   ConvRouteOptions o;
   o.lowp = lowp;
   o.im2col = im2col;
   o.s2d = s2d;
+  o.fewc = fewc;
   return o;
 }
 
 const Conv2dGeom kStem = conv_geom(4, 32, 32, 3, 16, 7, 7, 2, 2, 3, 3);
 const Conv2dGeom kVgg = conv_geom(4, 16, 16, 3, 16, 3, 3, 1, 1, 1, 1);
 const Conv2dGeom kWide = conv_geom(4, 8, 8, 64, 64, 3, 3, 1, 1, 1, 1);
+// The full-size stems (K = 64): fewc_conv_eligible; the ResNet one also fewc_wgrad_eligible (stride 2, K = 64).
+const Conv2dGeom kResnetStem = conv_geom(2, 224, 224, 3, 64, 7, 7, 2, 2, 3, 3);
+const Conv2dGeom kVggConv0 = conv_geom(2, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1);
+constexpr ConvIm2col kIm2colModes[] = {ConvIm2col::On, ConvIm2col::Forward, ConvIm2col::Off};
+constexpr ConvS2d kS2dModes[] = {ConvS2d::On, ConvS2d::Forward, ConvS2d::Off};
+constexpr ConvFewc kFewcModes[] = {ConvFewc::On, ConvFewc::Forward, ConvFewc::Off};
 constexpr OpKind kFwd = OpKind::Conv2d, kDgrad = OpKind::Conv2dGradInput, kWgrad = OpKind::Conv2dGradWeight;
 
 }  // namespace
 
 TEST_CASE("conv_route: fp32 and tf32 convs always run on cuDNN with their own geometry", "[conv_route]") {
-  const ConvRouteOptions o = opts(false, ConvIm2col::On, ConvS2d::On);
-  for (const Conv2dGeom& g : {kStem, kVgg, kWide})
-    for (OpKind op : {kFwd, kDgrad, kWgrad}) {
-      CHECK(conv_route(o, op, g) == ConvRoute::Cudnn);
-      CHECK(conv_plan_geom(o, op, g).c == g.c);
-    }
+  for (ConvFewc fewc : kFewcModes) {
+    INFO("conv_fewc " << to_string(fewc));
+    const ConvRouteOptions o = opts(false, ConvIm2col::On, ConvS2d::On, fewc);
+    for (const Conv2dGeom& g : {kStem, kVgg, kWide, kResnetStem, kVggConv0})
+      for (OpKind op : {kFwd, kDgrad, kWgrad}) {
+        CHECK(conv_route(o, op, g) == ConvRoute::Cudnn);
+        CHECK(conv_plan_geom(o, op, g).c == g.c);
+      }
+  }
 }
 
-TEST_CASE("conv_route: under AMP the stride-2 stem takes space-to-depth before im2col, per direction",
+TEST_CASE("conv_route: under AMP with conv_fewc off the stride-2 stem takes space-to-depth before im2col, per "
+          "direction",
           "[conv_route]") {
-  for (ConvIm2col im : {ConvIm2col::On, ConvIm2col::Forward, ConvIm2col::Off}) {
+  for (ConvIm2col im : kIm2colModes) {
     INFO("conv_im2col " << to_string(im));
-    const ConvRouteOptions fwd_only = opts(true, im, ConvS2d::Forward), on = opts(true, im, ConvS2d::On),
-                           off = opts(true, im, ConvS2d::Off);
+    // conv_fewc off: kStem and kVgg (C = 3, K = 16) are fewc_conv_eligible and would take the few-channel forward.
+    const ConvRouteOptions fwd_only = opts(true, im, ConvS2d::Forward, ConvFewc::Off),
+                           on = opts(true, im, ConvS2d::On, ConvFewc::Off),
+                           off = opts(true, im, ConvS2d::Off, ConvFewc::Off);
     CHECK(conv_route(fwd_only, kFwd, kStem) == ConvRoute::S2d);
     CHECK(conv_route(on, kWgrad, kStem) == ConvRoute::S2d);
     const ConvRoute im_fwd = im == ConvIm2col::Off ? ConvRoute::Cudnn : ConvRoute::Im2col;
@@ -64,4 +79,74 @@ TEST_CASE("conv_route: under AMP the stride-2 stem takes space-to-depth before i
     CHECK(conv_plan_geom(on, kWgrad, kStem).c == z.c);
     CHECK(conv_plan_geom(on, kFwd, kWide).c == 64);
   }
+}
+
+TEST_CASE("conv_route: under AMP the RGB stems' forward takes the few-channel kernel before s2d and im2col, "
+          "with no cuDNN plan",
+          "[conv_route][fewc]") {
+  for (ConvIm2col im : kIm2colModes)
+    for (ConvS2d s2d : kS2dModes)
+      for (ConvFewc fewc : {ConvFewc::Forward, ConvFewc::On}) {
+        INFO("conv_im2col " << to_string(im) << " conv_s2d " << to_string(s2d) << " conv_fewc " << to_string(fewc));
+        const ConvRouteOptions o = opts(true, im, s2d, fewc);
+        for (const Conv2dGeom& g : {kResnetStem, kVggConv0, kStem, kVgg}) {
+          INFO(conv2d_geom_str(g));
+          CHECK(conv_route(o, kFwd, g) == ConvRoute::Fewc);
+          // No cuDNN plan: the geometry comes back as it is (no s2d geometry, no channels padded to 8).
+          const Conv2dGeom p = conv_plan_geom(o, kFwd, g);
+          CHECK((p.n == g.n && p.h == g.h && p.w == g.w && p.c == g.c && p.k == g.k && p.r == g.r && p.s == g.s &&
+                 p.stride_h == g.stride_h && p.stride_w == g.stride_w && p.pad_h == g.pad_h && p.pad_w == g.pad_w &&
+                 p.p == g.p && p.q == g.q));
+          // The data gradient is never the few-channel kernel: the padded cuDNN dgrad.
+          CHECK(conv_route(o, kDgrad, g) == ConvRoute::Cudnn);
+          CHECK(conv_plan_geom(o, kDgrad, g).c == 8);
+        }
+        CHECK(conv_route(o, kFwd, kWide) == ConvRoute::Cudnn);  // C = 64: never few-channel
+        CHECK(conv_route(o, kWgrad, kWide) == ConvRoute::Cudnn);
+        CHECK(conv_plan_geom(o, kFwd, kWide).c == 64);
+      }
+}
+
+TEST_CASE("conv_route: with conv_fewc off the full-size stems' forward takes s2d, im2col or cuDNN as before",
+          "[conv_route][fewc]") {
+  for (ConvIm2col im : kIm2colModes)
+    for (ConvS2d s2d : kS2dModes) {
+      INFO("conv_im2col " << to_string(im) << " conv_s2d " << to_string(s2d));
+      const ConvRouteOptions o = opts(true, im, s2d, ConvFewc::Off);
+      const ConvRoute im_fwd = im == ConvIm2col::Off ? ConvRoute::Cudnn : ConvRoute::Im2col;
+      CHECK(conv_route(o, kFwd, kResnetStem) == (s2d == ConvS2d::Off ? im_fwd : ConvRoute::S2d));
+      CHECK(conv_route(o, kFwd, kVggConv0) == im_fwd);  // stride 1: never space-to-depth
+      // s2d: its stride-1 geometry over 16 channels; else cuDNN's C padded to 8 (im2col has no plan, the same rule).
+      CHECK(conv_plan_geom(o, kFwd, kResnetStem).c == (s2d == ConvS2d::Off ? 8 : s2d_conv_geom(kResnetStem).c));
+      CHECK(conv_plan_geom(o, kFwd, kVggConv0).c == 8);
+    }
+}
+
+TEST_CASE("conv_route: the weight gradient takes the few-channel kernel only with conv_fewc on and only when "
+          "fewc_wgrad_eligible",
+          "[conv_route][fewc]") {
+  REQUIRE(fewc_wgrad_eligible(kResnetStem));
+  REQUIRE_FALSE(fewc_wgrad_eligible(kVggConv0));  // stride 1
+  REQUIRE_FALSE(fewc_wgrad_eligible(kStem));      // K = 16
+  for (ConvIm2col im : kIm2colModes)
+    for (ConvS2d s2d : kS2dModes) {
+      INFO("conv_im2col " << to_string(im) << " conv_s2d " << to_string(s2d));
+      // Without the few-channel wgrad: space-to-depth with conv_s2d on, else im2col with conv_im2col on, else cuDNN.
+      const ConvRoute im_wgrad = im == ConvIm2col::On ? ConvRoute::Im2col : ConvRoute::Cudnn;
+      const ConvRoute stride2_wgrad = s2d == ConvS2d::On ? ConvRoute::S2d : im_wgrad;
+      for (ConvFewc fewc : {ConvFewc::Forward, ConvFewc::Off}) {
+        INFO("conv_fewc " << to_string(fewc));
+        const ConvRouteOptions o = opts(true, im, s2d, fewc);
+        CHECK(conv_route(o, kWgrad, kResnetStem) == stride2_wgrad);
+        CHECK(conv_route(o, kWgrad, kVggConv0) == im_wgrad);
+        CHECK(conv_route(o, kWgrad, kStem) == stride2_wgrad);
+      }
+      const ConvRouteOptions on = opts(true, im, s2d, ConvFewc::On);
+      CHECK(conv_route(on, kWgrad, kResnetStem) == ConvRoute::Fewc);
+      const Conv2dGeom p = conv_plan_geom(on, kWgrad, kResnetStem);
+      CHECK((p.c == 3 && p.h == 224 && p.r == 7 && p.stride_h == 2));  // no cuDNN plan: the real geometry
+      CHECK(conv_route(on, kWgrad, kVggConv0) == im_wgrad);
+      CHECK(conv_route(on, kWgrad, kStem) == stride2_wgrad);
+      CHECK(conv_route(on, kWgrad, kWide) == ConvRoute::Cudnn);
+    }
 }

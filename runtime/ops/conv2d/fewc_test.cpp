@@ -1,0 +1,223 @@
+// The few-input-channel tensor-core conv's rule and tiling on the CPU (fewc.h): which geometries fewc_conv_eligible
+// and fewc_wgrad_eligible accept (the RGB stems, C = 1..4, K = 16/32/64) and refuse (groups, dilation, C, K, R,
+// stride, shared memory); the tiling numbers of the ResNet-50 stem and VGG's first conv; and a float64 model of the
+// kernel's addressing (the filter as B in fewc.h's reduction order, each task's input patch, the A operands read
+// from it) that equals the direct conv, forward and weight gradient, and never reads outside the patch.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "runtime/ops/conv2d/conv2d.h"
+#include "runtime/ops/conv2d/fewc.h"
+#include "tests/support/conv_geom.h"
+#include "tests/support/gradcheck.h"
+
+using namespace trctl;
+using trctl::testing::conv_geom;
+
+namespace {
+
+const Conv2dGeom kResnetStem = conv_geom(2, 224, 224, 3, 64, 7, 7, 2, 2, 3, 3);  // 224x224x3 -> 112x112x64
+const Conv2dGeom kVggConv0 = conv_geom(2, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1);    // 224x224x3 -> 224x224x64
+
+// The kernel's view of one conv in float64: per task (n, TP output rows from p0) the input patch (patch_rows,
+// patch_cols, 4), zero outside the image and for c >= C, and for every output pixel of the task's TP x 16 MT tiles
+// (those past P or Q included: the kernel computes them and drops them on the store) the reduction over
+// kk = ((r SG + sg) 4 + s4) 4 + c4 of A (read from the patch; taps s >= S read as 0, like the kernel) times
+// B = w[k, r, sg 4 + s4, c4] (0 for s >= S or c4 >= C). y (N, P, Q, K) and, from dy (N, P, Q, K), the weight
+// gradient dw (K, R, S, C) = sum over pixels of dy * A, mapped back from kk. *outside counts patch reads past the
+// patch's rows or columns (the kernel's shared-memory patch would be overrun).
+struct ModelOut {
+  std::vector<double> y, dw;
+  int64_t outside = 0;
+};
+ModelOut fewc_model(const Conv2dGeom& g, const FewcTiling& t, const std::vector<double>& x,
+                    const std::vector<double>& w, const std::vector<double>& dy) {
+  ModelOut o;
+  o.y.assign(static_cast<size_t>(g.n * g.p * g.q * g.k), 0.0);
+  const int64_t kred = 16 * t.ksteps;
+  std::vector<double> b(static_cast<size_t>(g.k * kred), 0.0), dwx(static_cast<size_t>(g.k * kred), 0.0);
+  for (int64_t k = 0; k < g.k; ++k)
+    for (int64_t kk = 0; kk < kred; ++kk) {
+      const int64_t ks = kk / 16, s4 = (kk / 4) % 4, c4 = kk % 4, r = ks / t.sg, s = (ks % t.sg) * 4 + s4;
+      if (s < g.s && c4 < g.c) b[k * kred + kk] = w[((k * g.r + r) * g.s + s) * g.c + c4];
+    }
+  std::vector<double> patch(static_cast<size_t>(t.patch_rows * t.patch_cols * 4));
+  std::vector<double> a(static_cast<size_t>(kred));
+  const int64_t row_tasks = (g.p + t.tp - 1) / t.tp;
+  CHECK(t.tasks == g.n * row_tasks);
+  for (int64_t task = 0; task < t.tasks; ++task) {
+    const int64_t n = task / row_tasks, p0 = (task % row_tasks) * t.tp;
+    for (int64_t pr = 0; pr < t.patch_rows; ++pr)
+      for (int64_t pc = 0; pc < t.patch_cols; ++pc)
+        for (int64_t c4 = 0; c4 < 4; ++c4) {
+          const int64_t ih = p0 * g.stride_h - g.pad_h + pr, iw = pc - g.pad_w;
+          const bool in = ih >= 0 && ih < g.h && iw >= 0 && iw < g.w && c4 < g.c;
+          patch[(pr * t.patch_cols + pc) * 4 + c4] = in ? x[((n * g.h + ih) * g.w + iw) * g.c + c4] : 0.0;
+        }
+    for (int64_t pl = 0; pl < t.tp; ++pl)
+      for (int64_t q = 0; q < 16 * t.mt; ++q) {
+        for (int64_t kk = 0; kk < kred; ++kk) {
+          const int64_t ks = kk / 16, s4 = (kk / 4) % 4, c4 = kk % 4, r = ks / t.sg, s0 = (ks % t.sg) * 4;
+          a[kk] = 0.0;
+          if (s0 + s4 >= g.s) continue;
+          const int64_t row = pl * g.stride_h + r, col = q * g.stride_w + s0 + s4;
+          if (row >= t.patch_rows || col >= t.patch_cols) {
+            ++o.outside;
+            continue;
+          }
+          a[kk] = patch[(row * t.patch_cols + col) * 4 + c4];
+        }
+        const int64_t p = p0 + pl;
+        if (p >= g.p || q >= g.q) continue;
+        for (int64_t k = 0; k < g.k; ++k) {
+          double acc = 0.0;
+          for (int64_t kk = 0; kk < kred; ++kk) acc += a[kk] * b[k * kred + kk];
+          o.y[((n * g.p + p) * g.q + q) * g.k + k] = acc;
+          const double d = dy[((n * g.p + p) * g.q + q) * g.k + k];
+          for (int64_t kk = 0; kk < kred; ++kk) dwx[k * kred + kk] += d * a[kk];
+        }
+      }
+  }
+  o.dw.assign(static_cast<size_t>(g.k * g.r * g.s * g.c), 0.0);
+  for (int64_t k = 0; k < g.k; ++k)
+    for (int64_t kk = 0; kk < kred; ++kk) {
+      const int64_t ks = kk / 16, s4 = (kk / 4) % 4, c4 = kk % 4, r = ks / t.sg, s = (ks % t.sg) * 4 + s4;
+      if (s < g.s && c4 < g.c) o.dw[((k * g.r + r) * g.s + s) * g.c + c4] = dwx[k * kred + kk];
+    }
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("fewc rule accepts the RGB stems and C = 1..4 convs with K = 16, 32 or 64", "[fewc][conv2d]") {
+  CHECK(fewc_conv_eligible(kResnetStem));
+  CHECK(fewc_conv_eligible(kVggConv0));
+  for (int64_t c : {1, 2, 3, 4})
+    for (int64_t k : {16, 32, 64}) {
+      INFO("C=" << c << " K=" << k);
+      CHECK(fewc_conv_eligible(conv_geom(2, 32, 32, c, k, 3, 3, 1, 1, 1, 1)));
+      CHECK(fewc_conv_eligible(conv_geom(2, 32, 32, c, k, 7, 7, 2, 2, 3, 3)));
+      CHECK(fewc_conv_eligible(conv_geom(3, 37, 37, c, k, 5, 5, 1, 1, 2, 2)));
+    }
+  CHECK(fewc_conv_eligible(conv_geom(1, 9, 9, 3, 16, 1, 1, 1, 1, 0, 0)));    // 1x1
+  CHECK(fewc_conv_eligible(conv_geom(1, 40, 40, 3, 16, 8, 8, 2, 2, 3, 3)));  // R = S = 8
+  CHECK(fewc_conv_eligible(conv_geom(1, 40, 30, 2, 32, 5, 3, 2, 2, 2, 1)));  // R != S, H != W
+}
+
+TEST_CASE("fewc rule refuses groups, dilation, C > 4, other K, R or S > 8, other strides and an unfinished geometry",
+          "[fewc][conv2d]") {
+  Conv2dGeom grouped = conv_geom(2, 32, 32, 4, 16, 3, 3, 1, 1, 1, 1);
+  grouped.groups = 2;
+  CHECK_FALSE(fewc_conv_eligible(grouped));
+  CHECK_FALSE(fewc_conv_eligible(conv_geom(2, 32, 32, 3, 64, 3, 3, 1, 1, 2, 2, 2, 2)));  // dilation 2
+  CHECK_FALSE(fewc_conv_eligible(conv_geom(2, 32, 32, 3, 64, 3, 3, 1, 1, 2, 2, 2, 1)));  // dilation 2x1
+  CHECK_FALSE(fewc_conv_eligible(conv_geom(2, 32, 32, 5, 64, 3, 3, 1, 1, 1, 1)));        // C = 5
+  CHECK_FALSE(fewc_conv_eligible(conv_geom(2, 32, 32, 8, 64, 3, 3, 1, 1, 1, 1)));        // C = 8
+  CHECK_FALSE(fewc_conv_eligible(conv_geom(2, 32, 32, 3, 48, 3, 3, 1, 1, 1, 1)));        // K = 48
+  CHECK_FALSE(fewc_conv_eligible(conv_geom(2, 32, 32, 3, 128, 3, 3, 1, 1, 1, 1)));       // K = 128
+  CHECK_FALSE(fewc_conv_eligible(conv_geom(2, 32, 32, 3, 8, 3, 3, 1, 1, 1, 1)));         // K = 8
+  CHECK_FALSE(fewc_conv_eligible(conv_geom(2, 32, 32, 3, 64, 9, 9, 1, 1, 4, 4)));        // R = S = 9
+  CHECK_FALSE(fewc_conv_eligible(conv_geom(2, 32, 32, 3, 64, 9, 3, 1, 1, 4, 1)));        // R = 9
+  CHECK_FALSE(fewc_conv_eligible(conv_geom(2, 32, 32, 3, 64, 3, 9, 1, 1, 1, 4)));        // S = 9
+  CHECK_FALSE(fewc_conv_eligible(conv_geom(2, 32, 32, 3, 64, 3, 3, 3, 3, 1, 1)));        // stride 3
+  CHECK_FALSE(fewc_conv_eligible(conv_geom(2, 32, 32, 3, 64, 3, 3, 2, 1, 1, 1)));        // stride 2x1
+  CHECK_FALSE(fewc_conv_eligible(conv_geom(2, 32, 32, 3, 64, 3, 3, 1, 2, 1, 1)));        // stride 1x2
+  Conv2dGeom unfinished = kResnetStem;
+  unfinished.p = unfinished.q = 0;
+  CHECK_FALSE(fewc_conv_eligible(unfinished));
+}
+
+TEST_CASE("fewc rule refuses a conv whose shared memory exceeds kFewcMaxSmemBytes", "[fewc][conv2d]") {
+  // 8x8/2 over a 1024-wide image: Q = 512, 32 row tiles, one output row per task, a 8 x 1030 patch.
+  const Conv2dGeom k64 = conv_geom(1, 16, 1024, 3, 64, 8, 8, 2, 2, 3, 3);
+  const Conv2dGeom k16 = conv_geom(1, 16, 1024, 3, 16, 8, 8, 2, 2, 3, 3);
+  const FewcTiling t64 = fewc_conv_tiling(k64), t16 = fewc_conv_tiling(k16);
+  CHECK(t64.patch_cols == 1030);
+  CHECK(t64.warps == 8);
+  CHECK(t64.smem_bytes == 2 * (64 * 264 + 8 * 1030 * 4 + 8 * 2 * 16 * 72));
+  CHECK(t64.smem_bytes > kFewcMaxSmemBytes);
+  CHECK_FALSE(fewc_conv_eligible(k64));
+  CHECK(t16.smem_bytes == 2 * (16 * 264 + 8 * 1030 * 4 + 8 * 2 * 16 * 24));
+  CHECK(t16.smem_bytes <= kFewcMaxSmemBytes);
+  CHECK(fewc_conv_eligible(k16));
+}
+
+TEST_CASE("fewc tiling of the ResNet-50 stem: 14 reduction steps, 7 row tiles, 2 output rows per task, 7 warps",
+          "[fewc][conv2d]") {
+  const FewcTiling t = fewc_conv_tiling(kResnetStem);
+  CHECK(t.sg == 2);
+  CHECK(t.ksteps == 14);
+  CHECK(t.mt == 7);
+  CHECK(t.tp == 2);
+  CHECK(t.tasks == 2 * 56);
+  CHECK(t.patch_rows == 9);   // (TP - 1) * 2 + 7
+  CHECK(t.patch_cols == 230);  // (16 * 7 - 1) * 2 + 4 * 2
+  CHECK(t.w_stride == 232);   // 16 * 14 + 8
+  CHECK(t.warps == 7);
+  CHECK(t.smem_bytes == 2 * (64 * 232 + 9 * 230 * 4 + 7 * 2 * 16 * 72));
+  CHECK(t.smem_bytes <= kFewcMaxSmemBytes);
+}
+
+TEST_CASE("fewc tiling of VGG's 3x3/1 first conv at 224x224: 3 reduction steps, 14 row tiles, 1 output row per task",
+          "[fewc][conv2d]") {
+  const FewcTiling t = fewc_conv_tiling(kVggConv0);
+  CHECK(t.sg == 1);
+  CHECK(t.ksteps == 3);
+  CHECK(t.mt == 14);
+  CHECK(t.tp == 1);
+  CHECK(t.tasks == 2 * 224);
+  CHECK(t.patch_rows == 3);
+  CHECK(t.patch_cols == 227);  // (16 * 14 - 1) * 1 + 4
+  CHECK(t.w_stride == 56);
+  CHECK(t.warps == 7);
+  CHECK(t.smem_bytes == 2 * (64 * 56 + (3 * 227 * 4 + 7) / 8 * 8 + 7 * 2 * 16 * 72));
+  CHECK(t.smem_bytes <= kFewcMaxSmemBytes);
+}
+
+TEST_CASE("fewc weight-gradient rule: the forward's, stride 2 and K = 64; its tiling for the ResNet-50 stem",
+          "[fewc][conv2d]") {
+  CHECK(fewc_wgrad_eligible(kResnetStem));
+  CHECK_FALSE(fewc_wgrad_eligible(kVggConv0));                                         // stride 1
+  CHECK_FALSE(fewc_wgrad_eligible(conv_geom(2, 224, 224, 3, 32, 7, 7, 2, 2, 3, 3)));  // K = 32
+  CHECK_FALSE(fewc_wgrad_eligible(conv_geom(2, 224, 224, 5, 64, 7, 7, 2, 2, 3, 3)));  // C = 5: not the forward's
+  const FewcWgradTiling w = fewc_wgrad_tiling(kResnetStem);
+  const FewcTiling f = fewc_conv_tiling(kResnetStem);
+  CHECK((w.t.tasks == f.tasks && w.t.mt == f.mt && w.t.tp == f.tp && w.t.patch_rows == f.patch_rows &&
+         w.t.patch_cols == f.patch_cols));
+  CHECK(w.dy_stride == 72);
+  CHECK(w.smem_bytes == 2 * (9 * 230 * 4 + 2 * 7 * 16 * 72 + 8));
+  CHECK(w.smem_bytes <= kFewcMaxSmemBytes);
+}
+
+TEST_CASE("fewc's reduction order and patches reproduce the direct conv in float64, never reading past the patch",
+          "[fewc][conv2d]") {
+  const std::pair<const char*, Conv2dGeom> cases[] = {
+      {"7x7/2 pad 3 C=3 K=16 37x37 (Q=19, P odd)", conv_geom(2, 37, 37, 3, 16, 7, 7, 2, 2, 3, 3)},
+      {"3x3/1 pad 1 C=3 K=16 20x18", conv_geom(2, 20, 18, 3, 16, 3, 3, 1, 1, 1, 1)},
+      {"3x3/1 pad 1 C=2 K=16 3x150 (Q > 128: TP 1)", conv_geom(1, 3, 150, 2, 16, 3, 3, 1, 1, 1, 1)},
+      {"5x5/1 pad 2 C=1 K=16 13x17", conv_geom(2, 13, 17, 1, 16, 5, 5, 1, 1, 2, 2)},
+      {"4x4/2 pad 1 C=4 K=32 12x10", conv_geom(2, 12, 10, 4, 32, 4, 4, 2, 2, 1, 1)},
+      {"8x8/2 pad 3 C=3 K=16 21x19", conv_geom(1, 21, 19, 3, 16, 8, 8, 2, 2, 3, 3)},
+      {"5x3/2 pad 2x1 C=3 K=16 11x10", conv_geom(2, 11, 10, 3, 16, 5, 3, 2, 2, 2, 1)},
+      {"1x1/1 C=2 K=16 7x5", conv_geom(2, 7, 5, 2, 16, 1, 1, 1, 1, 0, 0)}};
+  uint32_t seed = 700;
+  for (const auto& [name, g] : cases) {
+    INFO(name << ": " << conv2d_geom_str(g));
+    REQUIRE(fewc_conv_eligible(g));
+    const FewcTiling t = fewc_conv_tiling(g);
+    const std::vector<double> x = testing::random_vec(static_cast<size_t>(g.n * g.h * g.w * g.c), ++seed);
+    const std::vector<double> w = testing::random_vec(static_cast<size_t>(g.k * g.r * g.s * g.c), ++seed);
+    const std::vector<double> dy = testing::random_vec(static_cast<size_t>(g.n * g.p * g.q * g.k), ++seed);
+    const ModelOut m = fewc_model(g, t, x, w, dy);
+    CHECK(m.outside == 0);
+    std::vector<double> y(m.y.size()), dw(m.dw.size());
+    conv2d_fwd_cpu<double>(g, x.data(), w.data(), nullptr, y.data(), nullptr);
+    conv2d_grad_weight_cpu<double>(g, dy.data(), x.data(), dw.data(), nullptr);
+    const testing::Diff dfwd = testing::diff(m.y, y), dwg = testing::diff(m.dw, dw);
+    INFO("forward " << dfwd.str() << "; weight gradient " << dwg.str());
+    CHECK(dfwd.rel < 1e-12);
+    CHECK(dwg.rel < 1e-12);
+  }
+}
