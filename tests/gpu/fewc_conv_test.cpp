@@ -2,8 +2,9 @@
 // fewc_conv_fwd_cuda; the backend runs it under AMP with train.conv_fewc: forward, the default) against the float64
 // direct conv (tests/gpu/stem_conv_ref.h) on the ResNet-50 stem, VGG's 3x3/1 first conv (small and at 224x224),
 // odd sizes, C = 1 and 4 with K = 16, a 5x5/1 conv and a row wider than 128 outputs, in f16 and bf16, with and
-// without bias; nothing written past y; two runs, a grid smaller than the task count and a captured graph's replay
-// bitwise equal to the eager run; what the plan and the launch refuse (f32, ineligible geometries, unaligned y).
+// without bias (input rows loaded in 16-byte pieces where W * C % 8 == 0, else element by element); nothing written
+// past y; two runs, a grid smaller than the task count, an unaligned x and a captured graph's replay bitwise equal
+// to the eager run; what the plan and the launch refuse (f32, ineligible geometries, unaligned y).
 // The weight gradient: tests/gpu/fewc_wgrad_test.cpp.
 //
 // Tolerances as tests/gpu/s2d_conv_test.cpp: |got - ref| <= acc * mag + u * |ref| per element (mag: the same conv
@@ -144,6 +145,33 @@ TEST_CASE("fewc forward with fewer CTAs than tasks (each CTA looping over severa
                                      want.data(), b.y_bytes, 2));
       }
     }
+}
+
+TEST_CASE("fewc forward from an x off 16-byte alignment (element loads) equals the aligned run (row loads) bitwise",
+          "[kernel][fewc][conv2d]") {
+  CudaContext ctx = make_context();
+  // W * C a multiple of 8: from an aligned x the patch rows load in 16-byte pieces (fewc_rows_vectorizable).
+  const Conv2dGeom g = conv_geom(2, 40, 48, 3, 64, 7, 7, 2, 2, 3, 3);
+  for (GpuDType t : kLowp) {
+    INFO(gpu_dtype_name(t) << ": " << conv2d_geom_str(g));
+    const StemInputs in = stem_inputs(g, true, 6150);
+    const FewcConvPlan plan = fwd_plan(g, t);
+    const FwdBuffers b = fwd_buffers(t, in);
+    poison(b.y);
+    REQUIRE_OK(run_fwd(ctx, plan, b, true));
+    sync_ok(ctx);
+    const std::vector<uint8_t> want = from_device<uint8_t>(b.y.get(), b.y_bytes);
+    std::vector<uint16_t> bits(in.x.size());
+    for (size_t i = 0; i < bits.size(); ++i) bits[i] = lowp_bits(t, in.x[i]);
+    DevBuf xo(bits.size() * 2 + 16);
+    void* x_off = static_cast<char*>(xo.get()) + 2;  // one element past a 16-byte boundary
+    upload(x_off, bits);
+    poison(b.y);
+    REQUIRE_OK(fewc_conv_fwd_cuda(ctx.stream, plan, x_off, b.w.get(), b.b.get(), b.y.get()));
+    sync_ok(ctx);
+    const std::vector<uint8_t> got = from_device<uint8_t>(b.y.get(), b.y_bytes);
+    CHECK_RESULT(compare_bitwise("fewc fwd unaligned x", got.data(), want.data(), b.y_bytes, 2));
+  }
 }
 
 TEST_CASE("fewc forward replayed from a captured CUDA graph equals the eager run bitwise", "[kernel][fewc][conv2d]") {
