@@ -20,6 +20,11 @@ FewcTiling fewc_conv_tiling(const Conv2dGeom& g) {
   const int64_t elem = 2;
   const int64_t patch = (t.patch_rows * t.patch_cols * 4 + 7) / 8 * 8;  // the staging after it 16-byte aligned
   t.smem_bytes = elem * (g.k * t.w_stride + patch + t.warps * 2 * 16 * (g.k + 8));
+  const int64_t raw = t.patch_rows * g.w * g.c;  // the pipelined patch when its rows are whole 16-byte pieces
+  if ((g.w * g.c) % 8 == 0 && t.smem_bytes + elem * raw <= kFewcMaxSmemBytes) {
+    t.raw_elems = raw;
+    t.smem_bytes += elem * raw;
+  }
   return t;
 }
 
@@ -36,9 +41,11 @@ bool fewc_conv_eligible(const Conv2dGeom& g) {
 FewcWgradTiling fewc_wgrad_tiling(const Conv2dGeom& g) {
   FewcWgradTiling w;
   w.t = fewc_conv_tiling(g);
+  w.warps = (w.t.ksteps + 1) / 2;
   w.dy_stride = g.k + 8;
   const int64_t patch = (w.t.patch_rows * w.t.patch_cols * 4 + 7) / 8 * 8;
-  w.smem_bytes = 2 * (patch + w.t.tp * w.t.mt * 16 * w.dy_stride + 8);
+  w.t.raw_elems = (g.w * g.c) % 8 == 0 ? w.t.patch_rows * g.w * g.c : 0;  // 16-byte rows: always pipelined
+  w.smem_bytes = 2 * (patch + 2 * w.t.tp * w.t.mt * 16 * w.dy_stride + w.t.raw_elems + 8);
   return w;
 }
 

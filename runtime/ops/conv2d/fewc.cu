@@ -32,7 +32,8 @@ struct FewcArgs {
   uint16_t* y;           // (N, P, Q, K)
   int h, w_in, c, r, s, stride, pad_h, pad_w, p, q;
   int sg, ksteps, mt, tp, tasks, row_tasks, patch_rows, patch_cols, w_stride;
-  int vec;  // PatchGeom::vec
+  int vec;   // PatchGeom::vec
+  int pipe;  // vec and FewcTiling::raw_elems > 0: the next task's rows are copied while this one computes
 };
 
 // T: __half or __nv_bfloat16 (the MMA type and the output rounding); NT = K / 8 column tiles.
@@ -48,6 +49,7 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
   uint16_t* patch = wsm + K * a.w_stride;           // (patch_rows, patch_cols, 4)
   const int patch_elems = a.patch_rows * a.patch_cols * 4;
   uint16_t* stage = patch + (patch_elems + 7) / 8 * 8;  // (warps, 2, 16, kStage)
+  uint16_t* raw = stage + nwarps * 2 * 16 * kStage;      // (patch_rows, W * C) when a.pipe
   const uint32_t* patch32 = reinterpret_cast<const uint32_t*>(patch);  // 2 words per pixel
 
   // B (K, kred): wsm[n][((r SG + sg) 4 + s4) 4 + c4] = w[n, r, sg 4 + s4, c4], 0 outside the filter.
@@ -59,13 +61,32 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
   }
 
   const PatchGeom pg{a.h, a.w_in, a.c, a.stride, a.pad_h, a.pad_w, a.patch_rows, a.patch_cols, a.vec != 0};
-  zero_patch(pg, patch);  // ordered before the first load_patch by the task loop's first barrier
+  zero_patch(pg, patch);  // ordered before the first patch write by the task loop's first barrier
   const int tiles = a.tp * a.mt, units = (tiles + 1) / 2;
+  const int64_t image = static_cast<int64_t>(a.h) * a.w_in * a.c;
+  if (a.pipe && blockIdx.x < a.tasks) {
+    const int n = blockIdx.x / a.row_tasks;
+    prefetch_patch_rows(a.x + n * image, pg, (blockIdx.x - n * a.row_tasks) * a.tp, raw);
+    cp_async_commit();
+  }
   for (int task = blockIdx.x; task < a.tasks; task += gridDim.x) {
     const int n = task / a.row_tasks, p0 = (task - n * a.row_tasks) * a.tp;
-    __syncthreads();  // the previous task's MMAs have read the patch (first task: the filter is written)
-    load_patch(a.x + static_cast<int64_t>(n) * a.h * a.w_in * a.c, pg, p0, patch);
-    __syncthreads();
+    if (a.pipe) {
+      cp_async_wait_all();  // this task's rows (this thread's copies), then everyone's, and the previous task's
+      __syncthreads();      // MMAs have read the patch (first task: the filter is written)
+      scatter_patch(raw, pg, p0, patch);
+      __syncthreads();      // the patch is complete and raw is free
+      const int next = task + gridDim.x;
+      if (next < a.tasks) {
+        const int nn = next / a.row_tasks;
+        prefetch_patch_rows(a.x + nn * image, pg, (next - nn * a.row_tasks) * a.tp, raw);
+        cp_async_commit();
+      }
+    } else {
+      __syncthreads();  // the previous task's MMAs have read the patch (first task: the filter is written)
+      load_patch(a.x + n * image, pg, p0, patch);
+      __syncthreads();
+    }
 
     for (int unit = warp; unit < units; unit += nwarps) {
       const bool two = 2 * unit + 1 < tiles;
@@ -217,6 +238,7 @@ Status fewc_conv_fwd_cuda(cudaStream_t stream, const FewcConvPlan& plan, const v
   a.patch_rows = static_cast<int>(t.patch_rows), a.patch_cols = static_cast<int>(t.patch_cols);
   a.w_stride = static_cast<int>(t.w_stride);
   a.vec = fewc_rows_vectorizable(g, x);
+  a.pipe = a.vec && t.raw_elems > 0 ? 1 : 0;
   kernel<<<plan.grid, static_cast<unsigned>(t.warps * 32), static_cast<size_t>(t.smem_bytes), stream>>>(a);
   return TRCTL_CUDA_LAUNCH_STATUS("fewc_fwd_kernel");
 }

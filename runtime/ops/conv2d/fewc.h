@@ -39,17 +39,22 @@ struct FewcTiling {
   int64_t patch_rows = 1, patch_cols = 1;  // the input patch of a task (4 channels per element)
   int64_t w_stride = 24;   // elements per filter row in shared memory: 16 ksteps + 8 (conflict-free ldmatrix)
   int64_t warps = 1;       // ceil(TP * MT / 2), at most 8
+  int64_t raw_elems = 0;   // patch_rows x W * C when W * C % 8 == 0 and it fits kFewcMaxSmemBytes (else 0):
+                           // the next task's input rows as they are, copied with cp.async while the current task
+                           // computes (fewc_kernels.cuh); 0: each task loads its patch before computing
   int64_t smem_bytes = 0;  // filter + patch (rounded up to 8 elements) + the warps' output staging
-                           // (2 x 16 x (K + 8) elements each)
+                           // (2 x 16 x (K + 8) elements each) + raw_elems
 };
 // The weight gradient dW[k, kk] = sum over output pixels (n,p,q) of dy[n,p,q,k] * A[(n,p,q), kk] (A as above)
-// runs over the same tasks and patches; a CTA also stages the task's dy (TP * MT * 16 pixels x (K + 8)), its 8
-// warps split (4 row tiles of 16 channels) x (2 halves of the reduction steps), and each CTA writes its fp32
-// partial (K, 16 ksteps) to a workspace that a second kernel sums in CTA order into dW (K, R, S, C): deterministic.
+// runs over the same tasks and patches; a CTA stages the task's dy (TP * MT * 16 pixels x (K + 8)) in one of two
+// buffers (the next task's dy and raw input rows are copied while the current one computes), its
+// ceil(ksteps / 2) warps own 2 reduction steps each for all K channels, and each CTA writes its fp32 partial
+// (K, 16 ksteps) to a workspace that a second kernel sums in CTA order into dW (K, R, S, C): deterministic.
 struct FewcWgradTiling {
-  FewcTiling t;            // tasks, patch, mt, tp as the forward's (its warps and smem_bytes unused)
+  FewcTiling t;            // tasks, patch, mt, tp, raw_elems as the forward's (its warps and smem_bytes unused)
+  int64_t warps = 1;       // ceil(ksteps / 2)
   int64_t dy_stride = 72;  // elements per staged dy pixel: K + 8 (conflict-free ldmatrix.trans rows)
-  int64_t smem_bytes = 0;  // patch (rounded up to 8 elements) + staged dy + one zero row of 8 elements
+  int64_t smem_bytes = 0;  // patch (rounded up to 8 elements) + 2 x staged dy + raw_elems + one zero row of 8
 };
 FewcWgradTiling fewc_wgrad_tiling(const Conv2dGeom& g);
 

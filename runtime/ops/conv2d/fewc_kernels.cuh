@@ -99,5 +99,48 @@ __device__ __forceinline__ void load_patch(const uint16_t* __restrict__ xn, cons
   }
 }
 
+// cp.async of 16 bytes global -> shared, bypassing L1; src_bytes 0 writes 16 zero bytes (nothing is read).
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gsrc, int src_bytes = 16) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(gsrc), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// The pipelined patch (pg.vec only): prefetch_patch_rows starts copying the in-image input rows of the patch of
+// output rows p0.. of image xn, as they are, into raw (rows, W * C) with cp.async (rows outside the image are
+// not copied); after cp_async_wait_all and a barrier, scatter_patch writes them into the patch (4 channels per
+// pixel at column pad_w + pixel; rows outside the image 0), reading shared memory only. Both by the whole block,
+// no barrier inside.
+__device__ __forceinline__ void prefetch_patch_rows(const uint16_t* __restrict__ xn, const PatchGeom& pg, int p0,
+                                                    uint16_t* raw) {
+  const int rowlen = pg.w * pg.c, pieces = rowlen / 8, total = pg.rows * pieces;
+  for (int i = static_cast<int>(threadIdx.x); i < total; i += static_cast<int>(blockDim.x)) {
+    const int pr = i / pieces, j = i - pr * pieces;
+    const int ih = p0 * pg.stride - pg.pad_h + pr;
+    if (ih >= 0 && ih < pg.h)
+      cp_async16(raw + static_cast<int64_t>(pr) * rowlen + j * 8, xn + static_cast<int64_t>(ih) * rowlen + j * 8);
+  }
+}
+__device__ __forceinline__ void scatter_patch(const uint16_t* raw, const PatchGeom& pg, int p0, uint16_t* patch) {
+  const int rowlen = pg.w * pg.c, pieces = rowlen / 8, total = pg.rows * pieces;
+  const int shift = pg.c == 1 ? 0 : pg.c == 2 ? 1 : 2;  // e / C for C = 1, 2, 4 (C = 3 divides)
+  for (int i = static_cast<int>(threadIdx.x); i < total; i += static_cast<int>(blockDim.x)) {
+    const int pr = i / pieces, j = i - pr * pieces;
+    const int ih = p0 * pg.stride - pg.pad_h + pr;
+    uint16_t v[8];
+    const uint4 q = ih >= 0 && ih < pg.h ? *reinterpret_cast<const uint4*>(raw + pr * rowlen + j * 8)
+                                         : uint4{0, 0, 0, 0};
+    memcpy(v, &q, 16);
+    uint16_t* row = patch + pr * pg.cols * 4;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int el = j * 8 + e;
+      const int px = pg.c == 3 ? el / 3 : el >> shift;
+      row[(pg.pad_w + px) * 4 + (el - px * pg.c)] = v[e];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace trctl

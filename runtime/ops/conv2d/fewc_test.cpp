@@ -136,9 +136,11 @@ TEST_CASE("fewc rule refuses a conv whose shared memory exceeds kFewcMaxSmemByte
   const FewcTiling t64 = fewc_conv_tiling(k64), t16 = fewc_conv_tiling(k16);
   CHECK(t64.patch_cols == 1030);
   CHECK(t64.warps == 8);
+  CHECK(t64.raw_elems == 0);
   CHECK(t64.smem_bytes == 2 * (64 * 264 + 8 * 1030 * 4 + 8 * 2 * 16 * 72));
   CHECK(t64.smem_bytes > kFewcMaxSmemBytes);
   CHECK_FALSE(fewc_conv_eligible(k64));
+  CHECK(t16.raw_elems == 0);  // the 8 x 3072 raw rows (48 KiB) would not fit: each task loads its patch
   CHECK(t16.smem_bytes == 2 * (16 * 264 + 8 * 1030 * 4 + 8 * 2 * 16 * 24));
   CHECK(t16.smem_bytes <= kFewcMaxSmemBytes);
   CHECK(fewc_conv_eligible(k16));
@@ -156,7 +158,8 @@ TEST_CASE("fewc tiling of the ResNet-50 stem: 14 reduction steps, 7 row tiles, 2
   CHECK(t.patch_cols == 230);  // (16 * 7 - 1) * 2 + 4 * 2
   CHECK(t.w_stride == 232);   // 16 * 14 + 8
   CHECK(t.warps == 7);
-  CHECK(t.smem_bytes == 2 * (64 * 232 + 9 * 230 * 4 + 7 * 2 * 16 * 72));
+  CHECK(t.raw_elems == 9 * 224 * 3);  // the next task's input rows, pipelined
+  CHECK(t.smem_bytes == 2 * (64 * 232 + 9 * 230 * 4 + 7 * 2 * 16 * 72 + 9 * 224 * 3));
   CHECK(t.smem_bytes <= kFewcMaxSmemBytes);
 }
 
@@ -172,7 +175,8 @@ TEST_CASE("fewc tiling of VGG's 3x3/1 first conv at 224x224: 3 reduction steps, 
   CHECK(t.patch_cols == 227);  // (16 * 14 - 1) * 1 + 4
   CHECK(t.w_stride == 56);
   CHECK(t.warps == 7);
-  CHECK(t.smem_bytes == 2 * (64 * 56 + (3 * 227 * 4 + 7) / 8 * 8 + 7 * 2 * 16 * 72));
+  CHECK(t.raw_elems == 3 * 224 * 3);
+  CHECK(t.smem_bytes == 2 * (64 * 56 + (3 * 227 * 4 + 7) / 8 * 8 + 7 * 2 * 16 * 72 + 3 * 224 * 3));
   CHECK(t.smem_bytes <= kFewcMaxSmemBytes);
 }
 
@@ -187,7 +191,9 @@ TEST_CASE("fewc weight-gradient rule: the forward's, stride 2 and K = 64; its ti
   CHECK((w.t.tasks == f.tasks && w.t.mt == f.mt && w.t.tp == f.tp && w.t.patch_rows == f.patch_rows &&
          w.t.patch_cols == f.patch_cols));
   CHECK(w.dy_stride == 72);
-  CHECK(w.smem_bytes == 2 * (9 * 230 * 4 + 2 * 7 * 16 * 72 + 8));
+  CHECK(w.warps == 7);  // reduction steps 2w, 2w + 1 each
+  CHECK(w.t.raw_elems == 9 * 224 * 3);
+  CHECK(w.smem_bytes == 2 * (9 * 230 * 4 + 2 * 2 * 7 * 16 * 72 + 9 * 224 * 3 + 8));  // two dy buffers
   CHECK(w.smem_bytes <= kFewcMaxSmemBytes);
 }
 

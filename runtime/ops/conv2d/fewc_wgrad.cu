@@ -1,15 +1,17 @@
 // The few-input-channel tensor-core convolution weight gradient (fewc_cuda.h; the GEMM and the tiling in fewc.h):
 // dW (K=64, kred) = dy^T (64, pixels) x A (pixels, kred), the reduction over the output pixels of each task.
-// A persistent CTA of 8 warps loops over its tasks (image n, output rows p0 .. p0+TP-1): it loads the input patch
-// (as the forward) and stages the task's dy pixels (TP * MT * 16, K + 8); then for every 16-pixel row tile,
-// warp w (row tile w % 4 of 16 channels, half w / 4 of the reduction steps) loads
-//   A = dy^T fragments with one ldmatrix.x4.trans of the staged dy (rows = pixels, 8 channels each), and
+// A persistent CTA of ceil(ksteps / 2) warps loops over its tasks (image n, output rows p0 .. p0+TP-1): the task's
+// dy pixels (TP * MT * 16, K + 8) and raw input rows were copied with cp.async while the previous task computed
+// (dy in one of two buffers); the raw rows are scattered into the patch (as the forward's). Then for every
+// 16-pixel row tile, warp w (reduction steps 2w and 2w + 1, all 64 channels) loads
+//   A = dy^T fragments of its 4 row tiles of 16 channels with 4 ldmatrix.x4.trans of the staged dy (rows =
+//     pixels, 8 channels each), and
 //   per reduction step (r, sg) B = A-matrix fragments with one ldmatrix.x4.trans of the patch: a patch row of
 //     pixel q at columns q*2 + s0 .. +1 holds the 8 elements (s4 in {s0, s0+1}) x (c4 < 4) contiguously, 16-byte
 //     aligned because q*2 + s0 is even (stride 2); pixels past Q read a zero row;
-// and accumulates with mma.sync m16n8k16 in fp32. At the end each CTA writes its (K, kred) fp32 partial; a second
-// kernel sums the partials in CTA order and scatters them into dW (K, R, S, C) (taps s >= S and channels >= C
-// dropped). The grid is fixed by the plan: deterministic.
+// and runs 16 independent mma.sync m16n8k16 (fp32). At the end each CTA writes its (K, kred) fp32 partial; a
+// second kernel sums the partials in CTA order and scatters them into dW (K, R, S, C) (taps s >= S and channels
+// >= C dropped). The grid is fixed by the plan: deterministic.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -25,17 +27,18 @@
 namespace trctl {
 namespace {
 
-constexpr int kWgradK = 64;                // output channels (fewc_wgrad_eligible)
-constexpr int kWgradWarps = 8;             // 4 channel row tiles x 2 halves of the reduction steps
-constexpr int kMaxStepsPerWarp = 8;        // ceil(16 ksteps / 2): R, S <= 8
+constexpr int kWgradK = 64;        // output channels (fewc_wgrad_eligible)
+constexpr int kWgradMaxWarps = 8;  // ceil(16 ksteps / 2): R, S <= 8
+constexpr int kWgradMt = kWgradK / 16;  // row tiles of 16 channels
 
 struct FewcWgradArgs {
   const uint16_t* x;   // (N, H, W, C)
   const uint16_t* dy;  // (N, P, Q, K)
   float* partial;      // (grid, K, kred)
   int h, w_in, c, pad_h, pad_w, p, q;
-  int sg, ksteps, mt, tp, row_tasks, tasks, patch_rows, patch_cols, dy_stride;
-  int vec;  // PatchGeom::vec
+  int sg, ksteps, mt, tp, row_tasks, tasks, patch_rows, patch_cols, dy_stride, raw_elems;
+  int vec;   // PatchGeom::vec
+  int pipe;  // vec and raw_elems > 0: the raw input rows are prefetched (else each task loads its patch)
 };
 
 __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* row_addr) {
@@ -45,97 +48,120 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* row_
                : "r"(a));
 }
 
+// cp.async of task's dy pixels into dys (tile pixel i: output row p0 + i / (16 MT), column i % (16 MT)); pixels
+// past P or Q are zero-filled.
+__device__ __forceinline__ void stage_dy(const FewcWgradArgs& a, int task, uint16_t* dys) {
+  const int n = task / a.row_tasks, p0 = (task - n * a.row_tasks) * a.tp;
+  const int pieces = a.tp * a.mt * 16 * (kWgradK / 8);
+  for (int ci = static_cast<int>(threadIdx.x); ci < pieces; ci += static_cast<int>(blockDim.x)) {
+    const int px = ci >> 3, ck = ci & 7;
+    const int pl = px / (a.mt * 16), q = px - pl * a.mt * 16, p = p0 + pl;
+    const bool in = p < a.p && q < a.q;
+    const uint16_t* src = in ? a.dy + ((static_cast<int64_t>(n) * a.p + p) * a.q + q) * kWgradK + ck * 8 : a.dy;
+    cp_async16(dys + px * a.dy_stride + ck * 8, src, in ? 16 : 0);
+  }
+}
+
+// The next copies of a task: its dy into dys and, when pipelined, its raw input rows.
+__device__ __forceinline__ void prefetch_task(const FewcWgradArgs& a, const PatchGeom& pg, int task, uint16_t* dys,
+                                              uint16_t* raw) {
+  stage_dy(a, task, dys);
+  if (a.pipe) {
+    const int n = task / a.row_tasks;
+    prefetch_patch_rows(a.x + static_cast<int64_t>(n) * a.h * a.w_in * a.c, pg, (task - n * a.row_tasks) * a.tp,
+                        raw);
+  }
+  cp_async_commit();
+}
+
 template <class T>
-__global__ void __launch_bounds__(kWgradWarps * 32, 2) fewc_wgrad_kernel(FewcWgradArgs a) {
-  constexpr int K = kWgradK;
+__global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(FewcWgradArgs a) {
   extern __shared__ __align__(16) uint16_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int tile_px = a.tp * a.mt * 16;
   uint16_t* patch = smem;  // (patch_rows, patch_cols, 4)
   const int patch_elems = (a.patch_rows * a.patch_cols * 4 + 7) / 8 * 8;
-  const int tile_px = a.tp * a.mt * 16;
-  uint16_t* dys = patch + patch_elems;          // (tile_px, dy_stride)
-  uint16_t* zero_row = dys + tile_px * a.dy_stride;  // 8 zeros: B rows of pixels past Q
+  uint16_t* dys0 = patch + patch_elems;             // 2 x (tile_px, dy_stride)
+  uint16_t* raw = dys0 + 2 * tile_px * a.dy_stride;  // (patch_rows, W * C)
+  uint16_t* zero_row = raw + a.raw_elems;            // 8 zeros: B rows of pixels past Q
   if (tid < 8) zero_row[tid] = 0;
 
-  const int m0 = (warp & 3) * 16;  // this warp's 16 channels
-  const int half_steps = (a.ksteps + 1) / 2;
-  const int ks0 = (warp >> 2) * half_steps, ks1 = min(a.ksteps, ks0 + half_steps);
-  float acc[kMaxStepsPerWarp][2][4];
+  // This warp's reduction steps 2 warp and 2 warp + 1 (the second repeats the first past ksteps; not written).
+  int boff[2];  // per step: the patch offset (elements) of B row (pixel 0, output row 0) for this lane's half
+  const int mi = lane >> 3, bpx = (mi & 1) * 8 + (lane & 7), bhalf = mi >> 1;
 #pragma unroll
-  for (int i = 0; i < kMaxStepsPerWarp; ++i)
+  for (int j = 0; j < 2; ++j) {
+    const int ks = min(2 * warp + j, a.ksteps - 1);
+    const int r = ks / a.sg, s0 = (ks - r * a.sg) * 4 + bhalf * 2;
+    boff[j] = (r * a.patch_cols + s0) * 4;
+  }
+  float acc[2][kWgradMt][2][4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+  for (int j = 0; j < 2; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][h][e] = 0.0f;
+    for (int m = 0; m < kWgradMt; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][m][h][e] = 0.0f;
 
   const PatchGeom pg{a.h, a.w_in, a.c, 2, a.pad_h, a.pad_w, a.patch_rows, a.patch_cols, a.vec != 0};
-  zero_patch(pg, patch);  // ordered before the first load_patch by the task loop's first barrier
+  zero_patch(pg, patch);  // ordered before the first patch write by the task loop's first barrier
+  if (static_cast<int>(blockIdx.x) < a.tasks) prefetch_task(a, pg, blockIdx.x, dys0, raw);
   const int tiles = a.tp * a.mt;
-  for (int task = blockIdx.x; task < a.tasks; task += gridDim.x) {
+  int buf = 0;
+  for (int task = blockIdx.x; task < a.tasks; task += gridDim.x, buf ^= 1) {
     const int n = task / a.row_tasks, p0 = (task - n * a.row_tasks) * a.tp;
-    __syncthreads();  // the previous task's fragments are read
-    load_patch(a.x + static_cast<int64_t>(n) * a.h * a.w_in * a.c, pg, p0, patch);
-    // dy of the task's pixels (tile pixel i: output row p0 + i / (16 MT), column i % (16 MT)), 0 past P or Q.
-    constexpr int kUnroll = 4;  // loads in flight per thread
-    const int pieces = tile_px * (K / 8);
-    for (int c0 = tid; c0 < pieces; c0 += kUnroll * blockDim.x) {
-      uint4 v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int ci = c0 + u * blockDim.x, px = ci >> 3, ck = ci & 7;
-        const int pl = px / (a.mt * 16), q = px - pl * a.mt * 16, p = p0 + pl;
-        v[u] = make_uint4(0, 0, 0, 0);
-        if (ci < pieces && p < a.p && q < a.q)
-          v[u] = *reinterpret_cast<const uint4*>(a.dy + ((static_cast<int64_t>(n) * a.p + p) * a.q + q) * K + ck * 8);
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int ci = c0 + u * blockDim.x;
-        if (ci < pieces) *reinterpret_cast<uint4*>(dys + (ci >> 3) * a.dy_stride + (ci & 7) * 8) = v[u];
-      }
-    }
-    __syncthreads();
+    cp_async_wait_all();  // this task's dy and rows (this thread's copies), then everyone's; the previous task's
+    __syncthreads();      // fragments are read (its dy buffer is free)
+    if (a.pipe)
+      scatter_patch(raw, pg, p0, patch);
+    else
+      load_patch(a.x + static_cast<int64_t>(n) * a.h * a.w_in * a.c, pg, p0, patch);
+    __syncthreads();  // the patch is complete and raw is free
+    if (task + static_cast<int>(gridDim.x) < a.tasks)
+      prefetch_task(a, pg, task + static_cast<int>(gridDim.x), dys0 + (buf ^ 1) * tile_px * a.dy_stride, raw);
+    const uint16_t* dys = dys0 + buf * tile_px * a.dy_stride;
 
     for (int tile = 0; tile < tiles; ++tile) {
-      const int pl = tile / a.mt, q0 = (tile - pl * a.mt) * 16;
-      // A: matrix mi of lane's address: pixels (mi >> 1) * 8 + (lane & 7), channels m0 + (mi & 1) * 8.
-      uint32_t af[4];
-      {
-        const int mi = lane >> 3;
-        ldsm_x4_trans(af, dys + (tile * 16 + (mi >> 1) * 8 + (lane & 7)) * a.dy_stride + m0 + (mi & 1) * 8);
-      }
-      // The A registers as mma's (a0a1, a2a3, a4a5, a6a7): (ch g, px 2t), (ch g+8, px 2t), (ch g, px 2t+8),
-      // (ch g+8, px 2t+8) = matrices 0, 1, 2, 3 above.
-      const int mi = lane >> 3, bpx = (mi & 1) * 8 + (lane & 7), bhalf = mi >> 1;
-      const int q = q0 + bpx;
+      const int pl = tile / a.mt, q = (tile - pl * a.mt) * 16 + bpx;
+      // A of row tile m: matrix mi of lane's address: pixels (mi >> 1) * 8 + (lane & 7), channels
+      // m * 16 + (mi & 1) * 8; as mma's (a0a1, a2a3, a4a5, a6a7): (ch g, px 2t), (ch g+8, px 2t), (ch g, px 2t+8),
+      // (ch g+8, px 2t+8).
+      uint32_t af[kWgradMt][4];
 #pragma unroll
-      for (int i = 0; i < kMaxStepsPerWarp; ++i) {
-        const int ks = ks0 + i;
-        if (ks >= ks1) break;
-        const int r = ks / a.sg, s0 = (ks - r * a.sg) * 4 + bhalf * 2;
-        const uint16_t* row = q < a.q ? patch + ((pl * 2 + r) * a.patch_cols + q * 2 + s0) * 4 : zero_row;
-        uint32_t bf[4];  // (px 0-7, half 0), (px 8-15, half 0), (px 0-7, half 1), (px 8-15, half 1)
-        ldsm_x4_trans(bf, row);
-        mma16816<T>(acc[i][0], af[0], af[1], af[2], af[3], bf[0], bf[1]);
-        mma16816<T>(acc[i][1], af[0], af[1], af[2], af[3], bf[2], bf[3]);
-      }
+      for (int m = 0; m < kWgradMt; ++m)
+        ldsm_x4_trans(af[m], dys + (tile * 16 + (mi >> 1) * 8 + (lane & 7)) * a.dy_stride + m * 16 + (mi & 1) * 8);
+      // B: (px 0-7, half 0), (px 8-15, half 0), (px 0-7, half 1), (px 8-15, half 1).
+      uint32_t bf[2][4];
+      const int base = (pl * 2 * a.patch_cols + q * 2) * 4;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) ldsm_x4_trans(bf[j], q < a.q ? patch + base + boff[j] : zero_row);
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int m = 0; m < kWgradMt; ++m) {
+          mma16816<T>(acc[j][m][0], af[m][0], af[m][1], af[m][2], af[m][3], bf[j][0], bf[j][1]);
+          mma16816<T>(acc[j][m][1], af[m][0], af[m][1], af[m][2], af[m][3], bf[j][2], bf[j][3]);
+        }
     }
   }
-  // This CTA's partial (K, kred): c0, c1 at (channel m0 + g, kk 2t, 2t+1), c2, c3 at channel m0 + g + 8.
+  cp_async_wait_all();  // nothing is in flight at exit (no task was prefetched past the last)
+  // This CTA's partial (K, kred): c0, c1 at (channel m * 16 + g, kk 2t, 2t+1), c2, c3 at channel m * 16 + g + 8.
   const int kred = a.ksteps * 16;
-  float* part = a.partial + static_cast<int64_t>(blockIdx.x) * K * kred;
+  float* part = a.partial + static_cast<int64_t>(blockIdx.x) * kWgradK * kred;
 #pragma unroll
-  for (int i = 0; i < kMaxStepsPerWarp; ++i) {
-    const int ks = ks0 + i;
-    if (ks >= ks1) break;
+  for (int j = 0; j < 2; ++j) {
+    const int ks = 2 * warp + j;
+    if (ks >= a.ksteps) break;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int kk = ks * 16 + h * 8 + 2 * t;
-      part[(m0 + g) * kred + kk] = acc[i][h][0];
-      part[(m0 + g) * kred + kk + 1] = acc[i][h][1];
-      part[(m0 + g + 8) * kred + kk] = acc[i][h][2];
-      part[(m0 + g + 8) * kred + kk + 1] = acc[i][h][3];
-    }
+    for (int m = 0; m < kWgradMt; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int kk = ks * 16 + h * 8 + 2 * t, ch = m * 16 + g;
+        *reinterpret_cast<float2*>(part + ch * kred + kk) = make_float2(acc[j][m][h][0], acc[j][m][h][1]);
+        *reinterpret_cast<float2*>(part + (ch + 8) * kred + kk) = make_float2(acc[j][m][h][2], acc[j][m][h][3]);
+      }
   }
 }
 
@@ -181,7 +207,8 @@ Result<FewcWgradPlan> fewc_wgrad_plan(const Conv2dGeom& g, GpuDType io) {
   int dev = 0, sms = 0, per_sm = 0;
   TRCTL_CUDA_TRY(cudaGetDevice(&dev));
   TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  TRCTL_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWgradWarps * 32, smem));
+  TRCTL_CUDA_TRY(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(plan.t.warps) * 32, smem));
   if (per_sm < 1)
     return Error{ErrCode::NotSupported, "fewc conv",
                  "no weight-gradient CTA of " + std::to_string(smem) + " B shared memory fits an SM"};
@@ -215,8 +242,10 @@ Status fewc_conv_wgrad_cuda(cudaStream_t stream, const FewcWgradPlan& plan, cons
   a.tasks = static_cast<int>(t.tasks);
   a.patch_rows = static_cast<int>(t.patch_rows), a.patch_cols = static_cast<int>(t.patch_cols);
   a.dy_stride = static_cast<int>(plan.t.dy_stride);
+  a.raw_elems = static_cast<int>(t.raw_elems);
   a.vec = fewc_rows_vectorizable(g, x);
-  kernel<<<plan.grid, kWgradWarps * 32, static_cast<size_t>(plan.t.smem_bytes), stream>>>(a);
+  a.pipe = a.vec && t.raw_elems > 0 ? 1 : 0;
+  kernel<<<plan.grid, static_cast<unsigned>(plan.t.warps * 32), static_cast<size_t>(plan.t.smem_bytes), stream>>>(a);
   if (Status st = TRCTL_CUDA_LAUNCH_STATUS("fewc_wgrad_kernel"); !st.ok()) return st;
   const int total = static_cast<int>(g.k * g.r * g.s * g.c);
   fewc_wgrad_reduce_kernel<<<(total + 255) / 256, 256, 0, stream>>>(

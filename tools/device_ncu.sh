@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Run ON THE GPU MACHINE (device tool), from the repo root, after tools/device_pack.sh here: Nsight Compute over
+# the kernels of one trctl command, so that every session profiles a kernel the same way.
+#   NCU_KERNELS='regex:fewc_' NCU_CMD='bench kernels' bash tools/device_ncu.sh
+# NCU_KERNELS  ncu's -k filter (default regex:fewc_)
+# NCU_CMD      the trctl arguments (default "bench kernels")
+# NCU_COUNT    kernels profiled (--launch-count, default 4)
+# NCU_SKIP     matching launches skipped first (--launch-skip, default 0)
+# NCU_SET      ncu's --set (default full: occupancy, warp-state stall reasons, pipe utilisation, memory tables)
+# The clocks are left as the driver sets them (--clock-control none), as in training. The report text lands in
+# $OUT/ncu.txt (the raw details page, then the source-level stall summary when the set has it).
+set -u
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/out}"
+mkdir -p "$OUT"
+BIN=.device/bin
+for z in "$BIN"/*.xz; do [ -f "$z" ] && xz -df "$z"; done
+chmod +x "$BIN"/* 2>/dev/null
+NCU="$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)"
+if [ -z "$NCU" ]; then echo "device_ncu: no ncu on this machine" | tee "$OUT/ncu.txt"; exit 2; fi
+# ncu's injection needs the CUDA libraries the binary loads (cuBLASLt, cuDNN from the python wheels here).
+LIBS="$(python3 -c 'import glob, os, nvidia; print(":".join(sorted({os.path.dirname(p) for d in nvidia.__path__ for p in glob.glob(d + "/*/lib/*.so*")})))' 2>/dev/null)"
+export LD_LIBRARY_PATH="${LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# shellcheck disable=SC2086
+"$NCU" --clock-control none -k "${NCU_KERNELS:-regex:fewc_}" --launch-skip "${NCU_SKIP:-0}" \
+  --launch-count "${NCU_COUNT:-4}" --set "${NCU_SET:-full}" --print-details all \
+  "$BIN/trctl" ${NCU_CMD:-bench kernels} >"$OUT/ncu.txt" 2>&1
+echo "device_ncu: exit $? ($(grep -c 'Section:' "$OUT/ncu.txt") sections) -> $OUT/ncu.txt"
