@@ -1,7 +1,8 @@
 // The few-channel tensor-core weight gradient (and a quick forward check) on the GPU (runtime/ops/conv2d/fewc_cuda.h: fewc_wgrad_plan,
 // fewc_conv_wgrad_cuda; the backend runs it with train.conv_fewc: on) against the float64 direct conv's weight
 // gradient (tests/gpu/stem_conv_ref.h) on the ResNet-50 stem and on odd, few-channel and largest-filter stride-2
-// geometries in f16 and bf16; two runs and a captured graph's replay bitwise equal to the eager run; what the plan
+// geometries in f16 and bf16, also with grids of 1 and 7 CTAs looping over the tasks (the double-buffered copies);
+// two runs and a captured graph's replay bitwise equal to the eager run; what the plan
 // refuses (stride 1, K != 64, f32) and a short workspace.
 //
 // Tolerances: inputs on the 1/64 grid, so every product is exact in fp32; the sums are fp32 (MMA accumulators, then
@@ -85,6 +86,21 @@ TEST_CASE("fewc weight gradient matches the float64 direct conv (ResNet-50 stem,
       sync_ok(ctx);
       const std::vector<float> again = from_device<float>(b.dw.get(), in.w.size());
       CHECK_RESULT(compare_bitwise("fewc wgrad rerun " + tag, again.data(), dw.data(), dw.size() * 4, 4));
+      // Fewer CTAs than tasks: each CTA loops over several tasks, the next task's dy and input rows copied while
+      // the current one computes (both dy buffers used); another order of the partial sums, so close to the
+      // reference rather than bitwise the planned grid.
+      for (int grid : {1, 7}) {
+        if (grid >= plan.t.t.tasks) continue;
+        FewcWgradPlan fewer = plan;  // the launch and the workspace take the grid from the plan
+        fewer.grid = grid;
+        WgradBuffers bf = wgrad_buffers(m.io, in, fewer);
+        poison(bf.dw);
+        poison(bf.ws);
+        REQUIRE_OK(run_wgrad(ctx, fewer, bf));
+        sync_ok(ctx);
+        check_stem_close("fewc wgrad grid " + std::to_string(grid) + " " + tag, m.acc, m.rel, std::ldexp(1.0, -24),
+                         from_device<float>(bf.dw.get(), in.w.size()), ref.dw, ref.dw_mag, g.r * g.s * g.c);
+      }
     }
   }
 }
