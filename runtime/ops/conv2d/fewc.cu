@@ -36,6 +36,13 @@ struct FewcArgs {
   int pipe;  // vec and FewcTiling::raw_elems > 0: the next task's rows are copied while this one computes
 };
 
+// ldmatrix.x4 (non-transposed) of the four 8x8 matrices whose rows this warp's lanes address (shared address).
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
 // T: __half or __nv_bfloat16 (the MMA type and the output rounding); NT = K / 8 column tiles.
 template <class T, int NT>
 __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CTAs per SM: <= 128 registers
@@ -59,6 +66,15 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
     const int r = ks / a.sg, s = (ks - r * a.sg) * 4 + s4;
     wsm[n * a.w_stride + kk] = (s < a.s && c4 < a.c) ? a.w[((n * a.r + r) * a.s + s) * a.c + c4] : uint16_t{0};
   }
+
+  // This lane's ldmatrix.x4 row of column tiles (0, 1) at step 0 (tiles j, j + 1: + 8 j rows): matrix lane / 8
+  // = (tile (lane / 16), half of the 16-element step (lane / 8) % 2), row lane % 8.
+  const uint32_t bbase = static_cast<uint32_t>(__cvta_generic_to_shared(
+      wsm + ((lane >> 4) * 8 + (lane & 7)) * a.w_stride + ((lane >> 3) & 1) * 8));
+  // Bit 2 sg (2 sg + 1) set when this lane's tap sg * 4 + t / 2 (+ 2) lies inside the filter (s < S).
+  uint32_t in_mask = 0;
+  for (int sg = 0; sg < a.sg; ++sg)
+    in_mask |= (sg * 4 + (t >> 1) < a.s ? 1u : 0u) << (2 * sg) | (sg * 4 + (t >> 1) + 2 < a.s ? 1u : 0u) << (2 * sg + 1);
 
   const PatchGeom pg{a.h, a.w_in, a.c, a.stride, a.pad_h, a.pad_w, a.patch_rows, a.patch_cols, a.vec != 0};
   zero_patch(pg, patch);  // ordered before the first patch write by the task loop's first barrier
@@ -104,38 +120,45 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
         for (int j = 0; j < NT; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-      // Pixel offsets (patch columns) of rows g and g + 8 of each tile, at tap s4 = t / 2.
-      int col_lo[2], col_hi[2];
+      // Word indices into the patch of rows g and g + 8 of each tile at r = 0, s0 = 0, tap s4 = t / 2, channels
+      // (0, 1) or (2, 3) (t & 1); a reduction step (r, sg) adds (r * patch_cols + 4 sg) * 2 words.
+      int lo[2], hi[2];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        col_lo[i] = (q0[i] + g) * a.stride + (t >> 1);
-        col_hi[i] = (q0[i] + g + 8) * a.stride + (t >> 1);
+        const int row = pl[i] * a.stride * a.patch_cols + (t >> 1);
+        lo[i] = (row + (q0[i] + g) * a.stride) * 2 + (t & 1);
+        hi[i] = (row + (q0[i] + g + 8) * a.stride) * 2 + (t & 1);
       }
-      const int word = t & 1;  // channels (0, 1) or (2, 3)
-      for (int ks = 0; ks < a.ksteps; ++ks) {
-        const int r = ks / a.sg, s0 = (ks - r * a.sg) * 4;
-        uint32_t b[NT][2];
-#pragma unroll
-        for (int j = 0; j < NT; j += 2) {
-          const int mat = lane >> 3;
-          const int nrow = (j + (mat >> 1)) * 8 + (lane & 7);
-          const uint32_t addr = static_cast<uint32_t>(
-              __cvta_generic_to_shared(wsm + nrow * a.w_stride + ks * 16 + (mat & 1) * 8));
-          asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                       : "=r"(b[j][0]), "=r"(b[j][1]), "=r"(b[j + 1][0]), "=r"(b[j + 1][1])
-                       : "r"(addr));
-        }
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          if (i == 1 && !two) break;
-          const int row = (pl[i] * a.stride + r) * a.patch_cols + s0;
-          const int lo = row + col_lo[i], hi = row + col_hi[i];
+      uint32_t baddr = bbase;  // this lane's B rows at step ks: + 32 bytes per step
+      for (int r = 0; r < a.r; ++r) {
+        for (int sg = 0; sg < a.sg; ++sg, baddr += 32) {
+          const int off = (r * a.patch_cols + sg * 4) * 2;
+          // A of both tiles (the second a copy of the first when there is none: its MMAs are dropped).
           // Taps past the filter (s >= S: zero weights) read 0, not the pixel: an Inf there must not give NaN.
-          const bool in1 = s0 + (t >> 1) < a.s, in2 = s0 + (t >> 1) + 2 < a.s;
-          const uint32_t a0 = in1 ? patch32[lo * 2 + word] : 0u, a1 = in1 ? patch32[hi * 2 + word] : 0u;
-          const uint32_t a2 = in2 ? patch32[(lo + 2) * 2 + word] : 0u, a3 = in2 ? patch32[(hi + 2) * 2 + word] : 0u;
+          const bool in1 = (in_mask >> (2 * sg)) & 1, in2 = (in_mask >> (2 * sg + 1)) & 1;
+          uint32_t af[2][4];
 #pragma unroll
-          for (int j = 0; j < NT; ++j) mma16816<T>(acc[i][j], a0, a1, a2, a3, b[j][0], b[j][1]);
+          for (int i = 0; i < 2; ++i) {
+            const uint32_t* pl0 = patch32 + lo[i] + off;
+            const uint32_t* ph0 = patch32 + hi[i] + off;
+            af[i][0] = in1 ? pl0[0] : 0u, af[i][1] = in1 ? ph0[0] : 0u;
+            af[i][2] = in2 ? pl0[4] : 0u, af[i][3] = in2 ? ph0[4] : 0u;
+          }
+          // B two column tiles at a time (one ldmatrix.x4), the next pair loaded before this pair's MMAs: 8 B
+          // registers live instead of 2 NT.
+          uint32_t b[2][4];
+          ldsm_x4(b[0], baddr);
+#pragma unroll
+          for (int j = 0; j < NT; j += 2) {
+            if (j + 2 < NT) ldsm_x4(b[(j / 2 + 1) & 1], baddr + (j + 2) * 8 * a.w_stride * 2);
+            const uint32_t(&bj)[4] = b[(j / 2) & 1];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+              if (i == 1 && !two) break;
+              mma16816<T>(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], bj[0], bj[1]);
+              mma16816<T>(acc[i][j + 1], af[i][0], af[i][1], af[i][2], af[i][3], bj[2], bj[3]);
+            }
+          }
         }
       }
       // Epilogue: round (with the bias) into the staging tile, then whole 16-byte pieces of y.

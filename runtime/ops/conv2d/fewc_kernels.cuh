@@ -123,8 +123,42 @@ __device__ __forceinline__ void prefetch_patch_rows(const uint16_t* __restrict__
   }
 }
 __device__ __forceinline__ void scatter_patch(const uint16_t* raw, const PatchGeom& pg, int p0, uint16_t* patch) {
-  const int rowlen = pg.w * pg.c, pieces = rowlen / 8, total = pg.rows * pieces;
-  const int shift = pg.c == 1 ? 0 : pg.c == 2 ? 1 : 2;  // e / C for C = 1, 2, 4 (C = 3 divides)
+  const int rowlen = pg.w * pg.c;
+  if (pg.c == 3) {
+    // Groups of 8 pixels (48 bytes: 12 words w) per thread: pixel 2k is (w[3k], low half of w[3k+1]), pixel
+    // 2k+1 (high half of w[3k+1] | low half of w[3k+2], high half of w[3k+2]); each pixel one 8-byte store
+    // (channel 3 zero). A row's last W % 8 pixels are copied one element at a time.
+    const int groups = pg.w / 8, tail = pg.w - groups * 8, per_row = groups + tail;
+    const int total = pg.rows * per_row;
+    for (int i = static_cast<int>(threadIdx.x); i < total; i += static_cast<int>(blockDim.x)) {
+      const int pr = i / per_row, j = i - pr * per_row;
+      const int ih = p0 * pg.stride - pg.pad_h + pr;
+      const bool in = ih >= 0 && ih < pg.h;
+      uint2* dst = reinterpret_cast<uint2*>(patch) + pr * pg.cols + pg.pad_w;  // (cols) pixels of 4 channels
+      if (j < groups) {
+        uint32_t w[12];
+        const uint4* src = reinterpret_cast<const uint4*>(raw + pr * rowlen + j * 24);
+#pragma unroll
+        for (int u = 0; u < 3; ++u) {
+          const uint4 q = in ? src[u] : uint4{0, 0, 0, 0};
+          w[4 * u] = q.x, w[4 * u + 1] = q.y, w[4 * u + 2] = q.z, w[4 * u + 3] = q.w;
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          dst[j * 8 + 2 * k] = uint2{w[3 * k], w[3 * k + 1] & 0xffffu};
+          dst[j * 8 + 2 * k + 1] = uint2{__byte_perm(w[3 * k + 1], w[3 * k + 2], 0x5432), w[3 * k + 2] >> 16};
+        }
+      } else {
+        const int px = groups * 8 + (j - groups);
+        const uint16_t* e = raw + pr * rowlen + px * 3;
+        const uint32_t c0 = in ? e[0] : 0u, c1 = in ? e[1] : 0u, c2 = in ? e[2] : 0u;
+        dst[px] = uint2{c0 | (c1 << 16), c2};
+      }
+    }
+    return;
+  }
+  const int pieces = rowlen / 8, total = pg.rows * pieces;
+  const int shift = pg.c == 1 ? 0 : pg.c == 2 ? 1 : 2;  // e / C for C = 1, 2, 4
   for (int i = static_cast<int>(threadIdx.x); i < total; i += static_cast<int>(blockDim.x)) {
     const int pr = i / pieces, j = i - pr * pieces;
     const int ih = p0 * pg.stride - pg.pad_h + pr;
@@ -136,8 +170,8 @@ __device__ __forceinline__ void scatter_patch(const uint16_t* raw, const PatchGe
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const int el = j * 8 + e;
-      const int px = pg.c == 3 ? el / 3 : el >> shift;
-      row[(pg.pad_w + px) * 4 + (el - px * pg.c)] = v[e];
+      const int px = el >> shift;
+      row[(pg.pad_w + px) * 4 + (el - (px << shift))] = v[e];
     }
   }
 }

@@ -52,13 +52,15 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* row_
 // past P or Q are zero-filled.
 __device__ __forceinline__ void stage_dy(const FewcWgradArgs& a, int task, uint16_t* dys) {
   const int n = task / a.row_tasks, p0 = (task - n * a.row_tasks) * a.tp;
-  const int pieces = a.tp * a.mt * 16 * (kWgradK / 8);
-  for (int ci = static_cast<int>(threadIdx.x); ci < pieces; ci += static_cast<int>(blockDim.x)) {
-    const int px = ci >> 3, ck = ci & 7;
-    const int pl = px / (a.mt * 16), q = px - pl * a.mt * 16, p = p0 + pl;
-    const bool in = p < a.p && q < a.q;
-    const uint16_t* src = in ? a.dy + ((static_cast<int64_t>(n) * a.p + p) * a.q + q) * kWgradK + ck * 8 : a.dy;
-    cp_async16(dys + px * a.dy_stride + ck * 8, src, in ? 16 : 0);
+  const int row_pieces = a.mt * 16 * (kWgradK / 8);  // per output row of the task
+  for (int pl = 0; pl < a.tp; ++pl) {
+    const uint16_t* src_row = a.dy + (static_cast<int64_t>(n) * a.p + p0 + pl) * a.q * kWgradK;
+    uint16_t* dst_row = dys + pl * a.mt * 16 * a.dy_stride;
+    for (int ci = static_cast<int>(threadIdx.x); ci < row_pieces; ci += static_cast<int>(blockDim.x)) {
+      const int q = ci >> 3, ck = ci & 7;
+      const bool in = p0 + pl < a.p && q < a.q;
+      cp_async16(dst_row + q * a.dy_stride + ck * 8, in ? src_row + q * kWgradK + ck * 8 : a.dy, in ? 16 : 0);
+    }
   }
 }
 
@@ -123,8 +125,8 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
       prefetch_task(a, pg, task + static_cast<int>(gridDim.x), dys0 + (buf ^ 1) * tile_px * a.dy_stride, raw);
     const uint16_t* dys = dys0 + buf * tile_px * a.dy_stride;
 
-    for (int tile = 0; tile < tiles; ++tile) {
-      const int pl = tile / a.mt, q = (tile - pl * a.mt) * 16 + bpx;
+    for (int tile = 0, pl = 0, q = bpx; tile < tiles; ++tile, q += 16) {
+      if (q - bpx >= a.mt * 16) q = bpx, ++pl;  // the task's next output row
       // A of row tile m: matrix mi of lane's address: pixels (mi >> 1) * 8 + (lane & 7), channels
       // m * 16 + (mi & 1) * 8; as mma's (a0a1, a2a3, a4a5, a6a7): (ch g, px 2t), (ch g+8, px 2t), (ch g, px 2t+8),
       // (ch g+8, px 2t+8).
