@@ -223,7 +223,7 @@ struct TrainSpec {
   bool deterministic = true;
   ConvIm2col conv_im2col = ConvIm2col::Forward;  // YAML conv_im2col: on | forward | off
   ConvS2d conv_s2d = ConvS2d::Forward;           // YAML conv_s2d: on | forward | off
-  ConvFewc conv_fewc = ConvFewc::Forward;        // YAML conv_fewc: on | forward | off
+  ConvFewc conv_fewc = ConvFewc::On;             // YAML conv_fewc: on | forward | off
   int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
   // Optimizer steps between mid-epoch checkpoints (checkpoints/epoch-NNNN-step-SSSSSSSS, with the data position);
   // 0 = none. Independent of checkpoint_every (both may be set); not part of the checkpoint's spec hash.

@@ -357,7 +357,7 @@ std::string spec_to_yaml(const Spec& spec) {
     y += std::string("  conv_im2col: ") + to_string(spec.train.conv_im2col) + "\n";
   if (spec.train.conv_s2d != ConvS2d::Forward)  // only when not the default: older specs keep their hash
     y += std::string("  conv_s2d: ") + to_string(spec.train.conv_s2d) + "\n";
-  if (spec.train.conv_fewc != ConvFewc::Forward)  // only when not the default: older specs keep their hash
+  if (spec.train.conv_fewc != ConvFewc::On)  // only when not the default: older specs keep their hash
     y += std::string("  conv_fewc: ") + to_string(spec.train.conv_fewc) + "\n";
   y += "  checkpoint_every: " + std::to_string(spec.train.checkpoint_every) + "\n";
   if (spec.train.checkpoint_every_steps > 0)  // written only when set: specs without it keep their checkpoint hash

@@ -260,13 +260,13 @@ Status bench_stem_convs(Bench& b, const void* random, int64_t random_n) {
     });
     if (st.ok() && s2d_conv_eligible(g))
       st = bench_stem_s2d(b, g, n, size, flops, x.p, w.p, y.p, dy.p, static_cast<float*>(dw.p));
-    if (st.ok()) {  // the backend's forward under AMP with train.conv_fewc: forward (the default)
+    if (st.ok()) {  // the backend's forward under AMP with train.conv_fewc: on (the default) or forward
       Result<FewcConvPlan> fp = fewc_conv_plan(g, GpuDType::F16);
       if (!fp.ok()) return fp.errors();
       st = b.add(n + " fwd fewc f16", size, flops, true, ceil,
                  [&] { return fewc_conv_fwd_cuda(s, fp.value(), x.p, w.p, nullptr, y.p); });
     }
-    if (st.ok() && fewc_wgrad_eligible(g)) {  // with train.conv_fewc: on
+    if (st.ok() && fewc_wgrad_eligible(g)) {  // with train.conv_fewc: on (the default)
       Result<FewcWgradPlan> wp = fewc_wgrad_plan(g, GpuDType::F16);
       if (!wp.ok()) return wp.errors();
       DeviceBuffer fws;

@@ -251,11 +251,11 @@ TEST_CASE("train.conv_s2d is written only when not the default 'forward', so old
   }
 }
 
-TEST_CASE("train.conv_fewc is written only when not the default 'forward', so older specs keep their checkpoint hash") {
+TEST_CASE("train.conv_fewc is written only when not the default 'on', so older specs keep their checkpoint hash") {
   Spec s = complex_spec();
-  s.train.conv_fewc = ConvFewc::Forward;
+  s.train.conv_fewc = ConvFewc::On;
   CHECK(spec_to_yaml(s).find("conv_fewc") == std::string::npos);
-  for (ConvFewc m : {ConvFewc::On, ConvFewc::Off}) {
+  for (ConvFewc m : {ConvFewc::Forward, ConvFewc::Off}) {
     s.train.conv_fewc = m;
     const std::string y = spec_to_yaml(s);
     CHECK(y.find(std::string("  conv_fewc: ") + to_string(m) + "\n") != std::string::npos);

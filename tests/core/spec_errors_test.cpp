@@ -161,10 +161,10 @@ TEST_CASE("train.conv_s2d takes on, forward or off, default forward") {
   CHECK(has_error(r, "expected one of: on, forward, off"));
 }
 
-TEST_CASE("train.conv_fewc takes on, forward or off, default forward") {
+TEST_CASE("train.conv_fewc takes on, forward or off, default on") {
   Result<Spec> def = parse(kModel);
   REQUIRE(def.ok());
-  CHECK(def.value().train.conv_fewc == ConvFewc::Forward);
+  CHECK(def.value().train.conv_fewc == ConvFewc::On);
   for (auto [text, mode] : {std::pair{"on", ConvFewc::On}, {"forward", ConvFewc::Forward}, {"off", ConvFewc::Off}}) {
     Result<Spec> ok = parse(std::string("train:\n  conv_fewc: ") + text + "\n" + kModel);
     REQUIRE(ok.ok());

@@ -1,5 +1,5 @@
 // The few-channel tensor-core convolution forward on the GPU (runtime/ops/conv2d/fewc_cuda.h: fewc_conv_plan,
-// fewc_conv_fwd_cuda; the backend runs it under AMP with train.conv_fewc: forward, the default) against the float64
+// fewc_conv_fwd_cuda; the backend runs it under AMP unless train.conv_fewc is off) against the float64
 // direct conv (tests/gpu/stem_conv_ref.h) on the ResNet-50 stem, VGG's 3x3/1 first conv (small and at 224x224),
 // odd sizes, C = 1 and 4 with K = 16, a 5x5/1 conv and a row wider than 128 outputs, in f16 and bf16, with and
 // without bias (input rows loaded in 16-byte pieces where W * C % 8 == 0, else element by element); nothing written

@@ -1,5 +1,5 @@
 // The few-channel tensor-core weight gradient (and a quick forward check) on the GPU (runtime/ops/conv2d/fewc_cuda.h: fewc_wgrad_plan,
-// fewc_conv_wgrad_cuda; the backend runs it with train.conv_fewc: on) against the float64 direct conv's weight
+// fewc_conv_wgrad_cuda; the backend runs it with train.conv_fewc: on, the default) against the float64 direct conv's weight
 // gradient (tests/gpu/stem_conv_ref.h) on the ResNet-50 stem and on odd, few-channel and largest-filter stride-2
 // geometries in f16 and bf16, also with grids of 1 and 7 CTAs looping over the tasks (the double-buffered copies);
 // two runs and a captured graph's replay bitwise equal to the eager run; what the plan

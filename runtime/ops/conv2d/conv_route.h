@@ -20,15 +20,15 @@ struct ConvRouteOptions {
   bool lowp = false;  // AMP (fp16/bf16 activations): the only case with other routes than cuDNN
   ConvIm2col im2col = ConvIm2col::Forward;
   ConvS2d s2d = ConvS2d::Forward;
-  ConvFewc fewc = ConvFewc::Forward;
+  ConvFewc fewc = ConvFewc::On;
 };
 ConvRouteOptions conv_route_options(const Spec& spec);
 
 // op: Conv2d, Conv2dGradInput or Conv2dGradWeight; g: the real geometry. Under AMP, the few-channel kernel for
 // fewc_conv_eligible convs' forward unless conv_fewc is off, and for fewc_wgrad_eligible ones' weight gradient when
-// it is on; else space-to-depth for
-// s2d_conv_eligible convs (forward unless conv_s2d is off, weight gradient when on), else im2col for
-// im2col_conv_eligible ones (forward unless conv_im2col is off, weight gradient when on), else cuDNN.
+// it is on; else space-to-depth for s2d_conv_eligible convs (forward unless conv_s2d is off, weight gradient when
+// on), else im2col for im2col_conv_eligible ones (forward unless conv_im2col is off, weight gradient when on), else
+// cuDNN.
 ConvRoute conv_route(const ConvRouteOptions& o, OpKind op, const Conv2dGeom& g);
 
 // The geometry of the cuDNN plan of route Cudnn or S2d (g for Fewc, which has none): s2d_conv_geom for S2d; under
