@@ -247,3 +247,24 @@ TEST_CASE("fewc forward plan refuses f32 and geometries outside its rule; the la
   for (uint8_t v : y) written += v != 0xFF;
   CHECK(written == 0);
 }
+
+TEST_CASE("fewc plans of one kernel at two sizes: the larger plan still launches after the smaller one is planned",
+          "[kernel][fewc][conv2d]") {
+  // The kernel's dynamic shared-memory limit is per kernel, not per plan: a training plan at 24x24 and a validation
+  // plan at 20x20 (same K, same kernel) must both launch, whichever was planned last (val_size_test's fp16 run
+  // failed on this with cudaErrorInvalidValue).
+  CudaContext ctx = make_context();
+  const Conv2dGeom big = conv_geom(2, 40, 200, 3, 64, 3, 3, 1, 1, 1, 1);
+  const Conv2dGeom small = conv_geom(2, 12, 12, 3, 64, 3, 3, 1, 1, 1, 1);
+  for (GpuDType t : kLowp) {
+    INFO(gpu_dtype_name(t));
+    const FewcConvPlan pb = fwd_plan(big, t);
+    const FewcConvPlan ps = fwd_plan(small, t);  // planned last, less shared memory
+    REQUIRE(pb.t.smem_bytes > ps.t.smem_bytes);
+    const StemInputs ib = stem_inputs(big, true, 6400), is = stem_inputs(small, true, 6401);
+    const FwdBuffers bb = fwd_buffers(t, ib), bs = fwd_buffers(t, is);
+    REQUIRE_OK(run_fwd(ctx, pb, bb, true));
+    REQUIRE_OK(run_fwd(ctx, ps, bs, true));
+    sync_ok(ctx);
+  }
+}

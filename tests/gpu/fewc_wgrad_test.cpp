@@ -185,3 +185,22 @@ TEST_CASE("fewc weight gradient refuses what it does not cover and a short works
   CHECK(st.errors()[0].code == ErrCode::Internal);
   sync_ok(ctx);
 }
+
+TEST_CASE("fewc weight-gradient plans at two sizes: the larger plan still launches after the smaller one is planned",
+          "[kernel][fewc][conv2d]") {
+  // As the forward's case in fewc_conv_test.cpp: the shared-memory limit belongs to the kernel, not to a plan.
+  CudaContext ctx = make_context();
+  const Conv2dGeom big = conv_geom(2, 64, 200, 3, 64, 7, 7, 2, 2, 3, 3);
+  const Conv2dGeom small = conv_geom(2, 16, 16, 3, 64, 7, 7, 2, 2, 3, 3);
+  for (GpuDType t : {GpuDType::F16, GpuDType::BF16}) {
+    INFO(gpu_dtype_name(t));
+    const FewcWgradPlan pb = wgrad_plan(big, t);
+    const FewcWgradPlan ps = wgrad_plan(small, t);  // planned last, less shared memory
+    REQUIRE(pb.t.smem_bytes > ps.t.smem_bytes);
+    const StemInputs ib = stem_inputs(big, true, 7400), is = stem_inputs(small, true, 7401);
+    WgradBuffers bb = wgrad_buffers(t, ib, pb), bs = wgrad_buffers(t, is, ps);
+    REQUIRE_OK(run_wgrad(ctx, pb, bb));
+    REQUIRE_OK(run_wgrad(ctx, ps, bs));
+    sync_ok(ctx);
+  }
+}
