@@ -7,6 +7,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/util/thread_pool.h"
@@ -282,6 +283,20 @@ class CpuBackend final : public Backend {
   Conv2dGeom conv_geom(const Node& n, ValueId x, ValueId w) const { return conv2d_geom_of(c_.graph, n, x, w); }
   Pool2dGeom pool_geom(const Node& n, ValueId x) const { return pool2d_geom_of(c_.graph, n, x); }
 
+  // Scratch buffer i (0 or 1) of at least n elements, kept across steps: a fresh multi-megabyte vector per node
+  // and step costs its page faults and zero fill (run time of the fused BN + pool nodes, CI's CPU step job).
+  template <class T>
+  T* scratch(int i, size_t n) {
+    std::vector<T>& v = scratch_store<T>()[i];
+    if (v.size() < n) v.resize(n);
+    return v.data();
+  }
+  template <class T>
+  std::vector<T>* scratch_store() {
+    if constexpr (std::is_same_v<T, float>) return scratch_f32_;
+    else return scratch_f64_;
+  }
+
   // Batch norm over (rows, C) = the value flattened to its last dim; a fused residual added and the fused ReLU applied
   // after the forward (in that order), the ReLU to the incoming gradient (masked by the fused output) before the
   // backward. A folded conv bias (attrs.prebias, the last input) goes to the forward kernels. A fused max pool
@@ -296,9 +311,9 @@ class CpuBackend final : public Backend {
     const int64_t rows = shape(xv).numel() / c;
     const double eps = n.attrs.eps, momentum = n.attrs.momentum;
     const T* prebias = !grad && n.attrs.prebias ? f(n.in.back()) : nullptr;  // a conv bias
-    std::vector<T> full;  // attrs.pool: the full-resolution Y (rows, c)
-    if (n.attrs.pool) full.resize(static_cast<size_t>(rows * c));
-    T* y = n.attrs.pool ? full.data() : f(n.out[0]);
+    const size_t elems = static_cast<size_t>(rows * c);
+    T* full = n.attrs.pool ? scratch<T>(0, elems) : nullptr;  // attrs.pool: the full-resolution Y (rows, c)
+    T* y = n.attrs.pool ? full : f(n.out[0]);
     if (n.op == OpKind::BatchNorm) {
       batchnorm_fwd_train_cpu<T>(f(n.in[0]), f(n.in[1]), f(n.in[2]), y, f(n.out[1]), f(n.out[2]), f(n.in[3]),
                                  f(n.in[4]), rows, c, eps, momentum, &pool_, prebias);
@@ -312,18 +327,16 @@ class CpuBackend final : public Backend {
       batchnorm_fwd_train_cpu<T>(f(n.in[1]), f(n.in[2]), f(n.in[5]), y, mean.data(), invstd.data(), nullptr,
                                  nullptr, rows, c, eps, momentum, &pool_);
       relu_fwd_cpu<T>(y, y, rows * c);
-      std::vector<T> dy(static_cast<size_t>(rows * c));
-      maxpool2d_grad_cpu<T>(pool_geom(n, xv), f(n.in[0]), y, dy.data());
-      relu_grad_cpu<T>(dy.data(), y, dy.data(), rows * c);
-      batchnorm_grad_cpu<T>(dy.data(), f(n.in[1]), f(n.in[2]), f(n.in[3]), f(n.in[4]), f(n.out[0]), f(n.out[1]),
+      T* dy = scratch<T>(1, elems);
+      maxpool2d_grad_cpu<T>(pool_geom(n, xv), f(n.in[0]), y, dy);
+      relu_grad_cpu<T>(dy, y, dy, rows * c);
+      batchnorm_grad_cpu<T>(dy, f(n.in[1]), f(n.in[2]), f(n.in[3]), f(n.in[4]), f(n.out[0]), f(n.out[1]),
                             f(n.out[2]), rows, c, &pool_);
       return;
     } else {
       const T* dy = f(n.in[0]);
-      std::vector<T> masked;
       if (n.attrs.relu) {  // with attrs.residual the masked dY is the node's fourth output (pass_fuse_bn_relu_grad)
-        T* g = n.attrs.residual ? f(n.out[3]) : nullptr;
-        if (!g) masked.resize(static_cast<size_t>(rows * c)), g = masked.data();
+        T* g = n.attrs.residual ? f(n.out[3]) : scratch<T>(0, elems);
         relu_grad_cpu<T>(dy, f(n.in[5]), g, rows * c);
         dy = g;
       }
@@ -425,6 +438,8 @@ class CpuBackend final : public Backend {
   std::vector<std::unique_ptr<AlignedBuffer>> regions_;
   std::vector<double> last_loss_;
   std::vector<double> lrs_;  // per parameter group
+  std::vector<float> scratch_f32_[2];   // scratch<float>(i, n): full-resolution Y and dY of the fused BN + pool nodes
+  std::vector<double> scratch_f64_[2];  // the same for the float64 gradient-check programs
   int64_t step_ = 0;
   int64_t micro_ = 0;    // micro-batches run since the last optimizer step (train.accumulate_steps)
   uint32_t dropout_key_ = 0;  // the running train step's dropout key (see run())
