@@ -29,7 +29,7 @@ python3 tools/regress "$OUT/compile.json" "$BASE/cpu_compile.json"; note $?
 "$TRCTL" bench configs/mlp_fmnist.yaml train.threads=1 --steps 60 --warmup 5 --json "$OUT/step_mlp.json" \
   >"$OUT/step_mlp.txt" 2>&1 || { cat "$OUT/step_mlp.txt"; exit 2; }
 python3 tools/regress "$OUT/step_mlp.json" "$BASE/cpu_step_mlp_fmnist.json"; note $?
-"$TRCTL" bench configs/cnn_fmnist.yaml train.threads=1 --steps 8 --warmup 2 --json "$OUT/step_cnn.json" \
+"$TRCTL" bench configs/cnn_fmnist.yaml train.threads=1 --steps 16 --warmup 2 --json "$OUT/step_cnn.json" \
   >"$OUT/step_cnn.txt" 2>&1 || { cat "$OUT/step_cnn.txt"; exit 2; }
 python3 tools/regress "$OUT/step_cnn.json" "$BASE/cpu_step_cnn_fmnist.json"; note $?
 
