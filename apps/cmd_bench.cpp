@@ -118,7 +118,10 @@ int bench_layers(const BenchConfigArgs& a, const Spec& spec) {
   auto log = bench_logger();
   TrainOptions opt;
   opt.gpu = gpu_factory();
-  Result<StepProfile> prof = train_profile(spec, opt, a.reps, *log);
+  ProfileOptions popt;
+  popt.reps = a.reps;
+  popt.sustain_s = a.sustain_s;
+  Result<StepProfile> prof = train_profile(spec, opt, popt, *log);
   if (!prof.ok()) return report_errors(prof.errors());
   std::cout << profile_table(prof.value(), spec.data.batch_size, 40);
   if (a.json.empty()) return 0;

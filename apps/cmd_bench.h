@@ -20,6 +20,7 @@ struct BenchConfigArgs {
   std::vector<std::string> overrides;
   bool layers = false, autotune = false;
   int reps = 20;        // --layers: runs per node
+  double sustain_s = 3; // --layers: seconds of back-to-back replays before the step is timed again (0: not)
   int steps = 50;       // whole step: timed steps
   int warmup = 10;      // whole step: untimed steps first
   int epochs = 0;       // > 0: a training run of this many epochs instead of timed steps

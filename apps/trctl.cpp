@@ -220,6 +220,10 @@ int main(int argc, char** argv) {
   bench->add_option("--steps", bc.steps, "bench CFG: timed train steps (default 50)")->check(CLI::Range(1, 1000000));
   bench->add_option("--reps", bench_reps, "--layers: runs per node (default 20); compile: compiles timed (default 3)")
       ->check(CLI::Range(1, 100000));
+  bench->add_option("--sustain", bc.sustain_s,
+                    "--layers: seconds of back-to-back replays before the step is timed again, at the clocks a "
+                    "training run settles to (default 3; 0: skip)")
+      ->check(CLI::Range(0.0, 600.0));
   bench->add_option("--json", bc.json, "also write the results to this file (schema trctl-bench/1, docs/bench.md)");
   SpecArgs eval_a;
   std::string eval_weights;

@@ -105,7 +105,7 @@ Status Backend::begin_epoch(DataSplit, uint32_t, const std::vector<int64_t>&) {
   return Error{ErrCode::NotSupported, name() + " backend", "device-resident datasets are not supported"};
 }
 
-Result<StepProfile> Backend::profile(int, int) {
+Result<StepProfile> Backend::profile(int, const ProfileOptions&) {
   return Error{ErrCode::NotSupported, name() + " backend", "per-node profiling is supported on the cuda backend only"};
 }
 

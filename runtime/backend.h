@@ -39,10 +39,21 @@ struct NodeTime {
 };
 struct StepProfile {
   std::vector<NodeTime> nodes;
-  double graph_ms = 0;       // one replay of the captured step
+  double graph_ms = 0;       // one replay of the captured step (a burst of reps replays after 3 warm-up ones)
+  double sustained_ms = 0;   // one replay after ProfileOptions::sustain_s seconds of back-to-back replays (0: not
+                             // measured): a training run's clocks, which a power cap lowers within a second or two
+  double sustain_s = 0;      // the replay time before sustained_ms was timed
+  int sustained_reps = 0;    // the replays sustained_ms averages
   double launch_host_ms = 0; // host time of one cudaGraphLaunch call onto a drained stream
   double restart_ms = 0;     // a launch onto a drained stream: host wall time to its end, less graph_ms
   int reps = 0;
+};
+
+// What Backend::profile measures: each node `reps` times, the captured step in a burst of `reps` replays, and, when
+// sustain_s > 0, the step again after sustain_s seconds of back-to-back replays (over at least one more second).
+struct ProfileOptions {
+  int reps = 20;
+  double sustain_s = 0;
 };
 
 class Backend {
@@ -112,7 +123,7 @@ class Backend {
     return Error{ErrCode::NotSupported, name() + " backend", "train.ema_decay is not supported on this backend yet"};
   }
   // Times every node of `program` (device-resident data already uploaded and an epoch begun).
-  virtual Result<StepProfile> profile(int program, int reps);
+  virtual Result<StepProfile> profile(int program, const ProfileOptions& opt);
   // One line on the device memory the backend holds (empty where there is nothing to say), for the run log.
   virtual std::string memory_report() { return ""; }
   // Where the algorithms of the backend's cuDNN convolution plans came from (autotune cache or heuristics), known

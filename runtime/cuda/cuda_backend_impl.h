@@ -90,7 +90,7 @@ class CudaBackend final : public Backend {
   Status seek_resident(DataSplit split, int64_t position) override;
   std::string memory_report() override;
   const ConvAlgoSources* conv_algo_sources() const override { return &conv_sources_; }
-  Result<StepProfile> profile(int program, int reps) override;
+  Result<StepProfile> profile(int program, const ProfileOptions& opt) override;
   Status upload_split(DataSplit split, const ImageDataset& data, const TransformPipeline& tf) override;
   Status begin_epoch(DataSplit split, uint32_t epoch, const std::vector<int64_t>& order) override;
   Status run_resident(int program, DataSplit split) override;

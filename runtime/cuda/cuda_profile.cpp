@@ -3,9 +3,13 @@
 // their own, `reps` times between two events. Nodes are timed outside the graph, so their sum includes one launch
 // latency each; the difference to the replay time is what the graph saves. Running a node repeatedly is
 // harmless for timing: every node overwrites its outputs (the optimizer and the running statistics drift). A node of
-// several launches (batch norm: statistics, finalize, apply) also has each launch timed alone (launch_ms).
+// several launches (batch norm: statistics, finalize, apply) also has each launch timed alone (launch_ms). Last,
+// with ProfileOptions::sustain_s > 0, the step is replayed back to back for that long and then timed again over at
+// least a second (sustained_ms): under a training run's sustained load the card may cap its power and lower its
+// clocks (the H200 at 700 W: RESULTS.md run 50), which the short burst of the first timing does not reach.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <vector>
 
 #include "runtime/cuda/cuda_backend_impl.h"
@@ -50,8 +54,11 @@ double node_bytes(const Graph& g, const Node& n) {
 
 }  // namespace
 
-Result<StepProfile> CudaBackend::profile(int program, int reps) {
+Result<StepProfile> CudaBackend::profile(int program, const ProfileOptions& opt) {
+  const int reps = opt.reps;
   if (reps < 1) return Error{ErrCode::Invalid, "profile", "reps must be >= 1"};
+  if (!(opt.sustain_s >= 0 && opt.sustain_s <= 600))
+    return Error{ErrCode::Invalid, "profile", "sustain_s must be in [0, 600] seconds"};
   const Program& p = c_.graph.programs[program];
   if (!exec_[program]) {
     Status st = capture(program);
@@ -136,6 +143,29 @@ Result<StepProfile> CudaBackend::profile(int program, int reps) {
       if (st.ok()) st = checked(cudaEventRecord(e1, ctx_.stream), "cudaEventRecord", __LINE__);
       if (st.ok()) st = elapsed(&ms);
       rows[k].launch_ms.push_back(ms / reps);
+    }
+  }
+  if (st.ok() && opt.sustain_s > 0) {  // the step under sustained load (see the file comment)
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point t0 = Clock::now();
+    auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+    while (st.ok() && seconds() < opt.sustain_s) {  // chunks of 10 replays; the host waits so its clock follows
+      for (int r = 0; r < 10 && st.ok(); ++r)
+        st = checked(cudaGraphLaunch(exec_[program], ctx_.stream), "cudaGraphLaunch", __LINE__);
+      if (st.ok()) st = checked(cudaStreamSynchronize(ctx_.stream), "cudaStreamSynchronize", __LINE__);
+    }
+    // At least a second of replays (and reps), at most 100000: the queue stays full, as in a training epoch.
+    const double per = std::max(prof.graph_ms, 1e-3);
+    const int n = static_cast<int>(std::min(100000.0, std::max<double>(reps, std::ceil(1000.0 / per))));
+    prof.sustain_s = seconds();
+    if (st.ok()) st = checked(cudaEventRecord(e0, ctx_.stream), "cudaEventRecord", __LINE__);
+    for (int r = 0; r < n && st.ok(); ++r)
+      st = checked(cudaGraphLaunch(exec_[program], ctx_.stream), "cudaGraphLaunch", __LINE__);
+    if (st.ok()) st = checked(cudaEventRecord(e1, ctx_.stream), "cudaEventRecord", __LINE__);
+    if (st.ok()) st = elapsed(&ms);
+    if (st.ok()) {
+      prof.sustained_ms = ms / n;
+      prof.sustained_reps = n;
     }
   }
   TRCTL_CUDA_WARN(cudaEventDestroy(e0));

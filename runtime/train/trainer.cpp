@@ -510,7 +510,8 @@ Result<EvalResult> eval_run(const Spec& spec, const TrainOptions& opt, const std
   return r;
 }
 
-Result<StepProfile> train_profile(const Spec& spec, const TrainOptions& opt, int reps, spdlog::logger& log) {
+Result<StepProfile> train_profile(const Spec& spec, const TrainOptions& opt, const ProfileOptions& popt,
+                                  spdlog::logger& log) {
   Result<bool> cuda = use_cuda(spec, opt.gpu);
   if (!cuda.ok()) return cuda.errors();
   if (!cuda.value()) return Error{ErrCode::NotSupported, spec.source, "per-layer timing needs a CUDA device"};
@@ -531,7 +532,7 @@ Result<StepProfile> train_profile(const Spec& spec, const TrainOptions& opt, int
   if (std::string mem = b.memory_report(); !mem.empty()) log.info("{}", mem);
   const int prog = program_index(c, "train");
   if (prog < 0) return Error{ErrCode::Invalid, spec.source, "no full training batch to profile"};
-  return b.profile(prog, reps);
+  return b.profile(prog, popt);
 }
 
 Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog::logger& log) {

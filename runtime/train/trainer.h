@@ -89,9 +89,11 @@ Result<EvalResult> eval_run(const Spec& spec, const TrainOptions& opt, const std
                             spdlog::logger& log);
 
 // `trctl bench CFG --layers`: sets the run up as train_run does (on the CUDA backend only), begins epoch 1 and
-// times the train program's nodes and its captured step (Backend::profile).
+// times the train program's nodes and its captured step (Backend::profile, as popt says).
 struct StepProfile;
-Result<StepProfile> train_profile(const Spec& spec, const TrainOptions& opt, int reps, spdlog::logger& log);
+struct ProfileOptions;
+Result<StepProfile> train_profile(const Spec& spec, const TrainOptions& opt, const ProfileOptions& popt,
+                                  spdlog::logger& log);
 
 // Loads the spec's data and transforms and returns the shapes the compiler needs (for `trctl compile`).
 Result<DataShape> data_shape(const Spec& spec);

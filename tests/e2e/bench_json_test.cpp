@@ -173,3 +173,27 @@ TEST_CASE("the layers table puts the graph replay next to the node sum and says 
   p.graph_ms = 1.5;  // slower than its nodes (e.g. a capture that serialised streams): said so, not hidden
   CHECK_THAT(profile_table(p, 200, 5), Catch::Contains("= 1.50; the graph costs 0.500 ms per step"));
 }
+
+TEST_CASE("the layers table and JSON give the sustained replay time next to the burst's", "[bench]") {
+  StepProfile p;
+  p.graph_ms = 31.872;
+  p.reps = 10;
+  p.nodes = {{"augment", "batch_fetch", "(256, 224, 224, 3)", 0.16, 0, 7.7e7, {}}};
+  CHECK_THAT(profile_table(p, 256, 5), !Catch::Contains("sustained"));  // not measured (--sustain 0): no line
+  p.sustained_ms = 32.35;
+  p.sustained_reps = 31;
+  p.sustain_s = 3.02;
+  CHECK_THAT(profile_table(p, 256, 5),
+             Catch::Contains("\nsustained: 32.350 ms = 7913 img/s over 31 replays after 3.0 s of replays (+1.5 % vs "
+                             "the burst"));
+  BenchResult r;
+  profile_metrics(p, 256, &r);
+  bool seen = false;
+  for (const BenchMetric& m : r.metrics) {
+    if (m.name != "step_ms_sustained") continue;
+    seen = true;
+    CHECK(m.value == Approx(32.35));
+    CHECK_FALSE(m.check);  // shown, not compared: the device baselines predate it
+  }
+  CHECK(seen);
+}
