@@ -29,7 +29,8 @@
 #   autotune  trctl bench CFG --autotune for each of CNN_MODELS (the cache in $TRCTL_AUTOTUNE_CACHE, used by the
 #             stages after it; without this stage runs use cuDNN's heuristics)
 #   layers    trctl bench CFG --layers for each of LAYER_MODELS (default: mlp, then CNN_MODELS): per-node times of
-#             the train step next to its captured replay; mlp = configs/mlp_fmnist.yaml on the real Fashion-MNIST
+#             the train step next to its captured replay (a burst, and again after 3 s of replays: the clocks a
+#             training run settles to); mlp = configs/mlp_fmnist.yaml on the real Fashion-MNIST
 #   data      the data pipeline (issue 5): a generated ImageNet-like JPEG folder (DATA_IMAGES, default 20000,
 #             1000 classes, ~500x375), packed to DTS at full size and at level 160:90; trctl bench data
 #             (RandomResizedCrop 224 + flip + normalize to fp16, 16 workers) from the reduced level streamed and in
@@ -151,7 +152,7 @@ if has layers; then
       --json "/tmp/prof/layers_$m.json" >"/tmp/prof/layers_$m.txt" 2>&1
     echo "trctl layers $m: rc $?" >>"$SUM"
     # the replay next to the node sum, then the op kinds by time
-    grep -E 'step \(captured|^graph replay vs|^graph launch|^  ' "/tmp/prof/layers_$m.txt" | head -n 18 | sed 's/^/    /' >>"$SUM"
+    grep -E 'step \(captured|^graph replay vs|^sustained|^graph launch|^  ' "/tmp/prof/layers_$m.txt" | head -n 19 | sed 's/^/    /' >>"$SUM"
   done
 fi
 if has autotune || has layers; then tar czf "$OUT/prof.tar.gz" -C /tmp prof; fi
