@@ -15,7 +15,7 @@
 #include "dataio/transforms.h"
 #include "runtime/ops/conv2d/conv2d.h"
 #include "runtime/ops/pool/pool.h"
-#include "runtime/run_facts.h"  // ConvAlgoSources
+#include "runtime/run_facts.h"  // ConvAlgoSources, RunMemory
 
 namespace trctl {
 
@@ -129,6 +129,10 @@ class Backend {
   // Where the algorithms of the backend's cuDNN convolution plans came from (autotune cache or heuristics), known
   // once the backend is made; the trainer records it in run.json. nullptr: the backend has no such choice (cpu).
   virtual const ConvAlgoSources* conv_algo_sources() const { return nullptr; }
+  // The device memory the backend allocated (plan, AMP weight copy, workspaces, resident data; run.json's
+  // device_memory), for a report that compares it with another tool's allocator peak. false: no device memory to
+  // speak of (cpu).
+  virtual bool device_memory(RunMemory*) const { return false; }
 
   // ---- Device-resident data (small datasets): the backend keeps the uint8 images and labels of a split and
   // runs the split's transform pipeline itself, as the first step of every program run, so that no batch crosses

@@ -32,6 +32,13 @@ std::string run_facts_json(const RunFacts& f) {
          ", \"from_cache\": " + std::to_string(c.from_cache) + ", \"from_heuristics\": " +
          std::to_string(c.from_heuristics) + ", \"deterministic\": " + (c.deterministic ? "true" : "false") + "}";
   }
+  if (f.has_memory) {
+    const RunMemory& m = f.memory;
+    s += ", \"device_memory\": {\"plan_bytes\": " + std::to_string(m.plan) + ", \"amp_weight_copy_bytes\": " +
+         std::to_string(m.amp_weight_copy) + ", \"workspace_bytes\": " + std::to_string(m.workspaces) +
+         ", \"resident_data_bytes\": " + std::to_string(m.resident_data) + ", \"total_bytes\": " +
+         std::to_string(m.total()) + "}";
+  }
   return s + "}\n";
 }
 
@@ -43,6 +50,15 @@ bool count_of(const JsonNode& conv, const char* key, int* out) {
   if (!n || !n->is_number() || n->number < 0 || n->number != std::floor(n->number) || n->number > 2147483647.0)
     return false;
   *out = static_cast<int>(n->number);
+  return true;
+}
+
+// A byte count: a non-negative integer below 2^53 (exact in a JSON number).
+bool bytes_of(const JsonNode& obj, const char* key, int64_t* out) {
+  const JsonNode* n = obj.find(key);
+  if (!n || !n->is_number() || n->number < 0 || n->number != std::floor(n->number) || n->number > 9007199254740992.0)
+    return false;
+  *out = static_cast<int64_t>(n->number);
   return true;
 }
 
@@ -64,6 +80,18 @@ Result<RunFacts> run_facts_parse(const std::string& text, const std::string& pat
   if (!top.is_object()) return Error{ErrCode::Format, path, "run.json: expected one JSON object"};
   RunFacts f;
   if (const JsonNode* b = top.find("backend"); b && b->is_string()) f.backend = b->string;
+  if (const JsonNode* mem = top.find("device_memory"); mem && !mem->is_null()) {
+    if (!mem->is_object()) return Error{ErrCode::Format, path, "device_memory: expected an object"};
+    const std::pair<const char*, int64_t*> sizes[] = {{"plan_bytes", &f.memory.plan},
+                                                       {"amp_weight_copy_bytes", &f.memory.amp_weight_copy},
+                                                       {"workspace_bytes", &f.memory.workspaces},
+                                                       {"resident_data_bytes", &f.memory.resident_data}};
+    for (const auto& [key, out] : sizes)
+      if (!bytes_of(*mem, key, out))
+        return Error{ErrCode::Format, path,
+                     std::string("device_memory.") + key + ": expected a byte count (an integer >= 0)"};
+    f.has_memory = true;
+  }
   const JsonNode* conv = top.find("conv_algorithms");
   if (!conv || conv->is_null()) return f;
   if (!conv->is_object()) return Error{ErrCode::Format, path, "conv_algorithms: expected an object"};

@@ -3,6 +3,7 @@
 // the autotune cache of `trctl bench --autotune` or cuDNN's heuristics). `trctl report` reads it (docs/report.md).
 #pragma once
 #include <array>
+#include <cstdint>
 #include <string>
 
 #include "core/util/error.h"
@@ -29,19 +30,32 @@ void conv_algo_sources_add(ConvAlgoSources& s, const std::array<bool, 3>& planne
 // "autotune cache" (every plan from it), "heuristics" (every plan from them), "mixed", or "none" (no plans).
 const char* conv_algo_source(const ConvAlgoSources& s);
 
+// The device memory a backend allocated for a run (bytes), for a report that compares it with another tool's
+// allocator peak: the memory plan's regions, the AMP low-precision weight copy, the kernels' workspaces and the
+// device-resident dataset (images, labels, order); not the CUDA context.
+struct RunMemory {
+  int64_t plan = 0, amp_weight_copy = 0, workspaces = 0, resident_data = 0;
+  int64_t total() const { return plan + amp_weight_copy + workspaces + resident_data; }
+};
+
 // What run.json holds. conv_algorithms is present on the CUDA backend only (has_conv); the cpu backend records
-// none (its convolutions are its own loops, with no algorithm choice).
+// none (its convolutions are its own loops, with no algorithm choice). device_memory likewise (has_memory: the
+// CUDA backend, once its resident data is uploaded).
 struct RunFacts {
   std::string backend;  // Backend::name(): "cpu" | "cuda"
   bool has_conv = false;
   ConvAlgoSources conv;
+  bool has_memory = false;
+  RunMemory memory;
 };
 
 // run.json's text, one object:
 //   {"backend": "cuda", "conv_algorithms": {"source": "autotune cache", "cache": PATH, "cache_exists": true,
-//    "from_cache": 39, "from_heuristics": 0, "deterministic": true}}
-// ("conv_algorithms" left out without has_conv; "source" is conv_algo_source, written for readers, recomputed
-// from the counts when read).
+//    "from_cache": 39, "from_heuristics": 0, "deterministic": true},
+//    "device_memory": {"plan_bytes": P, "amp_weight_copy_bytes": A, "workspace_bytes": W,
+//    "resident_data_bytes": D, "total_bytes": P + A + W + D}}
+// ("conv_algorithms" left out without has_conv, "device_memory" without has_memory; "source" and "total_bytes" are
+// written for readers and recomputed when read).
 std::string run_facts_json(const RunFacts& f);
 // Parses run.json's text (`path` names it in errors). Unknown members are ignored (later versions may add some);
 // a conv_algorithms object with a missing or mistyped count is a Format error naming the member.

@@ -919,21 +919,31 @@ void CudaBackend::reset_metrics() {
 
 // What trctl allocated (the arena at the plan's size, the AMP weight copy, cuDNN / batch-norm / loss workspaces,
 // the resident datasets), and the device's used memory including the CUDA context and library handles.
-std::string CudaBackend::memory_report() {
-  auto mib = [](double b) { return std::to_string(static_cast<int64_t>(b / 1048576.0 + 0.5)) + " MiB"; };
-  size_t data = 0;
-  for (const SplitData& sd : split_) data += static_cast<size_t>(sd.n) * 4 * 2 + (sd.uploaded ? sd.bytes : 0);
+bool CudaBackend::device_memory(RunMemory* out) const {
+  RunMemory m;
+  for (const SplitData& sd : split_)
+    m.resident_data += static_cast<int64_t>(sd.n) * 4 * 2 + (sd.uploaded ? static_cast<int64_t>(sd.bytes) : 0);
   size_t ws = conv_ws_bytes_ + bn_ws_bytes_ + bias_ws_bytes_ + ctx_.workspace_bytes +
               static_cast<size_t>(2 * pad_x_elems_ + pad_w_elems_) * 2 + s2d_z_bytes_ + s2d_w_bytes_;
   for (size_t b : ce_ws_bytes_) ws += b;
-  const size_t copy = lowp() ? static_cast<size_t>(c_.plan.weights_bytes / 2) : 0;
+  m.workspaces = static_cast<int64_t>(ws);
+  m.amp_weight_copy = lowp() ? c_.plan.weights_bytes / 2 : 0;
+  m.plan = c_.plan.total_bytes();
+  *out = m;
+  return true;
+}
+
+std::string CudaBackend::memory_report() {
+  auto mib = [](double b) { return std::to_string(static_cast<int64_t>(b / 1048576.0 + 0.5)) + " MiB"; };
+  RunMemory m;
+  device_memory(&m);
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) cudaGetLastError();
-  return "device memory: plan " + mib(static_cast<double>(c_.plan.total_bytes())) + " (activations " +
+  return "device memory: plan " + mib(static_cast<double>(m.plan)) + " (activations " +
          mib(static_cast<double>(c_.plan.region_bytes[static_cast<int>(Region::Activations)])) + "), AMP weight copy " +
-         mib(static_cast<double>(copy)) + ", workspaces " + mib(static_cast<double>(ws)) + ", resident data " +
-         mib(static_cast<double>(data)) + "; device used in all (CUDA context included) " +
-         mib(static_cast<double>(total_b - free_b));
+         mib(static_cast<double>(m.amp_weight_copy)) + ", workspaces " + mib(static_cast<double>(m.workspaces)) +
+         ", resident data " + mib(static_cast<double>(m.resident_data)) +
+         "; device used in all (CUDA context included) " + mib(static_cast<double>(total_b - free_b));
 }
 
 Status CudaBackend::synchronize() {

@@ -89,6 +89,7 @@ class CudaBackend final : public Backend {
   Status restore_state(const TrainState& s) override;
   Status seek_resident(DataSplit split, int64_t position) override;
   std::string memory_report() override;
+  bool device_memory(RunMemory* out) const override;
   const ConvAlgoSources* conv_algo_sources() const override { return &conv_sources_; }
   Result<StepProfile> profile(int program, const ProfileOptions& opt) override;
   Status upload_split(DataSplit split, const ImageDataset& data, const TransformPipeline& tf) override;

@@ -253,14 +253,23 @@ Result<ToolResult> report_read_run_dir(const std::string& dir) {
   run.source = dir;
   run.epochs = std::move(epochs.value());
   report_run_finalize(run);
-  run.peak_memory_bytes = plan_bytes(plan);
+  // Every device allocation where run.json records them (the CUDA backend: comparable with an allocator's peak,
+  // which counts workspaces and resident data too), else the memory plan alone (older run directories, cpu).
+  const bool all_allocations = has_facts && facts.has_memory;
+  run.peak_memory_bytes = all_allocations ? static_cast<double>(facts.memory.total()) : plan_bytes(plan);
   const bool has_memory = std::isfinite(run.peak_memory_bytes);
   t.runs.push_back(std::move(run));
   report_tool_finish(t);
-  if (has_memory && t.synthetic)  // the memory column of a throughput report says what it counts
-    t.recipe.push_back({"memory_measure", "the memory plan (plan.txt: weights, gradients, optimizer state, inputs, "
-                                          "activations); without the AMP weight copy, workspaces, resident data and "
-                                          "the CUDA context"});
+  if (has_memory && t.synthetic) {  // the memory column of a throughput report says what it counts
+    if (all_allocations)
+      t.recipe.push_back({"memory_measure", "every device allocation of the run (run.json device_memory: the memory "
+                                            "plan, the AMP weight copy, workspaces, resident data); without the CUDA "
+                                            "context"});
+    else
+      t.recipe.push_back({"memory_measure", "the memory plan (plan.txt: weights, gradients, optimizer state, inputs, "
+                                            "activations); without the AMP weight copy, workspaces, resident data "
+                                            "and the CUDA context"});
+  }
   return t;
 }
 

@@ -410,7 +410,8 @@ struct RunSetup {
   std::unique_ptr<Backend> backend;
 };
 
-// run.json's facts of a backend: its name and, where it planned cuDNN convolutions, their algorithms' source.
+// run.json's facts of a backend: its name, where it planned cuDNN convolutions their algorithms' source, and the
+// device memory it allocated (CUDA).
 RunFacts run_facts_of(const Backend& be) {
   RunFacts f;
   f.backend = be.name();
@@ -418,6 +419,7 @@ RunFacts run_facts_of(const Backend& be) {
     f.has_conv = true;
     f.conv = *conv;
   }
+  f.has_memory = be.device_memory(&f.memory);
   return f;
 }
 
@@ -573,7 +575,6 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     st = out.open(res.run_dir);
     if (st.ok()) st = out.write_file("config.resolved.yaml", spec_to_yaml(spec));
     if (st.ok()) st = out.write_file("plan.txt", compiled_dump(c, "memplan"));
-    if (st.ok()) st = out.write_file("run.json", run_facts_json(run_facts_of(*be)));
     if (!st.ok()) return st.errors();
   }
   const bool two_sizes = d.val_h != d.out_h || d.val_w != d.out_w;  // e.g. FixRes: train 176, validate 224
@@ -589,6 +590,9 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
   }
   if (std::string mem = be->memory_report(); !mem.empty()) log.info("{}", mem);
   if (std::string conv = conv_algo_log(be->conv_algo_sources()); !conv.empty()) log.info("{}", conv);
+  if (!res.run_dir.empty()) {  // after the upload: its device memory counts the resident data
+    if (!(st = out.write_file("run.json", run_facts_json(run_facts_of(*be)))).ok()) return st.errors();
+  }
   // Host feeds only when the backend is fed from the host (their threads start on construction).
   std::unique_ptr<HostFeed> train_loader, val_loader;
   if (!resident) {

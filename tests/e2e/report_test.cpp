@@ -387,6 +387,45 @@ TEST_CASE("a run directory's run.json gives the conv algorithms' source; one wit
   fs::remove_all(d);
 }
 
+TEST_CASE("run.json's device memory round-trips and becomes the report's peak memory (all allocations)",
+          "[report]") {
+  RunFacts f;
+  f.backend = "cuda";
+  f.has_memory = true;
+  f.memory.plan = int64_t{10460} << 20;
+  f.memory.amp_weight_copy = int64_t{49} << 20;
+  f.memory.workspaces = int64_t{50} << 20;
+  f.memory.resident_data = int64_t{992} << 20;
+  const std::string text = run_facts_json(f);
+  CHECK_THAT(text, Catch::Contains("\"total_bytes\": " + std::to_string(f.memory.total())));
+  Result<RunFacts> back = run_facts_parse(text, "run.json");
+  REQUIRE(back.ok());
+  CHECK(back->has_memory);
+  CHECK(back->memory.plan == f.memory.plan);
+  CHECK(back->memory.amp_weight_copy == f.memory.amp_weight_copy);
+  CHECK(back->memory.workspaces == f.memory.workspaces);
+  CHECK(back->memory.resident_data == f.memory.resident_data);
+  CHECK_FALSE(back->has_conv);
+  Result<RunFacts> none = run_facts_parse(R"({"backend": "cpu"})", "run.json");
+  REQUIRE(none.ok());
+  CHECK_FALSE(none->has_memory);
+  Result<RunFacts> bad = run_facts_parse(R"({"backend": "cuda", "device_memory": {"plan_bytes": -1}})", "run.json");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error_text(), Catch::Contains("device_memory.plan_bytes"));
+
+  // A synthetic run directory whose run.json has device_memory: the report counts every allocation and says so.
+  const fs::path d = temp_dir("run_memory");
+  write_synthetic_run_dir(d / "t", {2000, 3000, 3000}, 2.0 * 1073741824);  // plan.txt: 2 GiB
+  std::ofstream(d / "t" / "run.json") << text;
+  Result<ToolResult> t = report_read_run_dir((d / "t").string());
+  INFO((t.ok() ? std::string() : t.error_text()));
+  REQUIRE(t.ok());
+  REQUIRE(t->runs.size() == 1);
+  CHECK(t->runs[0].peak_memory_bytes == Approx(static_cast<double>(f.memory.total())));
+  CHECK_THAT(*recipe_find(t->recipe, "memory_measure"), Catch::StartsWith("every device allocation of the run"));
+  fs::remove_all(d);
+}
+
 TEST_CASE("synthetic-data runs give a throughput report: images/s, ms/step and peak memory, no accuracy",
           "[report][cli]") {
   const fs::path d = temp_dir("throughput");
