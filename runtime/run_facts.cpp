@@ -44,23 +44,17 @@ std::string run_facts_json(const RunFacts& f) {
 
 namespace {
 
-// A count: a non-negative integer below 2^31.
-bool count_of(const JsonNode& conv, const char* key, int* out) {
-  const JsonNode* n = conv.find(key);
-  if (!n || !n->is_number() || n->number < 0 || n->number != std::floor(n->number) || n->number > 2147483647.0)
-    return false;
-  *out = static_cast<int>(n->number);
-  return true;
-}
-
-// A byte count: a non-negative integer below 2^53 (exact in a JSON number).
-bool bytes_of(const JsonNode& obj, const char* key, int64_t* out) {
+// A member that is a whole number in [0, max]: conv_algorithms' counts (int: max 2^31 - 1) and device_memory's
+// byte counts (int64_t: max 2^53, exact in a JSON number).
+template <class I>
+bool whole_of(const JsonNode& obj, const char* key, double max, I* out) {
   const JsonNode* n = obj.find(key);
-  if (!n || !n->is_number() || n->number < 0 || n->number != std::floor(n->number) || n->number > 9007199254740992.0)
-    return false;
-  *out = static_cast<int64_t>(n->number);
+  if (!n || !n->is_number() || n->number < 0 || n->number != std::floor(n->number) || n->number > max) return false;
+  *out = static_cast<I>(n->number);
   return true;
 }
+bool count_of(const JsonNode& conv, const char* key, int* out) { return whole_of(conv, key, 2147483647.0, out); }
+bool bytes_of(const JsonNode& obj, const char* key, int64_t* out) { return whole_of(obj, key, 9007199254740992.0, out); }
 
 // A boolean member; absent keeps *out.
 bool bool_of(const JsonNode& conv, const char* key, bool* out) {

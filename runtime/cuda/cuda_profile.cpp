@@ -76,14 +76,20 @@ Result<StepProfile> CudaBackend::profile(int program, const ProfileOptions& opt)
   prof.reps = reps;
   Status st = ok_status();
   float ms = 0;
+  auto replay = [&](int n) {  // n replays of the captured step queued on the stream
+    for (int r = 0; r < n && st.ok(); ++r)
+      st = checked(cudaGraphLaunch(exec_[program], ctx_.stream), "cudaGraphLaunch", __LINE__);
+  };
+  auto timed_replays = [&](int n) -> double {  // ms per replay of n back-to-back replays (0 after an error)
+    if (st.ok()) st = checked(cudaEventRecord(e0, ctx_.stream), "cudaEventRecord", __LINE__);
+    replay(n);
+    if (st.ok()) st = checked(cudaEventRecord(e1, ctx_.stream), "cudaEventRecord", __LINE__);
+    if (st.ok()) st = elapsed(&ms);
+    return st.ok() ? ms / n : 0.0;
+  };
   // The whole step as the trainer runs it (warm-up replays first).
-  for (int r = 0; r < 3 && st.ok(); ++r) st = checked(cudaGraphLaunch(exec_[program], ctx_.stream), "cudaGraphLaunch", __LINE__);
-  if (st.ok()) st = checked(cudaEventRecord(e0, ctx_.stream), "cudaEventRecord", __LINE__);
-  for (int r = 0; r < reps && st.ok(); ++r)
-    st = checked(cudaGraphLaunch(exec_[program], ctx_.stream), "cudaGraphLaunch", __LINE__);
-  if (st.ok()) st = checked(cudaEventRecord(e1, ctx_.stream), "cudaEventRecord", __LINE__);
-  if (st.ok()) st = elapsed(&ms);
-  prof.graph_ms = ms / reps;
+  replay(3);
+  prof.graph_ms = timed_replays(reps);
   // What a synchronize between steps costs (the trainer's loss reads at log_interval, epoch boundaries): host wall
   // time of launch + synchronize on a drained stream, less the replay's device time, and the host time of that
   // cudaGraphLaunch call (behind queued replays the call blocks, so it is only measured here); medians of 5.
@@ -91,7 +97,7 @@ Result<StepProfile> CudaBackend::profile(int program, const ProfileOptions& opt)
   for (int r = 0; r < 5 && st.ok(); ++r) {
     st = checked(cudaStreamSynchronize(ctx_.stream), "cudaStreamSynchronize", __LINE__);
     const auto t0 = std::chrono::steady_clock::now();
-    if (st.ok()) st = checked(cudaGraphLaunch(exec_[program], ctx_.stream), "cudaGraphLaunch", __LINE__);
+    replay(1);
     const auto t1 = std::chrono::steady_clock::now();
     if (st.ok()) st = checked(cudaStreamSynchronize(ctx_.stream), "cudaStreamSynchronize", __LINE__);
     const auto t2 = std::chrono::steady_clock::now();
@@ -150,23 +156,15 @@ Result<StepProfile> CudaBackend::profile(int program, const ProfileOptions& opt)
     const Clock::time_point t0 = Clock::now();
     auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
     while (st.ok() && seconds() < opt.sustain_s) {  // chunks of 10 replays; the host waits so its clock follows
-      for (int r = 0; r < 10 && st.ok(); ++r)
-        st = checked(cudaGraphLaunch(exec_[program], ctx_.stream), "cudaGraphLaunch", __LINE__);
+      replay(10);
       if (st.ok()) st = checked(cudaStreamSynchronize(ctx_.stream), "cudaStreamSynchronize", __LINE__);
     }
     // At least a second of replays (and reps), at most 100000: the queue stays full, as in a training epoch.
     const double per = std::max(prof.graph_ms, 1e-3);
     const int n = static_cast<int>(std::min(100000.0, std::max<double>(reps, std::ceil(1000.0 / per))));
     prof.sustain_s = seconds();
-    if (st.ok()) st = checked(cudaEventRecord(e0, ctx_.stream), "cudaEventRecord", __LINE__);
-    for (int r = 0; r < n && st.ok(); ++r)
-      st = checked(cudaGraphLaunch(exec_[program], ctx_.stream), "cudaGraphLaunch", __LINE__);
-    if (st.ok()) st = checked(cudaEventRecord(e1, ctx_.stream), "cudaEventRecord", __LINE__);
-    if (st.ok()) st = elapsed(&ms);
-    if (st.ok()) {
-      prof.sustained_ms = ms / n;
-      prof.sustained_reps = n;
-    }
+    prof.sustained_ms = timed_replays(n);
+    if (st.ok()) prof.sustained_reps = n;
   }
   TRCTL_CUDA_WARN(cudaEventDestroy(e0));
   TRCTL_CUDA_WARN(cudaEventDestroy(e1));

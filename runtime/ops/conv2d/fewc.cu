@@ -226,11 +226,7 @@ Result<FewcConvPlan> fewc_conv_plan(const Conv2dGeom& g, GpuDType io) {
   if (!kernel) return Error{ErrCode::Internal, "fewc conv", "no kernel for K = " + std::to_string(g.k)};
   const int threads = static_cast<int>(plan.t.warps) * 32;
   const int smem = static_cast<int>(plan.t.smem_bytes);
-  // The attribute belongs to the kernel, not to this plan: set it to the rule's cap, which every plan of the kernel
-  // is within, so that a later plan with less shared memory (another geometry: validation at a second size)
-  // does not lower it below an earlier plan's launch (cudaErrorInvalidValue).
-  TRCTL_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(kFewcMaxSmemBytes)));
+  TRCTL_CUDA_TRY(fewc_allow_smem_cap(kernel));
   int dev = 0, sms = 0, per_sm = 0;
   TRCTL_CUDA_TRY(cudaGetDevice(&dev));
   TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));

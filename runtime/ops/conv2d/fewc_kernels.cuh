@@ -10,9 +10,20 @@
 #include <type_traits>
 
 #include "runtime/ops/conv2d/conv2d.h"
+#include "runtime/ops/conv2d/fewc.h"
 
 namespace trctl {
 namespace {
+
+// Lets `kernel` launch with up to the rule's shared-memory cap (kFewcMaxSmemBytes). The attribute belongs to the
+// kernel, not to a plan: set to the cap, which every plan of the kernel is within, a later plan with less shared
+// memory (another geometry: validation at a second size) does not lower it below an earlier plan's launch
+// (cudaErrorInvalidValue).
+template <class Kernel>
+cudaError_t fewc_allow_smem_cap(Kernel kernel) {
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(kFewcMaxSmemBytes));
+}
 
 // acc += A (16x16, row) * B (16x8, col) in fp32.
 template <class T>
