@@ -89,11 +89,14 @@ __global__ void __launch_bounds__(256)
 
 // Pass 3 forward with a fused max pool over general windows: x (N,H,W,C) -> y (N,P,Q,C), idx (same, u8, nullable)
 // over the kh x kw windows of g (stride sh, sw, padding ph, pw). One thread per output pixel and V channels scans
-// its window's real elements (padding clipped away, pool2d_window) in maxpool_fwd_idx_kernel's row-major order,
-// normalising each on load as bn_fwd_apply_kernel computes and rounds y, and keeps the max with the pool's rule (a
-// greater value or a NaN takes over; an all -inf window keeps its first real element), recording the offset in
-// the nominal window, (ih - (p sh - ph)) * kw + (iw - (q sw - pw)): y and idx are bitwise the unfused ones.
-template <class T, int V, class I>
+// its window's real elements (padding clipped away) in maxpool_fwd_idx_kernel's row-major order, normalising each
+// on load as bn_fwd_apply_kernel computes and rounds y, and keeps the max with the pool's rule (a greater value or
+// a NaN takes over; an all -inf window keeps its first real element), recording the offset in the nominal window,
+// (ih - (p sh - ph)) * kw + (iw - (q sw - pw)): y and idx are bitwise the unfused ones.
+// KH, KW > 0: the window size known at compile time (ResNet's 3x3 stem pool; g.kh, g.kw must equal them): the
+// window's KH*KW loads are unrolled, predicated on lying inside the image, and all issued before the first is used
+// (the run-time loops over the clipped window wait for each load in turn); the comparisons keep the same order.
+template <class T, int V, class I, int KH = 0, int KW = 0>
 __global__ void __launch_bounds__(256)
     bn_pool_window_apply_kernel(const T* __restrict__ x, T* __restrict__ y, uint8_t* __restrict__ idx,
                                 const float* __restrict__ gamma, const float* __restrict__ beta,
@@ -102,7 +105,8 @@ __global__ void __launch_bounds__(256)
                                 const Pool2dGeom g) {
   const I np = static_cast<I>(g.p), nq = static_cast<I>(g.q), cv = static_cast<I>(g.c / V);
   const I total = static_cast<I>(g.n) * np * nq * cv;
-  const int kw = static_cast<int>(g.kw);
+  const int kw = KW > 0 ? KW : static_cast<int>(g.kw);
+  const int hgt = static_cast<int>(g.h), wid = static_cast<int>(g.w);
   for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<I>(gridDim.x) * blockDim.x) {
     const I c0 = (i % cv) * V;
@@ -122,20 +126,41 @@ __global__ void __launch_bounds__(256)
       best[j] = (static_cast<int>(win.h0) - hs) * kw + (static_cast<int>(win.w0) - ws);  // all -inf: the first
     }
     const T* xn = x + static_cast<int64_t>(b) * g.h * g.w * g.c + c0;
-    for (int ih = static_cast<int>(win.h0); ih < static_cast<int>(win.h1); ++ih) {
-      for (int iw = static_cast<int>(win.w0); iw < static_cast<int>(win.w1); ++iw) {
-        const Pack<T, V> v = pack_load<V>(xn + (static_cast<int64_t>(ih) * g.w + iw) * g.c);
-        const int o = (ih - hs) * kw + (iw - ws);
+    // One window element at offset o: normalised as the apply kernel stores y, then the max pool's rule.
+    auto take = [&](const Pack<T, V>& v, int o) {
 #pragma unroll
-        for (int j = 0; j < V; ++j) {
-          float e = apply_affine(to_f32(v.v[j]), k[j]);
-          if (relu) e = (e > 0.0f || e != e) ? e : 0.0f;
-          const float f = to_f32(from_f32<T>(e));  // y as the apply kernel stores it
-          if (f > best_v[j] || f != f) {
-            best_v[j] = f;
-            best[j] = o;
-          }
+      for (int j = 0; j < V; ++j) {
+        float e = apply_affine(to_f32(v.v[j]), k[j]);
+        if (relu) e = (e > 0.0f || e != e) ? e : 0.0f;
+        const float f = to_f32(from_f32<T>(e));  // y as the apply kernel stores it
+        if (f > best_v[j] || f != f) {
+          best_v[j] = f;
+          best[j] = o;
         }
+      }
+    };
+    if constexpr (KH > 0) {
+      Pack<T, V> v[KH][KW];
+      bool in[KH][KW];
+#pragma unroll
+      for (int r = 0; r < KH; ++r) {
+#pragma unroll
+        for (int s = 0; s < KW; ++s) {
+          const int ih = hs + r, iw = ws + s;
+          in[r][s] = ih >= 0 && ih < hgt && iw >= 0 && iw < wid;
+          if (in[r][s]) v[r][s] = pack_load<V>(xn + (static_cast<int64_t>(ih) * g.w + iw) * g.c);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < KH; ++r) {
+#pragma unroll
+        for (int s = 0; s < KW; ++s)
+          if (in[r][s]) take(v[r][s], r * KW + s);
+      }
+    } else {
+      for (int ih = static_cast<int>(win.h0); ih < static_cast<int>(win.h1); ++ih) {
+        for (int iw = static_cast<int>(win.w0); iw < static_cast<int>(win.w1); ++iw)
+          take(pack_load<V>(xn + (static_cast<int64_t>(ih) * g.w + iw) * g.c), (ih - hs) * kw + (iw - ws));
       }
     }
     store_pooled<T, V>(y, idx, i, best_v, best);
@@ -238,7 +263,10 @@ __device__ __forceinline__ AxisCover axis_cover(uint32_t xp, uint32_t k, uint32_
 // window, (h + ph - p sh) * kw + (w + pw - q sw); the sum rounded once to T is exactly what that kernel stores
 // (same terms, same order, same precision: an element in no window or argmax of none gets T(0), one window's
 // gradient T(0 + dy)). N*H*W and N*P*Q < 2^31 (the launcher checks).
-template <class T>
+// KH, KW, SH, SW > 0: the window and stride known at compile time (ResNet's 3x3/2 stem pool; they must equal the
+// run-time members): the at most ceil(KH/SH) x ceil(KW/SW) covering windows' loads are unrolled, predicated on
+// covering the element, and issued together before the sum, which keeps its (p, q) order.
+template <class T, int KH = 0, int KW = 0, int SH = 0, int SW = 0>
 struct WindowPoolGrad {
   const T* dy;
   const uint8_t* idx;
@@ -246,6 +274,8 @@ struct WindowPoolGrad {
   uint32_t kh, kw, sh, sw, ph, pw;  // window, stride, padding
   uint32_t np, nq, pq;             // P, Q, P*Q
   using Pos = RowPos;
+  static constexpr bool kStatic = KH > 0;
+  static constexpr int kMaxP = kStatic ? (KH + SH - 1) / SH : 0, kMaxQ = kStatic ? (KW + SW - 1) / SW : 0;
   __device__ __forceinline__ Pos start(int64_t row) const { return row_pos(*this, static_cast<uint32_t>(row)); }
   __device__ __forceinline__ void advance(Pos& p, uint32_t by) const { advance_rows(*this, p, by); }
   template <int U, int V>
@@ -256,22 +286,50 @@ struct WindowPoolGrad {
     for (int u = 0; u < U; ++u) {
       if (r + u * kRowGroups < r1) {
         const uint32_t hp = e.h + ph, wp = e.w + pw;  // padded coordinates
-        const AxisCover ch = axis_cover(hp, kh, sh, np), cw = axis_cover(wp, kw, sw, nq);
+        const AxisCover ch = kStatic ? axis_cover(hp, KH, SH, np) : axis_cover(hp, kh, sh, np);
+        const AxisCover cw = kStatic ? axis_cover(wp, KW, SW, nq) : axis_cover(wp, kw, sw, nq);
         const uint32_t base = e.n * pq;  // pooled row of (n, 0, 0)
         float acc[V];
 #pragma unroll
         for (int j = 0; j < V; ++j) acc[j] = 0.0f;
-        for (uint32_t p = ch.lo; p < ch.hi; ++p) {
-          const uint32_t row_off = (hp - p * sh) * kw;
-          for (uint32_t q = cw.lo; q < cw.hi; ++q) {
-            const uint32_t self = row_off + (wp - q * sw);
-            const int64_t o = static_cast<int64_t>(base + p * nq + q) * c + col;
-            const Pack<T, V> d = pack_load<V>(dy + o);
-            uint8_t b[V];
-            load_bytes<V>(idx + o, b);  // V == 8: c % 8 == 0 and idx 8-byte aligned
+        // Window (p, q)'s contribution: its dy where its argmax is this element.
+        auto add = [&](const Pack<T, V>& d, const uint8_t (&b)[V], uint32_t self) {
 #pragma unroll
-            for (int j = 0; j < V; ++j)
-              if (b[j] == self) acc[j] += to_f32(d.v[j]);
+          for (int j = 0; j < V; ++j)
+            if (b[j] == self) acc[j] += to_f32(d.v[j]);
+        };
+        if constexpr (kStatic) {
+          Pack<T, V> d[kMaxP][kMaxQ];
+          uint8_t b[kMaxP][kMaxQ][V];
+          bool in[kMaxP][kMaxQ];
+#pragma unroll
+          for (int a = 0; a < kMaxP; ++a) {
+#pragma unroll
+            for (int t = 0; t < kMaxQ; ++t) {
+              const uint32_t p = ch.lo + a, q = cw.lo + t;
+              in[a][t] = p < ch.hi && q < cw.hi;
+              if (in[a][t]) {
+                const int64_t o = static_cast<int64_t>(base + p * nq + q) * c + col;
+                d[a][t] = pack_load<V>(dy + o);
+                load_bytes<V>(idx + o, b[a][t]);  // V == 8: c % 8 == 0 and idx 8-byte aligned
+              }
+            }
+          }
+#pragma unroll
+          for (int a = 0; a < kMaxP; ++a) {
+#pragma unroll
+            for (int t = 0; t < kMaxQ; ++t)
+              if (in[a][t]) add(d[a][t], b[a][t], (hp - (ch.lo + a) * SH) * KW + (wp - (cw.lo + t) * SW));
+          }
+        } else {
+          for (uint32_t p = ch.lo; p < ch.hi; ++p) {
+            const uint32_t row_off = (hp - p * sh) * kw;
+            for (uint32_t q = cw.lo; q < cw.hi; ++q) {
+              const int64_t o = static_cast<int64_t>(base + p * nq + q) * c + col;
+              uint8_t b[V];
+              load_bytes<V>(idx + o, b);  // V == 8: c % 8 == 0 and idx 8-byte aligned
+              add(pack_load<V>(dy + o), b, row_off + (wp - q * sw));
+            }
           }
         }
 #pragma unroll
@@ -281,6 +339,9 @@ struct WindowPoolGrad {
     }
   }
 };
+
+// ResNet's stem pool (3x3, stride 2), the geometry whose fused kernels are specialised (see the kernels above).
+bool is_stem_pool(const Pool2dGeom& g) { return g.kh == 3 && g.kw == 3 && g.sh == 2 && g.sw == 2; }
 
 // The geometries the fused kernels run: g exactly as pool2d_geom_finish makes it, windows of at most 256 elements
 // (the u8 argmax), stride <= kernel, c < 2^31.
@@ -314,6 +375,13 @@ Status bn_pool_apply_launch(cudaStream_t s, const Pool2dGeom& g, const void* x, 
             xs, ys, idx, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g.n, g.h, g.w, g.c, kh,
             kw);
       return TRCTL_CUDA_LAUNCH_STATUS("bn_pool_apply_kernel");
+    }
+    if constexpr (V == kVec16<T>) {  // the specialised stem kernel on the 16-byte path only
+      if (small && is_stem_pool(g)) {
+        bn_pool_window_apply_kernel<T, V, int32_t, 3, 3><<<elementwise_grid(items), kElementwiseBlock, 0, s>>>(
+            xs, ys, idx, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g);
+        return TRCTL_CUDA_LAUNCH_STATUS("bn_pool_window_apply_kernel (3x3)");
+      }
     }
     if (small)
       bn_pool_window_apply_kernel<T, V, int32_t><<<elementwise_grid(items), kElementwiseBlock, 0, s>>>(
@@ -399,13 +467,16 @@ Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint
       return bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
                               workspace, beta);
     }
-    const WindowPoolGrad<T> gs{dy,        idx,       u32(g.h * g.w), u32(g.w), u32(g.h), u32(g.kh),
-                               u32(g.kw), u32(g.sh), u32(g.sw),      u32(g.ph), u32(g.pw), u32(g.p),
-                               u32(g.q),  u32(g.p * g.q)};
     // Overlapping windows: pass 1 writes the gathered full-resolution dy into dx and pass 3 reads it back in place
     // (measured on ResNet-50's stem, RESULTS.md run 36: gathering in both passes cost more than the unfused pair).
-    return bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c, workspace,
-                            beta, dx);
+    auto run = [&](auto src) {
+      src = {dy,        idx,       u32(g.h * g.w), u32(g.w),  u32(g.h),  u32(g.kh), u32(g.kw),
+             u32(g.sh), u32(g.sw), u32(g.ph),      u32(g.pw), u32(g.p),  u32(g.q),  u32(g.p * g.q)};
+      return bn_bwd_launch<T>(s, src, x, nullptr, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
+                              workspace, beta, dx);
+    };
+    if (is_stem_pool(g)) return run(WindowPoolGrad<T, 3, 3, 2, 2>{});
+    return run(WindowPoolGrad<T>{});
   });
 }
 
