@@ -17,6 +17,7 @@
 #include "runtime/cuda/lt_gemm.h"
 #include "runtime/cuda/s2d_conv.h"
 #include "runtime/ops/amp/amp_cuda.h"
+#include "runtime/ops/batchnorm/batchnorm_cuda.h"
 #include "runtime/ops/bias_grad/bias_grad_cuda.h"
 #include "runtime/ops/cast/cast_cuda.h"
 #include "runtime/ops/channel_copy/channel_copy_cuda.h"
@@ -25,6 +26,7 @@
 #include "runtime/ops/dropout/dropout_cuda.h"
 #include "runtime/ops/optim/optim_cuda.h"
 #include "runtime/ops/optim/optim_extra_cuda.h"
+#include "runtime/ops/pool/pool_cuda.h"
 #include "runtime/ops/relu/relu_cuda.h"
 #include "runtime/ops/softmax_ce/softmax_ce_cuda.h"
 #include "runtime/report/json.h"
@@ -281,6 +283,58 @@ Status bench_stem_convs(Bench& b, const void* random, int64_t random_n) {
   return ok_status();
 }
 
+// ResNet-50's stem batch norm + ReLU + 3x3/2 pad 1 max pool at batch 256 in f16 (x 256x112x112x64): the fused
+// training forward and backward (batchnorm_pool.cu; the backward with either gather mode) and the unfused chains
+// they replace (batch norm with the ReLU, then the max pool with its argmax; the max-pool backward into a
+// full-resolution dy, then the batch-norm backward). GB/s of the op's own bytes (x read once, the pooled y and
+// argmax written; backward: x, the pooled dy and argmax read, dx written), so the variants compare directly.
+Status bench_bn_pool_stem(Bench& b, const void* random, int64_t random_n) {
+  const cudaStream_t s = b.ctx.stream;
+  Pool2dGeom g;
+  g.n = 256, g.h = g.w = 112, g.c = 64, g.kh = g.kw = 3, g.sh = g.sw = 2, g.ph = g.pw = 1;
+  if (!pool2d_geom_finish(g)) return Error{ErrCode::Internal, "bench kernels", "stem pool geometry"};
+  const int64_t rows = g.n * g.h * g.w, nx = rows * g.c, ny = g.n * g.p * g.q * g.c;
+  const size_t wsb = batchnorm_workspace_bytes(rows, g.c);
+  DeviceBuffer x, y, idx, dy, dx, full, full_dy, ws, par;
+  for (auto [buf, bytes] : {std::pair{&x, nx * 2}, {&y, ny * 2}, {&idx, ny}, {&dy, ny * 2}, {&dx, nx * 2},
+                            {&full, nx * 2}, {&full_dy, nx * 2}, {&par, g.c * 4 * 10}})
+    TRCTL_CUDA_TRY(cudaMalloc(&buf->p, static_cast<size_t>(bytes)));
+  TRCTL_CUDA_TRY(cudaMalloc(&ws.p, wsb));
+  for (auto [buf, n] : {std::pair{&x, nx}, {&dy, ny}})
+    if (Status st = fill_f16(s, random, random_n, buf->p, n); !st.ok()) return st;
+  float* pf = static_cast<float*>(par.p);  // (10, c): gamma, beta, mean, invstd, running mean, var, dgamma, dbeta
+  float *gamma = pf, *beta = pf + g.c, *mean = pf + 2 * g.c, *invstd = pf + 3 * g.c, *rm = pf + 4 * g.c,
+        *rv = pf + 5 * g.c, *dgamma = pf + 6 * g.c, *dbeta = pf + 7 * g.c;
+  if (Status st = fill_random(par.p, static_cast<size_t>(g.c) * 10, 7); !st.ok()) return st;
+  uint8_t* ix = static_cast<uint8_t*>(idx.p);
+  const double fwd_bytes = 2.0 * nx + 3.0 * ny, bwd_bytes = 4.0 * nx + 3.0 * ny;
+  const std::string size = "N=256 112^2x64", n = "bn+relu+maxpool r50 stem";
+  const float eps = 1e-5f, mom = 0.1f;
+  Status st = b.add(n + " fwd fused f16", size, fwd_bytes, false, b.copy_gbs, [&] {
+    return batchnorm_fwd_train_pool_cuda(s, x.p, GpuDType::F16, gamma, beta, y.p, ix, mean, invstd, rm, rv, g, eps,
+                                         mom, true, ws.p, wsb);
+  });
+  if (st.ok()) st = b.add(n + " fwd unfused f16", size, fwd_bytes, false, b.copy_gbs, [&]() -> Status {
+    if (Status f = batchnorm_fwd_train_cuda(s, x.p, GpuDType::F16, gamma, beta, full.p, mean, invstd, rm, rv, rows,
+                                            g.c, eps, mom, true, ws.p, wsb);
+        !f.ok())
+      return f;
+    return maxpool2d_fwd_idx_cuda(s, g, full.p, y.p, ix, GpuDType::F16);
+  });
+  for (auto [mode, tag] : {std::pair{BnPoolGather::kOnceStored, " bwd fused (gather once) f16"},
+                           {BnPoolGather::kTwice, " bwd fused (gather twice) f16"}})
+    if (st.ok()) st = b.add(n + tag, size, bwd_bytes, false, b.copy_gbs, [&] {
+      return batchnorm_bwd_pool_cuda(s, dy.p, ix, x.p, GpuDType::F16, gamma, beta, mean, invstd, dx.p, dgamma,
+                                     dbeta, g, ws.p, wsb, mode);
+    });
+  if (st.ok()) st = b.add(n + " bwd unfused f16", size, bwd_bytes, false, b.copy_gbs, [&]() -> Status {
+    if (Status f = maxpool2d_bwd_idx_cuda(s, g, dy.p, ix, full_dy.p, GpuDType::F16); !f.ok()) return f;
+    return batchnorm_bwd_cuda(s, full_dy.p, x.p, nullptr, GpuDType::F16, gamma, mean, invstd, dx.p, dgamma, dbeta,
+                              rows, g.c, ws.p, wsb, beta);
+  });
+  return st;
+}
+
 }  // namespace
 
 Result<std::vector<KernelBenchRow>> cuda_bench_kernels() {
@@ -376,6 +430,7 @@ Result<std::vector<KernelBenchRow>> cuda_bench_kernels() {
       b.rows.back().ceiling = ceil;
     }
   if (Status cs = bench_stem_convs(b, x.p, n); !cs.ok()) return cs.errors();
+  if (Status bs = bench_bn_pool_stem(b, x.p, n); !bs.ok()) return bs.errors();
   TRCTL_CUDA_WARN(cudaFree(step));
   TRCTL_CUDA_WARN(cudaFree(h));
   return b.rows;

@@ -58,10 +58,11 @@ std::string profile_table(const StepProfile& p, int64_t batch, int top) {
   }
   if (p.sustained_ms > 0) {  // the step at the clocks a training run settles to
     std::snprintf(buf, sizeof buf,
-                  "sustained: %.3f ms = %.0f img/s over %d replays after %.1f s of replays (%+.1f %% vs the burst: "
-                  "a power cap or clock change under sustained load)\n",
+                  "sustained: %.3f ms = %.0f img/s over %d replays after %.1f s of replays (%+.1f %% vs the burst%s)\n",
                   p.sustained_ms, batch / (p.sustained_ms * 1e-3), p.sustained_reps, p.sustain_s,
-                  p.graph_ms > 0 ? 100 * (p.sustained_ms / p.graph_ms - 1) : 0.0);
+                  p.graph_ms > 0 ? 100 * (p.sustained_ms / p.graph_ms - 1) : 0.0,
+                  p.sustained_ms > p.graph_ms ? ": slower under sustained load, e.g. the card's power cap"
+                                              : ": faster once the clocks have settled under load");
     out += buf;
   }
   if (p.graph_ms > 0) {

@@ -75,11 +75,15 @@ Status batchnorm_fwd_eval_pool_cuda(cudaStream_t s, const void* x, GpuDType t, c
 // x (g.n,g.h,g.w,g.c) t -> dx (same) t, dgamma, dbeta (c) f32: bitwise maxpool2d_bwd_idx_cuda +
 // batchnorm_bwd_cuda with relu_beta = beta, without the full-resolution dy (an element's gradient: the sum, in
 // that kernel's window order and fp32, of the pooled dy of the windows whose argmax it is, rounded once to t).
-// Tiling windows decode it in both passes; overlapping ones gather it once, in the first pass, into dx, which the
-// last pass then reads back in place. n*h*w and n*p*q < 2^31; dx aliases neither x nor dy_pooled.
+// Tiling windows decode it in both passes; overlapping ones gather it per `gather`: kOnceStored gathers in the
+// first pass into dx, which the last pass reads back in place (one extra write and read of dx); kTwice gathers in
+// both passes (the pooled dy and idx read twice, from L2 mostly). Both give bitwise the same dx. n*h*w and n*p*q
+// < 2^31; dx aliases neither x nor dy_pooled.
+enum class BnPoolGather { kOnceStored, kTwice };
 Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint8_t* idx, const void* x, GpuDType t,
                                const float* gamma, const float* beta, const float* save_mean,
                                const float* save_invstd, void* dx, float* dgamma, float* dbeta, const Pool2dGeom& g,
-                               void* workspace, size_t workspace_bytes);
+                               void* workspace, size_t workspace_bytes,
+                               BnPoolGather gather = BnPoolGather::kOnceStored);
 
 }  // namespace trctl

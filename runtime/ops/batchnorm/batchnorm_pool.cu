@@ -445,7 +445,7 @@ Status batchnorm_fwd_eval_pool_cuda(cudaStream_t s, const void* x, GpuDType t, c
 Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint8_t* idx, const void* x, GpuDType t,
                                const float* gamma, const float* beta, const float* save_mean,
                                const float* save_invstd, void* dx, float* dgamma, float* dbeta, const Pool2dGeom& g,
-                               void* workspace, size_t workspace_bytes) {
+                               void* workspace, size_t workspace_bytes, BnPoolGather gather) {
   TRCTL_CUDA_ARG_CHECK(fused_pool_geom_ok(g), "batchnorm_bwd_pool_cuda: unfinished Pool2dGeom, a window over 256 "
                                               "elements, a stride past the kernel or c >= 2^31");
   const int64_t rows = g.n * g.h * g.w, c = g.c;
@@ -467,13 +467,15 @@ Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint
       return bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
                               workspace, beta);
     }
-    // Overlapping windows: pass 1 writes the gathered full-resolution dy into dx and pass 3 reads it back in place
-    // (measured on ResNet-50's stem, RESULTS.md run 36: gathering in both passes cost more than the unfused pair).
+    // Overlapping windows, kOnceStored: pass 1 writes the gathered full-resolution dy into dx and pass 3 reads it
+    // back in place (RESULTS.md run 36: with the run-time window loops, gathering in both passes cost more than the
+    // unfused pair). kTwice: both passes gather (bench kernels times both).
+    void* stored = gather == BnPoolGather::kOnceStored ? dx : nullptr;
     auto run = [&](auto src) {
       src = {dy,        idx,       u32(g.h * g.w), u32(g.w),  u32(g.h),  u32(g.kh), u32(g.kw),
              u32(g.sh), u32(g.sw), u32(g.ph),      u32(g.pw), u32(g.p),  u32(g.q),  u32(g.p * g.q)};
       return bn_bwd_launch<T>(s, src, x, nullptr, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
-                              workspace, beta, dx);
+                              workspace, beta, stored);
     };
     if (is_stem_pool(g)) return run(WindowPoolGrad<T, 3, 3, 2, 2>{});
     return run(WindowPoolGrad<T>{});
