@@ -322,7 +322,8 @@ Status bench_bn_pool_stem(Bench& b, const void* random, int64_t random_n) {
     return maxpool2d_fwd_idx_cuda(s, g, full.p, y.p, ix, GpuDType::F16);
   });
   for (auto [mode, tag] : {std::pair{BnPoolGather::kOnceStored, " bwd fused (gather once) f16"},
-                           {BnPoolGather::kTwice, " bwd fused (gather twice) f16"}})
+                           {BnPoolGather::kTwice, " bwd fused (gather twice) f16"},
+                           {BnPoolGather::kPoolThenDense, " bwd fused (pool then dense) f16"}})
     if (st.ok()) st = b.add(n + tag, size, bwd_bytes, false, b.copy_gbs, [&] {
       return batchnorm_bwd_pool_cuda(s, dy.p, ix, x.p, GpuDType::F16, gamma, beta, mean, invstd, dx.p, dgamma,
                                      dbeta, g, ws.p, wsb, mode);

@@ -212,6 +212,49 @@ TEST_CASE("fused batch norm + ReLU + max pool equals the unfused kernels bitwise
     }
 }
 
+TEST_CASE("fused batch norm + ReLU + max pool backward: the three gather modes give bitwise the same gradients",
+          "[gpu][kernel][batchnorm][bnpool]") {
+  CudaContext ctx = make_context();
+  Rng rng(94);
+  for (GpuDType t : kTypes)
+    for (const Geo& g : {Geo{2, 112, 112, 64, 3, 2, 1}, Geo{3, 9, 13, 24, 3, 2, 1}, Geo{2, 11, 11, 5, 3, 2, 1},
+                         Geo{2, 7, 9, 33, 3, 1, 1}, Geo{2, 9, 9, 40, 3, 2, 0}, Geo{2, 28, 28, 256, 2, 2, 0}})
+      for (int64_t off : {int64_t{0}, int64_t{1}}) {
+        const std::string tag = tag_of(t, g, off);
+        INFO(tag);
+        const size_t es = t == GpuDType::F32 ? 4 : 2;
+        const Data d = make_data(rng, t, g, false);
+        View x(t, d.x, off), dyp(t, d.dyp, off), y(t, g.pooled(), off), dx(t, g.full(), off);
+        DevBuf idx(static_cast<size_t>(g.pooled()) + 16), gamma = to_device(d.gamma), beta = to_device(d.beta);
+        DevBuf rm = to_device(d.rm), rv = to_device(d.rv), mean(g.c * 4), invstd(g.c * 4), dgamma(g.c * 4),
+               dbeta(g.c * 4), ws(batchnorm_workspace_bytes(g.rows(), g.c));
+        const Pool2dGeom pg = g.pool();
+        REQUIRE_OK(batchnorm_fwd_train_pool_cuda(ctx.stream, x.p, t, gamma.as<float>(), beta.as<float>(), y.p,
+                                                 idx.as<uint8_t>(), mean.as<float>(), invstd.as<float>(),
+                                                 rm.as<float>(), rv.as<float>(), pg, kEps, kMomentum, true, ws.get(),
+                                                 ws.bytes()));
+        std::vector<uint8_t> first_dx;
+        std::vector<float> first_dg, first_db;
+        for (BnPoolGather mode : {BnPoolGather::kOnceStored, BnPoolGather::kTwice, BnPoolGather::kPoolThenDense}) {
+          for (const DevBuf* b : {&dgamma, &dbeta}) poison(*b);
+          REQUIRE_OK(batchnorm_bwd_pool_cuda(ctx.stream, dyp.p, idx.as<uint8_t>(), x.p, t, gamma.as<float>(),
+                                             beta.as<float>(), mean.as<float>(), invstd.as<float>(), dx.p,
+                                             dgamma.as<float>(), dbeta.as<float>(), pg, ws.get(), ws.bytes(), mode));
+          sync_ok(ctx);
+          std::vector<uint8_t> got = bytes_of(dx.p, g.full() * es);
+          std::vector<float> dg = from_device<float>(dgamma.get(), g.c), db = from_device<float>(dbeta.get(), g.c);
+          if (first_dx.empty()) {
+            first_dx = got, first_dg = dg, first_db = db;
+            continue;
+          }
+          const std::string m = " mode " + std::to_string(static_cast<int>(mode)) + " " + tag;
+          check_bitwise("dx" + m, got, first_dx, es);
+          check_bitwise("dgamma" + m, dg, first_dg, 4);
+          check_bitwise("dbeta" + m, db, first_db, 4);
+        }
+      }
+}
+
 TEST_CASE("fused batch norm + ReLU + max pool vector and scalar paths agree bitwise", "[gpu][kernel][bnpool]") {
   CudaContext ctx = make_context();
   Rng rng(93);

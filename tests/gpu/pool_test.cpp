@@ -28,6 +28,8 @@ const PoolShape kShapes[] = {
     {"c5 k2 s1", 2, 15, 16, 5, 2, 2, 1, 1, 0, 0, 0, false},
     {"c6 k3x2 s1x2 p1x0", 2, 13, 14, 6, 3, 2, 1, 2, 1, 0, 0, false},
     {"c64 misaligned k3 s2 p1", 2, 20, 21, 64, 3, 3, 2, 2, 1, 1, 1, false},
+    {"c16 k3 s2 p1 odd sizes ties", 2, 17, 19, 16, 3, 3, 2, 2, 1, 1, 0, true},  // the stem kernel's edges
+    {"c24 k3 s2 p1 even x odd", 3, 14, 11, 24, 3, 3, 2, 2, 1, 1, 0, false},
     {"c8 stride > kernel k2 s3", 2, 11, 11, 8, 2, 2, 3, 3, 0, 0, 0, false},
     // windows that tile the input exactly (the recorded-argmax backward's one-thread-per-window path)
     {"c3 tiled k2 s2 ties", 2, 16, 18, 3, 2, 2, 2, 2, 0, 0, 0, true},

@@ -77,13 +77,15 @@ Status batchnorm_fwd_eval_pool_cuda(cudaStream_t s, const void* x, GpuDType t, c
 // that kernel's window order and fp32, of the pooled dy of the windows whose argmax it is, rounded once to t).
 // Tiling windows decode it in both passes; overlapping ones gather it per `gather`: kOnceStored gathers in the
 // first pass into dx, which the last pass reads back in place (one extra write and read of dx); kTwice gathers in
-// both passes (the pooled dy and idx read twice, from L2 mostly). Both give bitwise the same dx. n*h*w and n*p*q
-// < 2^31; dx aliases neither x nor dy_pooled.
-enum class BnPoolGather { kOnceStored, kTwice };
+// both passes (the pooled dy and idx read twice, from L2 mostly); kPoolThenDense runs the unfused pair's kernels
+// with dx as the full-resolution dy (maxpool2d_bwd_idx_cuda into dx, whose ResNet-stem kernel loads each window
+// once per 2x2 pixels, then batchnorm_bwd_cuda in place: one more read of dx than kOnceStored, in streaming
+// passes; the default: bench kernels, run 53). All give bitwise the same dx. n*h*w and n*p*q < 2^31; dx aliases neither x nor dy_pooled.
+enum class BnPoolGather { kOnceStored, kTwice, kPoolThenDense };
 Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint8_t* idx, const void* x, GpuDType t,
                                const float* gamma, const float* beta, const float* save_mean,
                                const float* save_invstd, void* dx, float* dgamma, float* dbeta, const Pool2dGeom& g,
                                void* workspace, size_t workspace_bytes,
-                               BnPoolGather gather = BnPoolGather::kOnceStored);
+                               BnPoolGather gather = BnPoolGather::kPoolThenDense);
 
 }  // namespace trctl

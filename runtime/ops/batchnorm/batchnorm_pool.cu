@@ -12,6 +12,7 @@
 // when the windows tile.
 #include "runtime/ops/batchnorm/batchnorm_cuda.h"
 #include "runtime/ops/batchnorm/batchnorm_kernels.cuh"
+#include "runtime/ops/pool/pool_cuda.h"
 
 namespace trctl {
 
@@ -340,8 +341,8 @@ struct WindowPoolGrad {
   }
 };
 
-// ResNet's stem pool (3x3, stride 2), the geometry whose fused kernels are specialised (see the kernels above).
-bool is_stem_pool(const Pool2dGeom& g) { return g.kh == 3 && g.kw == 3 && g.sh == 2 && g.sw == 2; }
+// 3x3 windows with stride 2 (ResNet's stem pool, any padding): the geometry whose fused kernels are specialised.
+bool is_3x3_stride2(const Pool2dGeom& g) { return g.kh == 3 && g.kw == 3 && g.sh == 2 && g.sw == 2; }
 
 // The geometries the fused kernels run: g exactly as pool2d_geom_finish makes it, windows of at most 256 elements
 // (the u8 argmax), stride <= kernel, c < 2^31.
@@ -377,7 +378,7 @@ Status bn_pool_apply_launch(cudaStream_t s, const Pool2dGeom& g, const void* x, 
       return TRCTL_CUDA_LAUNCH_STATUS("bn_pool_apply_kernel");
     }
     if constexpr (V == kVec16<T>) {  // the specialised stem kernel on the 16-byte path only
-      if (small && is_stem_pool(g)) {
+      if (small && is_3x3_stride2(g)) {
         bn_pool_window_apply_kernel<T, V, int32_t, 3, 3><<<elementwise_grid(items), kElementwiseBlock, 0, s>>>(
             xs, ys, idx, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g);
         return TRCTL_CUDA_LAUNCH_STATUS("bn_pool_window_apply_kernel (3x3)");
@@ -467,6 +468,12 @@ Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint
       return bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
                               workspace, beta);
     }
+    if (gather == BnPoolGather::kPoolThenDense) {  // the unfused pair's kernels, dx as the full-resolution dy
+      Status st = maxpool2d_bwd_idx_cuda(s, g, dy_pooled, idx, dx, t);
+      if (!st) return st;
+      return batchnorm_bwd_cuda(s, dx, x, nullptr, t, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
+                                workspace, workspace_bytes, beta);
+    }
     // Overlapping windows, kOnceStored: pass 1 writes the gathered full-resolution dy into dx and pass 3 reads it
     // back in place (RESULTS.md run 36: with the run-time window loops, gathering in both passes cost more than the
     // unfused pair). kTwice: both passes gather (bench kernels times both).
@@ -477,7 +484,7 @@ Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint
       return bn_bwd_launch<T>(s, src, x, nullptr, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
                               workspace, beta, stored);
     };
-    if (is_stem_pool(g)) return run(WindowPoolGrad<T, 3, 3, 2, 2>{});
+    if (is_3x3_stride2(g)) return run(WindowPoolGrad<T, 3, 3, 2, 2>{});
     return run(WindowPoolGrad<T>{});
   });
 }

@@ -211,6 +211,72 @@ __global__ void maxpool_bwd_idx_kernel(const Pool2dGeom g, const T* __restrict__
   }
 }
 
+// ResNet's stem pool, 3x3 windows with stride 2 and padding 1 (the max-pool backward's specialised kernel below).
+bool pool2d_is_stem(const Pool2dGeom& g) {
+  return g.kh == 3 && g.kw == 3 && g.sh == 2 && g.sw == 2 && g.ph == 1 && g.pw == 1;
+}
+
+// The same backward for ResNet's stem pool (3x3 windows, stride 2, padding 1; pool2d_is_stem): one thread per 2x2
+// block of input pixels (rows 2m, 2m+1, cols 2l, 2l+1) and V channels. Row 2m lies only in window row m, row 2m+1 in
+// rows m and m+1 (columns likewise), so the block's pixels need just the windows (m..m+1, l..l+1), each loaded once
+// for the four pixels instead of once per pixel it covers (2.25 loads per pixel), and the loads are issued
+// together. Each pixel adds, in fp32 from 0 and in (p, q) order, the dy of those of its windows whose argmax it is,
+// and rounds once to T: maxpool_bwd_idx_kernel's sums, bitwise.
+template <class T, int V, class I>
+__global__ void maxpool_bwd_idx_stem_kernel(const Pool2dGeom g, const T* __restrict__ dy,
+                                            const uint8_t* __restrict__ idx, T* __restrict__ dx) {
+  const int64_t mh = (g.h + 1) / 2, mw = (g.w + 1) / 2;  // 2x2 blocks down and across
+  const I total = static_cast<I>(g.n * mh * mw * (g.c / V));
+  for (I i = thread_index<I>(); i < total; i += thread_count<I>()) {
+    const PixelChunk<I> o = decode_item<V>(i, mh, mw, g.c);  // (n, m, l, c0)
+    Pack<T, V> d[2][2];
+    uint8_t b[2][2][V];
+    bool in[2][2];
+#pragma unroll
+    for (int a = 0; a < 2; ++a) {
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        const I p = o.a + a, q = o.b + t;
+        in[a][t] = p < static_cast<I>(g.p) && q < static_cast<I>(g.q);
+        if (in[a][t]) {
+          const int64_t off = ((static_cast<int64_t>(o.n) * g.p + p) * g.q + q) * g.c + o.c0;
+          d[a][t] = pack_load<V>(dy + off);
+          load_bytes<V>(idx + off, b[a][t]);  // V == 8: c0 and C multiples of 8, so 8-byte aligned
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t h = 2 * static_cast<int64_t>(o.a) + r;
+      if (h >= g.h) continue;
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        const int64_t w = 2 * static_cast<int64_t>(o.b) + t;
+        if (w >= g.w) continue;
+        float acc[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc[j] = 0.0f;
+#pragma unroll
+        for (int a = 0; a <= r; ++a) {  // window row m + a covers row 2m + r when a <= r
+#pragma unroll
+          for (int u = 0; u <= t; ++u) {
+            if (!in[a][u]) continue;
+            // offset in window (m + a, l + u), which starts at row 2(m + a) - 1: (r - 2a + 1) * 3 + (t - 2u + 1)
+            const int self = (r - 2 * a + 1) * 3 + (t - 2 * u + 1);
+#pragma unroll
+            for (int j = 0; j < V; ++j)
+              if (b[a][u][j] == self) acc[j] += to_f32(d[a][u].v[j]);
+          }
+        }
+        Pack<T, V> out;
+#pragma unroll
+        for (int j = 0; j < V; ++j) out.v[j] = from_f32<T>(acc[j]);
+        pack_store<V>(dx + ((static_cast<int64_t>(o.n) * g.h + h) * g.w + w) * g.c + o.c0, out);
+      }
+    }
+  }
+}
+
 // The same backward when the windows tile the input exactly (stride = kernel, no padding, H = P kh, W = Q kw:
 // VGG's 2x2/2 pools): every input pixel lies in exactly one window, so one thread per OUTPUT pixel chunk reads dy
 // and idx once and writes its kh*kw input pixels, instead of kh*kw threads each re-reading them. Each dx element
@@ -427,6 +493,12 @@ Status maxpool2d_bwd_idx_cuda(cudaStream_t s, const Pool2dGeom& g, const void* d
         maxpool_bwd_idx_tiled_kernel<T, V, I><<<elementwise_grid(g.n * g.p * g.q * (g.c / V)), kElementwiseBlock, 0,
                                              s>>>(g, static_cast<const T*>(dy), idx, static_cast<T*>(dx));
         return TRCTL_CUDA_LAUNCH_STATUS("maxpool_bwd_idx_tiled_kernel");
+      }
+      if (pool2d_is_stem(g)) {
+        const int64_t blocks = g.n * ((g.h + 1) / 2) * ((g.w + 1) / 2) * (g.c / V);
+        maxpool_bwd_idx_stem_kernel<T, V, I><<<elementwise_grid(blocks), kElementwiseBlock, 0, s>>>(
+            g, static_cast<const T*>(dy), idx, static_cast<T*>(dx));
+        return TRCTL_CUDA_LAUNCH_STATUS("maxpool_bwd_idx_stem_kernel");
       }
       maxpool_bwd_idx_kernel<T, V, I><<<elementwise_grid(g.n * g.h * g.w * (g.c / V)), kElementwiseBlock, 0, s>>>(
           g, static_cast<const T*>(dy), idx, static_cast<T*>(dx));
