@@ -18,22 +18,120 @@ namespace trctl {
 
 namespace {
 
-// The pooled V-pack i of both fused forward kernels: the window maxima (rounded to T) and, when idx is given, their
-// offsets in the window as bytes (idx 8-byte aligned: the launchers check it).
-template <class T, int V, class I>
-__device__ __forceinline__ void store_pooled(T* y, uint8_t* idx, I i, const float (&best_v)[V],
-                                             const int (&best)[V]) {
-  Pack<T, V> out;
+// The running max of one window over V channels, as both fused forward kernels keep it: take(v, o, k, relu)
+// normalises the window element v (offset o in the nominal window) exactly as bn_fwd_apply_kernel computes and
+// rounds y (constants k, one fmaf, the ReLU, the rounding to T), then applies maxpool_fwd_idx_kernel's rule (a
+// greater value or a NaN takes over, ties keep the first); store(y, idx, i) writes the pooled V-pack i (the maxima
+// rounded to T) and, when idx is given, their offsets as bytes (idx 8-byte aligned: the launchers check it).
+template <class T, int V>
+struct WindowMax {
+  float v[V];
+  int at[V];
+  __device__ __forceinline__ void init(int first) {  // an all -inf window keeps its first real element
 #pragma unroll
-  for (int j = 0; j < V; ++j) out.v[j] = from_f32<T>(best_v[j]);
-  pack_store<V>(y + static_cast<int64_t>(i) * V, out);
-  if (idx) {
-    uint8_t bb[V];
-#pragma unroll
-    for (int j = 0; j < V; ++j) bb[j] = static_cast<uint8_t>(best[j]);
-    store_bytes<V>(idx + static_cast<int64_t>(i) * V, bb);
+    for (int j = 0; j < V; ++j) v[j] = -INFINITY, at[j] = first;
   }
-}
+  __device__ __forceinline__ void take(const Pack<T, V>& x, int o, const ApplyConsts (&k)[V], bool relu) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      float e = apply_affine(to_f32(x.v[j]), k[j]);
+      if (relu) e = (e > 0.0f || e != e) ? e : 0.0f;
+      const float f = to_f32(from_f32<T>(e));  // y as the apply kernel stores it
+      if (f > v[j] || f != f) {
+        v[j] = f;
+        at[j] = o;
+      }
+    }
+  }
+  template <class I>
+  __device__ __forceinline__ void store(T* y, uint8_t* idx, I i) const {
+    Pack<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = from_f32<T>(v[j]);
+    pack_store<V>(y + static_cast<int64_t>(i) * V, out);
+    if (idx) {
+      uint8_t bb[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) bb[j] = static_cast<uint8_t>(at[j]);
+      store_bytes<V>(idx + static_cast<int64_t>(i) * V, bb);
+    }
+  }
+};
+
+// The same for f16 in channel pairs (the AMP path; V even): the two normalised values round to one half2 with one
+// conversion, and the ReLU, the comparisons and the selects run on the pair as 16-bit lane masks. Bitwise the
+// float version: comparing halves is comparing their float values (> is false with a NaN on either side, and
+// x != x holds exactly for NaN, as __hneu2 is unordered); the ReLU after the rounding keeps the same bits as
+// before it (e > 0 rounds to h >= +0 and keeps it, or to +0 which the ReLU maps to +0; e <= 0 and -0 give +0 both
+// ways; a NaN stays the NaN the rounding makes); the max is stored as the half it was, and -inf (the start) is a
+// half.
+template <int V>
+struct WindowMax<__half, V> {
+  static_assert(V % 2 == 0, "f16 window max runs on channel pairs");
+  uint32_t v[V / 2];   // half2 bits
+  uint32_t at[V / 2];  // two 16-bit offsets
+  __device__ __forceinline__ void init(int first) {
+#pragma unroll
+    for (int j = 0; j < V / 2; ++j) v[j] = 0xFC00FC00u, at[j] = static_cast<uint32_t>(first) * 0x00010001u;
+  }
+  __device__ __forceinline__ void take(const Pack<__half, V>& x, int o, const ApplyConsts (&k)[V], bool relu) {
+    const uint32_t o2 = static_cast<uint32_t>(o) * 0x00010001u;
+#pragma unroll
+    for (int j = 0; j < V / 2; ++j) {
+      const __half2 h = __floats2half2_rn(apply_affine(__half2float(x.v[2 * j]), k[2 * j]),
+                                          apply_affine(__half2float(x.v[2 * j + 1]), k[2 * j + 1]));
+      uint32_t hb = bits_of(h);
+      if (relu) hb &= __hgt2_mask(h, __float2half2_rn(0.0f)) | __hneu2_mask(h, h);
+      const __half2 hr = half2_of(hb), best = half2_of(v[j]);
+      const uint32_t m = __hgt2_mask(hr, best) | __hneu2_mask(hr, hr);
+      v[j] = (hb & m) | (v[j] & ~m);
+      at[j] = (o2 & m) | (at[j] & ~m);
+    }
+  }
+  template <class I>
+  __device__ __forceinline__ void store(__half* y, uint8_t* idx, I i) const {
+    Pack<__half, V> out;
+    memcpy(&out, v, sizeof out);
+    pack_store<V>(y + static_cast<int64_t>(i) * V, out);
+    if (idx) {
+      uint8_t bb[V];
+#pragma unroll
+      for (int j = 0; j < V / 2; ++j) {
+        bb[2 * j] = static_cast<uint8_t>(at[j] & 0xFFu);
+        bb[2 * j + 1] = static_cast<uint8_t>(at[j] >> 16);
+      }
+      store_bytes<V>(idx + static_cast<int64_t>(i) * V, bb);
+    }
+  }
+  __device__ static __forceinline__ uint32_t bits_of(__half2 h) {
+    uint32_t b;
+    memcpy(&b, &h, 4);
+    return b;
+  }
+  __device__ static __forceinline__ __half2 half2_of(uint32_t b) {
+    __half2 h;
+    memcpy(&h, &b, 4);
+    return h;
+  }
+};
+// f16 packs of one or odd widths keep the float version.
+template <>
+struct WindowMax<__half, 1> : WindowMax<float, 1> {
+  __device__ __forceinline__ void take(const Pack<__half, 1>& x, int o, const ApplyConsts (&k)[1], bool relu) {
+    float e = apply_affine(to_f32(x.v[0]), k[0]);
+    if (relu) e = (e > 0.0f || e != e) ? e : 0.0f;
+    const float f = to_f32(from_f32<__half>(e));
+    if (f > v[0] || f != f) {
+      v[0] = f;
+      at[0] = o;
+    }
+  }
+  template <class I>
+  __device__ __forceinline__ void store(__half* y, uint8_t* idx, I i) const {
+    y[i] = from_f32<__half>(v[0]);
+    if (idx) idx[i] = static_cast<uint8_t>(at[0]);
+  }
+};
 
 // Pass 3 forward with a fused max pool whose windows tile x (stride = kernel, no padding, H = P kh, W = Q kw: VGG's
 // 2x2/2): x (N,H,W,C) -> y (N,H/kh,W/kw,C), idx (same, u8, nullable). One thread per output pixel and V channels
@@ -59,32 +157,17 @@ __global__ void __launch_bounds__(256)
     t /= nq;
     const I p = t % np, b = t / np;
     ApplyConsts k[V];
-    float best_v[V];
-    int best[V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
+    for (int j = 0; j < V; ++j)
       k[j] = apply_consts(c0 + j, gamma, beta, mean, inv_or_var, var_not_invstd, eps, mean_shift);
-      best_v[j] = -INFINITY;
-      best[j] = 0;  // an all -inf window: its first element, as the max pool
-    }
+    WindowMax<T, V> mx;
+    mx.init(0);  // an all -inf window: its first element, as the max pool
     const T* xw = x + ((static_cast<int64_t>(b) * h + static_cast<int64_t>(p) * kh) * w +
                        static_cast<int64_t>(q) * kw) * c + c0;
     for (int r = 0; r < kh; ++r) {
-      for (int s = 0; s < kw; ++s) {
-        const Pack<T, V> v = pack_load<V>(xw + (static_cast<int64_t>(r) * w + s) * c);
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          float e = apply_affine(to_f32(v.v[j]), k[j]);
-          if (relu) e = (e > 0.0f || e != e) ? e : 0.0f;
-          const float f = to_f32(from_f32<T>(e));  // y as the apply kernel stores it
-          if (f > best_v[j] || f != f) {
-            best_v[j] = f;
-            best[j] = r * kw + s;
-          }
-        }
-      }
+      for (int s = 0; s < kw; ++s) mx.take(pack_load<V>(xw + (static_cast<int64_t>(r) * w + s) * c), r * kw + s, k, relu);
     }
-    store_pooled<T, V>(y, idx, i, best_v, best);
+    mx.store(y, idx, i);
   }
 }
 
@@ -118,28 +201,13 @@ __global__ void __launch_bounds__(256)
     const PoolWindowT<I> win = pool2d_window(g, p, q);
     const int hs = static_cast<int>(p * g.sh - g.ph), ws = static_cast<int>(q * g.sw - g.pw);
     ApplyConsts k[V];
-    float best_v[V];
-    int best[V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
+    for (int j = 0; j < V; ++j)
       k[j] = apply_consts(c0 + j, gamma, beta, mean, inv_or_var, var_not_invstd, eps, mean_shift);
-      best_v[j] = -INFINITY;
-      best[j] = (static_cast<int>(win.h0) - hs) * kw + (static_cast<int>(win.w0) - ws);  // all -inf: the first
-    }
+    WindowMax<T, V> mx;
+    mx.init((static_cast<int>(win.h0) - hs) * kw + (static_cast<int>(win.w0) - ws));  // all -inf: the first
     const T* xn = x + static_cast<int64_t>(b) * g.h * g.w * g.c + c0;
-    // One window element at offset o: normalised as the apply kernel stores y, then the max pool's rule.
-    auto take = [&](const Pack<T, V>& v, int o) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        float e = apply_affine(to_f32(v.v[j]), k[j]);
-        if (relu) e = (e > 0.0f || e != e) ? e : 0.0f;
-        const float f = to_f32(from_f32<T>(e));  // y as the apply kernel stores it
-        if (f > best_v[j] || f != f) {
-          best_v[j] = f;
-          best[j] = o;
-        }
-      }
-    };
+    auto take = [&](const Pack<T, V>& v, int o) { mx.take(v, o, k, relu); };
     if constexpr (KH > 0) {
       Pack<T, V> v[KH][KW];
       bool in[KH][KW];
@@ -164,7 +232,7 @@ __global__ void __launch_bounds__(256)
           take(pack_load<V>(xn + (static_cast<int64_t>(ih) * g.w + iw) * g.c), (ih - hs) * kw + (iw - ws));
       }
     }
-    store_pooled<T, V>(y, idx, i, best_v, best);
+    mx.store(y, idx, i);
   }
 }
 
