@@ -7,6 +7,8 @@
 # NCU_COUNT    kernels profiled (--launch-count, default 4)
 # NCU_SKIP     matching launches skipped first (--launch-skip, default 0)
 # NCU_SET      ncu's --set (default full: occupancy, warp-state stall reasons, pipe utilisation, memory tables)
+# NCU_NAME_BASE what -k matches (--kernel-name-base: function, the default; demangled: with template arguments,
+#              e.g. NCU_KERNELS='regex:bn_bwd_stats.*TiledPoolGrad' NCU_NAME_BASE=demangled)
 # The clocks are left as the driver sets them (--clock-control none), as in training. The report text lands in
 # $OUT/ncu.txt (the raw details page, then the source-level stall summary when the set has it).
 set -u
@@ -22,7 +24,7 @@ if [ -z "$NCU" ]; then echo "device_ncu: no ncu on this machine" | tee "$OUT/ncu
 LIBS="$(python3 -c 'import glob, os, nvidia; print(":".join(sorted({os.path.dirname(p) for d in nvidia.__path__ for p in glob.glob(d + "/*/lib/*.so*")})))' 2>/dev/null)"
 export LD_LIBRARY_PATH="${LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # shellcheck disable=SC2086
-"$NCU" --clock-control none -k "${NCU_KERNELS:-regex:fewc_}" --launch-skip "${NCU_SKIP:-0}" \
+"$NCU" --clock-control none --kernel-name-base "${NCU_NAME_BASE:-function}" -k "${NCU_KERNELS:-regex:fewc_}" --launch-skip "${NCU_SKIP:-0}" \
   --launch-count "${NCU_COUNT:-4}" --set "${NCU_SET:-full}" --print-details all \
   "$BIN/trctl" ${NCU_CMD:-bench kernels} >"$OUT/ncu.txt" 2>&1
 echo "device_ncu: exit $? ($(grep -c 'Section:' "$OUT/ncu.txt") sections) -> $OUT/ncu.txt"

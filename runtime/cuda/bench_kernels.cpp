@@ -283,16 +283,15 @@ Status bench_stem_convs(Bench& b, const void* random, int64_t random_n) {
   return ok_status();
 }
 
-// ResNet-50's stem batch norm + ReLU + 3x3/2 pad 1 max pool at batch 256 in f16 (x 256x112x112x64): the fused
-// training forward and backward (batchnorm_pool.cu; the backward with either gather mode) and the unfused chains
-// they replace (batch norm with the ReLU, then the max pool with its argmax; the max-pool backward into a
-// full-resolution dy, then the batch-norm backward). GB/s of the op's own bytes (x read once, the pooled y and
-// argmax written; backward: x, the pooled dy and argmax read, dx written), so the variants compare directly.
-Status bench_bn_pool_stem(Bench& b, const void* random, int64_t random_n) {
+// Batch norm + ReLU + max pool at batch 256 in f16, at ResNet-50's stem (x 256x112x112x64, 3x3/2 pad 1) and at
+// VGG16-BN's first pool (256x224x224x64, 2x2/2): the fused training forward and backward (batchnorm_pool.cu; the
+// backward in every gather mode) and the unfused chains they replace (batch norm with the ReLU, then the max pool
+// with its argmax; the max-pool backward into a full-resolution dy, then the batch-norm backward). GB/s of the op's
+// own bytes (x read once, the pooled y and argmax written; backward: x, the pooled dy and argmax read, dx
+// written), so the variants compare directly.
+Status bench_bn_pool(Bench& b, const void* random, int64_t random_n, Pool2dGeom g, const std::string& n) {
   const cudaStream_t s = b.ctx.stream;
-  Pool2dGeom g;
-  g.n = 256, g.h = g.w = 112, g.c = 64, g.kh = g.kw = 3, g.sh = g.sw = 2, g.ph = g.pw = 1;
-  if (!pool2d_geom_finish(g)) return Error{ErrCode::Internal, "bench kernels", "stem pool geometry"};
+  if (!pool2d_geom_finish(g)) return Error{ErrCode::Internal, "bench kernels", n + ": pool geometry"};
   const int64_t rows = g.n * g.h * g.w, nx = rows * g.c, ny = g.n * g.p * g.q * g.c;
   const size_t wsb = batchnorm_workspace_bytes(rows, g.c);
   DeviceBuffer x, y, idx, dy, dx, full, full_dy, ws, par;
@@ -308,7 +307,7 @@ Status bench_bn_pool_stem(Bench& b, const void* random, int64_t random_n) {
   if (Status st = fill_random(par.p, static_cast<size_t>(g.c) * 10, 7); !st.ok()) return st;
   uint8_t* ix = static_cast<uint8_t*>(idx.p);
   const double fwd_bytes = 2.0 * nx + 3.0 * ny, bwd_bytes = 4.0 * nx + 3.0 * ny;
-  const std::string size = "N=256 112^2x64", n = "bn+relu+maxpool r50 stem";
+  const std::string size = "N=256 " + std::to_string(g.h) + "^2x" + std::to_string(g.c);
   const float eps = 1e-5f, mom = 0.1f;
   Status st = b.add(n + " fwd fused f16", size, fwd_bytes, false, b.copy_gbs, [&] {
     return batchnorm_fwd_train_pool_cuda(s, x.p, GpuDType::F16, gamma, beta, y.p, ix, mean, invstd, rm, rv, g, eps,
@@ -323,7 +322,8 @@ Status bench_bn_pool_stem(Bench& b, const void* random, int64_t random_n) {
   });
   for (auto [mode, tag] : {std::pair{BnPoolGather::kOnceStored, " bwd fused (gather once) f16"},
                            {BnPoolGather::kTwice, " bwd fused (gather twice) f16"},
-                           {BnPoolGather::kPoolThenDense, " bwd fused (pool then dense) f16"}})
+                           {BnPoolGather::kPoolThenDense, " bwd fused (pool then dense) f16"},
+                           {BnPoolGather::kAuto, " bwd fused (default) f16"}})
     if (st.ok()) st = b.add(n + tag, size, bwd_bytes, false, b.copy_gbs, [&] {
       return batchnorm_bwd_pool_cuda(s, dy.p, ix, x.p, GpuDType::F16, gamma, beta, mean, invstd, dx.p, dgamma,
                                      dbeta, g, ws.p, wsb, mode);
@@ -431,7 +431,12 @@ Result<std::vector<KernelBenchRow>> cuda_bench_kernels() {
       b.rows.back().ceiling = ceil;
     }
   if (Status cs = bench_stem_convs(b, x.p, n); !cs.ok()) return cs.errors();
-  if (Status bs = bench_bn_pool_stem(b, x.p, n); !bs.ok()) return bs.errors();
+  Pool2dGeom stem, vgg;
+  stem.n = vgg.n = 256, stem.c = vgg.c = 64;
+  stem.h = stem.w = 112, stem.kh = stem.kw = 3, stem.sh = stem.sw = 2, stem.ph = stem.pw = 1;
+  vgg.h = vgg.w = 224, vgg.kh = vgg.kw = 2, vgg.sh = vgg.sw = 2;
+  if (Status bs = bench_bn_pool(b, x.p, n, stem, "bn+relu+maxpool r50 stem"); !bs.ok()) return bs.errors();
+  if (Status bs = bench_bn_pool(b, x.p, n, vgg, "bn+relu+maxpool vgg16 pool1"); !bs.ok()) return bs.errors();
   TRCTL_CUDA_WARN(cudaFree(step));
   TRCTL_CUDA_WARN(cudaFree(h));
   return b.rows;

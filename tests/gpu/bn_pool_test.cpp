@@ -212,13 +212,14 @@ TEST_CASE("fused batch norm + ReLU + max pool equals the unfused kernels bitwise
     }
 }
 
-TEST_CASE("fused batch norm + ReLU + max pool backward: the three gather modes give bitwise the same gradients",
+TEST_CASE("fused batch norm + ReLU + max pool backward: every gather mode gives bitwise the same gradients",
           "[gpu][kernel][batchnorm][bnpool]") {
   CudaContext ctx = make_context();
   Rng rng(94);
   for (GpuDType t : kTypes)
     for (const Geo& g : {Geo{2, 112, 112, 64, 3, 2, 1}, Geo{3, 9, 13, 24, 3, 2, 1}, Geo{2, 11, 11, 5, 3, 2, 1},
-                         Geo{2, 7, 9, 33, 3, 1, 1}, Geo{2, 9, 9, 40, 3, 2, 0}, Geo{2, 28, 28, 256, 2, 2, 0}})
+                         Geo{2, 7, 9, 33, 3, 1, 1}, Geo{2, 9, 9, 40, 3, 2, 0}, Geo{2, 28, 28, 256, 2, 2, 0},
+                         Geo{2, 12, 12, 33, 3, 3, 0}})
       for (int64_t off : {int64_t{0}, int64_t{1}}) {
         const std::string tag = tag_of(t, g, off);
         INFO(tag);
@@ -235,7 +236,8 @@ TEST_CASE("fused batch norm + ReLU + max pool backward: the three gather modes g
                                                  ws.bytes()));
         std::vector<uint8_t> first_dx;
         std::vector<float> first_dg, first_db;
-        for (BnPoolGather mode : {BnPoolGather::kOnceStored, BnPoolGather::kTwice, BnPoolGather::kPoolThenDense}) {
+        for (BnPoolGather mode : {BnPoolGather::kOnceStored, BnPoolGather::kTwice, BnPoolGather::kPoolThenDense,
+                                  BnPoolGather::kAuto}) {
           for (const DevBuf* b : {&dgamma, &dbeta}) poison(*b);
           REQUIRE_OK(batchnorm_bwd_pool_cuda(ctx.stream, dyp.p, idx.as<uint8_t>(), x.p, t, gamma.as<float>(),
                                              beta.as<float>(), mean.as<float>(), invstd.as<float>(), dx.p,

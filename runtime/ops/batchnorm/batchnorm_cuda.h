@@ -74,18 +74,20 @@ Status batchnorm_fwd_eval_pool_cuda(cudaStream_t s, const void* x, GpuDType t, c
 // Backward of the fused forward (with its ReLU): dy_pooled, idx (g.n,g.p,g.q,g.c) t / u8 (8-byte aligned),
 // x (g.n,g.h,g.w,g.c) t -> dx (same) t, dgamma, dbeta (c) f32: bitwise maxpool2d_bwd_idx_cuda +
 // batchnorm_bwd_cuda with relu_beta = beta, without the full-resolution dy (an element's gradient: the sum, in
-// that kernel's window order and fp32, of the pooled dy of the windows whose argmax it is, rounded once to t).
-// Tiling windows decode it in both passes; overlapping ones gather it per `gather`: kOnceStored gathers in the
-// first pass into dx, which the last pass reads back in place (one extra write and read of dx); kTwice gathers in
-// both passes (the pooled dy and idx read twice, from L2 mostly); kPoolThenDense runs the unfused pair's kernels
-// with dx as the full-resolution dy (maxpool2d_bwd_idx_cuda into dx, whose ResNet-stem kernel loads each window
-// once per 2x2 pixels, then batchnorm_bwd_cuda in place: one more read of dx than kOnceStored, in streaming
-// passes; the default: bench kernels, run 53). All give bitwise the same dx. n*h*w and n*p*q < 2^31; dx aliases neither x nor dy_pooled.
-enum class BnPoolGather { kOnceStored, kTwice, kPoolThenDense };
+// that kernel's window order and fp32, of the pooled dy of the windows whose argmax it is, rounded once to t;
+// kPoolThenDense writes that full-resolution dy into dx).
+// How the gradient reaches both passes (`gather`): kTwice decodes (tiling windows) or gathers (overlapping ones)
+// it from the pooled dy and argmax in both passes (those are read twice, from L2 mostly); kOnceStored does so in the
+// first pass and stores it into dx, which the last pass reads back in place (one more write and read of dx);
+// kPoolThenDense runs the unfused pair's kernels with dx as the full-resolution dy (maxpool2d_bwd_idx_cuda into
+// dx, whose kernels load each window once, then batchnorm_bwd_cuda in place: streaming passes, one more read of dx
+// than kOnceStored); kAuto picks what bench kernels measured fastest for the geometry (batchnorm_pool.cu). All give
+// bitwise the same dx. n*h*w and n*p*q < 2^31; dx aliases neither x nor dy_pooled.
+enum class BnPoolGather { kAuto, kTwice, kOnceStored, kPoolThenDense };
 Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint8_t* idx, const void* x, GpuDType t,
                                const float* gamma, const float* beta, const float* save_mean,
                                const float* save_invstd, void* dx, float* dgamma, float* dbeta, const Pool2dGeom& g,
                                void* workspace, size_t workspace_bytes,
-                               BnPoolGather gather = BnPoolGather::kPoolThenDense);
+                               BnPoolGather gather = BnPoolGather::kAuto);
 
 }  // namespace trctl

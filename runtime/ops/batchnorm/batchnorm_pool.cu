@@ -530,22 +530,26 @@ Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* dy = static_cast<const T*>(dy_pooled);
-    if (pool2d_windows_tile(g)) {
-      const TiledPoolGrad<T> gs{dy, idx, u32(g.h * g.w), u32(g.w), u32(g.kh), u32(g.kw), u32(g.p * g.q), u32(g.q),
-                                u32(g.h)};
-      return bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
-                              workspace, beta);
-    }
+    const bool tiled = pool2d_windows_tile(g);
+    // kAuto: what bench kernels measured fastest (RESULTS.md run 54): tiling windows decode in both passes,
+    // overlapping ones run the pool backward and then the dense batch-norm backward.
+    if (gather == BnPoolGather::kAuto) gather = tiled ? BnPoolGather::kTwice : BnPoolGather::kPoolThenDense;
     if (gather == BnPoolGather::kPoolThenDense) {  // the unfused pair's kernels, dx as the full-resolution dy
       Status st = maxpool2d_bwd_idx_cuda(s, g, dy_pooled, idx, dx, t);
       if (!st) return st;
       return batchnorm_bwd_cuda(s, dx, x, nullptr, t, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
                                 workspace, workspace_bytes, beta);
     }
+    void* stored = gather == BnPoolGather::kOnceStored ? dx : nullptr;
+    if (tiled) {
+      const TiledPoolGrad<T> gs{dy, idx, u32(g.h * g.w), u32(g.w), u32(g.kh), u32(g.kw), u32(g.p * g.q), u32(g.q),
+                                u32(g.h)};
+      return bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
+                              workspace, beta, stored);
+    }
     // Overlapping windows, kOnceStored: pass 1 writes the gathered full-resolution dy into dx and pass 3 reads it
     // back in place (RESULTS.md run 36: with the run-time window loops, gathering in both passes cost more than the
-    // unfused pair). kTwice: both passes gather (bench kernels times both).
-    void* stored = gather == BnPoolGather::kOnceStored ? dx : nullptr;
+    // unfused pair). kTwice: both passes gather (bench kernels times every mode).
     auto run = [&](auto src) {
       src = {dy,        idx,       u32(g.h * g.w), u32(g.w),  u32(g.h),  u32(g.kh), u32(g.kw),
              u32(g.sh), u32(g.sw), u32(g.ph),      u32(g.pw), u32(g.p),  u32(g.q),  u32(g.p * g.q)};
