@@ -344,7 +344,6 @@ struct WindowPoolGrad {
   uint32_t np, nq, pq;             // P, Q, P*Q
   using Pos = RowPos;
   static constexpr bool kStatic = KH > 0;
-  static constexpr int kMaxP = kStatic ? (KH + SH - 1) / SH : 0, kMaxQ = kStatic ? (KW + SW - 1) / SW : 0;
   __device__ __forceinline__ Pos start(int64_t row) const { return row_pos(*this, static_cast<uint32_t>(row)); }
   __device__ __forceinline__ void advance(Pos& p, uint32_t by) const { advance_rows(*this, p, by); }
   template <int U, int V>
@@ -368,6 +367,7 @@ struct WindowPoolGrad {
             if (b[j] == self) acc[j] += to_f32(d.v[j]);
         };
         if constexpr (kStatic) {
+          constexpr int kMaxP = (KH + SH - 1) / SH, kMaxQ = (KW + SW - 1) / SW;  // covering windows per axis
           Pack<T, V> d[kMaxP][kMaxQ];
           uint8_t b[kMaxP][kMaxQ][V];
           bool in[kMaxP][kMaxQ];
