@@ -470,7 +470,8 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
 
 // The optimizer over the weight layout in one launch, after the non-finite check of the gradients (every
 // precision: a step with inf/NaN gradients is skipped and counted in OptHyper::skipped; with fp16 AMP the
-// loss-scale update is fused into the bookkeeping kernel); with AMP the fp16/bf16 weight copy refreshed afterwards.
+// loss-scale update is fused into the bookkeeping kernel); with AMP the fp16/bf16 weight copy refreshed by the update
+// kernel itself (LARS: by a cast afterwards).
 // debug.inject_nonfinite_grad_steps puts its NaN into the gradients just before the check.
 Status CudaBackend::lower_optimizer(std::vector<Launch>& out) {
   const cudaStream_t s = ctx_.stream;
@@ -512,9 +513,12 @@ Status CudaBackend::lower_optimizer(std::vector<Launch>& out) {
     const CudaOptimizer kind = o.kind == OptimizerKind::AdamW ? CudaOptimizer::AdamW
                                : o.kind == OptimizerKind::Adam ? CudaOptimizer::Adam
                                                                : CudaOptimizer::Sgd;
-    // One launch over the trainable weights, each element with its group's lr and weight decay (OptHyper::group).
-    out.push_back([s, st, kind, w, g, m, v, total] {
-      return optimizer_step_cuda(s, kind, &st->opt, w, g, m, v, total, total);
+    // One launch over the trainable weights, each element with its group's lr and weight decay (OptHyper::group);
+    // with AMP it also writes their low-precision copy (bitwise the cast below, one read of the weights fewer).
+    LowpCopy copy;
+    if (lowp()) copy = LowpCopy{lowp_weights_, act_type()};
+    out.push_back([s, st, kind, w, g, m, v, total, copy] {
+      return optimizer_step_cuda(s, kind, &st->opt, w, g, m, v, total, total, copy);
     });
   }
   if (c_.spec.train.ema_decay > 0) {  // the EMA copy after the moments, over the whole layout (frozen ones too)
@@ -522,7 +526,9 @@ Status CudaBackend::lower_optimizer(std::vector<Launch>& out) {
     const double decay = c_.spec.train.ema_decay;
     out.push_back([s, st, w, ema, layout, decay] { return ema_update_cuda(s, &st->opt, w, ema, layout, decay); });
   }
-  if (lowp()) {  // the frozen tail never changes: its low-precision copy is made once (write_region)
+  // LARS's step writes only the fp32 weights: their low-precision copy follows (the frozen tail never changes: its
+  // copy is made once, by write_region).
+  if (lowp() && o.kind == OptimizerKind::Lars) {
     void* lw = lowp_weights_;
     const GpuDType act = act_type();
     out.push_back([s, w, lw, act, total] { return cast_cuda(s, w, GpuDType::F32, lw, act, total); });

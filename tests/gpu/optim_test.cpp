@@ -1,7 +1,9 @@
 // Optimizer kernels (AdamW, Adam, SGD variants) over several steps vs the torch.optim formulas evaluated in double
-// on the host, with AMP unscaling, the skip flag, the lr table, odd sizes and misaligned views, and bitwise reruns.
+// on the host, with AMP unscaling, the skip flag, the lr table, odd sizes and misaligned views, and bitwise reruns;
+// the update's fused low-precision weight copy bitwise against the update followed by cast_cuda.
 #include <cmath>
 
+#include "runtime/ops/cast/cast_cuda.h"
 #include "runtime/ops/optim/optim_cuda.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -251,4 +253,57 @@ TEST_CASE("optimizer kernels are bitwise reproducible", "[kernel][optim]") {
     results.push_back(from_device<float>(p.get(), n));
   }
   CHECK_RESULT(compare_bitwise("adam 3 steps run 1 vs run 2", results[0].data(), results[1].data(), n * 4, 4));
+}
+
+// Tolerance: none. The fused copy rounds the updated f32 parameter with the same __float2half_rn /
+// __float2bfloat16_rn as cast_kernel, so it must be bitwise the cast of the parameters the same update wrote; a
+// skipped step (found_inf) writes neither the parameters nor the copy.
+TEST_CASE("the optimizer's fused low-precision weight copy is bitwise the update followed by cast_cuda",
+          "[kernel][optim][amp]") {
+  CudaContext ctx = make_context();
+  for (const CudaOptimizer kind : {CudaOptimizer::Sgd, CudaOptimizer::AdamW, CudaOptimizer::Adam}) {
+    for (const GpuDType t : {GpuDType::F16, GpuDType::BF16}) {
+      for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{4096}, int64_t{100003}}) {
+        for (const int64_t off : {int64_t{0}, int64_t{1}}) {  // off 1: misaligned views, the scalar path
+          const char* kname = kind == CudaOptimizer::Sgd ? "sgd" : kind == CudaOptimizer::AdamW ? "adamw" : "adam";
+          const std::string tag = std::string(kname) + (t == GpuDType::F16 ? " f16" : " bf16") +
+                                  " n=" + std::to_string(n) + " off=" + std::to_string(off);
+          INFO(tag);
+          Rng rng(64 + n);
+          const std::vector<float> p0 = rng.normal_vec(n, 0.0f, 3.0f), g = rng.normal_vec(n, 0.0f, 1.0f);
+          const OptHyper h0 = kind == CudaOptimizer::Sgd ? opt_hyper_sgd(0.1, 0.9, 0.0, 1e-4, true)
+                                                         : opt_hyper_adam(1e-2, 0.9, 0.999, 1e-8, 0.01);
+          // a: update with the fused copy; b: update, then cast_cuda.
+          DevBuf pa(4 * (n + off)), pb(4 * (n + off)), dg = to_device(g), ma = to_device(std::vector<float>(n, 0.0f)),
+                 va = to_device(std::vector<float>(n, 0.0f)), mb = to_device(std::vector<float>(n, 0.0f)),
+                 vb = to_device(std::vector<float>(n, 0.0f)), la(2 * (n + off)), lb(2 * (n + off)),
+                 flag = to_device(std::vector<int32_t>{0});
+          upload(pa.as<float>() + off, p0);
+          upload(pb.as<float>() + off, p0);
+          DevBuf ha(sizeof(OptHyper)), hb(sizeof(OptHyper));
+          copy_sync(ha.get(), &h0, sizeof h0, cudaMemcpyHostToDevice);
+          copy_sync(hb.get(), &h0, sizeof h0, cudaMemcpyHostToDevice);
+          uint16_t* lap = la.as<uint16_t>() + off;
+          uint16_t* lbp = lb.as<uint16_t>() + off;
+          for (int step = 1; step <= 3; ++step) {
+            INFO("step " << step << (step == 3 ? " (skipped)" : ""));
+            if (step == 3) upload(flag.get(), std::vector<int32_t>{1});
+            REQUIRE_OK(opt_hyper_advance_cuda(ctx.stream, ha.as<OptHyper>(), flag.as<int32_t>(), nullptr, nullptr, 0));
+            REQUIRE_OK(opt_hyper_advance_cuda(ctx.stream, hb.as<OptHyper>(), flag.as<int32_t>(), nullptr, nullptr, 0));
+            REQUIRE_OK(optimizer_step_cuda(ctx.stream, kind, ha.as<OptHyper>(), pa.as<float>() + off, dg.as<float>(),
+                                           ma.as<float>(), va.as<float>(), n, n, LowpCopy{lap, t}));
+            REQUIRE_OK(optimizer_step_cuda(ctx.stream, kind, hb.as<OptHyper>(), pb.as<float>() + off, dg.as<float>(),
+                                           mb.as<float>(), vb.as<float>(), n, n));
+            if (step < 3) REQUIRE_OK(cast_cuda(ctx.stream, pb.as<float>() + off, GpuDType::F32, lbp, t, n));
+            sync_ok(ctx);
+            const std::vector<float> got_p = from_device<float>(pa.as<float>() + off, n),
+                                     want_p = from_device<float>(pb.as<float>() + off, n);
+            CHECK_RESULT(compare_bitwise("params " + tag, got_p.data(), want_p.data(), n * 4, 4));
+            const std::vector<uint16_t> got = from_device<uint16_t>(lap, n), want = from_device<uint16_t>(lbp, n);
+            CHECK_RESULT(compare_bitwise("low-precision copy " + tag, got.data(), want.data(), n * 2, 2));
+          }
+        }
+      }
+    }
+  }
 }

@@ -320,10 +320,10 @@ __global__ void __launch_bounds__(512)
     typename Src::Pos pos = dy.start(r0 + ty);
     for (int64_t r = r0 + ty; r < r1; r += kRowGroups * U) {
       Pack<T, V> pd[U], px[U], py[U];
+      load_rows(x, r, r1, c, col, px);  // issued before the source's loads: both in flight together
+      if (relu_y) load_rows(relu_y, r, r1, c, col, py);
       dy.load(r, r1, c, col, pd, pos);
       dy.advance(pos, kRowGroups * U);
-      load_rows(x, r, r1, c, col, px);
-      if (relu_y) load_rows(relu_y, r, r1, c, col, py);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (r + u * kRowGroups >= r1) break;
@@ -384,10 +384,10 @@ __global__ void __launch_bounds__(512)
   typename Src::Pos pos = dy.start(r0 + threadIdx.y);
   for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowGroups * U) {
     Pack<T, V> pd[U], px[U], py[U];
+    load_rows(x, r, r1, c, col, px);  // before the source's loads, as in pass 1
+    if (relu_y) load_rows(relu_y, r, r1, c, col, py);
     dy.load(r, r1, c, col, pd, pos);
     dy.advance(pos, kRowGroups * U);
-    load_rows(x, r, r1, c, col, px);
-    if (relu_y) load_rows(relu_y, r, r1, c, col, py);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (r + u * kRowGroups >= r1) break;

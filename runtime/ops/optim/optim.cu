@@ -1,5 +1,7 @@
 // Optimizer kernels: the per-step scalars come from OptHyper in device memory; each thread updates 4 consecutive
 // parameters with 16-byte loads of p, g and the state (scalar fallback for misaligned views and the tail).
+#include <type_traits>
+
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_utils.cuh"
 #include "runtime/ops/amp/grad_scaler_device.cuh"
@@ -69,9 +71,13 @@ __device__ __forceinline__ void opt_update(const OptScalars& s, const GroupScala
 
 // s1/s2: Adam m/v; SGD momentum buffer/unused. Elements [0, decay_n) get their group's weight decay, the rest
 // none. A 4-element chunk never straddles two groups (group ends are multiples of 4).
-template <OptKind K, bool kVec>
+// L (half / bfloat16; void: none): lp (n) receives the updated parameters rounded to L, exactly what cast_cuda
+// writes from p afterwards (AMP's low-precision weight copy, without re-reading p). A skipped step writes neither.
+template <OptKind K, bool kVec, class L = void>
 __global__ void opt_step_kernel(const OptHyper* __restrict__ h, float* __restrict__ p, const float* __restrict__ g,
-                                float* __restrict__ s1, float* __restrict__ s2, int64_t n, int64_t decay_n) {
+                                float* __restrict__ s1, float* __restrict__ s2, int64_t n, int64_t decay_n,
+                                void* __restrict__ lp = nullptr) {
+  constexpr bool kLowp = !std::is_void_v<L>;
   if (h->skip) return;
   const OptScalars s = opt_scalars(h);
   const bool has1 = K != OptKind::Sgd || s.use_buf;
@@ -92,12 +98,19 @@ __global__ void opt_step_kernel(const OptHyper* __restrict__ h, float* __restric
       pack_store<4>(p + base, pp);
       if (has1) pack_store<4>(s1 + base, a);
       if (has2) pack_store<4>(s2 + base, b);
+      if constexpr (kLowp) {
+        Pack<L, 4> lo;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) lo.v[j] = from_f32<L>(pp.v[j]);
+        pack_store<4>(static_cast<L*>(lp) + base, lo);  // lp 8-byte aligned (opt_launch's vector condition)
+      }
     } else {
       for (int64_t i = base; i < n && i < base + 4; ++i) {
         float a = has1 ? s1[i] : 0.0f, b = has2 ? s2[i] : 0.0f;
         opt_update<K>(s, gs, i < decay_n, p[i], g[i], a, b);
         if (has1) s1[i] = a;
         if (has2) s2[i] = b;
+        if constexpr (kLowp) static_cast<L*>(lp)[i] = from_f32<L>(p[i]);
       }
     }
   }
@@ -147,18 +160,27 @@ __global__ void opt_hyper_advance_scaled_kernel(OptHyper* h, GradScalerState* sc
 
 template <OptKind K>
 Status opt_launch(cudaStream_t stream, const OptHyper* h, float* p, const float* g, float* s1, float* s2, int64_t n,
-                  int64_t decay_n, const char* who) {
+                  int64_t decay_n, const char* who, const LowpCopy& lowp = {}) {
   TRCTL_CUDA_ARG_CHECK(n >= 0, "optimizer step: n < 0");
   if (n == 0) return ok_status();
   TRCTL_CUDA_ARG_CHECK(h && p && g, "optimizer step: null hyper, param or grad pointer");
   TRCTL_CUDA_ARG_CHECK(K == OptKind::Sgd || (s1 && s2), "optimizer step: null Adam state pointer");
+  TRCTL_CUDA_ARG_CHECK(!lowp.dst || lowp.type == GpuDType::F16 || lowp.type == GpuDType::BF16,
+                       "optimizer step: the low-precision weight copy must be f16 or bf16");
   const unsigned grid = elementwise_grid((n + 3) / 4);
-  if (gpu_aligned(16, p, g, s1, s2)) {
-    opt_step_kernel<K, true><<<grid, kElementwiseBlock, 0, stream>>>(h, p, g, s1, s2, n, decay_n);
-  } else {
-    opt_step_kernel<K, false><<<grid, kElementwiseBlock, 0, stream>>>(h, p, g, s1, s2, n, decay_n);
-  }
-  return TRCTL_CUDA_LAUNCH_STATUS(who);
+  const bool vec = gpu_aligned(16, p, g, s1, s2) && gpu_aligned(8, lowp.dst);
+  auto launch = [&](auto tag) {
+    using L = typename decltype(tag)::type;
+    if (vec) {
+      opt_step_kernel<K, true, L><<<grid, kElementwiseBlock, 0, stream>>>(h, p, g, s1, s2, n, decay_n, lowp.dst);
+    } else {
+      opt_step_kernel<K, false, L><<<grid, kElementwiseBlock, 0, stream>>>(h, p, g, s1, s2, n, decay_n, lowp.dst);
+    }
+    return TRCTL_CUDA_LAUNCH_STATUS(who);
+  };
+  if (!lowp.dst) return launch(type_tag<void>{});
+  if (lowp.type == GpuDType::BF16) return launch(type_tag<__nv_bfloat16>{});
+  return launch(type_tag<__half>{});
 }
 
 }  // namespace
@@ -207,12 +229,15 @@ Status sgd_step_cuda(cudaStream_t stream, const OptHyper* h, float* p, const flo
 }
 
 Status optimizer_step_cuda(cudaStream_t stream, CudaOptimizer kind, const OptHyper* h, float* p, const float* g,
-                           float* s1, float* s2, int64_t n, int64_t decay_n) {
+                           float* s1, float* s2, int64_t n, int64_t decay_n, const LowpCopy& lowp) {
   TRCTL_CUDA_ARG_CHECK(decay_n >= 0 && decay_n <= n, "optimizer_step_cuda: decay_n outside [0, n]");
   switch (kind) {
-    case CudaOptimizer::AdamW: return opt_launch<OptKind::AdamW>(stream, h, p, g, s1, s2, n, decay_n, "opt_step_kernel<AdamW>");
-    case CudaOptimizer::Adam: return opt_launch<OptKind::Adam>(stream, h, p, g, s1, s2, n, decay_n, "opt_step_kernel<Adam>");
-    case CudaOptimizer::Sgd: return opt_launch<OptKind::Sgd>(stream, h, p, g, s1, nullptr, n, decay_n, "opt_step_kernel<Sgd>");
+    case CudaOptimizer::AdamW:
+      return opt_launch<OptKind::AdamW>(stream, h, p, g, s1, s2, n, decay_n, "opt_step_kernel<AdamW>", lowp);
+    case CudaOptimizer::Adam:
+      return opt_launch<OptKind::Adam>(stream, h, p, g, s1, s2, n, decay_n, "opt_step_kernel<Adam>", lowp);
+    case CudaOptimizer::Sgd:
+      return opt_launch<OptKind::Sgd>(stream, h, p, g, s1, nullptr, n, decay_n, "opt_step_kernel<Sgd>", lowp);
   }
   return ok_status();
 }

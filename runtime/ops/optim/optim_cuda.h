@@ -75,9 +75,16 @@ Status adam_step_cuda(cudaStream_t stream, const OptHyper* h, float* p, const fl
 // One launch over a whole weight layout, each element with its group's lr and weight decay (h->group); elements at
 // or after decay_n get no weight decay whatever their group says (the backend passes n: its groups carry it).
 // s1/s2: Adam exp_avg/exp_avg_sq; SGD momentum buffer (s2 unused).
+// lowp (optional): AMP's low-precision weight copy, dst (n) of type F16 or BF16, written from the updated
+// parameters in the same pass — bitwise what cast_cuda(p -> dst) after the step writes, one read of p fewer. A
+// skipped step (h->skip) leaves it, like p, untouched.
 enum class CudaOptimizer { AdamW, Adam, Sgd };
+struct LowpCopy {
+  void* dst = nullptr;
+  GpuDType type = GpuDType::F16;
+};
 Status optimizer_step_cuda(cudaStream_t stream, CudaOptimizer kind, const OptHyper* h, float* p, const float* g,
-                           float* s1, float* s2, int64_t n, int64_t decay_n);
+                           float* s1, float* s2, int64_t n, int64_t decay_n, const LowpCopy& lowp = {});
 
 // opt_hyper_advance_cuda with found_inf and loss scale from the scaler, followed in the same one-thread kernel by
 // grad_scaler_update (the updates use inv_scale of this step's scale; the new scale is for the next step).
