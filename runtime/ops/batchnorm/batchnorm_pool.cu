@@ -139,8 +139,10 @@ struct WindowMax<__half, 1> : WindowMax<float, 1> {
 // one fmaf, the ReLU, the rounding to T), then takes the max with maxpool_fwd_idx_kernel's rule (a greater value
 // or a NaN takes over, ties keep the first), so y and idx are bitwise those of the unfused apply + max pool.
 // Constants as bn_fwd_apply_kernel (train: mean, invstd; eval: running mean and variance, var_not_invstd,
-// mean_shift).
-template <class T, int V, class I>
+// mean_shift). KH, KW > 0: the window known at compile time (VGG's 2x2; kh, kw must equal them): its KH*KW loads
+// are all issued before the first is used (with the run-time loops each load waited for the previous take); the
+// comparisons keep the same order, so the results are bitwise those of the run-time loops.
+template <class T, int V, class I, int KH = 0, int KW = 0>
 __global__ void __launch_bounds__(256)
     bn_pool_apply_kernel(const T* __restrict__ x, T* __restrict__ y, uint8_t* __restrict__ idx,
                          const float* __restrict__ gamma, const float* __restrict__ beta,
@@ -162,10 +164,27 @@ __global__ void __launch_bounds__(256)
       k[j] = apply_consts(c0 + j, gamma, beta, mean, inv_or_var, var_not_invstd, eps, mean_shift);
     WindowMax<T, V> mx;
     mx.init(0);  // an all -inf window: its first element, as the max pool
-    const T* xw = x + ((static_cast<int64_t>(b) * h + static_cast<int64_t>(p) * kh) * w +
-                       static_cast<int64_t>(q) * kw) * c + c0;
-    for (int r = 0; r < kh; ++r) {
-      for (int s = 0; s < kw; ++s) mx.take(pack_load<V>(xw + (static_cast<int64_t>(r) * w + s) * c), r * kw + s, k, relu);
+    if constexpr (KH > 0) {
+      const T* xw = x + ((static_cast<int64_t>(b) * h + static_cast<int64_t>(p) * KH) * w +
+                         static_cast<int64_t>(q) * KW) * c + c0;
+      Pack<T, V> v[KH][KW];
+#pragma unroll
+      for (int r = 0; r < KH; ++r) {
+#pragma unroll
+        for (int s = 0; s < KW; ++s) v[r][s] = pack_load<V>(xw + (static_cast<int64_t>(r) * w + s) * c);
+      }
+#pragma unroll
+      for (int r = 0; r < KH; ++r) {
+#pragma unroll
+        for (int s = 0; s < KW; ++s) mx.take(v[r][s], r * KW + s, k, relu);
+      }
+    } else {
+      const T* xw = x + ((static_cast<int64_t>(b) * h + static_cast<int64_t>(p) * kh) * w +
+                         static_cast<int64_t>(q) * kw) * c + c0;
+      for (int r = 0; r < kh; ++r) {
+        for (int s = 0; s < kw; ++s)
+          mx.take(pack_load<V>(xw + (static_cast<int64_t>(r) * w + s) * c), r * kw + s, k, relu);
+      }
     }
     mx.store(y, idx, i);
   }
@@ -435,6 +454,14 @@ Status bn_pool_apply_launch(cudaStream_t s, const Pool2dGeom& g, const void* x, 
     const int kh = static_cast<int>(g.kh), kw = static_cast<int>(g.kw);
     const bool small = std::max(g.n * g.h * g.w, g.n * g.p * g.q) * g.c < (int64_t{1} << 30);
     if (tiled) {
+      if constexpr (V == kVec16<T>) {  // VGG's 2x2 windows, specialised on the 16-byte path
+        if (small && kh == 2 && kw == 2) {
+          bn_pool_apply_kernel<T, V, int32_t, 2, 2><<<elementwise_grid(items), kElementwiseBlock, 0, s>>>(
+              xs, ys, idx, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g.n, g.h, g.w, g.c,
+              kh, kw);
+          return TRCTL_CUDA_LAUNCH_STATUS("bn_pool_apply_kernel (2x2)");
+        }
+      }
       if (small)
         bn_pool_apply_kernel<T, V, int32_t><<<elementwise_grid(items), kElementwiseBlock, 0, s>>>(
             xs, ys, idx, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g.n, g.h, g.w, g.c, kh,
