@@ -30,7 +30,13 @@ std::string run_facts_json(const RunFacts& f) {
     s += ", \"conv_algorithms\": {\"source\": " + json_quote(conv_algo_source(c)) + ", \"cache\": " +
          json_quote(c.cache) + ", \"cache_exists\": " + (c.cache_exists ? "true" : "false") +
          ", \"from_cache\": " + std::to_string(c.from_cache) + ", \"from_heuristics\": " +
-         std::to_string(c.from_heuristics) + ", \"deterministic\": " + (c.deterministic ? "true" : "false") + "}";
+         std::to_string(c.from_heuristics) + ", \"deterministic\": " + (c.deterministic ? "true" : "false");
+    if (c.bn_stats_mode != "separate")
+      s += ", \"bn_stats\": {\"mode\": " + json_quote(c.bn_stats_mode) + ", \"fused\": " +
+           std::to_string(c.bn_stats_fused) + ", \"separate\": " + std::to_string(c.bn_stats_separate) +
+           ", \"fallback\": " + std::to_string(c.bn_stats_fallback) + ", \"fallback_reason\": " +
+           json_quote(c.bn_stats_fallback_reason) + "}";
+    s += "}";
   }
   if (f.has_memory) {
     const RunMemory& m = f.memory;
@@ -101,6 +107,22 @@ Result<RunFacts> run_facts_parse(const std::string& text, const std::string& pat
     if (!bool_of(*conv, key, out))
       return Error{ErrCode::Format, path, std::string("conv_algorithms.") + key + ": expected true or false"};
   if (const JsonNode* c = conv->find("cache"); c && c->is_string()) f.conv.cache = c->string;
+  if (const JsonNode* bs = conv->find("bn_stats"); bs && !bs->is_null()) {  // train.conv_bn_stats, when not separate
+    if (!bs->is_object()) return Error{ErrCode::Format, path, "conv_algorithms.bn_stats: expected an object"};
+    const std::pair<const char*, int*> bn_counts[] = {{"fused", &f.conv.bn_stats_fused},
+                                                       {"separate", &f.conv.bn_stats_separate},
+                                                       {"fallback", &f.conv.bn_stats_fallback}};
+    for (const auto& [key, out] : bn_counts)
+      if (!count_of(*bs, key, out))
+        return Error{ErrCode::Format, path,
+                     std::string("conv_algorithms.bn_stats.") + key + ": expected a count (an integer >= 0)"};
+    const JsonNode* m = bs->find("mode");
+    if (!m || !m->is_string())
+      return Error{ErrCode::Format, path, "conv_algorithms.bn_stats.mode: expected a string"};
+    f.conv.bn_stats_mode = m->string;
+    if (const JsonNode* r = bs->find("fallback_reason"); r && r->is_string())
+      f.conv.bn_stats_fallback_reason = r->string;
+  }
   f.has_conv = true;
   return f;
 }

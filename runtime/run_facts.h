@@ -21,6 +21,13 @@ struct ConvAlgoSources {
   bool deterministic = true;  // train.deterministic: only deterministic algorithms were candidates
   int from_cache = 0;         // plans whose algorithm the cache held for their key
   int from_heuristics = 0;    // plans whose algorithm cuDNN's heuristics chose
+  // train.conv_bn_stats: its mode ("separate", "fused", "auto") and, unless separate, how the candidate conv ->
+  // training batch norm pairs of every program went: fused (cuDNN's conv + genstats graph, the statistics from its
+  // sums), separate (not a pair the fused graph serves, or below auto's size: the statistics pass), fallback (cuDNN
+  // offered no engine: the statistics pass; the first reason kept).
+  std::string bn_stats_mode = "separate";
+  int bn_stats_fused = 0, bn_stats_separate = 0, bn_stats_fallback = 0;
+  std::string bn_stats_fallback_reason;
 };
 
 // Counts one geometry: for each direction d (ConvDir order: fwd, dgrad, wgrad) that is planned[d], a plan from the
@@ -51,7 +58,8 @@ struct RunFacts {
 
 // run.json's text, one object:
 //   {"backend": "cuda", "conv_algorithms": {"source": "autotune cache", "cache": PATH, "cache_exists": true,
-//    "from_cache": 39, "from_heuristics": 0, "deterministic": true},
+//    "from_cache": 39, "from_heuristics": 0, "deterministic": true[, "bn_stats": {"mode": "auto", "fused": 5,
+//    "separate": 8, "fallback": 0, "fallback_reason": ""}]},  (bn_stats only when its mode is not "separate")
 //    "device_memory": {"plan_bytes": P, "amp_weight_copy_bytes": A, "workspace_bytes": W,
 //    "resident_data_bytes": D, "total_bytes": P + A + W + D}}
 // ("conv_algorithms" left out without has_conv, "device_memory" without has_memory; "source" and "total_bytes" are

@@ -210,6 +210,16 @@ enum class ConvS2d { On, Forward, Off };
 // off = the conv_s2d / conv_im2col / cuDNN paths. The same convolution up to summation order; a performance
 // switch, no effect on the CPU backend.
 enum class ConvFewc { On, Forward, Off };
+// Where a training batch norm that reads a convolution's output gets its batch statistics on the CUDA backend under
+// AMP: separate = trctl's statistics pass over the conv output (the default; bitwise reproducible); fused = every
+// eligible conv -> batch norm pair (a cuDNN-routed conv, groups 1, no bias, unpadded channels) runs cuDNN's
+// runtime-fusion conv + genstats graph, whose epilogue writes the per-channel sum and sum of squares that the batch
+// norm then finalizes (one pass over the conv output fewer); auto = fused only where the conv's output has at least
+// 56x56 pixels per image (RESULTS.md run 25: the fused graph was faster there, slower at 28x28 and 14x14). cuDNN's
+// genstats sums are not bitwise repeatable run to run, so fused and auto need train.deterministic: false. A pair
+// cuDNN has no engine for runs separately (run.json and the log count both). The same batch norm up to the
+// statistics' rounding; no effect on the CPU backend.
+enum class ConvBnStats { Separate, Fused, Auto };
 struct TrainSpec {
   int epochs = 1;               // >= 1
   Precision precision = Precision::Fp32;
@@ -224,6 +234,7 @@ struct TrainSpec {
   ConvIm2col conv_im2col = ConvIm2col::Forward;  // YAML conv_im2col: on | forward | off
   ConvS2d conv_s2d = ConvS2d::Forward;           // YAML conv_s2d: on | forward | off
   ConvFewc conv_fewc = ConvFewc::On;             // YAML conv_fewc: on | forward | off
+  ConvBnStats conv_bn_stats = ConvBnStats::Separate;  // YAML conv_bn_stats: separate | fused | auto
   int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
   // Optimizer steps between mid-epoch checkpoints (checkpoints/epoch-NNNN-step-SSSSSSSS, with the data position);
   // 0 = none. Independent of checkpoint_every (both may be set); not part of the checkpoint's spec hash.
@@ -292,6 +303,7 @@ const char* to_string(DeviceKind d);
 const char* to_string(ConvIm2col c);
 const char* to_string(ConvS2d c);
 const char* to_string(ConvFewc c);
+const char* to_string(ConvBnStats c);
 const char* to_string(OptimizerKind o);
 const char* to_string(SchedulerKind s);
 const char* to_string(LayerKind l);

@@ -131,6 +131,14 @@ const char* to_string(ConvFewc c) {
   }
   return "?";
 }
+const char* to_string(ConvBnStats c) {
+  switch (c) {
+    case ConvBnStats::Separate: return "separate";
+    case ConvBnStats::Fused: return "fused";
+    case ConvBnStats::Auto: return "auto";
+  }
+  return "?";
+}
 
 const char* to_string(ProgressKind p) {
   switch (p) {
@@ -359,6 +367,8 @@ std::string spec_to_yaml(const Spec& spec) {
     y += std::string("  conv_s2d: ") + to_string(spec.train.conv_s2d) + "\n";
   if (spec.train.conv_fewc != ConvFewc::On)  // only when not the default: older specs keep their hash
     y += std::string("  conv_fewc: ") + to_string(spec.train.conv_fewc) + "\n";
+  if (spec.train.conv_bn_stats != ConvBnStats::Separate)  // only when not the default: older specs keep their hash
+    y += std::string("  conv_bn_stats: ") + to_string(spec.train.conv_bn_stats) + "\n";
   y += "  checkpoint_every: " + std::to_string(spec.train.checkpoint_every) + "\n";
   if (spec.train.checkpoint_every_steps > 0)  // written only when set: specs without it keep their checkpoint hash
     y += "  checkpoint_every_steps: " + std::to_string(spec.train.checkpoint_every_steps) + "\n";

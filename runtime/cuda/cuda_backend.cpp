@@ -87,6 +87,7 @@ CudaBackend::~CudaBackend() {
   conv_.clear();
   TRCTL_CUDA_WARN(cudaFree(conv_ws_));
   TRCTL_CUDA_WARN(cudaFree(bn_ws_));
+  TRCTL_CUDA_WARN(cudaFree(conv_bn_sums_mem_));
   TRCTL_CUDA_WARN(cudaFree(lowp_dw_));
   TRCTL_CUDA_WARN(cudaFree(bias_ws_));
   for (void* b : {pad_x_, pad_dx_, pad_w_, s2d_z_, s2d_w_}) TRCTL_CUDA_WARN(cudaFree(b));
@@ -932,6 +933,7 @@ bool CudaBackend::device_memory(RunMemory* out) const {
   size_t ws = conv_ws_bytes_ + bn_ws_bytes_ + bias_ws_bytes_ + ctx_.workspace_bytes +
               static_cast<size_t>(2 * pad_x_elems_ + pad_w_elems_) * 2 + s2d_z_bytes_ + s2d_w_bytes_;
   for (size_t b : ce_ws_bytes_) ws += b;
+  for (const auto& [v, sums] : conv_bn_sums_) ws += static_cast<size_t>(c_.graph.values[v].shape.dims.back()) * 8;
   m.workspaces = static_cast<int64_t>(ws);
   m.amp_weight_copy = lowp() ? c_.plan.weights_bytes / 2 : 0;
   m.plan = c_.plan.total_bytes();

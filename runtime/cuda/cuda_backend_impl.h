@@ -14,12 +14,14 @@
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda_context.h"
 #include "runtime/cuda/cudnn_conv.h"
+#include "runtime/cuda/cudnn_fused_conv.h"
 #include "runtime/cuda/im2col_conv.h"
 #include "runtime/cuda/lt_gemm.h"
 #include "runtime/cuda/s2d_conv.h"
 #include "runtime/ops/conv2d/conv_route.h"
 #include "runtime/ops/conv2d/fewc_cuda.h"
 #include "runtime/ops/amp/amp_cuda.h"
+#include "runtime/ops/batchnorm/batchnorm_cuda.h"
 #include "runtime/ops/augment/augment_cuda.h"
 #include "runtime/ops/optim/optim_cuda.h"
 #include "runtime/ops/optim/optim_extra_cuda.h"
@@ -143,6 +145,10 @@ class CudaBackend final : public Backend {
   bool fewc_node(const Node& n) const;
   Status plan_fewc(const Node& n);
   Status lower_fewc_conv_node(const Node& n, std::vector<Launch>& out);
+  // train.conv_bn_stats (fused / auto): the conv -> training batch norm pairs whose conv runs cuDNN's conv + genstats
+  // graph and whose batch norm finalizes its statistics from the sums; planned at the end of plan_cnn.
+  Status plan_conv_bn_stats();
+  BnSums conv_bn_sums(ValueId conv_out) const;  // the pair's sums, or none
   Status lower_batch_norm_node(const Node& n, std::vector<Launch>& out);
   Status bn_param_grads_supported(const Node& n) const;  // dgamma, dbeta go to the parameters' own gradient slots
   Status lower_batch_norm_pool_node(const Node& n, std::vector<Launch>& out);  // attrs.pool: pass_fuse_bn_pool
@@ -198,6 +204,9 @@ class CudaBackend final : public Backend {
   std::map<std::string, Im2colConvPlan> im2col_;  // by im2col_key; their cols and Wc live in conv_ws_
   std::map<std::string, FewcConvPlan> fewc_;          // forwards, by geometry key (conv_key)
   std::map<std::string, FewcWgradPlan> fewc_wgrad_;   // weight gradients (partials in conv_ws_), likewise
+  std::map<std::string, FusedConvPlan> fused_conv_;   // conv + genstats graphs (train.conv_bn_stats), by conv_key
+  std::map<ValueId, float*> conv_bn_sums_;            // fused conv's output -> its (2, K) f32 sums: sum, sqsum
+  float* conv_bn_sums_mem_ = nullptr;                 // one allocation for all of them
   void *s2d_z_ = nullptr, *s2d_w_ = nullptr;      // space-to-depth scratch: z (N, Hz, Wz, Cz), w2 (K, R2, S2, Cz)
   size_t s2d_z_bytes_ = 0, s2d_w_bytes_ = 0;      // (io dtype; the largest of all s2d convs)
   std::vector<Launch> warm_;                    // cuDNN calls run once before capture (module loading)

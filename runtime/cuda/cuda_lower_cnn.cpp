@@ -137,6 +137,7 @@ Status CudaBackend::plan_cnn() {
         bn_ws_bytes_ = std::max(bn_ws_bytes_, batchnorm_workspace_bytes(rows, c));
       }
     }
+  if (Status st = plan_conv_bn_stats(); !st.ok()) return st;  // may grow conv_ws_bytes_
   if (conv_ws_bytes_ > 0) TRCTL_CUDA_TRY(cudaMalloc(&conv_ws_, conv_ws_bytes_));
   if (bn_ws_bytes_ > 0) TRCTL_CUDA_TRY(cudaMalloc(&bn_ws_, bn_ws_bytes_));
   if (lowp() && max_dw > 0) TRCTL_CUDA_TRY(cudaMalloc(&lowp_dw_, static_cast<size_t>(max_dw) * 2));
@@ -150,6 +151,88 @@ Status CudaBackend::plan_cnn() {
     TRCTL_CUDA_TRY(cudaMalloc(&s2d_w_, s2d_w_bytes_));
   }
   return ok_status();
+}
+
+// train.conv_bn_stats: every training batch norm whose input is the output of a Conv2d node of the same program is
+// a candidate pair. Its conv runs cuDNN's conv + genstats graph (runtime/cuda/cudnn_fused_conv.h: y as the
+// convolution writes it, plus the per-channel sum and sum of squares of y into a (2, K) buffer of the pair) when the
+// conv is one cuDNN runs as planned here (AMP f16/bf16, not a 1x1 GEMM, not a fewc / im2col / s2d route, no
+// channel padding, no bias, groups 1) and, under auto, its output has >= 56x56 pixels; the batch norm then
+// finalizes from the sums instead of its statistics pass. A candidate outside those rules stays separate, and one
+// cuDNN offers no engine for falls back to separate (counted, its first reason kept: conv_sources_.bn_stats_*).
+Status CudaBackend::plan_conv_bn_stats() {
+  const ConvBnStats mode = c_.spec.train.conv_bn_stats;
+  conv_sources_.bn_stats_mode = to_string(mode);
+  if (mode == ConvBnStats::Separate) return ok_status();
+  constexpr int64_t kAutoMinPixels = 56 * 56;  // RESULTS.md run 25 (N = 32): fused faster at 56^2 and above
+  struct Pair {
+    ValueId y;
+    Conv2dGeom g;
+  };
+  std::vector<Pair> pairs;
+  auto refuse = [&](const std::string& why) {
+    ++conv_sources_.bn_stats_fallback;
+    if (conv_sources_.bn_stats_fallback_reason.empty()) conv_sources_.bn_stats_fallback_reason = why;
+  };
+  for (const Program& p : c_.graph.programs) {
+    std::map<ValueId, const Node*> conv_of;  // conv output -> its Conv2d node
+    for (const Node& n : p.nodes)
+      if (n.op == OpKind::Conv2d) conv_of[n.out[0]] = &n;
+    for (const Node& bn : p.nodes) {
+      if (bn.op != OpKind::BatchNorm) continue;
+      auto it = conv_of.find(bn.in[0]);
+      if (it == conv_of.end()) continue;  // not a conv's output: no candidate
+      const Node& conv = *it->second;
+      const auto [x, w] = conv_operands(conv);
+      const Conv2dGeom real = conv2d_geom_of(c_.graph, conv, x, w);
+      const bool cudnn_route = !pointwise_conv(conv) && !fewc_node(conv) && !im2col_node(conv) && !s2d_node(conv);
+      if (!lowp() || !cudnn_route || planned_geom(conv).c != real.c || conv.in.size() != 2 || real.groups != 1) {
+        ++conv_sources_.bn_stats_separate;  // not a pair the fused graph serves: the statistics pass stays
+        continue;
+      }
+      const Conv2dGeom& g = real;  // finished: p, q
+      if (mode == ConvBnStats::Auto && g.p * g.q < kAutoMinPixels) {
+        ++conv_sources_.bn_stats_separate;
+        continue;
+      }
+      const std::string key = conv_key(g);
+      if (!fused_conv_.count(key)) {
+        FusedConvDesc d;
+        d.g = g;
+        d.io = act_type();
+        d.plan.deterministic = false;  // the spec requires train.deterministic: false for this mode
+        Result<FusedConvPlan> plan = fused_conv_plan(ctx_.cudnn, d);
+        if (!plan.ok()) {
+          if (plan.errors().front().code != ErrCode::NotSupported) return plan.errors();
+          refuse(conv.name + ": " + plan.errors().front().message);
+          continue;
+        }
+        conv_ws_bytes_ = std::max(conv_ws_bytes_, fused_conv_workspace_bytes(plan.value()));
+        fused_conv_.emplace(key, std::move(plan.value()));
+      }
+      pairs.push_back({conv.out[0], g});
+      ++conv_sources_.bn_stats_fused;
+    }
+  }
+  // One buffer for every pair's sums, each (2, K) f32 at a 256-byte boundary.
+  std::vector<size_t> offset;
+  size_t bytes = 0;
+  for (const Pair& pr : pairs) {
+    offset.push_back(bytes);
+    bytes += static_cast<size_t>(align_up(pr.g.k * 8));
+  }
+  if (bytes == 0) return ok_status();
+  TRCTL_CUDA_TRY(cudaMalloc(&conv_bn_sums_mem_, bytes));
+  for (size_t i = 0; i < pairs.size(); ++i)
+    conv_bn_sums_[pairs[i].y] = reinterpret_cast<float*>(reinterpret_cast<char*>(conv_bn_sums_mem_) + offset[i]);
+  return ok_status();
+}
+
+BnSums CudaBackend::conv_bn_sums(ValueId conv_out) const {
+  auto it = conv_bn_sums_.find(conv_out);
+  if (it == conv_bn_sums_.end()) return {};
+  const int64_t k = c_.graph.values[conv_out].shape.dims.back();  // (N, P, Q, K)
+  return BnSums{it->second, it->second + k};
 }
 
 const CudnnConvPlan* CudaBackend::conv_plan(const Node& n) const {
@@ -195,7 +278,20 @@ Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
     return wp;
   };
   Launch conv;
-  if (n.op == OpKind::Conv2d) {
+  if (n.op == OpKind::Conv2d && conv_bn_sums_.count(n.out[0])) {  // train.conv_bn_stats: conv + genstats
+    auto it = fused_conv_.find(conv_key(real));
+    if (it == fused_conv_.end()) return Error{ErrCode::Internal, "cuda backend", "no fused conv plan for " + n.name};
+    const FusedConvPlan* fp = &it->second;
+    const BnSums sums = conv_bn_sums(n.out[0]);
+    FusedConvArgs a;
+    a.x = at(n.in[0]);
+    a.w = weight_ptr(n.in[1]);
+    a.y = at(n.out[0]);
+    a.sum = const_cast<float*>(sums.sum);
+    a.sqsum = const_cast<float*>(sums.sqsum);
+    conv = [=] { return fused_conv_run(h, s, *fp, a, ws, wsb); };
+    out.push_back(conv);
+  } else if (n.op == OpKind::Conv2d) {
     const void* x = pad_x(at(n.in[0]));
     const void* w = pad_w(weight_ptr(n.in[1]));
     // The bias from the same copy as W; none (no bias pass over Y) when pass_fold_conv_bias moved it into the
@@ -409,9 +505,10 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
     const float *gamma = f32(n.in[1]), *beta = f32(n.in[2]);
     float *rm = f32(n.in[3]), *rv = f32(n.in[4]), *sm = f32(n.out[1]), *si = f32(n.out[2]);
     void* y = at(n.out[0]);
+    const BnSums sums = conv_bn_sums(n.in[0]);  // train.conv_bn_stats: from the conv's genstats
     out.push_back([=] {
       return batchnorm_fwd_train_cuda(s, x, act, gamma, beta, y, sm, si, rm, rv, rows, c, eps, momentum, relu, ws, wsb,
-                                      res, prebias);
+                                      res, prebias, sums);
     });
   } else if (n.op == OpKind::BatchNormEval) {
     const float *gamma = f32(n.in[1]), *beta = f32(n.in[2]), *rm = f32(n.in[3]), *rv = f32(n.in[4]);
@@ -470,9 +567,10 @@ Status CudaBackend::lower_batch_norm_pool_node(const Node& n, std::vector<Launch
     float *rm = f32(n.in[3]), *rv = f32(n.in[4]), *sm = f32(n.out[1]), *si = f32(n.out[2]);
     void* y = at(n.out[0]);
     uint8_t* idx = u8(n.out[3]);
+    const BnSums sums = conv_bn_sums(n.in[0]);  // train.conv_bn_stats: from the conv's genstats
     out.push_back([=] {
       return batchnorm_fwd_train_pool_cuda(s, x, act, gamma, beta, y, idx, sm, si, rm, rv, pg, eps, momentum, true, ws,
-                                           wsb, prebias);
+                                           wsb, prebias, sums);
     });
   } else if (n.op == OpKind::BatchNormEval) {  // X, gamma, beta, rm, rv [, b] -> pooled Y
     const float *gamma = f32(n.in[1]), *beta = f32(n.in[2]), *rm = f32(n.in[3]), *rv = f32(n.in[4]);

@@ -13,7 +13,8 @@
 //
 // A plan is built once (at lowering time; runtime-compiled engines compile here, which can take a second or more)
 // and executed by variant pack: no allocation, no host synchronization, so it can be captured into a CUDA graph
-// (run it once before capturing). Not yet used by training: the IR pass that would choose it is a later task.
+// (run it once before capturing). Training uses graph (a) under train.conv_bn_stats (CudaBackend::plan_conv_bn_stats;
+// docs/cnn.md); graph (b) is not used by training yet.
 //
 // What is refused (ErrCode::NotSupported, so that a caller falls back to cudnn_conv + batchnorm kernels): groups
 // != 1, io f32, an affine type other than f32/f16, and any graph for which cuDNN offers no engine (the error then

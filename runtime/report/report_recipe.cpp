@@ -268,7 +268,7 @@ void add_backend_items(std::vector<RecipeItem>& r, const YAML::Node& train, Back
 
 // The conv_algorithms item: cuDNN's candidates (the determinism switch) and where each plan's algorithm came from,
 // counted by the CUDA backend into run.json; a run dir without that record says what the config implies.
-std::string conv_algorithms_text(const YAML::Node& train, BackendKind be, const RunFacts* facts) {
+std::string conv_algorithms_base(const YAML::Node& train, BackendKind be, const RunFacts* facts) {
   if (be == BackendKind::Cpu) return "the cpu backend's own convolution";
   const bool det = text(train, "deterministic") != "false";
   const std::string which =
@@ -288,6 +288,17 @@ std::string conv_algorithms_text(const YAML::Node& train, BackendKind be, const 
            (c.cache_exists ? " (the autotune cache holds none of these shapes)" : " (no autotune cache file)");
   return out + std::to_string(c.from_cache) + " of " + n + " plans" + measured + ", " +
          std::to_string(c.from_heuristics) + " from cuDNN's heuristics (shapes the cache does not hold)";
+}
+
+// ... and, with train.conv_bn_stats fused or auto, how many conv -> batch norm pairs took their statistics from
+// cuDNN's conv + genstats epilogue.
+std::string conv_algorithms_text(const YAML::Node& train, BackendKind be, const RunFacts* facts) {
+  std::string s = conv_algorithms_base(train, be, facts);
+  if (be == BackendKind::Cpu || !facts || !facts->has_conv || facts->conv.bn_stats_mode == "separate") return s;
+  const ConvAlgoSources& c = facts->conv;
+  return s + "; batch-norm statistics (train.conv_bn_stats: " + c.bn_stats_mode + ") of " +
+         std::to_string(c.bn_stats_fused) + " conv -> batch norm pairs from cuDNN's conv + genstats epilogue, " +
+         std::to_string(c.bn_stats_separate + c.bn_stats_fallback) + " from trctl's statistics pass";
 }
 
 std::vector<RecipeItem> items_of(const YAML::Node& y, const PlanFacts& plan, const RunFacts* facts) {

@@ -432,6 +432,18 @@ std::string conv_algo_log(const ConvAlgoSources* conv) {
          " from cuDNN's heuristics";
 }
 
+// "conv -> batch norm statistics (train.conv_bn_stats: auto): 5 pairs fused (cuDNN conv + genstats), 8 separate,
+// 0 fell back" (+ the first fallback's reason); empty when the mode is separate.
+std::string conv_bn_stats_log(const ConvAlgoSources* conv) {
+  if (!conv || conv->bn_stats_mode == "separate") return "";
+  std::string s = "conv -> batch norm statistics (train.conv_bn_stats: " + conv->bn_stats_mode + "): " +
+                  std::to_string(conv->bn_stats_fused) + " pairs fused (cuDNN conv + genstats), " +
+                  std::to_string(conv->bn_stats_separate) + " separate, " + std::to_string(conv->bn_stats_fallback) +
+                  " fell back to separate";
+  if (conv->bn_stats_fallback > 0) s += " (first: " + conv->bn_stats_fallback_reason + ")";
+  return s;
+}
+
 Result<RunSetup> run_setup(const Spec& spec, const TrainOptions& opt, spdlog::logger& log) {
   // The GPU driver's start-up (hundreds of ms) overlaps the dataset's decompression.
   std::thread warm;
@@ -590,6 +602,7 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
   }
   if (std::string mem = be->memory_report(); !mem.empty()) log.info("{}", mem);
   if (std::string conv = conv_algo_log(be->conv_algo_sources()); !conv.empty()) log.info("{}", conv);
+  if (std::string bs = conv_bn_stats_log(be->conv_algo_sources()); !bs.empty()) log.info("{}", bs);
   if (!res.run_dir.empty()) {  // after the upload: its device memory counts the resident data
     if (!(st = out.write_file("run.json", run_facts_json(run_facts_of(*be)))).ok()) return st.errors();
   }

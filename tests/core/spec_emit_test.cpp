@@ -84,6 +84,7 @@ Spec complex_spec() {
   s.train.conv_im2col = ConvIm2col::Off;
   s.train.conv_s2d = ConvS2d::Off;
   s.train.conv_fewc = ConvFewc::Off;
+  s.train.conv_bn_stats = ConvBnStats::Auto;  // with deterministic: false above
   s.run.out_dir = "out dir";
   s.run.name = "true";
   s.run.log_interval = 3;
@@ -248,6 +249,20 @@ TEST_CASE("train.conv_s2d is written only when not the default 'forward', so old
     Result<Spec> back = spec_parse(y, "emitted.yaml");
     REQUIRE(back.ok());
     CHECK(back.value().train.conv_s2d == m);
+  }
+}
+
+TEST_CASE("train.conv_bn_stats is written only when not the default 'separate', so older specs keep their hash") {
+  Spec s = complex_spec();
+  s.train.conv_bn_stats = ConvBnStats::Separate;
+  CHECK(spec_to_yaml(s).find("conv_bn_stats") == std::string::npos);
+  for (ConvBnStats m : {ConvBnStats::Fused, ConvBnStats::Auto}) {
+    s.train.conv_bn_stats = m;
+    const std::string y = spec_to_yaml(s);
+    CHECK(y.find(std::string("  conv_bn_stats: ") + to_string(m) + "\n") != std::string::npos);
+    Result<Spec> back = spec_parse(y, "emitted.yaml");
+    REQUIRE(back.ok());
+    CHECK(back.value().train.conv_bn_stats == m);
   }
 }
 

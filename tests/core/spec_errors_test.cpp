@@ -176,6 +176,28 @@ TEST_CASE("train.conv_fewc takes on, forward or off, default on") {
   CHECK(has_error(r, "expected one of: on, forward, off"));
 }
 
+TEST_CASE("train.conv_bn_stats takes separate, fused or auto, default separate; fused and auto need "
+          "deterministic: false") {
+  Result<Spec> def = parse(kModel);
+  REQUIRE(def.ok());
+  CHECK(def.value().train.conv_bn_stats == ConvBnStats::Separate);
+  for (auto [text, mode] : {std::pair{"separate", ConvBnStats::Separate}, {"fused", ConvBnStats::Fused},
+                            {"auto", ConvBnStats::Auto}}) {
+    Result<Spec> ok = parse(std::string("train:\n  deterministic: false\n  conv_bn_stats: ") + text + "\n" + kModel);
+    INFO(text << ": " << (ok.ok() ? std::string() : ok.error_text()));
+    REQUIRE(ok.ok());
+    CHECK(ok.value().train.conv_bn_stats == mode);
+  }
+  Result<Spec> det = parse("train:\n  conv_bn_stats: auto\n" + kModel);  // deterministic defaults to true
+  CHECK(only_code(det) == ErrCode::Invalid);
+  CHECK(has_error(det, "test.yaml:2:18: 'train.conv_bn_stats: auto' needs 'train.deterministic: false'"));
+  CHECK(parse("train:\n  deterministic: true\n  conv_bn_stats: separate\n" + kModel).ok());
+  Result<Spec> r = parse("train:\n  deterministic: false\n  conv_bn_stats: on\n" + kModel);
+  CHECK(only_code(r) == ErrCode::UnknownEnum);
+  CHECK(has_error(r, "test.yaml:3:18: unknown value 'on' for 'train.conv_bn_stats'"));
+  CHECK(has_error(r, "expected one of: separate, fused, auto"));
+}
+
 TEST_CASE("a misspelt train.conv_fewc key suggests conv_fewc") {
   Result<Spec> r = parse("train:\n  conv_fewcc: off\n" + kModel);
   CHECK(only_code(r) == ErrCode::UnknownKey);

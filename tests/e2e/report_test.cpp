@@ -387,6 +387,40 @@ TEST_CASE("a run directory's run.json gives the conv algorithms' source; one wit
   fs::remove_all(d);
 }
 
+TEST_CASE("run.json's conv -> batch norm statistics counts (train.conv_bn_stats) round-trip; separate writes none",
+          "[report]") {
+  RunFacts f;
+  f.backend = "cuda";
+  f.has_conv = true;
+  f.conv.from_heuristics = 12;
+  const std::string plain = run_facts_json(f);
+  CHECK_THAT(plain, !Catch::Contains("bn_stats"));  // the default mode: run.json as before
+  f.conv.bn_stats_mode = "auto";
+  f.conv.bn_stats_fused = 5;
+  f.conv.bn_stats_separate = 8;
+  f.conv.bn_stats_fallback = 1;
+  f.conv.bn_stats_fallback_reason = "conv5: no engine";
+  const std::string text = run_facts_json(f);
+  CHECK_THAT(text,
+             Catch::Contains("\"bn_stats\": {\"mode\": \"auto\", \"fused\": 5, \"separate\": 8, \"fallback\": 1"));
+  Result<RunFacts> back = run_facts_parse(text, "run.json");
+  REQUIRE(back.ok());
+  CHECK(back->conv.bn_stats_mode == "auto");
+  CHECK(back->conv.bn_stats_fused == 5);
+  CHECK(back->conv.bn_stats_separate == 8);
+  CHECK(back->conv.bn_stats_fallback == 1);
+  CHECK(back->conv.bn_stats_fallback_reason == "conv5: no engine");
+  Result<RunFacts> old = run_facts_parse(plain, "run.json");
+  REQUIRE(old.ok());
+  CHECK(old->conv.bn_stats_mode == "separate");
+  Result<RunFacts> bad = run_facts_parse(
+      R"({"backend": "cuda", "conv_algorithms": {"from_cache": 0, "from_heuristics": 1, "bn_stats": {"mode": "auto",
+      "fused": -2, "separate": 0, "fallback": 0}}})",
+      "run.json");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error_text(), Catch::Contains("conv_algorithms.bn_stats.fused"));
+}
+
 TEST_CASE("run.json's device memory round-trips and becomes the report's peak memory (all allocations)",
           "[report]") {
   RunFacts f;

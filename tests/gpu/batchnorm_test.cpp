@@ -76,15 +76,20 @@ struct FwdOut {
   std::vector<float> y, mean, invstd, rm, rv;
 };
 
-FwdOut gpu_train(const CudaContext& ctx, GpuDType t, const BnData& d, bool relu, int64_t off) {
+// sums (2c: sum, then sum of squares of x's rows), when given: passed as BnSums (the statistics from them).
+FwdOut gpu_train(const CudaContext& ctx, GpuDType t, const BnData& d, bool relu, int64_t off,
+                 const std::vector<float>* sums = nullptr) {
   const int64_t n = d.s.rows * d.s.c;
   DevBuf x = upload_at(t, d.x, off), y((n + off) * gpu_dtype_size(t) + 16);
   DevBuf gamma = to_device(d.gamma), beta = to_device(d.beta), rm = to_device(d.rm), rv = to_device(d.rv);
   DevBuf mean(d.s.c * 4), invstd(d.s.c * 4), ws = workspace_for(d.s);
+  DevBuf sd = to_device(sums ? *sums : std::vector<float>(2 * d.s.c, 0.0f));
+  const BnSums bs = sums ? BnSums{sd.as<float>(), sd.as<float>() + d.s.c} : BnSums{};
   for (const DevBuf* b : {&y, &mean, &invstd}) poison(*b);
   REQUIRE_OK(batchnorm_fwd_train_cuda(ctx.stream, elem_ptr(x, t, off), t, gamma.as<float>(), beta.as<float>(),
                                       elem_ptr(y, t, off), mean.as<float>(), invstd.as<float>(), rm.as<float>(),
-                                      rv.as<float>(), d.s.rows, d.s.c, kEps, kMomentum, relu, ws.get(), ws.bytes()));
+                                      rv.as<float>(), d.s.rows, d.s.c, kEps, kMomentum, relu, ws.get(), ws.bytes(),
+                                      nullptr, nullptr, bs));
   sync_ok(ctx);
   return {from_device_as(t, elem_ptr(y, t, off), n), from_device<float>(mean.get(), d.s.c),
           from_device<float>(invstd.get(), d.s.c), from_device<float>(rm.get(), d.s.c),
@@ -210,6 +215,40 @@ TEST_CASE("batchnorm training forward matches the float64 reference: y, saved an
         check_bitwise("bn fwd rerun save_mean " + tag, o.mean, again.mean);
         check_bitwise("bn fwd rerun save_invstd " + tag, o.invstd, again.invstd);
         check_bitwise("bn fwd rerun running_var " + tag, o.rv, again.rv);
+      }
+}
+
+// The statistics from per-channel sums (BnSums: a fused conv's genstats) instead of the statistics pass: the sums
+// are formed here in float64 and rounded to f32 as cuDNN hands them over; mean = sum / n and var = sqsum / n -
+// mean^2 in double lose at most ~(1 + mean^2 / var) * 2^-24 relative to the exact variance (<= 5 here: |offset| <=
+// 1, sd >= 0.5), far inside the statistics pass's bounds, which apply unchanged.
+TEST_CASE("batchnorm training forward from given sums (BnSums) matches the float64 reference",
+          "[kernel][batchnorm]") {
+  CudaContext ctx = make_context();
+  Rng rng(77);
+  for (GpuDType t : kTypes)
+    for (const Shape& s : kShapes)
+      for (bool relu : {false, true}) {
+        const std::string tag = tag_of(t, s, relu ? " relu, from sums" : " from sums");
+        INFO(tag);
+        const BnData d = make_data(rng, t, s);
+        std::vector<double> sum(s.c, 0.0), sq(s.c, 0.0);
+        for (int64_t i = 0; i < s.rows * s.c; ++i) {
+          sum[i % s.c] += d.x[i];
+          sq[i % s.c] += static_cast<double>(d.x[i]) * d.x[i];
+        }
+        std::vector<float> sums(2 * s.c);
+        for (int64_t j = 0; j < s.c; ++j) {
+          sums[j] = static_cast<float>(sum[j]);
+          sums[s.c + j] = static_cast<float>(sq[j]);
+        }
+        const FwdRef r = ref_train(t, d, relu);
+        const FwdOut o = gpu_train(ctx, t, d, relu, 0, &sums);
+        CHECK_RESULT(compare_close("bn fwd (sums) y " + tag, to_double(o.y), r.y, r.y_bound, s.c));
+        CHECK_RESULT(compare_close("bn fwd (sums) save_mean " + tag, to_double(o.mean), r.mean, r.mean_bound));
+        CHECK_RESULT(compare_close("bn fwd (sums) save_invstd " + tag, to_double(o.invstd), r.invstd, r.invstd_bound));
+        CHECK_RESULT(compare_close("bn fwd (sums) running_mean " + tag, to_double(o.rm), r.rm, r.rm_bound));
+        CHECK_RESULT(compare_close("bn fwd (sums) running_var " + tag, to_double(o.rv), r.rv, r.rv_bound));
       }
 }
 

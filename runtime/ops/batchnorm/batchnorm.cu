@@ -56,7 +56,7 @@ Status batchnorm_fwd_train_cuda(cudaStream_t s, const void* x, GpuDType t, const
                                 void* y, float* save_mean, float* save_invstd, float* running_mean,
                                 float* running_var, int64_t rows, int64_t c, float eps, float momentum, bool relu,
                                 void* workspace, size_t workspace_bytes, const void* residual,
-                                const float* prebias) {
+                                const float* prebias, const BnSums& sums) {
   TRCTL_CUDA_ARG_CHECK(rows >= 2,
                        "batchnorm_fwd_train_cuda: rows < 2 (training needs more than one value per channel)");
   TRCTL_CUDA_ARG_CHECK(c >= 1 && c < (int64_t{1} << 31), "batchnorm_fwd_train_cuda: c outside [1, 2^31)");
@@ -64,14 +64,18 @@ Status batchnorm_fwd_train_cuda(cudaStream_t s, const void* x, GpuDType t, const
                        "batchnorm_fwd_train_cuda: null pointer");
   TRCTL_CUDA_ARG_CHECK(workspace && workspace_bytes >= batchnorm_workspace_bytes(rows, c),
                        "batchnorm_fwd_train_cuda: workspace missing or smaller than batchnorm_workspace_bytes");
+  TRCTL_CUDA_ARG_CHECK(!sums.sum == !sums.sqsum, "batchnorm_fwd_train_cuda: BnSums with one of sum, sqsum null");
   const RowSplit rs = row_split(rows, c);
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     return with_vector_width<T>(c, {x, y, residual}, [&](auto vw) {
       constexpr int V = decltype(vw)::value;
       const Launch l = make_launch(c, V, rs);
-      Status st = bn_fwd_stats_launch<T, V>(s, static_cast<const T*>(x), rows, c, workspace, eps, momentum,
-                                            save_mean, save_invstd, running_mean, running_var, prebias);
+      Status st = sums.sum ? bn_fwd_stats_from_sums_launch(s, sums, rows, c, eps, momentum, save_mean, save_invstd,
+                                                           running_mean, running_var, prebias)
+                           : bn_fwd_stats_launch<T, V>(s, static_cast<const T*>(x), rows, c, workspace, eps,
+                                                       momentum, save_mean, save_invstd, running_mean, running_var,
+                                                       prebias);
       if (!st) return st;
       bn_fwd_apply_kernel<T, V><<<l.grid, l.block, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(residual),
                                                             static_cast<T*>(y), gamma, beta, save_mean, save_invstd,

@@ -17,6 +17,15 @@
 
 namespace trctl {
 
+// Per-channel sums of x's rows that a producer computed along with x (a conv's genstats epilogue,
+// runtime/cuda/cudnn_fused_conv.h): sum (c) f32 = sum of x, sqsum (c) f32 = sum of x^2. Given to a training
+// forward, they replace its statistics pass over x (mean = sum / rows, biased var = sqsum / rows - mean^2, formed in
+// double); the apply is unchanged. Both null: the forward computes the statistics itself.
+struct BnSums {
+  const float* sum = nullptr;
+  const float* sqsum = nullptr;
+};
+
 // Device workspace for the per-row-block partial statistics of the training forward and the backward.
 size_t batchnorm_workspace_bytes(int64_t rows, int64_t c);
 
@@ -27,12 +36,13 @@ size_t batchnorm_workspace_bytes(int64_t rows, int64_t c);
 // skipped when nullptr. residual (rows,c) t, nullable: added before the ReLU, y = relu?(BN(x) + residual) with the
 // sum in fp32 and one rounding. y may alias x or residual. prebias (c) f32, nullable: a folded conv bias b
 // (pass_fold_conv_bias), x standing for x + b: y and the saved statistics are those of x (BN(x + b) = BN(x)), the
-// running mean is updated with mean(x) + b.
+// running mean is updated with mean(x) + b. sums: see BnSums (the statistics from them, not from a pass over x;
+// then they are not bitwise what the pass gives, and they are only as repeatable as the sums).
 Status batchnorm_fwd_train_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma, const float* beta,
                                 void* y, float* save_mean, float* save_invstd, float* running_mean,
                                 float* running_var, int64_t rows, int64_t c, float eps, float momentum, bool relu,
                                 void* workspace, size_t workspace_bytes, const void* residual = nullptr,
-                                const float* prebias = nullptr);
+                                const float* prebias = nullptr, const BnSums& sums = {});
 // Eval forward: y = relu?((x - running_mean) / sqrt(running_var + eps) * gamma + beta [+ residual]). x, y, residual
 // (rows,c) t (residual nullable); the rest (c) f32. y may alias x or residual. prebias (c) f32, nullable: a folded
 // conv bias b, y = BN(x + b), with running_mean - b (fp32) in place of running_mean.
@@ -61,12 +71,12 @@ Status batchnorm_bwd_cuda(cudaStream_t s, const void* dy, const void* x, const v
 // 2x2/2) or overlapping ones (ResNet's stem 3x3/2 pad 1), max pool semantics as maxpool2d_fwd_cpu. The training
 // forward writes only the pooled y t and the argmax idx u8 (offset in the nominal window, 8-byte aligned), bitwise
 // what batchnorm_fwd_train_cuda + maxpool2d_fwd_idx_cuda give (the statistics and running statistics are the same
-// passes); relu as there.
+// passes); relu as there. sums: as batchnorm_fwd_train_cuda's.
 Status batchnorm_fwd_train_pool_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma,
                                      const float* beta, void* y, uint8_t* idx, float* save_mean, float* save_invstd,
                                      float* running_mean, float* running_var, const Pool2dGeom& g, float eps,
                                      float momentum, bool relu, void* workspace, size_t workspace_bytes,
-                                     const float* prebias = nullptr);
+                                     const float* prebias = nullptr, const BnSums& sums = {});
 // Eval forward with the fused pool: the pooled y (g.n,g.p,g.q,g.c) of batchnorm_fwd_eval_cuda + maxpool2d_fwd_cuda.
 Status batchnorm_fwd_eval_pool_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma, const float* beta,
                                     const float* running_mean, const float* running_var, void* y,

@@ -232,6 +232,33 @@ __global__ void __launch_bounds__(kFinCols * kFinGroups)
   }
 }
 
+// Pass 2 forward from per-channel sums instead of row-block moments (a convolution's genstats epilogue,
+// runtime/cuda/cudnn_fused_conv.h): sum, sqsum (c) f32 over the rows of x -> mean, invstd and the running statistics
+// as bn_fwd_finalize_kernel computes them from its moments. mean = sum / n and var = sqsum / n - mean^2 are formed
+// in double from the fp32 sums (the subtraction loses no more than the sums' own rounding), clamped at 0.
+__global__ void __launch_bounds__(256)
+    bn_fwd_finalize_sums_kernel(const float* __restrict__ sum, const float* __restrict__ sqsum, int64_t rows,
+                                int64_t c, float eps, float momentum, float* save_mean, float* save_invstd,
+                                float* running_mean, float* running_var, const float* __restrict__ prebias) {
+  const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  const double n = static_cast<double>(rows);
+  const double mean_d = static_cast<double>(sum[ch]) / n;
+  const float mean = static_cast<float>(mean_d);
+  const float var = static_cast<float>(fmax(static_cast<double>(sqsum[ch]) / n - mean_d * mean_d, 0.0));  // biased
+  save_mean[ch] = mean;
+  save_invstd[ch] = 1.0f / sqrtf(var + eps);
+  if (running_mean) {
+    const float batch_mean = prebias ? mean + prebias[ch] : mean;  // the mean of x + b
+    running_mean[ch] = fmaf(momentum, batch_mean, (1.0f - momentum) * running_mean[ch]);
+  }
+  if (running_var) {
+    const float nf = static_cast<float>(rows);
+    const float unbiased = var * (nf / (nf - 1.0f));
+    running_var[ch] = fmaf(momentum, unbiased, (1.0f - momentum) * running_var[ch]);
+  }
+}
+
 // The per-channel constants of the apply pass, y = relu?((x - m) * scale + shift [+ res]): train: m = mean,
 // scale = gamma * invstd; eval (var_not_invstd): inv = 1/sqrt(running_var + eps), m = running_mean - mean_shift
 // (nullable: a folded conv bias). One definition for the apply, the fused apply + pool and the recomputed ReLU
@@ -440,6 +467,17 @@ Status bn_fwd_stats_launch(cudaStream_t s, const T* x, int64_t rows, int64_t c, 
       part_mean, part_m2, rows, c, rs.rows_per_block, rs.blocks, eps, momentum, save_mean, save_invstd, running_mean,
       running_var, prebias);
   return TRCTL_CUDA_LAUNCH_STATUS("bn_fwd_finalize_kernel");
+}
+
+// Passes 1 and 2 of the training forward when the sums come with x (BnSums: a fused conv's genstats): the finalize
+// from them alone, no pass over x.
+inline Status bn_fwd_stats_from_sums_launch(cudaStream_t s, const BnSums& sums, int64_t rows, int64_t c, float eps,
+                                            float momentum, float* save_mean, float* save_invstd,
+                                            float* running_mean, float* running_var, const float* prebias) {
+  const unsigned grid = static_cast<unsigned>((c + 255) / 256);
+  bn_fwd_finalize_sums_kernel<<<grid, 256, 0, s>>>(sums.sum, sums.sqsum, rows, c, eps, momentum, save_mean,
+                                                   save_invstd, running_mean, running_var, prebias);
+  return TRCTL_CUDA_LAUNCH_STATUS("bn_fwd_finalize_sums_kernel");
 }
 
 // The backward's three launches (see the file comment) with dy from the gradient source gs (DenseGrad, or a fused

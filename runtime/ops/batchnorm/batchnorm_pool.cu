@@ -500,7 +500,7 @@ Status batchnorm_fwd_train_pool_cuda(cudaStream_t s, const void* x, GpuDType t, 
                                      const float* beta, void* y, uint8_t* idx, float* save_mean, float* save_invstd,
                                      float* running_mean, float* running_var, const Pool2dGeom& g, float eps,
                                      float momentum, bool relu, void* workspace, size_t workspace_bytes,
-                                     const float* prebias) {
+                                     const float* prebias, const BnSums& sums) {
   TRCTL_CUDA_ARG_CHECK(fused_pool_geom_ok(g), "batchnorm_fwd_train_pool_cuda: unfinished Pool2dGeom, a window over "
                                               "256 elements, a stride past the kernel or c >= 2^31");
   const int64_t rows = g.n * g.h * g.w, c = g.c;
@@ -510,13 +510,17 @@ Status batchnorm_fwd_train_pool_cuda(cudaStream_t s, const void* x, GpuDType t, 
   TRCTL_CUDA_ARG_CHECK(gpu_aligned(8, idx), "batchnorm_fwd_train_pool_cuda: idx not 8-byte aligned");
   TRCTL_CUDA_ARG_CHECK(workspace && workspace_bytes >= batchnorm_workspace_bytes(rows, c),
                        "batchnorm_fwd_train_pool_cuda: workspace missing or smaller than batchnorm_workspace_bytes");
+  TRCTL_CUDA_ARG_CHECK(!sums.sum == !sums.sqsum, "batchnorm_fwd_train_pool_cuda: BnSums with one of sum, sqsum null");
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    Status st = with_vector_width<T>(c, {x}, [&](auto vw) {  // the statistics as unfused
+    auto stats_pass = [&](auto vw) {  // the statistics as unfused
       return bn_fwd_stats_launch<T, decltype(vw)::value>(s, static_cast<const T*>(x), rows, c, workspace, eps,
                                                           momentum, save_mean, save_invstd, running_mean,
                                                           running_var, prebias);
-    });
+    };
+    Status st = sums.sum ? bn_fwd_stats_from_sums_launch(s, sums, rows, c, eps, momentum, save_mean, save_invstd,
+                                                         running_mean, running_var, prebias)
+                         : with_vector_width<T>(c, {x}, stats_pass);
     if (!st) return st;
     return bn_pool_apply_launch<T>(s, g, x, y, idx, gamma, beta, save_mean, save_invstd, false, eps, relu, nullptr);
   });
