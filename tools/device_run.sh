@@ -2,7 +2,9 @@
 # Run ON THE GPU MACHINE (device tool), from the repo root, after tools/device_pack.sh here:
 #   STAGES="tests bench torch" bash tools/device_run.sh
 # Stages (space-separated, any order runs in this order):
-#   tests     GPU test suite (tools/device_check.sh; SANITIZE=1 adds compute-sanitizer memcheck + racecheck)
+#   tests     GPU test suite (tools/device_check.sh; SANITIZE=1 adds compute-sanitizer memcheck + racecheck);
+#             TEST_SPLIT=1 (no TEST_FILTER, no sanitizers): [kernel] and ~[kernel] as two processes at once (the
+#             whole suite ran ~360 s in one process, too long for one device call with anything else)
 #   sanitize  compute-sanitizer over the whole GPU suite, one process per test case, SAN_JOBS (12) at once
 #             (tools/sanitize_suite.py): SAN_TOOLS (memcheck,racecheck), SAN_CASE_TIMEOUT (s, 300), SAN_DEADLINE
 #             (s after which no case starts, 0 = none), SAN_FILTER (Catch2 spec, default all cases);
@@ -28,7 +30,8 @@
 #   cnnacc    configs/cnn_fmnist.yaml trained to the end (test accuracy; CNNACC_EPOCHS to change)
 #   autotune  trctl bench CFG --autotune for each of CNN_MODELS (the cache in $TRCTL_AUTOTUNE_CACHE, used by the
 #             stages after it; without this stage runs use cuDNN's heuristics)
-#   layers    trctl bench CFG --layers for each of LAYER_MODELS (default: mlp, then CNN_MODELS): per-node times of
+#   layers    trctl bench CFG --layers for each of LAYER_MODELS (default: mlp, then CNN_MODELS; LAYER_VARIANTS: '|'-
+#             separated override sets each CNN is profiled with too, e.g. "train.conv_bn_stats=auto"): per-node times of
 #             the train step next to its captured replay (a burst, and again after 3 s of replays: the clocks a
 #             training run settles to); mlp = configs/mlp_fmnist.yaml on the real Fashion-MNIST
 #   data      the data pipeline (issue 5): a generated ImageNet-like JPEG folder (DATA_IMAGES, default 20000,
@@ -73,7 +76,29 @@ echo "cudnn: $(ldd "$BIN/trctl" | grep -o 'libcudnn.so[^ ]* => [^ ]*')" >>"$SUM"
 has() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 has_regress() { has regress && case " ${REGRESS_SUITES:-mlp cnn data kernels layers} " in *" $1 "*) return 0 ;; esac; return 1; }
 
-if has tests; then
+if has tests && [ "${TEST_SPLIT:-0}" = 1 ] && [ -z "${TEST_FILTER:-}" ]; then
+  # The whole suite in two processes at once on the one GPU: the kernel tests ([kernel]) and the rest (backends,
+  # training runs, CLI); most cases are latency-bound, so the two overlap well and the suite fits one device call.
+  rm -rf /tmp/trctl_dump /tmp/trctl_dump_k && mkdir -p /tmp/trctl_dump /tmp/trctl_dump_k
+  t0=$(date +%s)
+  (SKIP_SANITIZERS=1 TEST_TIMEOUT="${TEST_TIMEOUT:-240}" TEST_FILTER="[kernel]" TRCTL_DUMP_DIR=/tmp/trctl_dump_k \
+    OUT="$OUT/check/kernel" bash tools/device_check.sh "$BIN" >"$OUT/tests_kernel.log" 2>&1
+   echo "tests [kernel]: rc $? after $(($(date +%s) - t0)) s" >"$OUT/tests_kernel.rc") &
+  (SKIP_SANITIZERS=1 TEST_TIMEOUT="${TEST_TIMEOUT:-240}" TEST_FILTER="~[kernel]" TRCTL_DUMP_DIR=/tmp/trctl_dump \
+    OUT="$OUT/check/rest" bash tools/device_check.sh "$BIN" >"$OUT/tests_rest.log" 2>&1
+   echo "tests ~[kernel]: rc $? after $(($(date +%s) - t0)) s" >"$OUT/tests_rest.rc") &
+  wait
+  for half in kernel rest; do
+    cat "$OUT/tests_$half.rc" >>"$SUM"
+    cat "$OUT/check/$half/summary.txt" >>"$SUM" 2>/dev/null
+  done
+  cat "$OUT"/tests_kernel.log "$OUT"/tests_rest.log >"$OUT/tests.log" && rm -f "$OUT"/tests_kernel.log "$OUT"/tests_rest.log "$OUT"/tests_*.rc
+  if [ -f /tmp/trctl_dump/manifest.json ]; then
+    python3 benchmarks/torch_check_mlp.py /tmp/trctl_dump >>"$SUM" 2>&1
+    echo "torch check: rc $?" >>"$SUM"
+  fi
+  (cd "$OUT" && tar czf check.tar.gz check && rm -rf check)
+elif has tests; then
   if [ "${SANITIZE:-0}" = 1 ]; then san=""; else san="SKIP_SANITIZERS=1"; fi
   rm -rf /tmp/trctl_dump && mkdir -p /tmp/trctl_dump
   env $san TEST_TIMEOUT="${TEST_TIMEOUT:-240}" SANITIZER_TIMEOUT="${SANITIZER_TIMEOUT:-150}" TRCTL_DUMP_DIR=/tmp/trctl_dump OUT="$OUT/check" bash tools/device_check.sh "$BIN" \
@@ -148,11 +173,18 @@ if has layers; then
       mlp) cfg=configs/mlp_fmnist.yaml; data_args="data.root=$DATA" ;;
       *) cfg="configs/$m.yaml"; data_args="data.synthetic.train_size=1024 data.synthetic.val_size=256 ${CNN_EXTRA:-}" ;;
     esac
-    timeout 240 "$BIN/trctl" bench "$cfg" --layers --reps ${LAYER_REPS:-10} $data_args \
-      --json "/tmp/prof/layers_$m.json" >"/tmp/prof/layers_$m.txt" 2>&1
-    echo "trctl layers $m: rc $?" >>"$SUM"
-    # the replay next to the node sum, then the op kinds by time
-    grep -E 'step \(captured|^graph replay vs|^sustained|^graph launch|^  ' "/tmp/prof/layers_$m.txt" | head -n 19 | sed 's/^/    /' >>"$SUM"
+    # LAYER_VARIANTS: '|'-separated sets of further overrides, each profiled after the base run (A/B in one call),
+    # e.g. LAYER_VARIANTS="train.conv_bn_stats=auto|train.conv_bn_stats=fused"; the CNNs only.
+    variants=("")
+    if [ "$m" != mlp ] && [ -n "${LAYER_VARIANTS:-}" ]; then IFS='|' read -r -a extra <<<"$LAYER_VARIANTS"; variants+=("${extra[@]}"); fi
+    for v in "${variants[@]}"; do
+      tag="$m${v:+_$(echo "$v" | tr -c 'A-Za-z0-9_=.\n' '_' | tr '=' '-')}"
+      timeout 240 "$BIN/trctl" bench "$cfg" --layers --reps ${LAYER_REPS:-10} $data_args $v \
+        --json "/tmp/prof/layers_$tag.json" >"/tmp/prof/layers_$tag.txt" 2>&1
+      echo "trctl layers $m${v:+ ($v)}: rc $?" >>"$SUM"
+      # the replay next to the node sum, then the op kinds by time
+      grep -E 'step \(captured|^graph replay vs|^sustained|^graph launch|^  ' "/tmp/prof/layers_$tag.txt" | head -n 19 | sed 's/^/    /' >>"$SUM"
+    done
   done
 fi
 if has autotune || has layers; then tar czf "$OUT/prof.tar.gz" -C /tmp prof; fi
