@@ -132,7 +132,7 @@ if has oom; then  # a plan larger than the device: a clear error with the region
 fi
 
 if has kernels; then
-  timeout 120 "$BIN/trctl" bench kernels --json "$OUT/bench_kernels.json" >"$OUT/bench_kernels.txt" 2>&1
+  timeout 240 "$BIN/trctl" bench kernels --json "$OUT/bench_kernels.json" >"$OUT/bench_kernels.txt" 2>&1
   echo "trctl bench kernels: rc $?" >>"$SUM"
   cat "$OUT/bench_kernels.txt" >>"$SUM"
 fi
@@ -388,7 +388,7 @@ if has regress; then
     [ $rc = 0 ] && echo "    first baseline, here: tar xzf regress.tar.gz && python3 tools/regress regress/$(basename "$1") benchmarks/baselines/$2 --update --tol ${3:-10%}" >>"$SUM"
   }
   if has_regress kernels; then
-    timeout 120 "$BIN/trctl" bench kernels --json "$R/kernels.json" >"$R/kernels.log" 2>&1
+    timeout 240 "$BIN/trctl" bench kernels --json "$R/kernels.json" >"$R/kernels.log" 2>&1
     echo "trctl bench kernels: rc $?" >>"$SUM"
     compare_or_first "$R/kernels.json" gpu_kernels.json 10%
   fi

@@ -13,6 +13,7 @@
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_context.h"
 #include "runtime/cuda/cudnn_conv.h"
+#include "runtime/cuda/cudnn_fused_conv.h"
 #include "runtime/cuda/im2col_conv.h"
 #include "runtime/cuda/lt_gemm.h"
 #include "runtime/cuda/s2d_conv.h"
@@ -336,6 +337,77 @@ Status bench_bn_pool(Bench& b, const void* random, int64_t random_n, Pool2dGeom 
   return st;
 }
 
+// A conv -> training batch norm (+ ReLU) pair at batch 256 in f16, at VGG16-BN's layers (3x3/1, C = K), both ways
+// train.conv_bn_stats runs it: separate (the legacy cuDNN conv with cuDNN's heuristics' algorithm, then the batch
+// norm's statistics, finalize and apply passes) and fused (cuDNN's conv + genstats graph, then the finalize from its
+// sums and the apply). TFLOP/s of the convolution's FLOPs for both, so the rows compare directly; a geometry cuDNN
+// has no fused engine for gets a row that says so (0 achieved).
+Status bench_conv_bn_stats(Bench& b, const void* random, int64_t random_n) {
+  const cudaStream_t s = b.ctx.stream;
+  struct Layer {
+    int64_t hw, c;
+    const char* name;
+  };
+  for (const Layer& l : {Layer{224, 64, "vgg16 conv1_2"}, Layer{112, 128, "vgg16 conv2_2"},
+                         Layer{56, 256, "vgg16 conv3_2"}, Layer{28, 512, "vgg16 conv4_2"}}) {
+    Conv2dGeom g;
+    g.n = 256, g.h = g.w = l.hw, g.c = g.k = l.c, g.r = g.s = 3, g.pad_h = g.pad_w = 1;
+    std::string why;
+    if (!conv2d_geom_finish(g, &why)) return Error{ErrCode::Internal, "bench kernels", why};
+    const int64_t nx = g.n * g.h * g.w * g.c, ny = g.n * g.p * g.q * g.k, nw = g.k * g.r * g.s * g.c;
+    const int64_t rows = g.n * g.p * g.q;
+    const double flops = 2.0 * static_cast<double>(ny) * static_cast<double>(g.r * g.s * g.c);
+    const std::string size = "N=256 " + std::to_string(l.hw) + "^2x" + std::to_string(l.c);
+    ConvDesc cd;
+    cd.g = g;
+    cd.io = GpuDType::F16;
+    cd.deterministic = false;
+    cd.need_dgrad = false;
+    Result<CudnnConvPlan> legacy = cudnn_conv_plan(b.ctx.cudnn, cd);
+    if (!legacy.ok()) return legacy.errors();
+    FusedConvDesc fd;
+    fd.g = g;
+    fd.io = GpuDType::F16;
+    Result<FusedConvPlan> fused = fused_conv_plan(b.ctx.cudnn, fd);
+    if (!fused.ok() && fused.errors().front().code != ErrCode::NotSupported) return fused.errors();
+    size_t wsb = std::max<size_t>(cudnn_conv_workspace_bytes(legacy.value()),
+                                  fused.ok() ? fused_conv_workspace_bytes(fused.value()) : 0);
+    DeviceBuffer x, w, y, z, ws, bnws, par;
+    for (auto [buf, bytes] : {std::pair{&x, nx * 2}, {&w, nw * 2}, {&y, ny * 2}, {&z, ny * 2}, {&par, g.k * 4 * 8}})
+      TRCTL_CUDA_TRY(cudaMalloc(&buf->p, static_cast<size_t>(bytes)));
+    TRCTL_CUDA_TRY(cudaMalloc(&ws.p, std::max<size_t>(wsb, 256)));
+    const size_t bnb = batchnorm_workspace_bytes(rows, g.k);
+    TRCTL_CUDA_TRY(cudaMalloc(&bnws.p, bnb));
+    for (auto [buf, n] : {std::pair{&x, nx}, {&w, nw}})
+      if (Status st = fill_f16(s, random, random_n, buf->p, n); !st.ok()) return st;
+    if (Status st = fill_random(par.p, static_cast<size_t>(g.k) * 8, 11); !st.ok()) return st;
+    float* pf = static_cast<float*>(par.p);  // (8, k): gamma, beta, mean, invstd, running mean, var, sum, sqsum
+    float *gamma = pf, *beta = pf + g.k, *mean = pf + 2 * g.k, *invstd = pf + 3 * g.k, *rm = pf + 4 * g.k,
+          *rv = pf + 5 * g.k, *sum = pf + 6 * g.k, *sqsum = pf + 7 * g.k;
+    const std::string n = std::string(l.name) + " conv+bn+relu";
+    Status st = b.add(n + " separate f16", size, flops, true, b.gemm_f16, [&]() -> Status {
+      if (Status c = cudnn_conv_fwd(b.ctx.cudnn, s, legacy.value(), x.p, w.p, nullptr, y.p, ws.p, wsb); !c.ok())
+        return c;
+      return batchnorm_fwd_train_cuda(s, y.p, GpuDType::F16, gamma, beta, z.p, mean, invstd, rm, rv, rows, g.k, 1e-5f,
+                                      0.1f, true, bnws.p, bnb);
+    });
+    if (!st.ok()) return st;
+    if (!fused.ok()) {  // no engine: a row that says so
+      b.rows.push_back({n + " fused: no cuDNN engine", size, "TFLOP/s", 0.0, 0.0, b.gemm_f16});
+      continue;
+    }
+    FusedConvArgs a;
+    a.x = x.p, a.w = w.p, a.y = y.p, a.sum = sum, a.sqsum = sqsum;
+    st = b.add(n + " fused f16", size, flops, true, b.gemm_f16, [&]() -> Status {
+      if (Status c = fused_conv_run(b.ctx.cudnn, s, fused.value(), a, ws.p, wsb); !c.ok()) return c;
+      return batchnorm_fwd_train_cuda(s, y.p, GpuDType::F16, gamma, beta, z.p, mean, invstd, rm, rv, rows, g.k, 1e-5f,
+                                      0.1f, true, bnws.p, bnb, nullptr, nullptr, BnSums{sum, sqsum});
+    });
+    if (!st.ok()) return st;
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Result<std::vector<KernelBenchRow>> cuda_bench_kernels() {
@@ -392,6 +464,25 @@ Result<std::vector<KernelBenchRow>> cuda_bench_kernels() {
     return optimizer_step_cuda(s, CudaOptimizer::AdamW, h, static_cast<float*>(y.p), static_cast<const float*>(g.p),
                                static_cast<float*>(m.p), static_cast<float*>(v.p), n, n / 2);
   });
+  // SGD (nesterov) with AMP's f16 weight copy: written by the update kernel itself (the backend's path) vs the
+  // update followed by a cast of the whole region (before 97b4c78).
+  // VGG16-BN's recipe (momentum 0.9, nesterov, weight decay), hyper block at step 2 (the momentum's general path).
+  OptHyper* hs = nullptr;
+  TRCTL_CUDA_TRY(cudaMalloc(&hs, sizeof(OptHyper)));
+  const OptHyper hsh = opt_hyper_sgd(0.1, 0.9, 0.0, 1e-4, true);
+  TRCTL_CUDA_TRY(cudaMemcpy(hs, &hsh, sizeof hsh, cudaMemcpyHostToDevice));
+  for (int k = 0; k < 2 && st.ok(); ++k) st = opt_hyper_advance_cuda(s, hs, nullptr, nullptr, nullptr, 0);
+  if (st.ok()) st = b.add("sgd + f16 copy fused", sz, 22.0 * n, false, bw, [&] {
+    return optimizer_step_cuda(s, CudaOptimizer::Sgd, hs, static_cast<float*>(y.p), static_cast<const float*>(g.p),
+                               static_cast<float*>(m.p), nullptr, n, n, LowpCopy{v.p, GpuDType::F16});
+  });
+  if (st.ok()) st = b.add("sgd, then cast to f16", sz, 22.0 * n, false, bw, [&]() -> Status {
+    Status u = optimizer_step_cuda(s, CudaOptimizer::Sgd, hs, static_cast<float*>(y.p),
+                                   static_cast<const float*>(g.p), static_cast<float*>(m.p), nullptr, n, n);
+    if (!u.ok()) return u;
+    return cast_cuda(s, y.p, GpuDType::F32, v.p, GpuDType::F16, n);
+  });
+  TRCTL_CUDA_WARN(cudaFree(hs));
   if (st.ok()) st = opt_hyper_advance_cuda(s, h, nullptr, nullptr, nullptr, 0);  // step 2 for the extras
   if (st.ok()) st = bench_optim_extra(b, sz, n, h, static_cast<float*>(y.p), static_cast<const float*>(g.p),
                                       static_cast<float*>(m.p), static_cast<float*>(v.p));
@@ -437,6 +528,7 @@ Result<std::vector<KernelBenchRow>> cuda_bench_kernels() {
   vgg.h = vgg.w = 224, vgg.kh = vgg.kw = 2, vgg.sh = vgg.sw = 2;
   if (Status bs = bench_bn_pool(b, x.p, n, stem, "bn+relu+maxpool r50 stem"); !bs.ok()) return bs.errors();
   if (Status bs = bench_bn_pool(b, x.p, n, vgg, "bn+relu+maxpool vgg16 pool1"); !bs.ok()) return bs.errors();
+  if (Status cs = bench_conv_bn_stats(b, x.p, n); !cs.ok()) return cs.errors();
   TRCTL_CUDA_WARN(cudaFree(step));
   TRCTL_CUDA_WARN(cudaFree(h));
   return b.rows;
