@@ -15,6 +15,7 @@
 #include "runtime/ops/batchnorm/batchnorm_cuda.h"
 #include "runtime/ops/cast/cast_cuda.h"
 #include "runtime/ops/channel_copy/channel_copy_cuda.h"
+#include "runtime/ops/conv2d/conv_bn_stats.h"
 #include "runtime/ops/conv2d/conv_route.h"
 #include "runtime/ops/conv2d/im2col.h"
 #include "runtime/ops/conv2d/s2d.h"
@@ -153,78 +154,49 @@ Status CudaBackend::plan_cnn() {
   return ok_status();
 }
 
-// train.conv_bn_stats: every training batch norm whose input is the output of a Conv2d node of the same program is
-// a candidate pair. Its conv runs cuDNN's conv + genstats graph (runtime/cuda/cudnn_fused_conv.h: y as the
-// convolution writes it, plus the per-channel sum and sum of squares of y into a (2, K) buffer of the pair) when the
-// conv is one cuDNN runs as planned here (AMP f16/bf16, not a 1x1 GEMM, not a fewc / im2col / s2d route, no
-// channel padding, no bias, groups 1) and, under auto, its output has >= 56x56 pixels; the batch norm then
-// finalizes from the sums instead of its statistics pass. A candidate outside those rules stays separate, and one
-// cuDNN offers no engine for falls back to separate (counted, its first reason kept: conv_sources_.bn_stats_*).
+// train.conv_bn_stats: the pairs conv_bn_stats_choose (runtime/ops/conv2d/conv_bn_stats.h) fuses get cuDNN's conv +
+// genstats graph (runtime/cuda/cudnn_fused_conv.h: y as the convolution writes it, plus the per-channel sum and sum
+// of squares of y into a (2, K) f32 buffer of the pair), and their batch norm finalizes from the sums instead of its
+// statistics pass. A pair cuDNN offers no engine for falls back to separate (counted, its first reason kept:
+// conv_sources_.bn_stats_*).
 Status CudaBackend::plan_conv_bn_stats() {
-  const ConvBnStats mode = c_.spec.train.conv_bn_stats;
-  conv_sources_.bn_stats_mode = to_string(mode);
-  if (mode == ConvBnStats::Separate) return ok_status();
-  constexpr int64_t kAutoMinPixels = 56 * 56;  // RESULTS.md run 25 (N = 32): fused faster at 56^2 and above
-  struct Pair {
-    ValueId y;
-    Conv2dGeom g;
-  };
-  std::vector<Pair> pairs;
-  auto refuse = [&](const std::string& why) {
-    ++conv_sources_.bn_stats_fallback;
-    if (conv_sources_.bn_stats_fallback_reason.empty()) conv_sources_.bn_stats_fallback_reason = why;
-  };
-  for (const Program& p : c_.graph.programs) {
-    std::map<ValueId, const Node*> conv_of;  // conv output -> its Conv2d node
-    for (const Node& n : p.nodes)
-      if (n.op == OpKind::Conv2d) conv_of[n.out[0]] = &n;
-    for (const Node& bn : p.nodes) {
-      if (bn.op != OpKind::BatchNorm) continue;
-      auto it = conv_of.find(bn.in[0]);
-      if (it == conv_of.end()) continue;  // not a conv's output: no candidate
-      const Node& conv = *it->second;
-      const auto [x, w] = conv_operands(conv);
-      const Conv2dGeom real = conv2d_geom_of(c_.graph, conv, x, w);
-      const bool cudnn_route = !pointwise_conv(conv) && !fewc_node(conv) && !im2col_node(conv) && !s2d_node(conv);
-      if (!lowp() || !cudnn_route || planned_geom(conv).c != real.c || conv.in.size() != 2 || real.groups != 1) {
-        ++conv_sources_.bn_stats_separate;  // not a pair the fused graph serves: the statistics pass stays
+  conv_sources_.bn_stats_mode = to_string(c_.spec.train.conv_bn_stats);
+  const ConvBnStatsChoice choice = conv_bn_stats_choose(c_.graph, c_.spec);
+  conv_sources_.bn_stats_separate = choice.separate;
+  std::vector<const ConvBnStatsPair*> pairs;
+  for (const ConvBnStatsPair& pr : choice.fuse) {
+    const std::string key = conv_key(pr.g);
+    if (!fused_conv_.count(key)) {
+      FusedConvDesc d;
+      d.g = pr.g;
+      d.io = act_type();
+      d.plan.deterministic = false;  // the spec requires train.deterministic: false for this mode
+      Result<FusedConvPlan> plan = fused_conv_plan(ctx_.cudnn, d);
+      if (!plan.ok()) {
+        if (plan.errors().front().code != ErrCode::NotSupported) return plan.errors();
+        ++conv_sources_.bn_stats_fallback;
+        if (conv_sources_.bn_stats_fallback_reason.empty())
+          conv_sources_.bn_stats_fallback_reason =
+              c_.graph.programs[pr.program].nodes[pr.conv].name + ": " + plan.errors().front().message;
         continue;
       }
-      const Conv2dGeom& g = real;  // finished: p, q
-      if (mode == ConvBnStats::Auto && g.p * g.q < kAutoMinPixels) {
-        ++conv_sources_.bn_stats_separate;
-        continue;
-      }
-      const std::string key = conv_key(g);
-      if (!fused_conv_.count(key)) {
-        FusedConvDesc d;
-        d.g = g;
-        d.io = act_type();
-        d.plan.deterministic = false;  // the spec requires train.deterministic: false for this mode
-        Result<FusedConvPlan> plan = fused_conv_plan(ctx_.cudnn, d);
-        if (!plan.ok()) {
-          if (plan.errors().front().code != ErrCode::NotSupported) return plan.errors();
-          refuse(conv.name + ": " + plan.errors().front().message);
-          continue;
-        }
-        conv_ws_bytes_ = std::max(conv_ws_bytes_, fused_conv_workspace_bytes(plan.value()));
-        fused_conv_.emplace(key, std::move(plan.value()));
-      }
-      pairs.push_back({conv.out[0], g});
-      ++conv_sources_.bn_stats_fused;
+      conv_ws_bytes_ = std::max(conv_ws_bytes_, fused_conv_workspace_bytes(plan.value()));
+      fused_conv_.emplace(key, std::move(plan.value()));
     }
+    pairs.push_back(&pr);
+    ++conv_sources_.bn_stats_fused;
   }
   // One buffer for every pair's sums, each (2, K) f32 at a 256-byte boundary.
   std::vector<size_t> offset;
   size_t bytes = 0;
-  for (const Pair& pr : pairs) {
+  for (const ConvBnStatsPair* pr : pairs) {
     offset.push_back(bytes);
-    bytes += static_cast<size_t>(align_up(pr.g.k * 8));
+    bytes += static_cast<size_t>(align_up(pr->g.k * 8));
   }
   if (bytes == 0) return ok_status();
   TRCTL_CUDA_TRY(cudaMalloc(&conv_bn_sums_mem_, bytes));
   for (size_t i = 0; i < pairs.size(); ++i)
-    conv_bn_sums_[pairs[i].y] = reinterpret_cast<float*>(reinterpret_cast<char*>(conv_bn_sums_mem_) + offset[i]);
+    conv_bn_sums_[pairs[i]->y] = reinterpret_cast<float*>(reinterpret_cast<char*>(conv_bn_sums_mem_) + offset[i]);
   return ok_status();
 }
 

@@ -1,0 +1,39 @@
+// Which conv -> training batch norm pairs take their batch statistics from the convolution's epilogue under
+// train.conv_bn_stats (core/spec/spec.h; cuDNN's conv + genstats graph, runtime/cuda/cudnn_fused_conv.h): the rule
+// CudaBackend::plan_conv_bn_stats applies before asking cuDNN for engines. Plain C++ (no CUDA), tested on the CPU.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "core/graph/ir.h"
+#include "core/spec/spec.h"
+#include "runtime/ops/conv2d/conv2d.h"
+
+namespace trctl {
+
+// One pair to fuse: the Conv2d node (index in its program) whose output y (N, P, Q, K) a BatchNorm node of the
+// same program normalises; g its real (finished) geometry.
+struct ConvBnStatsPair {
+  int program = 0;
+  size_t conv = 0;
+  ValueId y = kNoValue;
+  Conv2dGeom g;
+};
+
+struct ConvBnStatsChoice {
+  std::vector<ConvBnStatsPair> fuse;  // in program order, then node order
+  int separate = 0;                   // candidate pairs left to the statistics pass (ineligible, or below auto's size)
+};
+
+// Pixels per image an output needs under auto (RESULTS.md run 25, N = 32: the fused graph was faster from 56x56).
+constexpr int64_t kConvBnStatsAutoMinPixels = 56 * 56;
+
+// Every BatchNorm (training) node whose input is the output of a Conv2d node of the same program is a candidate.
+// Under fused or auto (separate: none, nothing counted) a candidate is fused when the spec's precision is fp16 or
+// bf16 and the conv is one the CUDA backend runs as a plain cuDNN convolution: not pointwise (those are cuBLASLt
+// GEMMs), routed to cuDNN (conv_route: not fewc / im2col / s2d), planned on its real channels (no AMP channel
+// padding), without a bias input and with groups 1; under auto its output also needs at least
+// kConvBnStatsAutoMinPixels pixels per image. Every other candidate counts as separate.
+ConvBnStatsChoice conv_bn_stats_choose(const Graph& graph, const Spec& spec);
+
+}  // namespace trctl

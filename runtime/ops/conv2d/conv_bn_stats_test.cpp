@@ -1,0 +1,148 @@
+// conv_bn_stats_choose (runtime/ops/conv2d/conv_bn_stats.h) on compiled graphs: configs/vgg16bn.yaml (13 conv ->
+// batch norm pairs per training program: features_0 over RGB runs trctl's few-channel kernel, six more have
+// outputs of 56x56 or larger, six are smaller) under every train.conv_bn_stats mode and precision, and a small net
+// for the other rules: an RGB stem (not a cuDNN route), a conv with a bias (the unfolded graph), a 1x1 conv (a
+// cuBLASLt GEMM), a grouped conv, and a conv whose output feeds no batch norm.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "core/compiler.h"
+#include "runtime/ops/conv2d/conv_bn_stats.h"
+#include "runtime/train/trainer.h"
+
+using namespace trctl;
+
+namespace {
+
+Compiled compile_with(const Spec& s, bool fold_conv_bias = true) {
+  Result<DataShape> d = data_shape(s);
+  INFO((d.ok() ? std::string() : d.error_text()));
+  REQUIRE(d.ok());
+  CompileOptions opt;
+  opt.storage = amp_storage(s);
+  opt.fold_conv_bias = fold_conv_bias;
+  Result<Compiled> c = compile_spec(s, d.value(), opt);
+  INFO((c.ok() ? std::string() : c.error_text()));
+  REQUIRE(c.ok());
+  return std::move(c.value());
+}
+
+Spec vgg(const std::vector<std::string>& overrides) {
+  std::vector<std::string> o = {"data.synthetic.train_size=512", "data.synthetic.val_size=256",
+                                "train.deterministic=false"};
+  o.insert(o.end(), overrides.begin(), overrides.end());
+  Result<Spec> s = spec_load(std::string(TRCTL_SOURCE_DIR) + "/configs/vgg16bn.yaml", o);
+  INFO((s.ok() ? std::string() : s.error_text()));
+  REQUIRE(s.ok());
+  return s.value();
+}
+
+// Programs with a training batch norm (the candidates' programs).
+int bn_programs(const Graph& g) {
+  int k = 0;
+  for (const Program& p : g.programs) {
+    bool any = false;
+    for (const Node& n : p.nodes) any |= n.op == OpKind::BatchNorm;
+    k += any;
+  }
+  return k;
+}
+
+}  // namespace
+
+TEST_CASE("conv_bn_stats_choose on VGG16-BN: auto fuses the six pairs of >= 56x56 outputs, fused all twelve cuDNN "
+          "ones, separate and fp32 none",
+          "[conv_bn_stats]") {
+  struct Want {
+    std::vector<std::string> overrides;
+    int fused, separate;  // per program with a training batch norm
+  };
+  const Want cases[] = {
+      {{"train.conv_bn_stats=auto", "train.precision=fp16"}, 6, 7},
+      {{"train.conv_bn_stats=auto", "train.precision=bf16"}, 6, 7},
+      {{"train.conv_bn_stats=fused", "train.precision=fp16"}, 12, 1},  // features_0: the few-channel kernel
+      {{"train.conv_bn_stats=fused", "train.precision=fp16", "train.conv_fewc=off"}, 12, 1},  // im2col, or padded
+      {{"train.conv_bn_stats=fused", "train.precision=fp32"}, 0, 13},
+      {{"train.conv_bn_stats=separate", "train.precision=fp16"}, 0, 0},
+  };
+  for (const Want& w : cases) {
+    std::string tag;
+    for (const std::string& o : w.overrides) tag += o + " ";
+    INFO(tag);
+    const Compiled c = compile_with(vgg(w.overrides));
+    const int p = bn_programs(c.graph);
+    REQUIRE(p >= 1);
+    const ConvBnStatsChoice ch = conv_bn_stats_choose(c.graph, c.spec);
+    CHECK(static_cast<int>(ch.fuse.size()) == w.fused * p);
+    CHECK(ch.separate == w.separate * p);
+    for (const ConvBnStatsPair& pr : ch.fuse) {
+      const Node& conv = c.graph.programs[pr.program].nodes[pr.conv];
+      INFO(conv.name);
+      CHECK(conv.op == OpKind::Conv2d);
+      CHECK(conv.out[0] == pr.y);
+      CHECK(conv.name != "features_0");
+      CHECK(pr.g.c % 8 == 0);
+      CHECK(pr.g.groups == 1);
+      if (c.spec.train.conv_bn_stats == ConvBnStats::Auto) CHECK(pr.g.p * pr.g.q >= kConvBnStatsAutoMinPixels);
+      bool feeds_bn = false;  // a training batch norm of the same program reads y
+      for (const Node& n : c.graph.programs[pr.program].nodes) feeds_bn |= n.op == OpKind::BatchNorm && n.in[0] == pr.y;
+      CHECK(feeds_bn);
+    }
+  }
+}
+
+TEST_CASE("conv_bn_stats_choose leaves a biased, a 1x1, a grouped conv and a conv without batch norm separate",
+          "[conv_bn_stats]") {
+  const char* yaml = R"(
+seed: 1
+data:
+  dataset: synthetic
+  synthetic: {train_size: 64, val_size: 32, height: 64, width: 64, channels: 3, classes: 10}
+  batch_size: 16
+model:
+  layers:
+    - {type: conv2d, name: stem, out_channels: 16, kernel_size: 3, padding: 1, bias: false}
+    - {type: batch_norm, name: bn_stem}
+    - {type: relu, name: r0}
+    - {type: conv2d, name: plain, out_channels: 16, kernel_size: 3, padding: 1, bias: false}
+    - {type: batch_norm, name: bn_plain}
+    - {type: relu, name: r1}
+    - {type: conv2d, name: biased, out_channels: 16, kernel_size: 3, padding: 1, bias: true}
+    - {type: batch_norm, name: bn_biased}
+    - {type: relu, name: r2}
+    - {type: conv2d, name: pointwise, out_channels: 32, kernel_size: 1, bias: false}
+    - {type: batch_norm, name: bn_pointwise}
+    - {type: relu, name: r3}
+    - {type: conv2d, name: grouped, out_channels: 32, kernel_size: 3, padding: 1, groups: 4, bias: false}
+    - {type: batch_norm, name: bn_grouped}
+    - {type: relu, name: r4}
+    - {type: conv2d, name: no_bn, out_channels: 32, kernel_size: 3, padding: 1, bias: false}
+    - {type: relu, name: r5}
+    - {type: global_avg_pool, name: gap}
+    - {type: linear, name: fc, out_features: 10}
+optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
+train: {epochs: 1, precision: fp16, deterministic: false, conv_bn_stats: fused}
+run: {progress: off}
+)";
+  Result<Spec> s = spec_parse(yaml, "conv_bn_stats.yaml");
+  INFO((s.ok() ? std::string() : s.error_text()));
+  REQUIRE(s.ok());
+  for (bool fold : {true, false}) {
+    INFO((fold ? "conv biases folded into the batch norms" : "unfolded: the biased conv keeps its bias input"));
+    const Compiled c = compile_with(s.value(), fold);
+    const int p = bn_programs(c.graph);
+    const ConvBnStatsChoice ch = conv_bn_stats_choose(c.graph, c.spec);
+    std::vector<std::string> names;
+    for (const ConvBnStatsPair& pr : ch.fuse) names.push_back(c.graph.programs[pr.program].nodes[pr.conv].name);
+    // Folded, the biased conv has no bias input any more (its bias went into the batch norm's prebias): fused.
+    const int fused_per_program = fold ? 2 : 1;
+    CHECK(static_cast<int>(ch.fuse.size()) == fused_per_program * p);
+    CHECK(ch.separate == (5 - fused_per_program) * p);  // stem (RGB), pointwise, grouped (+ biased when unfolded)
+    for (const std::string& n : names) {
+      INFO(n);
+      CHECK((n == "plain" || (fold && n == "biased")));
+    }
+  }
+}
