@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run HERE before a device call: builds with CUDA (sm_90) and gathers what the GPU machine needs into .device/
-# (ignored by git; name it in the device tool's `carry`): stripped trctl and test_gpu, and the Fashion-MNIST files.
+# (ignored by git; name it in the device tool's `carry`): stripped trctl and test_gpu, the cuDNN batch-norm backward
+# probe (tools/probes), and the Fashion-MNIST files.
 # The binaries link yaml-cpp, turbojpeg and zlib statically and spdlog/fmt header-only, so on the device they need
 # only the CUDA libraries (cuBLASLt; cudart is static).
 # PACK_REF=<commit>: build that commit in a separate worktree (PACK_WT, default /work/wt-pack; its build/ is kept
@@ -23,10 +24,10 @@ else
   if [ ! -f build/CMakeCache.txt ]; then cmake -S . -B build -DCMAKE_BUILD_TYPE=Release; fi
   COMMIT="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . && echo '' || echo ' + uncommitted changes')"
 fi
-cmake --build "$BUILD" -j"$(nproc)" --target trctl test_gpu
+cmake --build "$BUILD" -j"$(nproc)" --target trctl test_gpu cudnn_bn_backward_probe
 rm -rf .device
 mkdir -p .device/bin .device/data
-cp "$BUILD/trctl" "$BUILD/tests/test_gpu" .device/bin/
+cp "$BUILD/trctl" "$BUILD/tests/test_gpu" "$BUILD/cudnn_bn_backward_probe" .device/bin/
 echo "$COMMIT" >.device/COMMIT
 strip .device/bin/*
 cp /usr/share/datasets/fashion-mnist/*.gz .device/data/

@@ -13,6 +13,8 @@
 #   bench     trctl: configs/mlp_fmnist.yaml, 100 epochs on the GPU (EPOCHS to change)
 #   oom       a plan that does not fit the device must fail clearly (exit 2, region sizes)
 #   kernels   trctl bench kernels (every CUDA kernel against the card's measured ceilings), JSON too
+#   probe     tools/probes/cudnn_bn_backward_probe (PROBE_CASES: d w a, or all): which cuDNN engines serve the
+#             batch-norm backward fusions and whether their outputs match a CPU reference (probe.txt)
 #   torch     PyTorch side by side: recipe gpu (100 epochs, torch.compile) and recipe dataloader (DL_EPOCHS, default 3)
 #   cnn       CNN throughput, synthetic GPU-resident data, batch 256, fp16 AMP: trctl (CNN_EPOCHS epochs of
 #             CNN_TRAIN images; epochs 2.. are steady) then PyTorch eager + torch.compile (benchmarks/pytorch_cnn.py,
@@ -135,6 +137,10 @@ if has kernels; then
   timeout 240 "$BIN/trctl" bench kernels --json "$OUT/bench_kernels.json" >"$OUT/bench_kernels.txt" 2>&1
   echo "trctl bench kernels: rc $?" >>"$SUM"
   cat "$OUT/bench_kernels.txt" >>"$SUM"
+fi
+if has probe; then
+  timeout "${PROBE_TIMEOUT:-240}" "$BIN/cudnn_bn_backward_probe" ${PROBE_CASES:-all} >"$OUT/probe.txt" 2>&1
+  echo "cudnn bn backward probe: rc $? :: $(grep -c ' OK ws=' "$OUT/probe.txt") engine runs, $(grep -c 'NO engine ran\|FAILED' "$OUT/probe.txt") graphs without one" >>"$SUM"
 fi
 if has sanitize; then
   timeout "${SAN_TOTAL_TIMEOUT:-560}" python3 tools/sanitize_suite.py "$BIN/test_gpu" /tmp/sanitize \
