@@ -35,7 +35,13 @@ std::string run_facts_json(const RunFacts& f) {
       s += ", \"bn_stats\": {\"mode\": " + json_quote(c.bn_stats_mode) + ", \"fused\": " +
            std::to_string(c.bn_stats_fused) + ", \"separate\": " + std::to_string(c.bn_stats_separate) +
            ", \"fallback\": " + std::to_string(c.bn_stats_fallback) + ", \"fallback_reason\": " +
-           json_quote(c.bn_stats_fallback_reason) + "}";
+           json_quote(c.bn_stats_fallback_reason) +
+           (c.bn_apply_mode == "separate"
+                ? std::string()
+                : ", \"apply\": {\"mode\": " + json_quote(c.bn_apply_mode) + ", \"folded\": " +
+                      std::to_string(c.bn_apply_folded) + ", \"fallback\": " + std::to_string(c.bn_apply_fallback) +
+                      ", \"fallback_reason\": " + json_quote(c.bn_apply_fallback_reason) + "}") +
+           "}";
     s += "}";
   }
   if (f.has_memory) {
@@ -122,6 +128,20 @@ Result<RunFacts> run_facts_parse(const std::string& text, const std::string& pat
     f.conv.bn_stats_mode = m->string;
     if (const JsonNode* r = bs->find("fallback_reason"); r && r->is_string())
       f.conv.bn_stats_fallback_reason = r->string;
+    if (const JsonNode* ap = bs->find("apply"); ap && !ap->is_null()) {  // train.conv_bn_apply, when not separate
+      if (!ap->is_object()) return Error{ErrCode::Format, path, "conv_algorithms.bn_stats.apply: expected an object"};
+      for (const auto& [key, out] : {std::pair<const char*, int*>{"folded", &f.conv.bn_apply_folded},
+                                     {"fallback", &f.conv.bn_apply_fallback}})
+        if (!count_of(*ap, key, out))
+          return Error{ErrCode::Format, path,
+                       std::string("conv_algorithms.bn_stats.apply.") + key + ": expected a count (an integer >= 0)"};
+      const JsonNode* am = ap->find("mode");
+      if (!am || !am->is_string())
+        return Error{ErrCode::Format, path, "conv_algorithms.bn_stats.apply.mode: expected a string"};
+      f.conv.bn_apply_mode = am->string;
+      if (const JsonNode* r = ap->find("fallback_reason"); r && r->is_string())
+        f.conv.bn_apply_fallback_reason = r->string;
+    }
   }
   f.has_conv = true;
   return f;

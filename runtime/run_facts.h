@@ -28,6 +28,12 @@ struct ConvAlgoSources {
   std::string bn_stats_mode = "separate";
   int bn_stats_fused = 0, bn_stats_separate = 0, bn_stats_fallback = 0;
   std::string bn_stats_fallback_reason;
+  // train.conv_bn_apply: its mode and, unless separate, the batch norms whose apply + ReLU their consumer conv runs
+  // (folded) or that keep it because cuDNN offered no engine for the prologue or the weight-gradient graph
+  // (fallback, the first reason kept).
+  std::string bn_apply_mode = "separate";
+  int bn_apply_folded = 0, bn_apply_fallback = 0;
+  std::string bn_apply_fallback_reason;
 };
 
 // Counts one geometry: for each direction d (ConvDir order: fwd, dgrad, wgrad) that is planned[d], a plan from the
@@ -59,7 +65,8 @@ struct RunFacts {
 // run.json's text, one object:
 //   {"backend": "cuda", "conv_algorithms": {"source": "autotune cache", "cache": PATH, "cache_exists": true,
 //    "from_cache": 39, "from_heuristics": 0, "deterministic": true[, "bn_stats": {"mode": "auto", "fused": 5,
-//    "separate": 8, "fallback": 0, "fallback_reason": ""}]},  (bn_stats only when its mode is not "separate")
+//    "separate": 8, "fallback": 0, "fallback_reason": ""[, "apply": {"mode": "prologue", "folded": 4,
+//    "fallback": 0, "fallback_reason": ""}]}]}  (bn_stats only when its mode is not "separate", apply likewise)
 //    "device_memory": {"plan_bytes": P, "amp_weight_copy_bytes": A, "workspace_bytes": W,
 //    "resident_data_bytes": D, "total_bytes": P + A + W + D}}
 // ("conv_algorithms" left out without has_conv, "device_memory" without has_memory; "source" and "total_bytes" are

@@ -220,6 +220,15 @@ enum class ConvFewc { On, Forward, Off };
 // cuDNN has no engine for runs separately (run.json and the log count both). The same batch norm up to the
 // statistics' rounding; no effect on the CPU backend.
 enum class ConvBnStats { Separate, Fused, Auto };
+// With conv_bn_stats fused or auto, where a training batch norm + ReLU applies its normalisation when its output feeds
+// only the next convolution (and that convolution's weight gradient): separate = the apply pass writes the output
+// (the default); prologue = the output is never written: the batch norm writes its per-channel scale and shift
+// (f16), the next convolution (a fused pair itself) applies relu(x * scale + shift) while loading its input
+// (cuDNN's scale + bias + ReLU + conv + genstats graph) and its weight gradient likewise (scale + bias + ReLU +
+// wgrad). A pass over the output written and one read fewer per such layer. The scale and shift are rounded to f16
+// (what cuDNN's engines take), so the normalised values differ from the apply pass's at the f16 rounding level; the
+// batch norm's backward is unchanged. A batch norm cuDNN has no engine for keeps its apply pass (counted).
+enum class ConvBnApply { Separate, Prologue };
 struct TrainSpec {
   int epochs = 1;               // >= 1
   Precision precision = Precision::Fp32;
@@ -235,6 +244,7 @@ struct TrainSpec {
   ConvS2d conv_s2d = ConvS2d::Forward;           // YAML conv_s2d: on | forward | off
   ConvFewc conv_fewc = ConvFewc::On;             // YAML conv_fewc: on | forward | off
   ConvBnStats conv_bn_stats = ConvBnStats::Separate;  // YAML conv_bn_stats: separate | fused | auto
+  ConvBnApply conv_bn_apply = ConvBnApply::Separate;  // YAML conv_bn_apply: separate | prologue
   int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
   // Optimizer steps between mid-epoch checkpoints (checkpoints/epoch-NNNN-step-SSSSSSSS, with the data position);
   // 0 = none. Independent of checkpoint_every (both may be set); not part of the checkpoint's spec hash.
@@ -304,6 +314,7 @@ const char* to_string(ConvIm2col c);
 const char* to_string(ConvS2d c);
 const char* to_string(ConvFewc c);
 const char* to_string(ConvBnStats c);
+const char* to_string(ConvBnApply c);
 const char* to_string(OptimizerKind o);
 const char* to_string(SchedulerKind s);
 const char* to_string(LayerKind l);

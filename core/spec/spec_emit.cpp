@@ -131,6 +131,13 @@ const char* to_string(ConvFewc c) {
   }
   return "?";
 }
+const char* to_string(ConvBnApply c) {
+  switch (c) {
+    case ConvBnApply::Separate: return "separate";
+    case ConvBnApply::Prologue: return "prologue";
+  }
+  return "?";
+}
 const char* to_string(ConvBnStats c) {
   switch (c) {
     case ConvBnStats::Separate: return "separate";
@@ -369,6 +376,8 @@ std::string spec_to_yaml(const Spec& spec) {
     y += std::string("  conv_fewc: ") + to_string(spec.train.conv_fewc) + "\n";
   if (spec.train.conv_bn_stats != ConvBnStats::Separate)  // only when not the default: older specs keep their hash
     y += std::string("  conv_bn_stats: ") + to_string(spec.train.conv_bn_stats) + "\n";
+  if (spec.train.conv_bn_apply != ConvBnApply::Separate)  // only when not the default: older specs keep their hash
+    y += std::string("  conv_bn_apply: ") + to_string(spec.train.conv_bn_apply) + "\n";
   y += "  checkpoint_every: " + std::to_string(spec.train.checkpoint_every) + "\n";
   if (spec.train.checkpoint_every_steps > 0)  // written only when set: specs without it keep their checkpoint hash
     y += "  checkpoint_every_steps: " + std::to_string(spec.train.checkpoint_every_steps) + "\n";

@@ -186,7 +186,7 @@ void parse_train_section(Diagnostics& d, const YamlNode& map, TrainSpec& out) {
              {"epochs", "precision", "device", "threads", "deterministic", "checkpoint_every", "checkpoint_every_steps",
               "keep_last", "keep_best", "ema_decay", "eval_ema", "validate_every", "early_stopping_patience",
               "early_stopping_metric", "early_stopping_min_delta", "accumulate_steps", "conv_im2col",
-              "conv_s2d", "conv_fewc", "conv_bn_stats"});
+              "conv_s2d", "conv_fewc", "conv_bn_stats", "conv_bn_apply"});
   get_int(d, map, s, "epochs", int_at_least(1), out.epochs);
   get_enum(d, map, s, "precision", {Precision::Fp32, Precision::Tf32, Precision::Fp16, Precision::Bf16},
            out.precision);
@@ -204,6 +204,11 @@ void parse_train_section(Diagnostics& d, const YamlNode& map, TrainSpec& out) {
             std::string("'train.conv_bn_stats: ") + to_string(out.conv_bn_stats) +
                 "' needs 'train.deterministic: false' (cuDNN's fused batch-norm statistics are not bitwise "
                 "repeatable run to run); set it, or use conv_bn_stats: separate");
+  get_enum(d, map, s, "conv_bn_apply", {ConvBnApply::Separate, ConvBnApply::Prologue}, out.conv_bn_apply);
+  if (out.conv_bn_apply != ConvBnApply::Separate && out.conv_bn_stats == ConvBnStats::Separate)
+    d.error(ErrCode::Invalid, map.find("conv_bn_apply")->loc,
+            "'train.conv_bn_apply: prologue' needs 'train.conv_bn_stats: fused' or 'auto' (the convolution that "
+            "applies the batch norm is one of cuDNN's conv + genstats graphs)");
   get_int(d, map, s, "checkpoint_every", int_at_least(0), out.checkpoint_every);
   get_int(d, map, s, "checkpoint_every_steps", int_at_least(0), out.checkpoint_every_steps);
   get_int(d, map, s, "keep_last", int_at_least(0), out.keep_last);

@@ -934,6 +934,7 @@ bool CudaBackend::device_memory(RunMemory* out) const {
               static_cast<size_t>(2 * pad_x_elems_ + pad_w_elems_) * 2 + s2d_z_bytes_ + s2d_w_bytes_;
   for (size_t b : ce_ws_bytes_) ws += b;
   for (const auto& [v, sums] : conv_bn_sums_) ws += static_cast<size_t>(c_.graph.values[v].shape.dims.back()) * 8;
+  for (const auto& [v, fold] : bn_fold_) ws += static_cast<size_t>(fold.c) * 4;  // (2, C) f16 scale and shift
   m.workspaces = static_cast<int64_t>(ws);
   m.amp_weight_copy = lowp() ? c_.plan.weights_bytes / 2 : 0;
   m.plan = c_.plan.total_bytes();

@@ -204,7 +204,15 @@ class CudaBackend final : public Backend {
   std::map<std::string, Im2colConvPlan> im2col_;  // by im2col_key; their cols and Wc live in conv_ws_
   std::map<std::string, FewcConvPlan> fewc_;          // forwards, by geometry key (conv_key)
   std::map<std::string, FewcWgradPlan> fewc_wgrad_;   // weight gradients (partials in conv_ws_), likewise
-  std::map<std::string, FusedConvPlan> fused_conv_;   // conv + genstats graphs (train.conv_bn_stats), by conv_key
+  std::map<std::string, FusedConvPlan> fused_conv_;   // conv + genstats graphs (train.conv_bn_stats), by conv_key;
+                                                      // with the BN-apply prologue by "prologue " + conv_key
+  std::map<std::string, FusedWgradPlan> fused_wgrad_; // wgrad on relu(x * scale + shift) (train.conv_bn_apply)
+  struct BnFold {                                     // a batch norm whose apply its consumer conv does
+    ValueId x = kNoValue;                             // the batch norm's input, which the consumer reads instead
+    void* consts = nullptr;                           // (2, C) f16: scale, shift
+    int64_t c = 0;
+  };
+  std::map<ValueId, BnFold> bn_fold_;                 // by the batch norm's (never written) output y
   std::map<ValueId, float*> conv_bn_sums_;            // fused conv's output -> its (2, K) f32 sums: sum, sqsum
   float* conv_bn_sums_mem_ = nullptr;                 // one allocation for all of them
   void *s2d_z_ = nullptr, *s2d_w_ = nullptr;      // space-to-depth scratch: z (N, Hz, Wz, Cz), w2 (K, R2, S2, Cz)

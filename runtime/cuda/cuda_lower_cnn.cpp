@@ -157,13 +157,20 @@ Status CudaBackend::plan_cnn() {
 // train.conv_bn_stats: the pairs conv_bn_stats_choose (runtime/ops/conv2d/conv_bn_stats.h) fuses get cuDNN's conv +
 // genstats graph (runtime/cuda/cudnn_fused_conv.h: y as the convolution writes it, plus the per-channel sum and sum
 // of squares of y into a (2, K) f32 buffer of the pair), and their batch norm finalizes from the sums instead of its
-// statistics pass. A pair cuDNN offers no engine for falls back to separate (counted, its first reason kept:
-// conv_sources_.bn_stats_*).
+// statistics pass. train.conv_bn_apply: prologue then folds the batch norms conv_bn_apply_choose picks (among the
+// pairs cuDNN planned) into their consumer: the batch norm writes its (2, C) f16 scale and shift, the consumer conv
+// runs the prologue graph (b) and its weight gradients graph (c). A pair or fold cuDNN offers no engine for stays
+// separate (counted, the first reason kept: conv_sources_.bn_stats_*, bn_apply_*).
 Status CudaBackend::plan_conv_bn_stats() {
   conv_sources_.bn_stats_mode = to_string(c_.spec.train.conv_bn_stats);
+  conv_sources_.bn_apply_mode = to_string(c_.spec.train.conv_bn_apply);
   const ConvBnStatsChoice choice = conv_bn_stats_choose(c_.graph, c_.spec);
   conv_sources_.bn_stats_separate = choice.separate;
-  std::vector<const ConvBnStatsPair*> pairs;
+  auto refused = [&](int& count, std::string& reason, const std::string& node, const std::vector<Error>& errs) {
+    ++count;
+    if (reason.empty()) reason = node + ": " + errs.front().message;
+  };
+  ConvBnStatsChoice planned;  // the pairs cuDNN serves
   for (const ConvBnStatsPair& pr : choice.fuse) {
     const std::string key = conv_key(pr.g);
     if (!fused_conv_.count(key)) {
@@ -174,29 +181,75 @@ Status CudaBackend::plan_conv_bn_stats() {
       Result<FusedConvPlan> plan = fused_conv_plan(ctx_.cudnn, d);
       if (!plan.ok()) {
         if (plan.errors().front().code != ErrCode::NotSupported) return plan.errors();
-        ++conv_sources_.bn_stats_fallback;
-        if (conv_sources_.bn_stats_fallback_reason.empty())
-          conv_sources_.bn_stats_fallback_reason =
-              c_.graph.programs[pr.program].nodes[pr.conv].name + ": " + plan.errors().front().message;
+        refused(conv_sources_.bn_stats_fallback, conv_sources_.bn_stats_fallback_reason,
+                c_.graph.programs[pr.program].nodes[pr.conv].name, plan.errors());
         continue;
       }
       conv_ws_bytes_ = std::max(conv_ws_bytes_, fused_conv_workspace_bytes(plan.value()));
       fused_conv_.emplace(key, std::move(plan.value()));
     }
-    pairs.push_back(&pr);
+    planned.fuse.push_back(pr);
     ++conv_sources_.bn_stats_fused;
   }
-  // One buffer for every pair's sums, each (2, K) f32 at a 256-byte boundary.
+  std::vector<ConvBnApplyFold> folds;
+  for (const ConvBnApplyFold& f : conv_bn_apply_choose(c_.graph, c_.spec, planned)) {
+    const Node& conv = c_.graph.programs[f.program].nodes[f.conv];
+    const Conv2dGeom g = conv2d_geom_of(c_.graph, conv, conv.in[0], conv.in[1]);
+    const std::string key = conv_key(g), pro_key = "prologue " + key;
+    if (!fused_conv_.count(pro_key)) {
+      FusedConvDesc d;
+      d.g = g;
+      d.io = act_type();
+      d.prologue = true;
+      d.affine = GpuDType::F16;  // cuDNN 9.19 on sm_90 has no engine for f32 scale/bias (RESULTS.md run 25)
+      d.plan.deterministic = false;
+      Result<FusedConvPlan> plan = fused_conv_plan(ctx_.cudnn, d);
+      if (!plan.ok()) {
+        if (plan.errors().front().code != ErrCode::NotSupported) return plan.errors();
+        refused(conv_sources_.bn_apply_fallback, conv_sources_.bn_apply_fallback_reason, conv.name, plan.errors());
+        continue;
+      }
+      conv_ws_bytes_ = std::max(conv_ws_bytes_, fused_conv_workspace_bytes(plan.value()));
+      fused_conv_.emplace(pro_key, std::move(plan.value()));
+    }
+    if (!f.wgrads.empty() && !fused_wgrad_.count(key)) {
+      FusedWgradDesc d;
+      d.g = g;
+      d.io = act_type();
+      d.plan.deterministic = false;
+      Result<FusedWgradPlan> plan = fused_wgrad_plan(ctx_.cudnn, d);
+      if (!plan.ok()) {
+        if (plan.errors().front().code != ErrCode::NotSupported) return plan.errors();
+        refused(conv_sources_.bn_apply_fallback, conv_sources_.bn_apply_fallback_reason,
+                c_.graph.programs[f.program].nodes[f.wgrads.front()].name, plan.errors());
+        continue;
+      }
+      conv_ws_bytes_ = std::max(conv_ws_bytes_, fused_wgrad_workspace_bytes(plan.value()));
+      fused_wgrad_.emplace(key, std::move(plan.value()));
+    }
+    folds.push_back(f);
+    ++conv_sources_.bn_apply_folded;
+  }
+  // One buffer: every pair's sums, (2, K) f32 each, then every fold's scale and shift, (2, C) f16 each, each at a
+  // 256-byte boundary.
   std::vector<size_t> offset;
   size_t bytes = 0;
-  for (const ConvBnStatsPair* pr : pairs) {
+  for (const ConvBnStatsPair& pr : planned.fuse) {
     offset.push_back(bytes);
-    bytes += static_cast<size_t>(align_up(pr->g.k * 8));
+    bytes += static_cast<size_t>(align_up(pr.g.k * 8));
+  }
+  for (const ConvBnApplyFold& f : folds) {
+    offset.push_back(bytes);
+    bytes += static_cast<size_t>(align_up(c_.graph.values[f.y].shape.dims.back() * 4));
   }
   if (bytes == 0) return ok_status();
   TRCTL_CUDA_TRY(cudaMalloc(&conv_bn_sums_mem_, bytes));
-  for (size_t i = 0; i < pairs.size(); ++i)
-    conv_bn_sums_[pairs[i]->y] = reinterpret_cast<float*>(reinterpret_cast<char*>(conv_bn_sums_mem_) + offset[i]);
+  char* base = reinterpret_cast<char*>(conv_bn_sums_mem_);
+  for (size_t i = 0; i < planned.fuse.size(); ++i)
+    conv_bn_sums_[planned.fuse[i].y] = reinterpret_cast<float*>(base + offset[i]);
+  for (size_t i = 0; i < folds.size(); ++i)
+    bn_fold_[folds[i].y] =
+        BnFold{folds[i].x, base + offset[planned.fuse.size() + i], c_.graph.values[folds[i].y].shape.dims.back()};
   return ok_status();
 }
 
@@ -251,12 +304,19 @@ Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
   };
   Launch conv;
   if (n.op == OpKind::Conv2d && conv_bn_sums_.count(n.out[0])) {  // train.conv_bn_stats: conv + genstats
-    auto it = fused_conv_.find(conv_key(real));
+    // train.conv_bn_apply: prologue: the previous batch norm's apply + ReLU runs on its input while loading it.
+    auto fold = bn_fold_.find(n.in[0]);
+    const bool pro = fold != bn_fold_.end();
+    auto it = fused_conv_.find((pro ? "prologue " : "") + conv_key(real));
     if (it == fused_conv_.end()) return Error{ErrCode::Internal, "cuda backend", "no fused conv plan for " + n.name};
     const FusedConvPlan* fp = &it->second;
     const BnSums sums = conv_bn_sums(n.out[0]);
     FusedConvArgs a;
-    a.x = at(n.in[0]);
+    a.x = pro ? at(fold->second.x) : at(n.in[0]);
+    if (pro) {
+      a.scale = fold->second.consts;
+      a.bias = static_cast<const char*>(fold->second.consts) + fold->second.c * 2;  // (2, C) f16: row 1
+    }
     a.w = weight_ptr(n.in[1]);
     a.y = at(n.out[0]);
     a.sum = const_cast<float*>(sums.sum);
@@ -282,6 +342,25 @@ Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
     conv = [=] { return cudnn_conv_dgrad(h, s, *plan, dy, w, dxp, ws, wsb); };
     out.push_back(conv);
     if (padded) out.push_back([=] { return channel_copy_cuda(s, dxp, act, cp, dx, act, c, xrows); });
+  } else if (auto fold = bn_fold_.find(n.in[1]); fold != bn_fold_.end()) {
+    // train.conv_bn_apply: prologue: dW on relu(x * scale + shift) of the batch norm's input x (graph (c)), in the
+    // io dtype, then cast into the fp32 gradient as below (never padded: a fold's conv has C % 8 == 0).
+    if (Status st = lowp_wgrad_supported(n); !st.ok()) return st;
+    auto it = fused_wgrad_.find(conv_key(real));
+    if (it == fused_wgrad_.end() || padded || !lowp())
+      return Error{ErrCode::Internal, "cuda backend", "no fused bn_relu_wgrad plan for " + n.name};
+    const FusedWgradPlan* fp = &it->second;
+    FusedWgradArgs a;
+    a.dy = at(n.in[0]);
+    a.x = at(fold->second.x);
+    a.scale = fold->second.consts;
+    a.bias = static_cast<const char*>(fold->second.consts) + fold->second.c * 2;
+    a.dw = lowp_dw_;
+    void* dw_f32 = at(n.out[0]);
+    void* dw = lowp_dw_;
+    conv = [=] { return fused_wgrad_run(h, s, *fp, a, ws, wsb); };
+    out.push_back(conv);
+    out.push_back([=] { return channel_copy_cuda(s, dw, act, c, dw_f32, GpuDType::F32, c, wrows); });
   } else {
     // dW in the io dtype (cuDNN's filter type); under AMP cast (and sliced, when padded) into the fp32 gradient.
     if (lowp())
@@ -478,6 +557,14 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
     float *rm = f32(n.in[3]), *rv = f32(n.in[4]), *sm = f32(n.out[1]), *si = f32(n.out[2]);
     void* y = at(n.out[0]);
     const BnSums sums = conv_bn_sums(n.in[0]);  // train.conv_bn_stats: from the conv's genstats
+    if (auto fold = bn_fold_.find(n.out[0]); fold != bn_fold_.end()) {  // train.conv_bn_apply: prologue
+      void* consts = fold->second.consts;  // the consumer conv applies relu(x * scale + shift); y is not written
+      out.push_back([=] {
+        return batchnorm_fwd_train_consts_cuda(s, x, act, gamma, beta, sm, si, rm, rv, rows, c, eps, momentum, ws, wsb,
+                                               prebias, sums, consts, GpuDType::F16);
+      });
+      return ok_status();
+    }
     out.push_back([=] {
       return batchnorm_fwd_train_cuda(s, x, act, gamma, beta, y, sm, si, rm, rv, rows, c, eps, momentum, relu, ws, wsb,
                                       res, prebias, sums);

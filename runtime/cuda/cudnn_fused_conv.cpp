@@ -65,9 +65,8 @@ Status add_pointwise(Builder& b, cudnnPointwiseMode_t mode, const char* name, si
   return ok_status();
 }
 
-// y = conv(x, w): cross-correlation, fp32 compute, alpha 1, beta 0 (y overwritten).
-Status add_conv(Builder& b, const Conv2dGeom& g, size_t x, size_t w, size_t y) {
-  const std::string ctx = b.ctx + ", convolution forward";
+// The convolution descriptor of g: cross-correlation, fp32 compute, g's strides, dilations and symmetric padding.
+Result<CudnnBackendDesc> conv_desc(const Conv2dGeom& g, const std::string& ctx) {
   Result<CudnnBackendDesc> cd = cudnn_desc_create(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, ctx);
   if (!cd.ok()) return cd.errors();
   const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
@@ -82,16 +81,46 @@ Status add_conv(Builder& b, const Conv2dGeom& g, size_t x, size_t w, size_t y) {
   if (st.ok()) st = cudnn_desc_set_i64(*cd, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, {g.pad_h, g.pad_w}, ctx);
   if (st.ok()) st = cudnn_desc_set_i64(*cd, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, {g.pad_h, g.pad_w}, ctx);
   if (st.ok()) st = cudnn_desc_finalize(*cd, ctx);
-  if (!st.ok()) return st;
+  if (!st.ok()) return st.errors();
+  return cd;
+}
+
+// y = conv(x, w): alpha 1, beta 0 (y overwritten).
+Status add_conv(Builder& b, const Conv2dGeom& g, size_t x, size_t w, size_t y) {
+  const std::string ctx = b.ctx + ", convolution forward";
+  Result<CudnnBackendDesc> cd = conv_desc(g, ctx);
+  if (!cd.ok()) return cd.errors();
   Result<CudnnBackendDesc> op = cudnn_desc_create(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, ctx);
   if (!op.ok()) return op.errors();
   const float alpha = 1.0f, beta = 0.0f;  // float scaling factors: the compute type is float
-  st = cudnn_desc_set(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, ctx);
+  Status st = cudnn_desc_set(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, ctx);
   if (st.ok()) st = cudnn_desc_set(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta, ctx);
   if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, *cd, ctx);
   if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, b.keep[x], ctx);
   if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, b.keep[w], ctx);
   if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, b.keep[y], ctx);
+  if (st.ok()) st = cudnn_desc_finalize(*op, ctx);
+  if (!st.ok()) return st;
+  b.keep.push_back(std::move(cd.value()));
+  b.ops.push_back(std::move(op.value()));
+  return ok_status();
+}
+
+// dw = wgrad(dy, x): the weight gradient of g's convolution, alpha 1, beta 0 (dw overwritten).
+Status add_conv_wgrad(Builder& b, const Conv2dGeom& g, size_t dy, size_t x, size_t dw) {
+  const std::string ctx = b.ctx + ", convolution backward filter";
+  Result<CudnnBackendDesc> cd = conv_desc(g, ctx);
+  if (!cd.ok()) return cd.errors();
+  Result<CudnnBackendDesc> op = cudnn_desc_create(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR, ctx);
+  if (!op.ok()) return op.errors();
+  const float alpha = 1.0f, beta = 0.0f;
+  Status st = cudnn_desc_set(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, ctx);
+  if (st.ok())
+    st = cudnn_desc_set(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta, ctx);
+  if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, *cd, ctx);
+  if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, b.keep[dy], ctx);
+  if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, b.keep[x], ctx);
+  if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, b.keep[dw], ctx);
   if (st.ok()) st = cudnn_desc_finalize(*op, ctx);
   if (!st.ok()) return st;
   b.keep.push_back(std::move(cd.value()));
@@ -252,6 +281,92 @@ Result<float> fused_conv_time_ms(cudnnHandle_t h, cudaStream_t s, const FusedCon
 
 std::string fused_conv_describe(const FusedConvPlan& p) {
   return p.exec.graph + ": " + cudnn_plan_describe(p.exec);
+}
+
+// ---- graph (c): the weight gradient on relu(x * scale + bias)
+
+std::string fused_wgrad_name(const FusedWgradDesc& d, bool f16_intermediates) {
+  std::string s = std::string("bn_relu_wgrad ") + gpu_dtype_name(d.io) + " (scale/bias " + gpu_dtype_name(d.affine) +
+                  (f16_intermediates ? ", f16 intermediates)" : ")");
+  if (d.plan.deterministic) s += " deterministic";
+  return s + " " + conv2d_geom_str(d.g);
+}
+
+namespace {
+
+Status build_wgrad_graph(Builder& b, const Conv2dGeom& g, GpuDType io_t, GpuDType affine_t, bool f16_mid) {
+  const cudnnDataType_t io = cudnn_type_of(io_t), aff = cudnn_type_of(affine_t);
+  const cudnnDataType_t mid = f16_mid ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+  Result<size_t> dy = add_tensor(b, cudnn_tensor_nhwc(kWgradUidDy, io, g.n, g.k, g.p, g.q));
+  if (!dy.ok()) return dy.errors();
+  Result<size_t> x = add_tensor(b, cudnn_tensor_nhwc(kWgradUidX, io, g.n, g.c, g.h, g.w));
+  if (!x.ok()) return x.errors();
+  Result<size_t> scale = add_tensor(b, cudnn_tensor_nhwc(kWgradUidScale, aff, 1, g.c, 1, 1));
+  if (!scale.ok()) return scale.errors();
+  Result<size_t> bias = add_tensor(b, cudnn_tensor_nhwc(kWgradUidBias, aff, 1, g.c, 1, 1));
+  if (!bias.ok()) return bias.errors();
+  Result<size_t> dw = add_tensor(b, cudnn_tensor_nhwc(kWgradUidDw, io, g.k, g.c, g.r, g.s));  // KRSC
+  if (!dw.ok()) return dw.errors();
+  Result<size_t> xs = add_tensor(b, cudnn_tensor_nhwc(kWgradUidXScaled, mid, g.n, g.c, g.h, g.w, true));
+  if (!xs.ok()) return xs.errors();
+  Result<size_t> xb = add_tensor(b, cudnn_tensor_nhwc(kWgradUidXBiased, mid, g.n, g.c, g.h, g.w, true));
+  if (!xb.ok()) return xb.errors();
+  Result<size_t> xr = add_tensor(b, cudnn_tensor_nhwc(kWgradUidXRelu, mid, g.n, g.c, g.h, g.w, true));
+  if (!xr.ok()) return xr.errors();
+  if (Status st = add_pointwise(b, CUDNN_POINTWISE_MUL, "mul (x * scale)", *x, &*scale, *xs); !st.ok()) return st;
+  if (Status st = add_pointwise(b, CUDNN_POINTWISE_ADD, "add (+ bias)", *xs, &*bias, *xb); !st.ok()) return st;
+  if (Status st = add_pointwise(b, CUDNN_POINTWISE_RELU_FWD, "relu", *xb, nullptr, *xr); !st.ok()) return st;
+  return add_conv_wgrad(b, g, *dy, *xr, *dw);
+}
+
+}  // namespace
+
+Result<FusedWgradPlan> fused_wgrad_plan(cudnnHandle_t h, const FusedWgradDesc& d) {
+  FusedWgradPlan p;
+  p.desc = d;
+  if (!h && !d.plan.device_prop)
+    return fused_error(ErrCode::Invalid, "fused_wgrad_plan: null cuDNN handle", __FILE__, __LINE__);
+  std::string why;
+  if (!conv2d_geom_finish(p.desc.g, &why))
+    return fused_error(ErrCode::Invalid, "fused bn_relu_wgrad: " + why, __FILE__, __LINE__);
+  const std::string tail = " not supported by the fused bn_relu_wgrad path (use the batch norm's apply + cuDNN wgrad)";
+  if (p.desc.g.groups != 1)
+    return fused_error(ErrCode::NotSupported, "fused bn_relu_wgrad: groups " + std::to_string(p.desc.g.groups) + tail,
+                       __FILE__, __LINE__);
+  if (p.desc.io != GpuDType::F16 || p.desc.affine != GpuDType::F16)
+    return fused_error(ErrCode::NotSupported, "fused bn_relu_wgrad: io and scale/bias must be f16;" + tail, __FILE__,
+                       __LINE__);
+  std::vector<Error> first;  // the f32-intermediate graph's errors, reported if the f16 retry fails too
+  for (bool f16_mid : {false, true}) {
+    const std::string name = fused_wgrad_name(p.desc, f16_mid);
+    Builder b;
+    b.ctx = "cudnn graph '" + name + "'";
+    Status st = build_wgrad_graph(b, p.desc.g, p.desc.io, p.desc.affine, f16_mid);
+    Result<CudnnExecPlan> plan = st.ok() ? cudnn_plan_build(h, name, std::move(b.ops), std::move(b.keep), p.desc.plan)
+                                         : Result<CudnnExecPlan>(st.errors());
+    if (plan.ok()) {
+      p.f16_intermediates = f16_mid;
+      p.exec = std::move(plan.value());
+      return Result<FusedWgradPlan>(std::move(p));
+    }
+    if (plan.errors().front().code != ErrCode::NotSupported) return plan.errors();
+    if (first.empty()) first = plan.errors();
+  }
+  return first;
+}
+
+size_t fused_wgrad_workspace_bytes(const FusedWgradPlan& p) { return static_cast<size_t>(p.exec.workspace); }
+
+Status fused_wgrad_run(cudnnHandle_t h, cudaStream_t s, const FusedWgradPlan& p, const FusedWgradArgs& a, void* ws,
+                       size_t ws_bytes) {
+  if (!a.dy || !a.x || !a.scale || !a.bias || !a.dw)
+    return fused_error(ErrCode::Invalid, "fused_wgrad_run (" + p.exec.graph + "): null pointer", __FILE__, __LINE__);
+  const std::vector<int64_t> uids = {kWgradUidDy, kWgradUidX, kWgradUidScale, kWgradUidBias, kWgradUidDw};
+  const std::vector<void*> ptrs = {const_cast<void*>(a.dy), const_cast<void*>(a.x), const_cast<void*>(a.scale),
+                                   const_cast<void*>(a.bias), a.dw};  // cuDNN only reads the first four
+  Result<CudnnBackendDesc> pack = cudnn_variant_pack_make(p.exec, uids, ptrs, ws, ws_bytes);
+  if (!pack.ok()) return pack.errors();
+  return cudnn_plan_execute(h, s, p.exec, pack.value());
 }
 
 }  // namespace trctl

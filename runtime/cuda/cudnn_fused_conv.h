@@ -92,4 +92,40 @@ Result<float> fused_conv_time_ms(cudnnHandle_t h, cudaStream_t s, const FusedCon
 // One line: the graph's name and cudnn_plan_describe of its plan.
 std::string fused_conv_describe(const FusedConvPlan& p);
 
+// Graph (c), the weight gradient that goes with graph (b)'s prologue (cuDNN's "ConvBNwgrad" pattern; on sm_90 only
+// this full pattern is served): dw = wgrad(dy, relu(x * scale + bias)), the ReLU input never written (virtual).
+// x (N, H, W, C), dy (N, P, Q, K), dw (K, R, S, C) of type io (F16); scale, bias (C) of type affine (F16). The
+// intermediates are fp32 (virtual); when cuDNN serves no such graph the plan retries with f16 ones (both are in
+// use in NVIDIA's samples; which one an engine takes is what the plan log says). Refused like graph (b): groups !=
+// 1, io other than F16 / affine other than F16 (NotSupported), or no engine.
+struct FusedWgradDesc {
+  Conv2dGeom g;                     // groups must be 1; p, q are (re)computed by the plan
+  GpuDType io = GpuDType::F16;
+  GpuDType affine = GpuDType::F16;
+  CudnnPlanOptions plan;
+};
+enum FusedWgradUid : int64_t {
+  kWgradUidDy = 11, kWgradUidX = 12, kWgradUidScale = 13, kWgradUidBias = 14, kWgradUidDw = 15,
+  kWgradUidXScaled = 111, kWgradUidXBiased = 112, kWgradUidXRelu = 113  // virtual
+};
+struct FusedWgradPlan {
+  FusedWgradDesc desc;            // with g.p, g.q filled
+  bool f16_intermediates = false; // the retry's graph
+  CudnnExecPlan exec;
+};
+struct FusedWgradArgs {
+  const void* dy = nullptr;     // (N, P, Q, K) io
+  const void* x = nullptr;      // (N, H, W, C) io: the batch norm's input
+  const void* scale = nullptr;  // (C) affine
+  const void* bias = nullptr;   // (C) affine
+  void* dw = nullptr;           // (K, R, S, C) io, overwritten
+};
+// "bn_relu_wgrad f16 N=256 56x56 C=256 -> K=256 3x3 ..." (+ " (f16 intermediates)").
+std::string fused_wgrad_name(const FusedWgradDesc& d, bool f16_intermediates = false);
+Result<FusedWgradPlan> fused_wgrad_plan(cudnnHandle_t h, const FusedWgradDesc& d);
+size_t fused_wgrad_workspace_bytes(const FusedWgradPlan& p);
+// Builds the variant pack and executes it on s (capturable; run it once before capturing).
+Status fused_wgrad_run(cudnnHandle_t h, cudaStream_t s, const FusedWgradPlan& p, const FusedWgradArgs& a, void* ws,
+                       size_t ws_bytes);
+
 }  // namespace trctl

@@ -296,9 +296,13 @@ std::string conv_algorithms_text(const YAML::Node& train, BackendKind be, const 
   std::string s = conv_algorithms_base(train, be, facts);
   if (be == BackendKind::Cpu || !facts || !facts->has_conv || facts->conv.bn_stats_mode == "separate") return s;
   const ConvAlgoSources& c = facts->conv;
-  return s + "; batch-norm statistics (train.conv_bn_stats: " + c.bn_stats_mode + ") of " +
-         std::to_string(c.bn_stats_fused) + " conv -> batch norm pairs from cuDNN's conv + genstats epilogue, " +
-         std::to_string(c.bn_stats_separate + c.bn_stats_fallback) + " from trctl's statistics pass";
+  s += "; batch-norm statistics (train.conv_bn_stats: " + c.bn_stats_mode + ") of " +
+       std::to_string(c.bn_stats_fused) + " conv -> batch norm pairs from cuDNN's conv + genstats epilogue, " +
+       std::to_string(c.bn_stats_separate + c.bn_stats_fallback) + " from trctl's statistics pass";
+  if (c.bn_apply_mode != "separate")
+    s += "; " + std::to_string(c.bn_apply_folded) + " batch norms' apply + ReLU in the next convolution's prologue " +
+         "(train.conv_bn_apply: " + c.bn_apply_mode + ")";
+  return s;
 }
 
 std::vector<RecipeItem> items_of(const YAML::Node& y, const PlanFacts& plan, const RunFacts* facts) {

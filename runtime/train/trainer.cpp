@@ -441,6 +441,12 @@ std::string conv_bn_stats_log(const ConvAlgoSources* conv) {
                   std::to_string(conv->bn_stats_separate) + " separate, " + std::to_string(conv->bn_stats_fallback) +
                   " fell back to separate";
   if (conv->bn_stats_fallback > 0) s += " (first: " + conv->bn_stats_fallback_reason + ")";
+  if (conv->bn_apply_mode != "separate") {
+    s += "; batch-norm apply + ReLU in the next conv (train.conv_bn_apply: " + conv->bn_apply_mode + "): " +
+         std::to_string(conv->bn_apply_folded) + " folded, " + std::to_string(conv->bn_apply_fallback) +
+         " fell back";
+    if (conv->bn_apply_fallback > 0) s += " (first: " + conv->bn_apply_fallback_reason + ")";
+  }
   return s;
 }
 

@@ -85,6 +85,7 @@ Spec complex_spec() {
   s.train.conv_s2d = ConvS2d::Off;
   s.train.conv_fewc = ConvFewc::Off;
   s.train.conv_bn_stats = ConvBnStats::Auto;  // with deterministic: false above
+  s.train.conv_bn_apply = ConvBnApply::Prologue;
   s.run.out_dir = "out dir";
   s.run.name = "true";
   s.run.log_interval = 3;
@@ -250,6 +251,18 @@ TEST_CASE("train.conv_s2d is written only when not the default 'forward', so old
     REQUIRE(back.ok());
     CHECK(back.value().train.conv_s2d == m);
   }
+}
+
+TEST_CASE("train.conv_bn_apply is written only when not the default 'separate', so older specs keep their hash") {
+  Spec s = complex_spec();
+  s.train.conv_bn_apply = ConvBnApply::Separate;
+  CHECK(spec_to_yaml(s).find("conv_bn_apply") == std::string::npos);
+  s.train.conv_bn_apply = ConvBnApply::Prologue;
+  const std::string y = spec_to_yaml(s);
+  CHECK(y.find("  conv_bn_apply: prologue\n") != std::string::npos);
+  Result<Spec> back = spec_parse(y, "emitted.yaml");
+  REQUIRE(back.ok());
+  CHECK(back.value().train.conv_bn_apply == ConvBnApply::Prologue);
 }
 
 TEST_CASE("train.conv_bn_stats is written only when not the default 'separate', so older specs keep their hash") {

@@ -198,6 +198,24 @@ TEST_CASE("train.conv_bn_stats takes separate, fused or auto, default separate; 
   CHECK(has_error(r, "expected one of: separate, fused, auto"));
 }
 
+TEST_CASE("train.conv_bn_apply takes separate or prologue; prologue needs conv_bn_stats fused or auto") {
+  Result<Spec> def = parse(kModel);
+  REQUIRE(def.ok());
+  CHECK(def.value().train.conv_bn_apply == ConvBnApply::Separate);
+  Result<Spec> ok =
+      parse("train:\n  deterministic: false\n  conv_bn_stats: auto\n  conv_bn_apply: prologue\n" + kModel);
+  INFO((ok.ok() ? std::string() : ok.error_text()));
+  REQUIRE(ok.ok());
+  CHECK(ok.value().train.conv_bn_apply == ConvBnApply::Prologue);
+  Result<Spec> alone = parse("train:\n  deterministic: false\n  conv_bn_apply: prologue\n" + kModel);
+  CHECK(only_code(alone) == ErrCode::Invalid);
+  CHECK(has_error(alone,
+                  "test.yaml:3:18: 'train.conv_bn_apply: prologue' needs 'train.conv_bn_stats: fused' or 'auto'"));
+  Result<Spec> r = parse("train:\n  conv_bn_apply: fused\n" + kModel);
+  CHECK(only_code(r) == ErrCode::UnknownEnum);
+  CHECK(has_error(r, "unknown value 'fused' for 'train.conv_bn_apply'"));
+}
+
 TEST_CASE("a misspelt train.conv_fewc key suggests conv_fewc") {
   Result<Spec> r = parse("train:\n  conv_fewcc: off\n" + kModel);
   CHECK(only_code(r) == ErrCode::UnknownKey);

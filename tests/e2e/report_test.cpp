@@ -410,6 +410,15 @@ TEST_CASE("run.json's conv -> batch norm statistics counts (train.conv_bn_stats)
   CHECK(back->conv.bn_stats_separate == 8);
   CHECK(back->conv.bn_stats_fallback == 1);
   CHECK(back->conv.bn_stats_fallback_reason == "conv5: no engine");
+  f.conv.bn_apply_mode = "prologue";
+  f.conv.bn_apply_folded = 4;
+  const std::string with_apply = run_facts_json(f);
+  CHECK_THAT(with_apply, Catch::Contains("\"apply\": {\"mode\": \"prologue\", \"folded\": 4, \"fallback\": 0"));
+  Result<RunFacts> back2 = run_facts_parse(with_apply, "run.json");
+  REQUIRE(back2.ok());
+  CHECK(back2->conv.bn_apply_mode == "prologue");
+  CHECK(back2->conv.bn_apply_folded == 4);
+  CHECK(back->conv.bn_apply_mode == "separate");  // the object without "apply"
   Result<RunFacts> old = run_facts_parse(plain, "run.json");
   REQUIRE(old.ok());
   CHECK(old->conv.bn_stats_mode == "separate");

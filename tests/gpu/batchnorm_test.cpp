@@ -252,6 +252,49 @@ TEST_CASE("batchnorm training forward from given sums (BnSums) matches the float
       }
 }
 
+// Without the apply (a consumer conv applies it: train.conv_bn_apply): the statistics and running statistics are
+// bitwise those of the full training forward (same passes), and the (2, c) scale and shift are gamma * invstd and
+// beta - mean * gamma * invstd rounded to f16 (within half an f16 ulp of the float64 value plus the fp32 product's
+// rounding) or kept in f32 (1e-6 relative).
+TEST_CASE("batchnorm training forward without the apply writes the statistics and the f16/f32 scale and shift",
+          "[kernel][batchnorm]") {
+  CudaContext ctx = make_context();
+  Rng rng(78);
+  for (GpuDType t : kTypes)
+    for (const Shape& s : kShapes)
+      for (GpuDType affine : {GpuDType::F16, GpuDType::F32}) {
+        const std::string tag = tag_of(t, s, affine == GpuDType::F16 ? " consts f16" : " consts f32");
+        INFO(tag);
+        const BnData d = make_data(rng, t, s);
+        const FwdOut full = gpu_train(ctx, t, d, true, 0);
+        DevBuf x = upload_at(t, d.x, 0), gamma = to_device(d.gamma), beta = to_device(d.beta), rm = to_device(d.rm),
+               rv = to_device(d.rv), mean(s.c * 4), invstd(s.c * 4), ws = workspace_for(s), consts(s.c * 8);
+        REQUIRE_OK(batchnorm_fwd_train_consts_cuda(ctx.stream, x.get(), t, gamma.as<float>(), beta.as<float>(),
+                                                   mean.as<float>(), invstd.as<float>(), rm.as<float>(),
+                                                   rv.as<float>(), s.rows, s.c, kEps, kMomentum, ws.get(), ws.bytes(),
+                                                   nullptr, BnSums{}, consts.get(), affine));
+        sync_ok(ctx);
+        check_bitwise("consts save_mean " + tag, from_device<float>(mean.get(), s.c), full.mean);
+        check_bitwise("consts save_invstd " + tag, from_device<float>(invstd.get(), s.c), full.invstd);
+        check_bitwise("consts running_mean " + tag, from_device<float>(rm.get(), s.c), full.rm);
+        check_bitwise("consts running_var " + tag, from_device<float>(rv.get(), s.c), full.rv);
+        const std::vector<float> got = affine == GpuDType::F16 ? from_device_as(GpuDType::F16, consts.get(), 2 * s.c)
+                                                               : from_device<float>(consts.get(), 2 * s.c);
+        std::vector<double> want(2 * s.c), bound(2 * s.c);
+        const double u = affine == GpuDType::F16 ? unit_roundoff(GpuDType::F16) : 1e-6;
+        for (int64_t j = 0; j < s.c; ++j) {
+          const double scale = static_cast<double>(d.gamma[j]) * full.invstd[j];
+          want[j] = scale;
+          want[s.c + j] = d.beta[j] - static_cast<double>(full.mean[j]) * scale;
+          // + 6e-8: f16 subnormals are spaced 2^-24 apart
+          bound[j] = u * std::fabs(scale) + 1e-7 * std::fabs(scale) + 6e-8;
+          bound[s.c + j] =
+              u * std::fabs(want[s.c + j]) + 1e-6 * (std::fabs(d.beta[j]) + std::fabs(full.mean[j] * scale)) + 6e-8;
+        }
+        CHECK_RESULT(compare_close("consts scale/shift " + tag, to_double(got), want, bound));
+      }
+}
+
 TEST_CASE("batchnorm eval forward normalises with the running statistics", "[kernel][batchnorm]") {
   CudaContext ctx = make_context();
   Rng rng(72);

@@ -44,6 +44,19 @@ __global__ void __launch_bounds__(512)
   }
 }
 
+// The apply's affine for a consumer that applies it (batchnorm_fwd_train_consts_cuda): scale = gamma * invstd,
+// shift = beta - mean * scale, rounded to A, into out (2, c).
+template <class A>
+__global__ void __launch_bounds__(256)
+    bn_affine_consts_kernel(const float* __restrict__ gamma, const float* __restrict__ beta,
+                            const float* __restrict__ mean, const float* __restrict__ invstd, int64_t c, A* out) {
+  const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  const float scale = gamma[ch] * invstd[ch];
+  out[ch] = from_f32<A>(scale);
+  out[c + ch] = from_f32<A>(fmaf(-mean[ch], scale, beta[ch]));
+}
+
 }  // namespace
 
 size_t batchnorm_workspace_bytes(int64_t rows, int64_t c) {
@@ -83,6 +96,41 @@ Status batchnorm_fwd_train_cuda(cudaStream_t s, const void* x, GpuDType t, const
       return TRCTL_CUDA_LAUNCH_STATUS("bn_fwd_apply_kernel");
     });
   });
+}
+
+Status batchnorm_fwd_train_consts_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma,
+                                       const float* beta, float* save_mean, float* save_invstd, float* running_mean,
+                                       float* running_var, int64_t rows, int64_t c, float eps, float momentum,
+                                       void* workspace, size_t workspace_bytes, const float* prebias,
+                                       const BnSums& sums, void* scale_shift, GpuDType affine) {
+  TRCTL_CUDA_ARG_CHECK(rows >= 2, "batchnorm_fwd_train_consts_cuda: rows < 2");
+  TRCTL_CUDA_ARG_CHECK(c >= 1 && c < (int64_t{1} << 31), "batchnorm_fwd_train_consts_cuda: c outside [1, 2^31)");
+  TRCTL_CUDA_ARG_CHECK(x && gamma && beta && save_mean && save_invstd && scale_shift,
+                       "batchnorm_fwd_train_consts_cuda: null pointer");
+  TRCTL_CUDA_ARG_CHECK(affine != GpuDType::BF16, "batchnorm_fwd_train_consts_cuda: affine must be F16 or F32");
+  TRCTL_CUDA_ARG_CHECK(!sums.sum == !sums.sqsum, "batchnorm_fwd_train_consts_cuda: BnSums with one of sum, sqsum null");
+  TRCTL_CUDA_ARG_CHECK(sums.sum || (workspace && workspace_bytes >= batchnorm_workspace_bytes(rows, c)),
+                       "batchnorm_fwd_train_consts_cuda: workspace missing or smaller than batchnorm_workspace_bytes");
+  Status st = dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (sums.sum)
+      return bn_fwd_stats_from_sums_launch(s, sums, rows, c, eps, momentum, save_mean, save_invstd, running_mean,
+                                           running_var, prebias);
+    return with_vector_width<T>(c, {x}, [&](auto vw) {
+      return bn_fwd_stats_launch<T, decltype(vw)::value>(s, static_cast<const T*>(x), rows, c, workspace, eps,
+                                                          momentum, save_mean, save_invstd, running_mean,
+                                                          running_var, prebias);
+    });
+  });
+  if (!st) return st;
+  const unsigned grid = static_cast<unsigned>((c + 255) / 256);
+  if (affine == GpuDType::F16)
+    bn_affine_consts_kernel<__half><<<grid, 256, 0, s>>>(gamma, beta, save_mean, save_invstd, c,
+                                                          static_cast<__half*>(scale_shift));
+  else
+    bn_affine_consts_kernel<float><<<grid, 256, 0, s>>>(gamma, beta, save_mean, save_invstd, c,
+                                                         static_cast<float*>(scale_shift));
+  return TRCTL_CUDA_LAUNCH_STATUS("bn_affine_consts_kernel");
 }
 
 Status batchnorm_fwd_eval_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma, const float* beta,

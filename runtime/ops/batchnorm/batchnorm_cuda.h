@@ -43,6 +43,16 @@ Status batchnorm_fwd_train_cuda(cudaStream_t s, const void* x, GpuDType t, const
                                 float* running_var, int64_t rows, int64_t c, float eps, float momentum, bool relu,
                                 void* workspace, size_t workspace_bytes, const void* residual = nullptr,
                                 const float* prebias = nullptr, const BnSums& sums = {});
+// Training forward without its apply pass, for a consumer that applies the normalisation itself (a convolution's
+// prologue: train.conv_bn_apply): the statistics (from sums when given, else the pass over x), the finalize and the
+// running statistics exactly as batchnorm_fwd_train_cuda, then per channel scale = gamma * invstd and shift =
+// beta - mean * scale in fp32, rounded to `affine` (F16 or F32) into scale_shift (2, c): row 0 scale, row 1 shift.
+// The consumer computes relu(x * scale + shift); y is not written.
+Status batchnorm_fwd_train_consts_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma,
+                                       const float* beta, float* save_mean, float* save_invstd, float* running_mean,
+                                       float* running_var, int64_t rows, int64_t c, float eps, float momentum,
+                                       void* workspace, size_t workspace_bytes, const float* prebias,
+                                       const BnSums& sums, void* scale_shift, GpuDType affine);
 // Eval forward: y = relu?((x - running_mean) / sqrt(running_var + eps) * gamma + beta [+ residual]). x, y, residual
 // (rows,c) t (residual nullable); the rest (c) f32. y may alias x or residual. prebias (c) f32, nullable: a folded
 // conv bias b, y = BN(x + b), with running_mean - b (fp32) in place of running_mean.

@@ -39,4 +39,50 @@ ConvBnStatsChoice conv_bn_stats_choose(const Graph& graph, const Spec& spec) {
   return out;
 }
 
+std::vector<ConvBnApplyFold> conv_bn_apply_choose(const Graph& graph, const Spec& spec,
+                                                  const ConvBnStatsChoice& stats) {
+  std::vector<ConvBnApplyFold> out;
+  if (spec.train.conv_bn_apply != ConvBnApply::Prologue) return out;
+  const ConvRouteOptions ro = conv_route_options(spec);
+  for (size_t pi = 0; pi < graph.programs.size(); ++pi) {
+    const Program& p = graph.programs[pi];
+    auto fused_pair = [&](size_t conv) {
+      for (const ConvBnStatsPair& pr : stats.fuse)
+        if (pr.program == static_cast<int>(pi) && pr.conv == conv) return true;
+      return false;
+    };
+    for (size_t bi = 0; bi < p.nodes.size(); ++bi) {
+      const Node& bn = p.nodes[bi];
+      if (bn.op != OpKind::BatchNorm || !bn.attrs.relu || bn.attrs.residual || bn.attrs.pool) continue;
+      const ValueId y = bn.out[0];
+      if (y == p.input || y == p.logits || y == p.loss || y == p.label) continue;
+      ConvBnApplyFold f;
+      f.program = static_cast<int>(pi);
+      f.bn = bi;
+      f.x = bn.in[0];
+      f.y = y;
+      bool ok = true, have_conv = false;
+      for (size_t ni = 0; ni < p.nodes.size() && ok; ++ni) {
+        const Node& n = p.nodes[ni];
+        for (size_t k = 0; k < n.in.size() && ok; ++k) {
+          if (n.in[k] != y) continue;
+          if (n.op == OpKind::Conv2d && k == 0 && !have_conv && fused_pair(ni)) {
+            f.conv = ni;
+            have_conv = true;
+          } else if (n.op == OpKind::Conv2dGradWeight && k == 1 &&
+                     conv_route(ro, n.op, conv2d_geom_of(graph, n, n.in[1], n.out[0])) == ConvRoute::Cudnn) {
+            f.wgrads.push_back(ni);
+          } else if (n.op == OpKind::BatchNormGrad && n.in.size() > 5 && k == 5 && n.in[3] == bn.out[1]) {
+            // its own backward's Y: not read (the mask is recomputed from x; CudaBackend passes relu_beta)
+          } else {
+            ok = false;
+          }
+        }
+      }
+      if (ok && have_conv) out.push_back(std::move(f));
+    }
+  }
+  return out;
+}
+
 }  // namespace trctl

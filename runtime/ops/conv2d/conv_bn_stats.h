@@ -36,4 +36,22 @@ constexpr int64_t kConvBnStatsAutoMinPixels = 56 * 56;
 // kConvBnStatsAutoMinPixels pixels per image. Every other candidate counts as separate.
 ConvBnStatsChoice conv_bn_stats_choose(const Graph& graph, const Spec& spec);
 
+// A training batch norm + ReLU whose normalisation the next convolution applies (train.conv_bn_apply: prologue): its
+// output y (N, H, W, C) is read only by that Conv2d (its X) and by weight gradients of it (their X); both then run
+// on the batch norm's input x with the batch norm's per-channel scale and shift.
+struct ConvBnApplyFold {
+  int program = 0;
+  size_t bn = 0;              // the BatchNorm node
+  size_t conv = 0;            // the Conv2d node reading y: a pair of `stats.fuse` (its own statistics fused)
+  std::vector<size_t> wgrads; // Conv2dGradWeight nodes reading y as X
+  ValueId x = kNoValue, y = kNoValue;
+};
+
+// With train.conv_bn_apply: prologue (else none): every BatchNorm node with a fused ReLU, no residual and no fused
+// pool whose output y no node of its program reads except one Conv2d of stats.fuse (as X), Conv2dGradWeight nodes
+// (as X; cuDNN-routed) and the batch norm's own backward (which recomputes its ReLU mask from x and does not read
+// y), and which is not one of the program's named values (input, logits, loss, ...).
+std::vector<ConvBnApplyFold> conv_bn_apply_choose(const Graph& graph, const Spec& spec,
+                                                  const ConvBnStatsChoice& stats);
+
 }  // namespace trctl

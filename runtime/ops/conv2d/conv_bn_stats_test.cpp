@@ -146,3 +146,47 @@ run: {progress: off}
     }
   }
 }
+
+// VGG16-BN's batch norms whose output only the next conv reads: features_1 -> conv features_3 (224x224), 8 -> 10
+// (112), 15 -> 17, 18 -> 20 (56), then 25 -> 27, 28 -> 30 (28), 35 -> 37, 38 -> 40 (14); the others feed a max pool.
+// Under auto only the first four consumers are fused pairs themselves.
+TEST_CASE("conv_bn_apply_choose on VGG16-BN: the batch norms whose output only a fused pair's conv reads",
+          "[conv_bn_stats]") {
+  struct Want {
+    std::vector<std::string> overrides;
+    int folds;  // per program with a training batch norm
+  };
+  const Want cases[] = {
+      {{"train.conv_bn_stats=auto", "train.conv_bn_apply=prologue"}, 4},
+      {{"train.conv_bn_stats=fused", "train.conv_bn_apply=prologue"}, 8},
+      {{"train.conv_bn_stats=fused"}, 0},  // conv_bn_apply: separate
+  };
+  for (const Want& w : cases) {
+    std::string tag;
+    for (const std::string& o : w.overrides) tag += o + " ";
+    INFO(tag);
+    std::vector<std::string> o = w.overrides;
+    o.push_back("train.precision=fp16");
+    const Compiled c = compile_with(vgg(o));
+    const int p = bn_programs(c.graph);
+    const ConvBnStatsChoice stats = conv_bn_stats_choose(c.graph, c.spec);
+    const std::vector<ConvBnApplyFold> folds = conv_bn_apply_choose(c.graph, c.spec, stats);
+    CHECK(static_cast<int>(folds.size()) == w.folds * p);
+    for (const ConvBnApplyFold& f : folds) {
+      const Program& prog = c.graph.programs[f.program];
+      const Node &bn = prog.nodes[f.bn], &conv = prog.nodes[f.conv];
+      INFO(bn.name << " -> " << conv.name);
+      CHECK(bn.op == OpKind::BatchNorm);
+      CHECK(bn.attrs.relu);
+      CHECK_FALSE(bn.attrs.pool);
+      CHECK(conv.op == OpKind::Conv2d);
+      CHECK(conv.in[0] == f.y);
+      CHECK(bn.in[0] == f.x);
+      CHECK(f.wgrads.size() == (prog.kind == ProgramKind::Train ? 1u : 0u));  // the consumer's weight gradient
+      for (size_t wg : f.wgrads) {
+        CHECK(prog.nodes[wg].op == OpKind::Conv2dGradWeight);
+        CHECK(prog.nodes[wg].in[1] == f.y);
+      }
+    }
+  }
+}
