@@ -17,6 +17,8 @@ if [ -n "${PACK_REF:-}" ]; then
   BUILD="$WT/build"
   if [ ! -f "$BUILD/CMakeCache.txt" ]; then
     cmake -S "$WT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DTRCTL_TEST_SOURCE_DIR="$PWD"
+  else
+    cmake "$BUILD" >/dev/null  # re-configure: a target added since the last build is unknown to the old Makefiles
   fi
   COMMIT="$(git -C "$WT" rev-parse --short HEAD)"
 else
