@@ -33,7 +33,8 @@
 #   autotune  trctl bench CFG --autotune for each of CNN_MODELS (the cache in $TRCTL_AUTOTUNE_CACHE, used by the
 #             stages after it; without this stage runs use cuDNN's heuristics)
 #   layers    trctl bench CFG --layers for each of LAYER_MODELS (default: mlp, then CNN_MODELS; LAYER_VARIANTS: '|'-
-#             separated override sets each CNN is profiled with too, e.g. "train.conv_bn_stats=auto"): per-node times of
+#             separated override sets each CNN is profiled with too, e.g. "train.conv_bn_stats=auto" with
+#             CNN_EXTRA="train.deterministic=false"): per-node times of
 #             the train step next to its captured replay (a burst, and again after 3 s of replays: the clocks a
 #             training run settles to); mlp = configs/mlp_fmnist.yaml on the real Fashion-MNIST
 #   data      the data pipeline (issue 5): a generated ImageNet-like JPEG folder (DATA_IMAGES, default 20000,
@@ -180,7 +181,8 @@ if has layers; then
       *) cfg="configs/$m.yaml"; data_args="data.synthetic.train_size=1024 data.synthetic.val_size=256 ${CNN_EXTRA:-}" ;;
     esac
     # LAYER_VARIANTS: '|'-separated sets of further overrides, each profiled after the base run (A/B in one call),
-    # e.g. LAYER_VARIANTS="train.conv_bn_stats=auto|train.conv_bn_stats=fused"; the CNNs only.
+    # e.g. LAYER_VARIANTS="train.conv_bn_stats=auto|train.conv_bn_stats=fused" with CNN_EXTRA="train.deterministic=false"
+    # (the fused modes need it); the CNNs only.
     variants=("")
     if [ "$m" != mlp ] && [ -n "${LAYER_VARIANTS:-}" ]; then IFS='|' read -r -a extra <<<"$LAYER_VARIANTS"; variants+=("${extra[@]}"); fi
     for v in "${variants[@]}"; do

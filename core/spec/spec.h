@@ -225,9 +225,10 @@ enum class ConvBnStats { Separate, Fused, Auto };
 // (the default); prologue = the output is never written: the batch norm writes its per-channel scale and shift
 // (f16), the next convolution (a fused pair itself) applies relu(x * scale + shift) while loading its input
 // (cuDNN's scale + bias + ReLU + conv + genstats graph) and its weight gradient likewise (scale + bias + ReLU +
-// wgrad). A pass over the output written and one read fewer per such layer. The scale and shift are rounded to f16
-// (what cuDNN's engines take), so the normalised values differ from the apply pass's at the f16 rounding level; the
-// batch norm's backward is unchanged. A batch norm cuDNN has no engine for keeps its apply pass (counted).
+// wgrad). A pass over the output written and one read fewer per such layer. fp16 only (cuDNN's prologue wgrad takes
+// f16). The scale and shift are rounded to f16 (what cuDNN's engines take): the normalised values move by up to
+// 2^-11 relative from the scale and 2^-11 |mean * gamma * invstd| absolute from the shift (docs/cnn.md has the
+// limits); the batch norm's backward is unchanged. A batch norm cuDNN has no engine for keeps its apply pass.
 enum class ConvBnApply { Separate, Prologue };
 struct TrainSpec {
   int epochs = 1;               // >= 1

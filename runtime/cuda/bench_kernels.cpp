@@ -468,19 +468,22 @@ Result<std::vector<KernelBenchRow>> cuda_bench_kernels() {
   // update followed by a cast of the whole region (before 97b4c78).
   // VGG16-BN's recipe (momentum 0.9, nesterov, weight decay), hyper block at step 2 (the momentum's general path).
   OptHyper* hs = nullptr;
+  DeviceBuffer lowp_copy;  // (n) f16: its own buffer (m and v are the Adam state of the rows after these)
   TRCTL_CUDA_TRY(cudaMalloc(&hs, sizeof(OptHyper)));
+  TRCTL_CUDA_TRY(cudaMalloc(&lowp_copy.p, static_cast<size_t>(n) * 2));
   const OptHyper hsh = opt_hyper_sgd(0.1, 0.9, 0.0, 1e-4, true);
-  TRCTL_CUDA_TRY(cudaMemcpy(hs, &hsh, sizeof hsh, cudaMemcpyHostToDevice));
+  TRCTL_CUDA_TRY(cudaMemcpyAsync(hs, &hsh, sizeof hsh, cudaMemcpyHostToDevice, s));  // ordered with s's kernels
+  TRCTL_CUDA_TRY(cudaStreamSynchronize(s));
   for (int k = 0; k < 2 && st.ok(); ++k) st = opt_hyper_advance_cuda(s, hs, nullptr, nullptr, nullptr, 0);
   if (st.ok()) st = b.add("sgd + f16 copy fused", sz, 22.0 * n, false, bw, [&] {
     return optimizer_step_cuda(s, CudaOptimizer::Sgd, hs, static_cast<float*>(y.p), static_cast<const float*>(g.p),
-                               static_cast<float*>(m.p), nullptr, n, n, LowpCopy{v.p, GpuDType::F16});
+                               static_cast<float*>(m.p), nullptr, n, n, LowpCopy{lowp_copy.p, GpuDType::F16});
   });
   if (st.ok()) st = b.add("sgd, then cast to f16", sz, 22.0 * n, false, bw, [&]() -> Status {
     Status u = optimizer_step_cuda(s, CudaOptimizer::Sgd, hs, static_cast<float*>(y.p),
                                    static_cast<const float*>(g.p), static_cast<float*>(m.p), nullptr, n, n);
     if (!u.ok()) return u;
-    return cast_cuda(s, y.p, GpuDType::F32, v.p, GpuDType::F16, n);
+    return cast_cuda(s, y.p, GpuDType::F32, lowp_copy.p, GpuDType::F16, n);
   });
   TRCTL_CUDA_WARN(cudaFree(hs));
   if (st.ok()) st = opt_hyper_advance_cuda(s, h, nullptr, nullptr, nullptr, 0);  // step 2 for the extras

@@ -161,6 +161,15 @@ Status CudaBackend::plan_cnn() {
 // pairs cuDNN planned) into their consumer: the batch norm writes its (2, C) f16 scale and shift, the consumer conv
 // runs the prologue graph (b) and its weight gradients graph (c). A pair or fold cuDNN offers no engine for stays
 // separate (counted, the first reason kept: conv_sources_.bn_stats_*, bn_apply_*).
+// A planning error that makes the pair or fold run separately (NotSupported: no engine or an unsupported case;
+// Invalid: cuDNN rejected the graph as built, e.g. BAD_PARAM for this geometry) rather than fail the backend.
+namespace {
+bool plan_refusal(const std::vector<Error>& errs) {
+  const ErrCode c = errs.front().code;
+  return c == ErrCode::NotSupported || c == ErrCode::Invalid;
+}
+}  // namespace
+
 Status CudaBackend::plan_conv_bn_stats() {
   conv_sources_.bn_stats_mode = to_string(c_.spec.train.conv_bn_stats);
   conv_sources_.bn_apply_mode = to_string(c_.spec.train.conv_bn_apply);
@@ -180,7 +189,7 @@ Status CudaBackend::plan_conv_bn_stats() {
       d.plan.deterministic = false;  // the spec requires train.deterministic: false for this mode
       Result<FusedConvPlan> plan = fused_conv_plan(ctx_.cudnn, d);
       if (!plan.ok()) {
-        if (plan.errors().front().code != ErrCode::NotSupported) return plan.errors();
+        if (!plan_refusal(plan.errors())) return plan.errors();
         refused(conv_sources_.bn_stats_fallback, conv_sources_.bn_stats_fallback_reason,
                 c_.graph.programs[pr.program].nodes[pr.conv].name, plan.errors());
         continue;
@@ -205,7 +214,7 @@ Status CudaBackend::plan_conv_bn_stats() {
       d.plan.deterministic = false;
       Result<FusedConvPlan> plan = fused_conv_plan(ctx_.cudnn, d);
       if (!plan.ok()) {
-        if (plan.errors().front().code != ErrCode::NotSupported) return plan.errors();
+        if (!plan_refusal(plan.errors())) return plan.errors();
         refused(conv_sources_.bn_apply_fallback, conv_sources_.bn_apply_fallback_reason, conv.name, plan.errors());
         continue;
       }
@@ -219,7 +228,7 @@ Status CudaBackend::plan_conv_bn_stats() {
       d.plan.deterministic = false;
       Result<FusedWgradPlan> plan = fused_wgrad_plan(ctx_.cudnn, d);
       if (!plan.ok()) {
-        if (plan.errors().front().code != ErrCode::NotSupported) return plan.errors();
+        if (!plan_refusal(plan.errors())) return plan.errors();
         refused(conv_sources_.bn_apply_fallback, conv_sources_.bn_apply_fallback_reason,
                 c_.graph.programs[f.program].nodes[f.wgrads.front()].name, plan.errors());
         continue;

@@ -349,7 +349,8 @@ Result<FusedWgradPlan> fused_wgrad_plan(cudnnHandle_t h, const FusedWgradDesc& d
       p.exec = std::move(plan.value());
       return Result<FusedWgradPlan>(std::move(p));
     }
-    if (plan.errors().front().code != ErrCode::NotSupported) return plan.errors();
+    const ErrCode code = plan.errors().front().code;  // retry the f16 graph unless something else broke
+    if (code != ErrCode::NotSupported && code != ErrCode::Invalid) return plan.errors();
     if (first.empty()) first = plan.errors();
   }
   return first;

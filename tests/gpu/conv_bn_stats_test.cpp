@@ -37,14 +37,14 @@ data:
   val_batch_size: 16
 model:
   layers:
-    - {type: conv2d, name: conv0, out_channels: 16, kernel_size: 3, padding: 1}
+    - {type: conv2d, name: conv0, out_channels: 32, kernel_size: 3, padding: 1}
     - {type: batch_norm, name: bn0}
     - {type: relu, name: relu0}
-    - {type: conv2d, name: conv1, out_channels: 16, kernel_size: 3, padding: 1}
+    - {type: conv2d, name: conv1, out_channels: 32, kernel_size: 3, padding: 1}
     - {type: batch_norm, name: bn1}
     - {type: relu, name: relu1}
     - {type: max_pool, name: pool, kernel_size: 2, stride: 2}
-    - {type: conv2d, name: conv2, out_channels: 32, kernel_size: 3, padding: 1}
+    - {type: conv2d, name: conv2, out_channels: 64, kernel_size: 3, padding: 1}
     - {type: batch_norm, name: bn2}
     - {type: relu, name: relu2}
     - {type: global_avg_pool, name: gap}
@@ -168,10 +168,11 @@ TEST_CASE("train.conv_bn_stats picks the conv -> batch norm pairs it fuses: fuse
 
 namespace {
 
-// From the same weights and batches: one step of `variant` and of the separate statistics pass, then the running
-// statistics within rel_stats (relative to |value| + 1e-3), the weights within rel_w (rel_diff), and five more
-// steps' losses within loss_tol.
-void compare_steps(const std::vector<std::string>& variant, double rel_stats, double rel_w, double loss_tol) {
+// From the same weights and batches: one step of `variant` and of the separate statistics pass, then each running
+// statistic within rel_stats * |value| + floor (a running mean near 0 gets the floor: its error does not shrink
+// with it), the weights within rel_w (rel_diff), and five more steps' losses within loss_tol.
+void compare_steps(const std::vector<std::string>& variant, double rel_stats, double floor, double rel_w,
+                   double loss_tol) {
   Built fused = build(variant), sep = build({"train.conv_bn_stats=separate"});
   REQUIRE(fused.be->conv_algo_sources()->bn_stats_fused > 0);
   start(*fused.c, *fused.be);
@@ -187,11 +188,11 @@ void compare_steps(const std::vector<std::string>& variant, double rel_stats, do
   int bad = 0;
   double worst = 0;
   for (size_t i = 0; i < bf.size(); ++i) {
-    const double d = std::fabs(static_cast<double>(bf[i]) - bs[i]), bound = rel_stats * (std::fabs(bs[i]) + 1e-3);
-    worst = std::max(worst, d / (std::fabs(bs[i]) + 1e-3));
+    const double d = std::fabs(static_cast<double>(bf[i]) - bs[i]), bound = rel_stats * std::fabs(bs[i]) + floor;
+    worst = std::max(worst, d / bound);
     bad += !(d <= bound);
   }
-  INFO("running statistics: worst relative difference " << worst << " over " << bf.size() << " values");
+  INFO("running statistics: worst difference " << worst << " of its bound over " << bf.size() << " values");
   CHECK(bad == 0);
   const double rw = testing::rel_diff(fused.be->read_weights(), sep.be->read_weights());
   INFO("relative weight difference after one step " << rw);
@@ -212,14 +213,15 @@ void compare_steps(const std::vector<std::string>& variant, double rel_stats, do
 TEST_CASE("a fused conv + genstats step gives the separate statistics pass's running statistics, weights and "
           "losses (fp16 AMP)",
           "[gpu][backend][cnn][conv_bn_stats]") {
-  compare_steps({"train.conv_bn_stats=fused"}, 1e-4, 1e-4, 2e-2);
+  compare_steps({"train.conv_bn_stats=fused"}, 1e-4, 1e-5, 1e-4, 2e-2);
 }
 
 // train.conv_bn_apply: prologue folds bn0 into conv1 (its output feeds only conv1; bn1 feeds the max pool, bn2 the
 // global pool): bn0 writes its f16 scale and shift, conv1 and its weight gradient run on relu(x0 * scale + shift).
-// The f16 scale and shift move conv1's input by up to ~2^-11 relative (the separate path rounds relu(bn(x0)) to f16
-// instead), so bn1's batch statistics, and through momentum 0.1 the running ones, move by ~1e-4 relative: bound
-// 1e-3; the weights after one step and the losses as the statistics case, looser by that rounding.
+// The f16 scale and shift move conv1's input by up to ~2^-11 of the normalised values' spread, the same way in every
+// element of a channel (the separate path rounds relu(bn(x0)) to f16 per element instead), so conv1's per-channel
+// means move by ~2e-4 of their spread across channels, and the running means (momentum 0.1) by ~2e-5 absolute:
+// floor 2e-4, 1e-3 relative; the weights after one step and the losses as the statistics case, looser by that.
 TEST_CASE("train.conv_bn_apply: prologue folds the batch norm whose output only the next conv reads, and trains "
           "like the apply pass (fp16 AMP)",
           "[gpu][backend][cnn][conv_bn_stats]") {
@@ -233,5 +235,5 @@ TEST_CASE("train.conv_bn_apply: prologue folds the batch norm whose output only 
     CHECK(src->bn_apply_fallback == 0);
     CHECK(src->bn_apply_folded == p);  // bn0 in every program with a training batch norm
   }
-  compare_steps(variant, 1e-3, 1e-3, 3e-2);
+  compare_steps(variant, 1e-3, 2e-4, 1e-3, 3e-2);
 }

@@ -28,7 +28,8 @@ ConvBnStatsChoice conv_bn_stats_choose(const Graph& graph, const Spec& spec) {
       const Conv2dGeom g = conv2d_geom_of(graph, conv, conv.in[0], conv.in[1]);  // finished: p, q
       const bool eligible = lowp && !pointwise_conv(conv) &&
                             conv_route(ro, OpKind::Conv2d, g) == ConvRoute::Cudnn &&
-                            conv_plan_geom(ro, OpKind::Conv2d, g).c == g.c && conv.in.size() == 2 && g.groups == 1;
+                            conv_plan_geom(ro, OpKind::Conv2d, g).c == g.c && conv.in.size() == 2 && g.groups == 1 &&
+                            g.k % 8 == 0;  // sum and sqsum (K) f32 each 16-byte aligned in the pair's buffer
       if (!eligible || (mode == ConvBnStats::Auto && g.p * g.q < kConvBnStatsAutoMinPixels)) {
         ++out.separate;
         continue;
@@ -42,7 +43,8 @@ ConvBnStatsChoice conv_bn_stats_choose(const Graph& graph, const Spec& spec) {
 std::vector<ConvBnApplyFold> conv_bn_apply_choose(const Graph& graph, const Spec& spec,
                                                   const ConvBnStatsChoice& stats) {
   std::vector<ConvBnApplyFold> out;
-  if (spec.train.conv_bn_apply != ConvBnApply::Prologue) return out;
+  // f16 only: cuDNN's scale + bias + ReLU + wgrad pattern takes f16 activations (graph (c)).
+  if (spec.train.conv_bn_apply != ConvBnApply::Prologue || spec.train.precision != Precision::Fp16) return out;
   const ConvRouteOptions ro = conv_route_options(spec);
   for (size_t pi = 0; pi < graph.programs.size(); ++pi) {
     const Program& p = graph.programs[pi];
@@ -62,6 +64,11 @@ std::vector<ConvBnApplyFold> conv_bn_apply_choose(const Graph& graph, const Spec
       f.x = bn.in[0];
       f.y = y;
       bool ok = true, have_conv = false;
+      size_t bn_grad = 0;  // the batch norm's backward (0: none seen)
+      for (size_t ni = 0; ni < p.nodes.size() && ok; ++ni) {
+        const Node& n = p.nodes[ni];
+        if (n.op == OpKind::BatchNormGrad && n.in.size() > 3 && n.in[1] == f.x && n.in[3] == bn.out[1]) bn_grad = ni;
+      }
       for (size_t ni = 0; ni < p.nodes.size() && ok; ++ni) {
         const Node& n = p.nodes[ni];
         for (size_t k = 0; k < n.in.size() && ok; ++k) {
@@ -79,7 +86,12 @@ std::vector<ConvBnApplyFold> conv_bn_apply_choose(const Graph& graph, const Spec
           }
         }
       }
-      if (ok && have_conv) out.push_back(std::move(f));
+      // x, which the consumer and its weight gradients read in y's place, is kept alive by the memory plan only up
+      // to its last reader in the graph: the batch norm's backward must come after all of them (no backward, e.g.
+      // a frozen prefix: x's memory may be reused before the weight gradient reads it).
+      bool alive = bn_grad > f.conv;
+      for (size_t wg : f.wgrads) alive = alive && bn_grad > wg;
+      if (ok && have_conv && alive) out.push_back(std::move(f));
     }
   }
   return out;

@@ -32,7 +32,8 @@ constexpr int64_t kConvBnStatsAutoMinPixels = 56 * 56;
 // Under fused or auto (separate: none, nothing counted) a candidate is fused when the spec's precision is fp16 or
 // bf16 and the conv is one the CUDA backend runs as a plain cuDNN convolution: not pointwise (those are cuBLASLt
 // GEMMs), routed to cuDNN (conv_route: not fewc / im2col / s2d), planned on its real channels (no AMP channel
-// padding), without a bias input and with groups 1; under auto its output also needs at least
+// padding), without a bias input, with groups 1 and K % 8 == 0 (the sums' alignment); under auto its output also
+// needs at least
 // kConvBnStatsAutoMinPixels pixels per image. Every other candidate counts as separate.
 ConvBnStatsChoice conv_bn_stats_choose(const Graph& graph, const Spec& spec);
 
@@ -47,10 +48,12 @@ struct ConvBnApplyFold {
   ValueId x = kNoValue, y = kNoValue;
 };
 
-// With train.conv_bn_apply: prologue (else none): every BatchNorm node with a fused ReLU, no residual and no fused
-// pool whose output y no node of its program reads except one Conv2d of stats.fuse (as X), Conv2dGradWeight nodes
-// (as X; cuDNN-routed) and the batch norm's own backward (which recomputes its ReLU mask from x and does not read
-// y), and which is not one of the program's named values (input, logits, loss, ...).
+// With train.conv_bn_apply: prologue and precision fp16 (else none; cuDNN's prologue weight gradient takes f16):
+// every BatchNorm node with a fused ReLU, no residual and no fused pool whose output y no node of its program reads
+// except one Conv2d of stats.fuse (as X), Conv2dGradWeight nodes (as X; cuDNN-routed) and the batch norm's own
+// backward (which recomputes its ReLU mask from x and does not read y), which is not one of the program's named
+// values (input, logits, loss, ...), and whose backward (reading x) comes after the conv and those weight
+// gradients: the memory plan keeps x alive only to its last reader, and the folded readers read x in y's place.
 std::vector<ConvBnApplyFold> conv_bn_apply_choose(const Graph& graph, const Spec& spec,
                                                   const ConvBnStatsChoice& stats);
 

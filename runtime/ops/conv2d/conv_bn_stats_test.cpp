@@ -190,3 +190,24 @@ TEST_CASE("conv_bn_apply_choose on VGG16-BN: the batch norms whose output only a
     }
   }
 }
+
+// A frozen prefix (model.freeze: features_0 and its batch norm): features_1 gets no backward, so its input x is
+// dead after it in the memory plan while features_3's weight gradient still reads y: not folded (it would read x
+// after its memory was reused). The other three of auto's folds stay. bf16: none (cuDNN's prologue wgrad is f16).
+TEST_CASE("conv_bn_apply_choose folds only batch norms whose backward keeps x alive, and only under fp16",
+          "[conv_bn_stats]") {
+  const std::vector<std::string> base = {"train.conv_bn_stats=auto", "train.conv_bn_apply=prologue"};
+  std::vector<std::string> frozen = base;
+  frozen.push_back("train.precision=fp16");
+  frozen.push_back("model.freeze=[features_0, features_1]");
+  const Compiled c = compile_with(vgg(frozen));
+  const int p = bn_programs(c.graph);
+  const std::vector<ConvBnApplyFold> folds =
+      conv_bn_apply_choose(c.graph, c.spec, conv_bn_stats_choose(c.graph, c.spec));
+  CHECK(static_cast<int>(folds.size()) == 3 * p);
+  for (const ConvBnApplyFold& f : folds) CHECK(c.graph.programs[f.program].nodes[f.bn].name != "features_1");
+  std::vector<std::string> bf16 = base;
+  bf16.push_back("train.precision=bf16");
+  const Compiled cb = compile_with(vgg(bf16));
+  CHECK(conv_bn_apply_choose(cb.graph, cb.spec, conv_bn_stats_choose(cb.graph, cb.spec)).empty());
+}
