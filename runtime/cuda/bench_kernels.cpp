@@ -337,11 +337,82 @@ Status bench_bn_pool(Bench& b, const void* random, int64_t random_n, Pool2dGeom 
   return st;
 }
 
+// The train.conv_bn_apply rows of bench_conv_bn_stats for one layer (g: C = K; x, y, z (N, H, W, C) f16 with x
+// random; pf (8, C) f32 parameters as there).
+Status bench_bn_apply_chain(Bench& b, const Conv2dGeom& g, const char* layer, const std::string& size, double flops,
+                            const CudnnConvPlan& legacy, void* x, void* w, void* y, void* z, float* pf) {
+  const cudaStream_t s = b.ctx.stream;
+  const int64_t c = g.c, nx = g.n * g.h * g.w * c, nw = g.k * g.r * g.s * c, rows = g.n * g.h * g.w;
+  float *gamma = pf, *beta = pf + c, *mean = pf + 2 * c, *invstd = pf + 3 * c, *rm = pf + 4 * c, *rv = pf + 5 * c,
+        *sum = pf + 6 * c, *sqsum = pf + 7 * c;
+  FusedConvDesc pd;
+  pd.g = g;
+  pd.io = GpuDType::F16;
+  pd.prologue = true;
+  Result<FusedConvPlan> pro = fused_conv_plan(b.ctx.cudnn, pd);
+  FusedWgradDesc wd;
+  wd.g = g;
+  Result<FusedWgradPlan> wg = fused_wgrad_plan(b.ctx.cudnn, wd);
+  const std::string n = std::string(layer) + " bn+relu->conv+bn";
+  for (const std::vector<Error>* e : {pro.ok() ? nullptr : &pro.errors(), wg.ok() ? nullptr : &wg.errors()})
+    if (e && e->front().code != ErrCode::NotSupported && e->front().code != ErrCode::Invalid) return *e;
+  const size_t wsb =
+      std::max({cudnn_conv_workspace_bytes(legacy), pro.ok() ? fused_conv_workspace_bytes(pro.value()) : size_t{0},
+                wg.ok() ? fused_wgrad_workspace_bytes(wg.value()) : size_t{0}, size_t{256}});
+  const size_t bnb = batchnorm_workspace_bytes(rows, c);
+  DeviceBuffer y0, consts, dw, ws, bnws;
+  for (auto [buf, bytes] : {std::pair{&y0, static_cast<size_t>(nx) * 2}, {&consts, static_cast<size_t>(c) * 4},
+                            {&dw, static_cast<size_t>(nw) * 2}, {&ws, wsb}, {&bnws, bnb}})
+    TRCTL_CUDA_TRY(cudaMalloc(&buf->p, bytes));
+  void* shift = static_cast<char*>(consts.p) + c * 2;
+  Status st = b.add(n + " separate f16", size, flops, true, b.gemm_f16, [&]() -> Status {
+    Status r = batchnorm_fwd_train_cuda(s, x, GpuDType::F16, gamma, beta, y0.p, mean, invstd, rm, rv, rows, c, 1e-5f,
+                                        0.1f, true, bnws.p, bnb);
+    if (r.ok()) r = cudnn_conv_fwd(b.ctx.cudnn, s, legacy, y0.p, w, nullptr, y, ws.p, wsb);
+    if (r.ok())
+      r = batchnorm_fwd_train_cuda(s, y, GpuDType::F16, gamma, beta, z, mean, invstd, rm, rv, rows, c, 1e-5f, 0.1f,
+                                   true, bnws.p, bnb);
+    return r;
+  });
+  if (st.ok() && pro.ok()) {
+    FusedConvArgs a;
+    a.x = x, a.w = w, a.y = y, a.sum = sum, a.sqsum = sqsum, a.scale = consts.p, a.bias = shift;
+    st = b.add(n + " prologue f16", size, flops, true, b.gemm_f16, [&]() -> Status {
+      Status r = batchnorm_fwd_train_consts_cuda(s, x, GpuDType::F16, gamma, beta, mean, invstd, rm, rv, rows, c, 1e-5f,
+                                                 0.1f, bnws.p, bnb, nullptr, BnSums{}, consts.p, GpuDType::F16);
+      if (r.ok()) r = fused_conv_run(b.ctx.cudnn, s, pro.value(), a, ws.p, wsb);
+      if (r.ok())
+        r = batchnorm_fwd_train_cuda(s, y, GpuDType::F16, gamma, beta, z, mean, invstd, rm, rv, rows, c, 1e-5f, 0.1f,
+                                     true, bnws.p, bnb, nullptr, nullptr, BnSums{sum, sqsum});
+      return r;
+    });
+  } else if (st.ok()) {
+    b.rows.push_back({n + " prologue: no cuDNN engine", size, "TFLOP/s", 0.0, 0.0, b.gemm_f16});
+  }
+  // The weight gradient (dy = y): on the written y0 (legacy) and on relu(x * scale + shift) (graph (c)).
+  const std::string nwg = std::string(layer) + " wgrad";
+  if (st.ok()) st = b.add(nwg + " on y0 (legacy) f16", size, flops, true, b.gemm_f16, [&] {
+    return cudnn_conv_wgrad(b.ctx.cudnn, s, legacy, y, y0.p, dw.p, ws.p, wsb);
+  });
+  if (st.ok() && wg.ok()) {
+    FusedWgradArgs a;
+    a.dy = y, a.x = x, a.scale = consts.p, a.bias = shift, a.dw = dw.p;
+    st = b.add(nwg + " prologue (graph c) f16", size, flops, true, b.gemm_f16,
+               [&] { return fused_wgrad_run(b.ctx.cudnn, s, wg.value(), a, ws.p, wsb); });
+  } else if (st.ok()) {
+    b.rows.push_back({nwg + " prologue: no cuDNN engine", size, "TFLOP/s", 0.0, 0.0, b.gemm_f16});
+  }
+  return st;
+}
+
 // A conv -> training batch norm (+ ReLU) pair at batch 256 in f16, at VGG16-BN's layers (3x3/1, C = K), both ways
 // train.conv_bn_stats runs it: separate (the legacy cuDNN conv with cuDNN's heuristics' algorithm, then the batch
 // norm's statistics, finalize and apply passes) and fused (cuDNN's conv + genstats graph, then the finalize from its
-// sums and the apply). TFLOP/s of the convolution's FLOPs for both, so the rows compare directly; a geometry cuDNN
-// has no fused engine for gets a row that says so (0 achieved).
+// sums and the apply). Then the chain train.conv_bn_apply folds, the previous batch norm + ReLU on x -> this conv
+// -> its batch norm: separate (the previous batch norm writes y0, the legacy conv reads it) vs prologue (the previous
+// batch norm writes its f16 scale and shift, graph (b) applies them while loading x); and the conv's weight
+// gradient on y0 (legacy) vs on relu(x * scale + shift) (graph (c)). TFLOP/s of the convolution's FLOPs for all,
+// so the rows of one layer compare directly; a geometry cuDNN has no fused engine for gets a row that says so.
 Status bench_conv_bn_stats(Bench& b, const void* random, int64_t random_n) {
   const cudaStream_t s = b.ctx.stream;
   struct Layer {
@@ -404,6 +475,9 @@ Status bench_conv_bn_stats(Bench& b, const void* random, int64_t random_n) {
                                       0.1f, true, bnws.p, bnb, nullptr, nullptr, BnSums{sum, sqsum});
     });
     if (!st.ok()) return st;
+    if (Status pc = bench_bn_apply_chain(b, g, l.name, size, flops, legacy.value(), x.p, w.p, y.p, z.p, pf);
+        !pc.ok())
+      return pc;
   }
   return ok_status();
 }
