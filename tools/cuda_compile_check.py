@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Compile single files of this checkout with a CUDA build's exact flags, without building the rest.
+
+On a machine without a GPU, `tools/device_pack.sh` builds everything (minutes); this checks that a few edited
+files still compile (and, with --regs, how many registers / spills each kernel of a .cu gets), in seconds.
+The flags come from BUILD/compile_commands.json (default /work/wt-pack/build, device_pack.sh's worktree, which
+CMake configured with CMAKE_EXPORT_COMPILE_COMMANDS); a file that database does not know yet (a new test) borrows
+the command of a file in the same directory. Objects go to /tmp/cuda_compile_check/.
+
+  python3 tools/cuda_compile_check.py runtime/ops/batchnorm/batchnorm.cu tests/gpu/new_test.cpp [--regs]
+"""
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("files", nargs="+", help="paths relative to the repository root")
+    ap.add_argument("--build", default="/work/wt-pack/build", help="a configured CUDA build directory")
+    ap.add_argument("--regs", action="store_true", help=".cu files: print ptxas register and spill lines")
+    args = ap.parse_args()
+    db_path = os.path.join(args.build, "compile_commands.json")
+    try:
+        db = json.load(open(db_path))
+    except OSError as e:
+        sys.exit(f"{db_path}: {e} (run PACK_REF=HEAD bash tools/device_pack.sh once)")
+    src_root = os.path.dirname(os.path.normpath(args.build))  # the worktree the build was configured from
+    out_dir = "/tmp/cuda_compile_check"
+    os.makedirs(out_dir, exist_ok=True)
+    failed = 0
+    for rel in args.files:
+        want = os.path.join(src_root, rel)
+        entry = next((e for e in db if e["file"] == want), None)
+        if entry is None:  # borrow a sibling's command
+            sib = next((e for e in db if os.path.dirname(e["file"]) == os.path.dirname(want)), None)
+            if sib is None:
+                print(f"{rel}: no compile command for it or its directory in {db_path}")
+                failed += 1
+                continue
+            entry = dict(sib, file=want, command=sib["command"].replace(sib["file"], want))
+        argv = shlex.split(entry["command"].replace(src_root + "/", ROOT + "/"))
+        argv[argv.index("-o") + 1] = os.path.join(out_dir, os.path.basename(rel) + ".o")
+        argv.insert(1, "-I" + ROOT)  # this checkout's headers first
+        if args.regs and rel.endswith(".cu"):
+            argv += ["-Xptxas", "-v"]
+        r = subprocess.run(argv, cwd=entry["directory"], capture_output=True, text=True)
+        lines = (r.stdout + r.stderr).splitlines()
+        keep = [l for l in lines if "error" in l or "warning" in l or (args.regs and ("Used" in l or "spill" in l))]
+        print(f"{rel}: {'ok' if r.returncode == 0 else 'FAILED'}")
+        for l in keep[:40]:
+            print("  " + l)
+        failed += r.returncode != 0
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
