@@ -216,7 +216,8 @@ enum class ConvFewc { On, Forward, Off };
 // runtime-fusion conv + genstats graph, whose epilogue writes the per-channel sum and sum of squares that the batch
 // norm then finalizes (one pass over the conv output fewer); auto = fused only where the conv's output has at least
 // 56x56 pixels per image (RESULTS.md run 25: the fused graph was faster there, slower at 28x28 and 14x14). cuDNN's
-// genstats sums are not bitwise repeatable run to run, so fused and auto need train.deterministic: false. A pair
+// genstats sums are not bitwise repeatable run to run, so fused and auto need train.deterministic: false (and
+// precision fp16 or bf16: the graphs take f16/bf16 activations; both are spec errors otherwise). A pair
 // cuDNN has no engine for runs separately (run.json and the log count both). The same batch norm up to the
 // statistics' rounding; no effect on the CPU backend.
 enum class ConvBnStats { Separate, Fused, Auto };

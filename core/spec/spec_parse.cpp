@@ -204,7 +204,16 @@ void parse_train_section(Diagnostics& d, const YamlNode& map, TrainSpec& out) {
             std::string("'train.conv_bn_stats: ") + to_string(out.conv_bn_stats) +
                 "' needs 'train.deterministic: false' (cuDNN's fused batch-norm statistics are not bitwise "
                 "repeatable run to run); set it, or use conv_bn_stats: separate");
+  const bool amp = out.precision == Precision::Fp16 || out.precision == Precision::Bf16;
+  if (out.conv_bn_stats != ConvBnStats::Separate && !amp)
+    d.error(ErrCode::NotSupported, map.find("conv_bn_stats")->loc,
+            std::string("'train.conv_bn_stats: ") + to_string(out.conv_bn_stats) + "' needs train.precision fp16 or "
+                "bf16 (cuDNN's conv + genstats graphs take f16/bf16 activations), not " + to_string(out.precision));
   get_enum(d, map, s, "conv_bn_apply", {ConvBnApply::Separate, ConvBnApply::Prologue}, out.conv_bn_apply);
+  if (out.conv_bn_apply == ConvBnApply::Prologue && out.precision != Precision::Fp16)
+    d.error(ErrCode::NotSupported, map.find("conv_bn_apply")->loc,
+            std::string("'train.conv_bn_apply: prologue' needs train.precision fp16 (cuDNN's prologue weight "
+                        "gradient takes f16 activations), not ") + to_string(out.precision));
   if (out.conv_bn_apply != ConvBnApply::Separate && out.conv_bn_stats == ConvBnStats::Separate)
     d.error(ErrCode::Invalid, map.find("conv_bn_apply")->loc,
             "'train.conv_bn_apply: prologue' needs 'train.conv_bn_stats: fused' or 'auto' (the convolution that "

@@ -183,14 +183,18 @@ TEST_CASE("train.conv_bn_stats takes separate, fused or auto, default separate; 
   CHECK(def.value().train.conv_bn_stats == ConvBnStats::Separate);
   for (auto [text, mode] : {std::pair{"separate", ConvBnStats::Separate}, {"fused", ConvBnStats::Fused},
                             {"auto", ConvBnStats::Auto}}) {
-    Result<Spec> ok = parse(std::string("train:\n  deterministic: false\n  conv_bn_stats: ") + text + "\n" + kModel);
+    Result<Spec> ok = parse(std::string("train:\n  precision: fp16\n  deterministic: false\n  conv_bn_stats: ") +
+                            text + "\n" + kModel);
     INFO(text << ": " << (ok.ok() ? std::string() : ok.error_text()));
     REQUIRE(ok.ok());
     CHECK(ok.value().train.conv_bn_stats == mode);
   }
-  Result<Spec> det = parse("train:\n  conv_bn_stats: auto\n" + kModel);  // deterministic defaults to true
+  Result<Spec> det = parse("train:\n  precision: bf16\n  conv_bn_stats: auto\n" + kModel);  // deterministic: true
   CHECK(only_code(det) == ErrCode::Invalid);
-  CHECK(has_error(det, "test.yaml:2:18: 'train.conv_bn_stats: auto' needs 'train.deterministic: false'"));
+  CHECK(has_error(det, "test.yaml:3:18: 'train.conv_bn_stats: auto' needs 'train.deterministic: false'"));
+  Result<Spec> f32 = parse("train:\n  deterministic: false\n  conv_bn_stats: fused\n" + kModel);  // fp32
+  CHECK(only_code(f32) == ErrCode::NotSupported);
+  CHECK(has_error(f32, "test.yaml:3:18: 'train.conv_bn_stats: fused' needs train.precision fp16 or bf16"));
   CHECK(parse("train:\n  deterministic: true\n  conv_bn_stats: separate\n" + kModel).ok());
   Result<Spec> r = parse("train:\n  deterministic: false\n  conv_bn_stats: on\n" + kModel);
   CHECK(only_code(r) == ErrCode::UnknownEnum);
@@ -202,15 +206,21 @@ TEST_CASE("train.conv_bn_apply takes separate or prologue; prologue needs conv_b
   Result<Spec> def = parse(kModel);
   REQUIRE(def.ok());
   CHECK(def.value().train.conv_bn_apply == ConvBnApply::Separate);
-  Result<Spec> ok =
-      parse("train:\n  deterministic: false\n  conv_bn_stats: auto\n  conv_bn_apply: prologue\n" + kModel);
+  Result<Spec> ok = parse(
+      "train:\n  precision: fp16\n  deterministic: false\n  conv_bn_stats: auto\n  conv_bn_apply: prologue\n" +
+      kModel);
   INFO((ok.ok() ? std::string() : ok.error_text()));
   REQUIRE(ok.ok());
   CHECK(ok.value().train.conv_bn_apply == ConvBnApply::Prologue);
-  Result<Spec> alone = parse("train:\n  deterministic: false\n  conv_bn_apply: prologue\n" + kModel);
+  Result<Spec> alone = parse("train:\n  precision: fp16\n  deterministic: false\n  conv_bn_apply: prologue\n" + kModel);
   CHECK(only_code(alone) == ErrCode::Invalid);
   CHECK(has_error(alone,
-                  "test.yaml:3:18: 'train.conv_bn_apply: prologue' needs 'train.conv_bn_stats: fused' or 'auto'"));
+                  "test.yaml:4:18: 'train.conv_bn_apply: prologue' needs 'train.conv_bn_stats: fused' or 'auto'"));
+  Result<Spec> bf16 = parse(
+      "train:\n  precision: bf16\n  deterministic: false\n  conv_bn_stats: auto\n  conv_bn_apply: prologue\n" +
+      kModel);
+  CHECK(only_code(bf16) == ErrCode::NotSupported);
+  CHECK(has_error(bf16, "test.yaml:5:18: 'train.conv_bn_apply: prologue' needs train.precision fp16"));
   Result<Spec> r = parse("train:\n  conv_bn_apply: fused\n" + kModel);
   CHECK(only_code(r) == ErrCode::UnknownEnum);
   CHECK(has_error(r, "unknown value 'fused' for 'train.conv_bn_apply'"));

@@ -64,7 +64,6 @@ TEST_CASE("conv_bn_stats_choose on VGG16-BN: auto fuses the six pairs of >= 56x5
       {{"train.conv_bn_stats=auto", "train.precision=bf16"}, 6, 7},
       {{"train.conv_bn_stats=fused", "train.precision=fp16"}, 12, 1},  // features_0: the few-channel kernel
       {{"train.conv_bn_stats=fused", "train.precision=fp16", "train.conv_fewc=off"}, 12, 1},  // im2col, or padded
-      {{"train.conv_bn_stats=fused", "train.precision=fp32"}, 0, 13},
       {{"train.conv_bn_stats=separate", "train.precision=fp16"}, 0, 0},
   };
   for (const Want& w : cases) {
@@ -77,6 +76,13 @@ TEST_CASE("conv_bn_stats_choose on VGG16-BN: auto fuses the six pairs of >= 56x5
     const ConvBnStatsChoice ch = conv_bn_stats_choose(c.graph, c.spec);
     CHECK(static_cast<int>(ch.fuse.size()) == w.fused * p);
     CHECK(ch.separate == w.separate * p);
+    if (c.spec.train.conv_bn_stats == ConvBnStats::Fused) {  // fp32 (the spec refuses it; the rule holds anyway)
+      Spec f32 = c.spec;
+      f32.train.precision = Precision::Fp32;
+      const ConvBnStatsChoice none = conv_bn_stats_choose(c.graph, f32);
+      CHECK(none.fuse.empty());
+      CHECK(none.separate == 13 * p);
+    }
     for (const ConvBnStatsPair& pr : ch.fuse) {
       const Node& conv = c.graph.programs[pr.program].nodes[pr.conv];
       INFO(conv.name);
@@ -193,7 +199,8 @@ TEST_CASE("conv_bn_apply_choose on VGG16-BN: the batch norms whose output only a
 
 // A frozen prefix (model.freeze: features_0 and its batch norm): features_1 gets no backward, so its input x is
 // dead after it in the memory plan while features_3's weight gradient still reads y: not folded (it would read x
-// after its memory was reused). The other three of auto's folds stay. bf16: none (cuDNN's prologue wgrad is f16).
+// after its memory was reused). The other three of auto's folds stay. bf16 (which the spec refuses with prologue):
+// none (cuDNN's prologue wgrad is f16).
 TEST_CASE("conv_bn_apply_choose folds only batch norms whose backward keeps x alive, and only under fp16",
           "[conv_bn_stats]") {
   const std::vector<std::string> base = {"train.conv_bn_stats=auto", "train.conv_bn_apply=prologue"};
@@ -206,8 +213,7 @@ TEST_CASE("conv_bn_apply_choose folds only batch norms whose backward keeps x al
       conv_bn_apply_choose(c.graph, c.spec, conv_bn_stats_choose(c.graph, c.spec));
   CHECK(static_cast<int>(folds.size()) == 3 * p);
   for (const ConvBnApplyFold& f : folds) CHECK(c.graph.programs[f.program].nodes[f.bn].name != "features_1");
-  std::vector<std::string> bf16 = base;
-  bf16.push_back("train.precision=bf16");
-  const Compiled cb = compile_with(vgg(bf16));
-  CHECK(conv_bn_apply_choose(cb.graph, cb.spec, conv_bn_stats_choose(cb.graph, cb.spec)).empty());
+  Spec bf16 = c.spec;
+  bf16.train.precision = Precision::Bf16;
+  CHECK(conv_bn_apply_choose(c.graph, bf16, conv_bn_stats_choose(c.graph, bf16)).empty());
 }
