@@ -2,6 +2,7 @@
 #include "runtime/run_facts.h"
 
 #include <cmath>
+#include <initializer_list>
 #include <utility>
 
 #include "runtime/report/json.h"
@@ -77,6 +78,22 @@ bool bool_of(const JsonNode& conv, const char* key, bool* out) {
   return true;
 }
 
+// One of conv_algorithms' fusion records ("bn_stats", its "apply"), named `name` in errors: the counts, the mode
+// (required) and the first fallback's reason (optional).
+Status fusion_record_of(const JsonNode& obj, const std::string& name, const std::string& path,
+                        std::initializer_list<std::pair<const char*, int*>> counts, std::string* mode,
+                        std::string* reason) {
+  if (!obj.is_object()) return Error{ErrCode::Format, path, name + ": expected an object"};
+  for (const auto& [key, out] : counts)
+    if (!count_of(obj, key, out))
+      return Error{ErrCode::Format, path, name + "." + key + ": expected a count (an integer >= 0)"};
+  const JsonNode* m = obj.find("mode");
+  if (!m || !m->is_string()) return Error{ErrCode::Format, path, name + ".mode: expected a string"};
+  *mode = m->string;
+  if (const JsonNode* r = obj.find("fallback_reason"); r && r->is_string()) *reason = r->string;
+  return ok_status();
+}
+
 }  // namespace
 
 Result<RunFacts> run_facts_parse(const std::string& text, const std::string& path) {
@@ -114,33 +131,17 @@ Result<RunFacts> run_facts_parse(const std::string& text, const std::string& pat
       return Error{ErrCode::Format, path, std::string("conv_algorithms.") + key + ": expected true or false"};
   if (const JsonNode* c = conv->find("cache"); c && c->is_string()) f.conv.cache = c->string;
   if (const JsonNode* bs = conv->find("bn_stats"); bs && !bs->is_null()) {  // train.conv_bn_stats, when not separate
-    if (!bs->is_object()) return Error{ErrCode::Format, path, "conv_algorithms.bn_stats: expected an object"};
-    const std::pair<const char*, int*> bn_counts[] = {{"fused", &f.conv.bn_stats_fused},
-                                                       {"separate", &f.conv.bn_stats_separate},
-                                                       {"fallback", &f.conv.bn_stats_fallback}};
-    for (const auto& [key, out] : bn_counts)
-      if (!count_of(*bs, key, out))
-        return Error{ErrCode::Format, path,
-                     std::string("conv_algorithms.bn_stats.") + key + ": expected a count (an integer >= 0)"};
-    const JsonNode* m = bs->find("mode");
-    if (!m || !m->is_string())
-      return Error{ErrCode::Format, path, "conv_algorithms.bn_stats.mode: expected a string"};
-    f.conv.bn_stats_mode = m->string;
-    if (const JsonNode* r = bs->find("fallback_reason"); r && r->is_string())
-      f.conv.bn_stats_fallback_reason = r->string;
+    ConvAlgoSources& c = f.conv;
+    Status st = fusion_record_of(*bs, "conv_algorithms.bn_stats", path,
+                                 {{"fused", &c.bn_stats_fused}, {"separate", &c.bn_stats_separate},
+                                  {"fallback", &c.bn_stats_fallback}},
+                                 &c.bn_stats_mode, &c.bn_stats_fallback_reason);
+    if (!st.ok()) return st.errors();
     if (const JsonNode* ap = bs->find("apply"); ap && !ap->is_null()) {  // train.conv_bn_apply, when not separate
-      if (!ap->is_object()) return Error{ErrCode::Format, path, "conv_algorithms.bn_stats.apply: expected an object"};
-      for (const auto& [key, out] : {std::pair<const char*, int*>{"folded", &f.conv.bn_apply_folded},
-                                     {"fallback", &f.conv.bn_apply_fallback}})
-        if (!count_of(*ap, key, out))
-          return Error{ErrCode::Format, path,
-                       std::string("conv_algorithms.bn_stats.apply.") + key + ": expected a count (an integer >= 0)"};
-      const JsonNode* am = ap->find("mode");
-      if (!am || !am->is_string())
-        return Error{ErrCode::Format, path, "conv_algorithms.bn_stats.apply.mode: expected a string"};
-      f.conv.bn_apply_mode = am->string;
-      if (const JsonNode* r = ap->find("fallback_reason"); r && r->is_string())
-        f.conv.bn_apply_fallback_reason = r->string;
+      st = fusion_record_of(*ap, "conv_algorithms.bn_stats.apply", path,
+                            {{"folded", &c.bn_apply_folded}, {"fallback", &c.bn_apply_fallback}}, &c.bn_apply_mode,
+                            &c.bn_apply_fallback_reason);
+      if (!st.ok()) return st.errors();
     }
   }
   f.has_conv = true;

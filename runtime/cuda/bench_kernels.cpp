@@ -337,14 +337,22 @@ Status bench_bn_pool(Bench& b, const void* random, int64_t random_n, Pool2dGeom 
   return st;
 }
 
+// A batch norm's per-channel f32 vectors for the conv + batch norm rows, views of one (8, c) block.
+struct BnParams {
+  float *gamma, *beta, *mean, *invstd, *rm, *rv, *sum, *sqsum;
+  BnParams(float* p, int64_t c)
+      : gamma(p), beta(p + c), mean(p + 2 * c), invstd(p + 3 * c), rm(p + 4 * c), rv(p + 5 * c), sum(p + 6 * c),
+        sqsum(p + 7 * c) {}
+};
+
 // The train.conv_bn_apply rows of bench_conv_bn_stats for one layer (g: C = K; x, y, z (N, H, W, C) f16 with x
-// random; pf (8, C) f32 parameters as there).
+// random; bp its parameters).
 Status bench_bn_apply_chain(Bench& b, const Conv2dGeom& g, const char* layer, const std::string& size, double flops,
-                            const CudnnConvPlan& legacy, void* x, void* w, void* y, void* z, float* pf) {
+                            const CudnnConvPlan& legacy, void* x, void* w, void* y, void* z, const BnParams& bp) {
   const cudaStream_t s = b.ctx.stream;
   const int64_t c = g.c, nx = g.n * g.h * g.w * c, nw = g.k * g.r * g.s * c, rows = g.n * g.h * g.w;
-  float *gamma = pf, *beta = pf + c, *mean = pf + 2 * c, *invstd = pf + 3 * c, *rm = pf + 4 * c, *rv = pf + 5 * c,
-        *sum = pf + 6 * c, *sqsum = pf + 7 * c;
+  float *gamma = bp.gamma, *beta = bp.beta, *mean = bp.mean, *invstd = bp.invstd, *rm = bp.rm, *rv = bp.rv,
+        *sum = bp.sum, *sqsum = bp.sqsum;
   FusedConvDesc pd;
   pd.g = g;
   pd.io = GpuDType::F16;
@@ -452,9 +460,9 @@ Status bench_conv_bn_stats(Bench& b, const void* random, int64_t random_n) {
     for (auto [buf, n] : {std::pair{&x, nx}, {&w, nw}})
       if (Status st = fill_f16(s, random, random_n, buf->p, n); !st.ok()) return st;
     if (Status st = fill_random(par.p, static_cast<size_t>(g.k) * 8, 11); !st.ok()) return st;
-    float* pf = static_cast<float*>(par.p);  // (8, k): gamma, beta, mean, invstd, running mean, var, sum, sqsum
-    float *gamma = pf, *beta = pf + g.k, *mean = pf + 2 * g.k, *invstd = pf + 3 * g.k, *rm = pf + 4 * g.k,
-          *rv = pf + 5 * g.k, *sum = pf + 6 * g.k, *sqsum = pf + 7 * g.k;
+    const BnParams bp(static_cast<float*>(par.p), g.k);
+    float *gamma = bp.gamma, *beta = bp.beta, *mean = bp.mean, *invstd = bp.invstd, *rm = bp.rm, *rv = bp.rv,
+          *sum = bp.sum, *sqsum = bp.sqsum;
     const std::string n = std::string(l.name) + " conv+bn+relu";
     Status st = b.add(n + " separate f16", size, flops, true, b.gemm_f16, [&]() -> Status {
       if (Status c = cudnn_conv_fwd(b.ctx.cudnn, s, legacy.value(), x.p, w.p, nullptr, y.p, ws.p, wsb); !c.ok())
@@ -475,7 +483,7 @@ Status bench_conv_bn_stats(Bench& b, const void* random, int64_t random_n) {
                                       0.1f, true, bnws.p, bnb, nullptr, nullptr, BnSums{sum, sqsum});
     });
     if (!st.ok()) return st;
-    if (Status pc = bench_bn_apply_chain(b, g, l.name, size, flops, legacy.value(), x.p, w.p, y.p, z.p, pf);
+    if (Status pc = bench_bn_apply_chain(b, g, l.name, size, flops, legacy.value(), x.p, w.p, y.p, z.p, bp);
         !pc.ok())
       return pc;
   }

@@ -209,8 +209,10 @@ class CudaBackend final : public Backend {
   std::map<std::string, FusedWgradPlan> fused_wgrad_; // wgrad on relu(x * scale + shift) (train.conv_bn_apply)
   struct BnFold {                                     // a batch norm whose apply its consumer conv does
     ValueId x = kNoValue;                             // the batch norm's input, which the consumer reads instead
-    void* consts = nullptr;                           // (2, C) f16: scale, shift
+    void* consts = nullptr;                           // (2, C) f16: scale (row 0), shift (row 1)
     int64_t c = 0;
+    const void* scale() const { return consts; }
+    const void* shift() const { return static_cast<const char*>(consts) + c * 2; }
   };
   std::map<ValueId, BnFold> bn_fold_;                 // by the batch norm's (never written) output y
   std::map<ValueId, float*> conv_bn_sums_;            // fused conv's output -> its (2, K) f32 sums: sum, sqsum

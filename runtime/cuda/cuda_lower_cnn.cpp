@@ -168,6 +168,35 @@ bool plan_refusal(const std::vector<Error>& errs) {
   const ErrCode c = errs.front().code;
   return c == ErrCode::NotSupported || c == ErrCode::Invalid;
 }
+
+size_t plan_workspace(const FusedConvPlan& p) { return fused_conv_workspace_bytes(p); }
+size_t plan_workspace(const FusedWgradPlan& p) { return fused_wgrad_workspace_bytes(p); }
+
+// Where a refused plan is counted: the number, and the first refusal's "node: reason".
+struct Refusals {
+  int& count;
+  std::string& reason;
+};
+
+// plans[key] planned once by make() (a Result of the plan), ws grown to its workspace; *have = whether it exists.
+// A refusal (plan_refusal) leaves *have false and is counted for `node`; any other error is returned.
+template <class Plan, class Make>
+Status plan_once(std::map<std::string, Plan>& plans, const std::string& key, Make&& make, size_t& ws,
+                 const Refusals& r, const std::string& node, bool* have) {
+  *have = plans.count(key) > 0;
+  if (*have) return ok_status();
+  Result<Plan> plan = make();
+  if (!plan.ok()) {
+    if (!plan_refusal(plan.errors())) return plan.errors();
+    ++r.count;
+    if (r.reason.empty()) r.reason = node + ": " + plan.errors().front().message;
+    return ok_status();
+  }
+  ws = std::max(ws, plan_workspace(plan.value()));
+  plans.emplace(key, std::move(plan.value()));
+  *have = true;
+  return ok_status();
+}
 }  // namespace
 
 Status CudaBackend::plan_conv_bn_stats() {
@@ -175,67 +204,50 @@ Status CudaBackend::plan_conv_bn_stats() {
   conv_sources_.bn_apply_mode = to_string(c_.spec.train.conv_bn_apply);
   const ConvBnStatsChoice choice = conv_bn_stats_choose(c_.graph, c_.spec);
   conv_sources_.bn_stats_separate = choice.separate;
-  auto refused = [&](int& count, std::string& reason, const std::string& node, const std::vector<Error>& errs) {
-    ++count;
-    if (reason.empty()) reason = node + ": " + errs.front().message;
+  const Refusals stats_refused{conv_sources_.bn_stats_fallback, conv_sources_.bn_stats_fallback_reason};
+  const Refusals apply_refused{conv_sources_.bn_apply_fallback, conv_sources_.bn_apply_fallback_reason};
+  // cuDNN's plans for this mode: any engine (the spec requires train.deterministic: false).
+  auto fused_desc = [&](const Conv2dGeom& g, bool prologue) {
+    FusedConvDesc d;
+    d.g = g;
+    d.io = act_type();
+    d.prologue = prologue;
+    d.affine = GpuDType::F16;  // cuDNN 9.19 on sm_90 has no engine for f32 scale/bias (RESULTS.md run 25)
+    d.plan.deterministic = false;
+    return d;
   };
   ConvBnStatsChoice planned;  // the pairs cuDNN serves
   for (const ConvBnStatsPair& pr : choice.fuse) {
-    const std::string key = conv_key(pr.g);
-    if (!fused_conv_.count(key)) {
-      FusedConvDesc d;
-      d.g = pr.g;
-      d.io = act_type();
-      d.plan.deterministic = false;  // the spec requires train.deterministic: false for this mode
-      Result<FusedConvPlan> plan = fused_conv_plan(ctx_.cudnn, d);
-      if (!plan.ok()) {
-        if (!plan_refusal(plan.errors())) return plan.errors();
-        refused(conv_sources_.bn_stats_fallback, conv_sources_.bn_stats_fallback_reason,
-                c_.graph.programs[pr.program].nodes[pr.conv].name, plan.errors());
-        continue;
-      }
-      conv_ws_bytes_ = std::max(conv_ws_bytes_, fused_conv_workspace_bytes(plan.value()));
-      fused_conv_.emplace(key, std::move(plan.value()));
-    }
+    bool have = false;
+    Status st = plan_once(
+        fused_conv_, conv_key(pr.g), [&] { return fused_conv_plan(ctx_.cudnn, fused_desc(pr.g, false)); },
+        conv_ws_bytes_, stats_refused, c_.graph.programs[pr.program].nodes[pr.conv].name, &have);
+    if (!st.ok()) return st;
+    if (!have) continue;
     planned.fuse.push_back(pr);
     ++conv_sources_.bn_stats_fused;
   }
   std::vector<ConvBnApplyFold> folds;
   for (const ConvBnApplyFold& f : conv_bn_apply_choose(c_.graph, c_.spec, planned)) {
-    const Node& conv = c_.graph.programs[f.program].nodes[f.conv];
+    const Program& p = c_.graph.programs[f.program];
+    const Node& conv = p.nodes[f.conv];
     const Conv2dGeom g = conv2d_geom_of(c_.graph, conv, conv.in[0], conv.in[1]);
-    const std::string key = conv_key(g), pro_key = "prologue " + key;
-    if (!fused_conv_.count(pro_key)) {
-      FusedConvDesc d;
-      d.g = g;
-      d.io = act_type();
-      d.prologue = true;
-      d.affine = GpuDType::F16;  // cuDNN 9.19 on sm_90 has no engine for f32 scale/bias (RESULTS.md run 25)
-      d.plan.deterministic = false;
-      Result<FusedConvPlan> plan = fused_conv_plan(ctx_.cudnn, d);
-      if (!plan.ok()) {
-        if (!plan_refusal(plan.errors())) return plan.errors();
-        refused(conv_sources_.bn_apply_fallback, conv_sources_.bn_apply_fallback_reason, conv.name, plan.errors());
-        continue;
-      }
-      conv_ws_bytes_ = std::max(conv_ws_bytes_, fused_conv_workspace_bytes(plan.value()));
-      fused_conv_.emplace(pro_key, std::move(plan.value()));
-    }
-    if (!f.wgrads.empty() && !fused_wgrad_.count(key)) {
+    const std::string key = conv_key(g);
+    bool have = false;
+    Status st = plan_once(
+        fused_conv_, "prologue " + key, [&] { return fused_conv_plan(ctx_.cudnn, fused_desc(g, true)); },
+        conv_ws_bytes_, apply_refused, conv.name, &have);
+    if (st.ok() && have && !f.wgrads.empty()) {
       FusedWgradDesc d;
       d.g = g;
       d.io = act_type();
       d.plan.deterministic = false;
-      Result<FusedWgradPlan> plan = fused_wgrad_plan(ctx_.cudnn, d);
-      if (!plan.ok()) {
-        if (!plan_refusal(plan.errors())) return plan.errors();
-        refused(conv_sources_.bn_apply_fallback, conv_sources_.bn_apply_fallback_reason,
-                c_.graph.programs[f.program].nodes[f.wgrads.front()].name, plan.errors());
-        continue;
-      }
-      conv_ws_bytes_ = std::max(conv_ws_bytes_, fused_wgrad_workspace_bytes(plan.value()));
-      fused_wgrad_.emplace(key, std::move(plan.value()));
+      st = plan_once(
+          fused_wgrad_, key, [&] { return fused_wgrad_plan(ctx_.cudnn, d); }, conv_ws_bytes_, apply_refused,
+          p.nodes[f.wgrads.front()].name, &have);
     }
+    if (!st.ok()) return st;
+    if (!have) continue;
     folds.push_back(f);
     ++conv_sources_.bn_apply_folded;
   }
@@ -323,8 +335,8 @@ Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
     FusedConvArgs a;
     a.x = pro ? at(fold->second.x) : at(n.in[0]);
     if (pro) {
-      a.scale = fold->second.consts;
-      a.bias = static_cast<const char*>(fold->second.consts) + fold->second.c * 2;  // (2, C) f16: row 1
+      a.scale = fold->second.scale();
+      a.bias = fold->second.shift();
     }
     a.w = weight_ptr(n.in[1]);
     a.y = at(n.out[0]);
@@ -362,8 +374,8 @@ Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
     FusedWgradArgs a;
     a.dy = at(n.in[0]);
     a.x = at(fold->second.x);
-    a.scale = fold->second.consts;
-    a.bias = static_cast<const char*>(fold->second.consts) + fold->second.c * 2;
+    a.scale = fold->second.scale();
+    a.bias = fold->second.shift();
     a.dw = lowp_dw_;
     void* dw_f32 = at(n.out[0]);
     void* dw = lowp_dw_;

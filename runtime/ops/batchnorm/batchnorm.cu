@@ -81,15 +81,12 @@ Status batchnorm_fwd_train_cuda(cudaStream_t s, const void* x, GpuDType t, const
   const RowSplit rs = row_split(rows, c);
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    Status st = bn_fwd_train_stats<T>(s, static_cast<const T*>(x), sums, rows, c, workspace, eps, momentum, save_mean,
+                                      save_invstd, running_mean, running_var, prebias);
+    if (!st) return st;
     return with_vector_width<T>(c, {x, y, residual}, [&](auto vw) {
       constexpr int V = decltype(vw)::value;
       const Launch l = make_launch(c, V, rs);
-      Status st = sums.sum ? bn_fwd_stats_from_sums_launch(s, sums, rows, c, eps, momentum, save_mean, save_invstd,
-                                                           running_mean, running_var, prebias)
-                           : bn_fwd_stats_launch<T, V>(s, static_cast<const T*>(x), rows, c, workspace, eps,
-                                                       momentum, save_mean, save_invstd, running_mean, running_var,
-                                                       prebias);
-      if (!st) return st;
       bn_fwd_apply_kernel<T, V><<<l.grid, l.block, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(residual),
                                                             static_cast<T*>(y), gamma, beta, save_mean, save_invstd,
                                                             false, eps, relu, rows, c, rs.rows_per_block, nullptr);
@@ -113,14 +110,8 @@ Status batchnorm_fwd_train_consts_cuda(cudaStream_t s, const void* x, GpuDType t
                        "batchnorm_fwd_train_consts_cuda: workspace missing or smaller than batchnorm_workspace_bytes");
   Status st = dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (sums.sum)
-      return bn_fwd_stats_from_sums_launch(s, sums, rows, c, eps, momentum, save_mean, save_invstd, running_mean,
-                                           running_var, prebias);
-    return with_vector_width<T>(c, {x}, [&](auto vw) {
-      return bn_fwd_stats_launch<T, decltype(vw)::value>(s, static_cast<const T*>(x), rows, c, workspace, eps,
-                                                          momentum, save_mean, save_invstd, running_mean,
-                                                          running_var, prebias);
-    });
+    return bn_fwd_train_stats<T>(s, static_cast<const T*>(x), sums, rows, c, workspace, eps, momentum, save_mean,
+                                 save_invstd, running_mean, running_var, prebias);
   });
   if (!st) return st;
   const unsigned grid = static_cast<unsigned>((c + 255) / 256);

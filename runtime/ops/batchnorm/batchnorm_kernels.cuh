@@ -469,15 +469,23 @@ Status bn_fwd_stats_launch(cudaStream_t s, const T* x, int64_t rows, int64_t c, 
   return TRCTL_CUDA_LAUNCH_STATUS("bn_fwd_finalize_kernel");
 }
 
-// Passes 1 and 2 of the training forward when the sums come with x (BnSums: a fused conv's genstats): the finalize
-// from them alone, no pass over x.
-inline Status bn_fwd_stats_from_sums_launch(cudaStream_t s, const BnSums& sums, int64_t rows, int64_t c, float eps,
-                                            float momentum, float* save_mean, float* save_invstd,
-                                            float* running_mean, float* running_var, const float* prebias) {
-  const unsigned grid = static_cast<unsigned>((c + 255) / 256);
-  bn_fwd_finalize_sums_kernel<<<grid, 256, 0, s>>>(sums.sum, sums.sqsum, rows, c, eps, momentum, save_mean,
-                                                   save_invstd, running_mean, running_var, prebias);
-  return TRCTL_CUDA_LAUNCH_STATUS("bn_fwd_finalize_sums_kernel");
+// The training forward's statistics, for every variant (plain, fused pool, no apply): from the sums that came with x
+// (BnSums: a fused conv's genstats; the finalize alone, no pass over x), else passes 1 and 2 over x at the widest
+// vector width x allows (the results do not depend on it: see the file comment).
+template <class T>
+Status bn_fwd_train_stats(cudaStream_t s, const T* x, const BnSums& sums, int64_t rows, int64_t c, void* workspace,
+                          float eps, float momentum, float* save_mean, float* save_invstd, float* running_mean,
+                          float* running_var, const float* prebias) {
+  if (sums.sum) {
+    const unsigned grid = static_cast<unsigned>((c + 255) / 256);
+    bn_fwd_finalize_sums_kernel<<<grid, 256, 0, s>>>(sums.sum, sums.sqsum, rows, c, eps, momentum, save_mean,
+                                                     save_invstd, running_mean, running_var, prebias);
+    return TRCTL_CUDA_LAUNCH_STATUS("bn_fwd_finalize_sums_kernel");
+  }
+  return with_vector_width<T>(c, {x}, [&](auto vw) {
+    return bn_fwd_stats_launch<T, decltype(vw)::value>(s, x, rows, c, workspace, eps, momentum, save_mean,
+                                                        save_invstd, running_mean, running_var, prebias);
+  });
 }
 
 // The backward's three launches (see the file comment) with dy from the gradient source gs (DenseGrad, or a fused

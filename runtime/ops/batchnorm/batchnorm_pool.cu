@@ -513,14 +513,8 @@ Status batchnorm_fwd_train_pool_cuda(cudaStream_t s, const void* x, GpuDType t, 
   TRCTL_CUDA_ARG_CHECK(!sums.sum == !sums.sqsum, "batchnorm_fwd_train_pool_cuda: BnSums with one of sum, sqsum null");
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    auto stats_pass = [&](auto vw) {  // the statistics as unfused
-      return bn_fwd_stats_launch<T, decltype(vw)::value>(s, static_cast<const T*>(x), rows, c, workspace, eps,
-                                                          momentum, save_mean, save_invstd, running_mean,
-                                                          running_var, prebias);
-    };
-    Status st = sums.sum ? bn_fwd_stats_from_sums_launch(s, sums, rows, c, eps, momentum, save_mean, save_invstd,
-                                                         running_mean, running_var, prebias)
-                         : with_vector_width<T>(c, {x}, stats_pass);
+    Status st = bn_fwd_train_stats<T>(s, static_cast<const T*>(x), sums, rows, c, workspace, eps, momentum,
+                                      save_mean, save_invstd, running_mean, running_var, prebias);  // as unfused
     if (!st) return st;
     return bn_pool_apply_launch<T>(s, g, x, y, idx, gamma, beta, save_mean, save_invstd, false, eps, relu, nullptr);
   });
