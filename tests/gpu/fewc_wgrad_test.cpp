@@ -1,9 +1,10 @@
 // The few-channel tensor-core weight gradient (and a quick forward check) on the GPU (runtime/ops/conv2d/fewc_cuda.h: fewc_wgrad_plan,
 // fewc_conv_wgrad_cuda; the backend runs it with train.conv_fewc: on, the default) against the float64 direct conv's weight
-// gradient (tests/gpu/stem_conv_ref.h) on the ResNet-50 stem and on odd, few-channel and largest-filter stride-2
-// geometries in f16 and bf16, also with grids of 1 and 7 CTAs looping over the tasks (the double-buffered copies);
-// two runs and a captured graph's replay bitwise equal to the eager run; what the plan
-// refuses (stride 1, K != 64, f32) and a short workspace.
+// gradient (tests/gpu/stem_conv_ref.h) on the ResNet-50 stem, VGG16's 3x3/1 first conv and odd, few-channel and
+// largest-filter geometries of stride 2 and 1 (stride 1 reads odd pixels from the patch's shifted copy) in f16 and
+// bf16, also with grids of 1 and 7 CTAs looping over the tasks (the double-buffered copies); two runs and a captured
+// graph's replay bitwise equal to the eager run; what the plan refuses (K != 64, too wide a dy row, f32) and a short
+// workspace.
 //
 // Tolerances: inputs on the 1/64 grid, so every product is exact in fp32; the sums are fp32 (MMA accumulators, then
 // the CTA partials added in order), dw stays fp32: |got - ref| <= acc * mag + 2^-24 |ref| with the stem modes' acc
@@ -52,7 +53,7 @@ Status run_wgrad(const CudaContext& ctx, const FewcWgradPlan& p, WgradBuffers& b
 
 }  // namespace
 
-TEST_CASE("fewc weight gradient matches the float64 direct conv (ResNet-50 stem, odd sizes, C=1..4, 8x8)",
+TEST_CASE("fewc weight gradient matches the float64 direct conv (ResNet-50 stem, VGG conv0, odd sizes, C=1..4, 8x8)",
           "[kernel][fewc][conv2d]") {
   CudaContext ctx = make_context();
   ThreadPool pool(0);
@@ -61,7 +62,15 @@ TEST_CASE("fewc weight gradient matches the float64 direct conv (ResNet-50 stem,
       {"7x7/2 pad 3 odd 37x37 N=3", conv_geom(3, 37, 37, 3, 64, 7, 7, 2, 2, 3, 3)},
       {"5x5/2 pad 2 C=1 41x30", conv_geom(2, 41, 30, 1, 64, 5, 5, 2, 2, 2, 2)},
       {"3x3/2 pad 1 C=4 33x20", conv_geom(2, 33, 20, 4, 64, 3, 3, 2, 2, 1, 1)},
-      {"8x8/2 pad 3 C=2 300x52", conv_geom(1, 300, 52, 2, 64, 8, 8, 2, 2, 3, 3)}};
+      {"8x8/2 pad 3 C=2 300x52", conv_geom(1, 300, 52, 2, 64, 8, 8, 2, 2, 3, 3)},
+      // Stride 1 (the shifted patch copy for odd pixels): VGG16's first conv, TP 2 with odd Q and unaligned rows
+      // (45 x 3 elements: loaded, not pipelined), SG 2 with Q > 128, the largest filter, 1x1.
+      {"vgg conv0 3x3/1 pad 1", conv_geom(2, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1)},
+      {"3x3/1 pad 1 odd 37x45 N=3", conv_geom(3, 37, 45, 3, 64, 3, 3, 1, 1, 1, 1)},
+      {"5x5/1 pad 2 C=1 29x130", conv_geom(2, 29, 130, 1, 64, 5, 5, 1, 1, 2, 2)},
+      {"7x7/1 pad 3 C=4 20x33", conv_geom(2, 20, 33, 4, 64, 7, 7, 1, 1, 3, 3)},
+      {"8x8/1 pad 3 C=2 19x21", conv_geom(2, 19, 21, 2, 64, 8, 8, 1, 1, 3, 3)},
+      {"1x1/1 C=2 9x17", conv_geom(2, 9, 17, 2, 64, 1, 1, 1, 1, 0, 0)}};
   uint64_t seed = 7100;
   for (const auto& [name, g] : cases) {
     REQUIRE(fewc_wgrad_eligible(g));
@@ -141,9 +150,12 @@ TEST_CASE("fewc forward matches the float64 direct conv on the two RGB stems (f1
 TEST_CASE("fewc weight gradient replayed from a captured CUDA graph equals the eager run bitwise",
           "[kernel][fewc][conv2d]") {
   CudaContext ctx = make_context();
-  const Conv2dGeom g = conv_geom(2, 64, 48, 3, 64, 7, 7, 2, 2, 3, 3);
-  for (GpuDType t : {GpuDType::F16, GpuDType::BF16}) {
-    INFO(gpu_dtype_name(t));
+  const Conv2dGeom stride2 = conv_geom(2, 64, 48, 3, 64, 7, 7, 2, 2, 3, 3);
+  const Conv2dGeom stride1 = conv_geom(2, 40, 48, 3, 64, 3, 3, 1, 1, 1, 1);
+  const std::pair<Conv2dGeom, GpuDType> runs[] = {
+      {stride2, GpuDType::F16}, {stride2, GpuDType::BF16}, {stride1, GpuDType::F16}, {stride1, GpuDType::BF16}};
+  for (const auto& [g, t] : runs) {
+    INFO(gpu_dtype_name(t) << " " << conv2d_geom_str(g));
     const StemInputs in = stem_inputs(g, true, 7200);
     const FewcWgradPlan plan = wgrad_plan(g, t);
     WgradBuffers b = wgrad_buffers(t, in, plan);
@@ -165,10 +177,10 @@ TEST_CASE("fewc weight gradient replayed from a captured CUDA graph equals the e
 
 TEST_CASE("fewc weight gradient refuses what it does not cover and a short workspace", "[kernel][fewc][conv2d]") {
   CudaContext ctx = make_context();
-  const Conv2dGeom stride1 = conv_geom(2, 16, 16, 3, 64, 3, 3, 1, 1, 1, 1);
+  const Conv2dGeom wide = conv_geom(1, 8, 1024, 4, 64, 3, 3, 1, 1, 1, 1);  // dy rows past the shared memory
   const Conv2dGeom k32 = conv_geom(2, 16, 16, 3, 32, 7, 7, 2, 2, 3, 3);
   const Conv2dGeom ok = conv_geom(2, 16, 16, 3, 64, 7, 7, 2, 2, 3, 3);
-  for (const Conv2dGeom& g : {stride1, k32}) {
+  for (const Conv2dGeom& g : {wide, k32}) {
     Result<FewcWgradPlan> p = fewc_wgrad_plan(g, GpuDType::F16);
     REQUIRE_FALSE(p.ok());
     CHECK(p.errors()[0].code == ErrCode::NotSupported);

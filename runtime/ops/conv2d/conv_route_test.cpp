@@ -26,7 +26,7 @@ ConvRouteOptions opts(bool lowp, ConvIm2col im2col, ConvS2d s2d, ConvFewc fewc) 
 const Conv2dGeom kStem = conv_geom(4, 32, 32, 3, 16, 7, 7, 2, 2, 3, 3);
 const Conv2dGeom kVgg = conv_geom(4, 16, 16, 3, 16, 3, 3, 1, 1, 1, 1);
 const Conv2dGeom kWide = conv_geom(4, 8, 8, 64, 64, 3, 3, 1, 1, 1, 1);
-// The full-size stems (K = 64): fewc_conv_eligible; the ResNet one also fewc_wgrad_eligible (stride 2, K = 64).
+// The full-size stems (K = 64): fewc_conv_eligible and fewc_wgrad_eligible (K = 64, stride 2 and 1).
 const Conv2dGeom kResnetStem = conv_geom(2, 224, 224, 3, 64, 7, 7, 2, 2, 3, 3);
 const Conv2dGeom kVggConv0 = conv_geom(2, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1);
 constexpr ConvIm2col kIm2colModes[] = {ConvIm2col::On, ConvIm2col::Forward, ConvIm2col::Off};
@@ -126,8 +126,9 @@ TEST_CASE("conv_route: the weight gradient takes the few-channel kernel only wit
           "fewc_wgrad_eligible",
           "[conv_route][fewc]") {
   REQUIRE(fewc_wgrad_eligible(kResnetStem));
-  REQUIRE_FALSE(fewc_wgrad_eligible(kVggConv0));  // stride 1
-  REQUIRE_FALSE(fewc_wgrad_eligible(kStem));      // K = 16
+  REQUIRE(fewc_wgrad_eligible(kVggConv0));    // stride 1
+  REQUIRE_FALSE(fewc_wgrad_eligible(kStem));  // K = 16
+  REQUIRE_FALSE(fewc_wgrad_eligible(kVgg));   // K = 16
   for (ConvIm2col im : kIm2colModes)
     for (ConvS2d s2d : kS2dModes) {
       INFO("conv_im2col " << to_string(im) << " conv_s2d " << to_string(s2d));
@@ -145,7 +146,8 @@ TEST_CASE("conv_route: the weight gradient takes the few-channel kernel only wit
       CHECK(conv_route(on, kWgrad, kResnetStem) == ConvRoute::Fewc);
       const Conv2dGeom p = conv_plan_geom(on, kWgrad, kResnetStem);
       CHECK((p.c == 3 && p.h == 224 && p.r == 7 && p.stride_h == 2));  // no cuDNN plan: the real geometry
-      CHECK(conv_route(on, kWgrad, kVggConv0) == im_wgrad);
+      CHECK(conv_route(on, kWgrad, kVggConv0) == ConvRoute::Fewc);
+      CHECK(conv_route(on, kWgrad, kVgg) == im_wgrad);
       CHECK(conv_route(on, kWgrad, kStem) == stride2_wgrad);
       CHECK(conv_route(on, kWgrad, kWide) == ConvRoute::Cudnn);
     }

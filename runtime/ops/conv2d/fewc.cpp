@@ -41,17 +41,23 @@ bool fewc_conv_eligible(const Conv2dGeom& g) {
 FewcWgradTiling fewc_wgrad_tiling(const Conv2dGeom& g) {
   FewcWgradTiling w;
   w.t = fewc_conv_tiling(g);
-  w.warps = (w.t.ksteps + 1) / 2;
+  w.kwarps = (w.t.ksteps + 1) / 2;
+  w.tgroups = std::max<int64_t>(1, std::min<int64_t>(8 / w.kwarps, w.t.tp * w.t.mt));
+  w.warps = w.kwarps * w.tgroups;
   w.dy_stride = g.k + 8;
+  w.patches = g.stride_w == 1 ? 2 : 1;
+  // An even row pitch: a B row's offset (row * patch_cols + q * stride + s0) * 4 elements is then 16-byte aligned
+  // exactly when q * stride is even, whatever the row (stride 2's pitch is even already; stride 1 adds a zero column).
+  w.t.patch_cols += w.t.patch_cols & 1;
   const int64_t patch = (w.t.patch_rows * w.t.patch_cols * 4 + 7) / 8 * 8;
   w.t.raw_elems = (g.w * g.c) % 8 == 0 ? w.t.patch_rows * g.w * g.c : 0;  // 16-byte rows: always pipelined
-  w.smem_bytes = 2 * (patch + 2 * w.t.tp * w.t.mt * 16 * w.dy_stride + w.t.raw_elems + 8);
+  w.smem_bytes = 2 * (w.patches * patch + 2 * w.t.tp * w.t.mt * 16 * w.dy_stride + w.t.raw_elems + 8);
+  w.smem_bytes = std::max<int64_t>(w.smem_bytes, 4 * (w.tgroups - 1) * g.k * 16 * w.t.ksteps);
   return w;
 }
 
 bool fewc_wgrad_eligible(const Conv2dGeom& g) {
-  return fewc_conv_eligible(g) && g.stride_h == 2 && g.k == 64 &&
-         fewc_wgrad_tiling(g).smem_bytes <= kFewcMaxSmemBytes;
+  return fewc_conv_eligible(g) && g.k == 64 && fewc_wgrad_tiling(g).smem_bytes <= kFewcMaxSmemBytes;
 }
 
 }  // namespace trctl

@@ -24,8 +24,9 @@ namespace trctl {
 // (the same in both dimensions), and the shared memory of fewc_conv_tiling within kFewcMaxSmemBytes.
 bool fewc_conv_eligible(const Conv2dGeom& g);
 
-// The weight gradient's rule: fewc_conv_eligible, stride 2 (its patch columns then pair up into 16-byte rows for
-// ldmatrix: q * 2 + s0 is even) and K = 64.
+// The weight gradient's rule: fewc_conv_eligible, K = 64 and the tiling's shared memory within kFewcMaxSmemBytes.
+// Its B rows are a pixel's two patch columns q * stride + s0 .. +1 (s0 even), read with ldmatrix as 16 bytes: aligned
+// when q * stride is even, so stride 1 keeps a second copy of the patch shifted by one column for the odd pixels.
 bool fewc_wgrad_eligible(const Conv2dGeom& g);
 
 constexpr int64_t kFewcMaxSmemBytes = 112 * 1024;  // two CTAs per H100/H200 SM (228 KB)
@@ -47,14 +48,23 @@ struct FewcTiling {
 };
 // The weight gradient dW[k, kk] = sum over output pixels (n,p,q) of dy[n,p,q,k] * A[(n,p,q), kk] (A as above)
 // runs over the same tasks and patches; a CTA stages the task's dy (TP * MT * 16 pixels x (K + 8)) in one of two
-// buffers (the next task's dy and raw input rows are copied while the current one computes), its
-// ceil(ksteps / 2) warps own 2 reduction steps each for all K channels, and each CTA writes its fp32 partial
-// (K, 16 ksteps) to a workspace that a second kernel sums in CTA order into dW (K, R, S, C): deterministic.
+// buffers (the next task's dy and raw input rows are copied while the current one computes); a tile group of
+// ceil(ksteps / 2) warps owns 2 reduction steps per warp for all K channels, and tgroups groups split the task's
+// row tiles (group i takes tiles i, i + tgroups, ...; the groups' sums added in group order at the end); each CTA
+// writes its fp32 partial (K, 16 ksteps) to a workspace that a second kernel sums in CTA order into dW
+// (K, R, S, C): deterministic.
+// Stride 1: after the patch is built, a copy shifted by one column (odd[i] = patch[i + 1] per 4-channel pixel) that
+// the lanes of odd pixels read their 16-byte B rows from.
 struct FewcWgradTiling {
-  FewcTiling t;            // tasks, patch, mt, tp, raw_elems as the forward's (its warps and smem_bytes unused)
-  int64_t warps = 1;       // ceil(ksteps / 2)
+  FewcTiling t;            // tasks, patch, mt, tp, raw_elems as the forward's (its warps and smem_bytes unused),
+                           // but patch_cols rounded up to even (16-byte aligned B rows, see fewc_wgrad_eligible)
+  int64_t kwarps = 1;      // warps of a tile group: ceil(ksteps / 2)
+  int64_t tgroups = 1;     // tile groups: min(8 / kwarps, TP * MT), at least 1 (a ResNet stem 1, a 3x3 conv 4)
+  int64_t warps = 1;       // kwarps * tgroups
   int64_t dy_stride = 72;  // elements per staged dy pixel: K + 8 (conflict-free ldmatrix.trans rows)
-  int64_t smem_bytes = 0;  // patch (rounded up to 8 elements) + 2 x staged dy + raw_elems + one zero row of 8
+  int64_t patches = 1;     // 2 for stride 1 (the patch and its copy shifted by one column), else 1
+  int64_t smem_bytes = 0;  // patches x patch (rounded up to 8 elements) + 2 x staged dy + raw_elems + a zero row of 8,
+                           // at least the groups' fp32 sums at the end ((tgroups - 1) x K x 16 ksteps)
 };
 FewcWgradTiling fewc_wgrad_tiling(const Conv2dGeom& g);
 

@@ -180,21 +180,99 @@ TEST_CASE("fewc tiling of VGG's 3x3/1 first conv at 224x224: 3 reduction steps, 
   CHECK(t.smem_bytes <= kFewcMaxSmemBytes);
 }
 
-TEST_CASE("fewc weight-gradient rule: the forward's, stride 2 and K = 64; its tiling for the ResNet-50 stem",
+TEST_CASE("fewc weight-gradient rule: the forward's and K = 64; its tiling for the ResNet-50 stem and VGG's conv0",
           "[fewc][conv2d]") {
   CHECK(fewc_wgrad_eligible(kResnetStem));
-  CHECK_FALSE(fewc_wgrad_eligible(kVggConv0));                                         // stride 1
+  CHECK(fewc_wgrad_eligible(kVggConv0));                                               // stride 1
   CHECK_FALSE(fewc_wgrad_eligible(conv_geom(2, 224, 224, 3, 32, 7, 7, 2, 2, 3, 3)));  // K = 32
   CHECK_FALSE(fewc_wgrad_eligible(conv_geom(2, 224, 224, 5, 64, 7, 7, 2, 2, 3, 3)));  // C = 5: not the forward's
+  // Forward-eligible, but 1024 output columns of staged dy (two buffers of 1024 x 72 elements) exceed the cap.
+  const Conv2dGeom wide = conv_geom(1, 8, 1024, 4, 64, 3, 3, 1, 1, 1, 1);
+  CHECK(fewc_conv_eligible(wide));
+  CHECK_FALSE(fewc_wgrad_eligible(wide));
   const FewcWgradTiling w = fewc_wgrad_tiling(kResnetStem);
   const FewcTiling f = fewc_conv_tiling(kResnetStem);
   CHECK((w.t.tasks == f.tasks && w.t.mt == f.mt && w.t.tp == f.tp && w.t.patch_rows == f.patch_rows &&
-         w.t.patch_cols == f.patch_cols));
+         w.t.patch_cols == f.patch_cols));  // 230: even already
   CHECK(w.dy_stride == 72);
   CHECK(w.warps == 7);  // reduction steps 2w, 2w + 1 each
+  CHECK((w.kwarps == 7 && w.tgroups == 1));
+  CHECK(w.patches == 1);
   CHECK(w.t.raw_elems == 9 * 224 * 3);
   CHECK(w.smem_bytes == 2 * (9 * 230 * 4 + 2 * 2 * 7 * 16 * 72 + 9 * 224 * 3 + 8));  // two dy buffers
   CHECK(w.smem_bytes <= kFewcMaxSmemBytes);
+  // VGG's conv0: 3 steps on 2 warps per tile group, 4 groups over one output row of 14 tiles per task, the patch
+  // (3 x 228: 227 columns padded to an even pitch) twice (stride 1: the copy shifted by one column).
+  const FewcWgradTiling v = fewc_wgrad_tiling(kVggConv0);
+  CHECK((v.kwarps == 2 && v.tgroups == 4 && v.warps == 8));
+  CHECK(v.patches == 2);
+  CHECK((v.t.tp == 1 && v.t.mt == 14 && v.t.patch_rows == 3 && v.t.patch_cols == 228));
+  CHECK(v.t.raw_elems == 3 * 224 * 3);
+  CHECK(v.smem_bytes == 2 * (2 * 3 * 228 * 4 + 2 * 14 * 16 * 72 + 3 * 224 * 3 + 8));
+  CHECK(v.smem_bytes <= kFewcMaxSmemBytes);
+  CHECK(v.smem_bytes >= 4 * 3 * 64 * 48);  // three groups' sums at the end
+  // A 1x1 conv: one step, up to 8 groups of one warp, but no more groups than the task's 2 x 2 tiles; rows of
+  // 17 x 2 elements are not pipelined (no raw rows); 2 x 36 patch columns.
+  const FewcWgradTiling o = fewc_wgrad_tiling(conv_geom(2, 9, 17, 2, 64, 1, 1, 1, 1, 0, 0));
+  CHECK((o.kwarps == 1 && o.t.tp == 2 && o.t.mt == 2 && o.tgroups == 4 && o.warps == 4));
+  CHECK(o.t.raw_elems == 0);
+  CHECK(o.smem_bytes == 2 * (2 * 2 * 36 * 4 + 2 * 2 * 2 * 16 * 72 + 8));
+  CHECK(o.smem_bytes >= 4 * 3 * 64 * 16);
+}
+
+TEST_CASE("fewc weight gradient's B rows: 16-byte aligned, inside their buffer, the patch's two columns of a pixel",
+          "[fewc][conv2d]") {
+  // fewc_wgrad.cu's addressing in integers: the patch (rows, patch_cols, 4) holds its element index + 1 (the
+  // rounding to 8 elements 0); stride 1 adds odd[i] = patch[i + 4] for every pixel but the last (-1 there). For each
+  // output row pl < TP, pixel q < Q (a lane's pixels keep one parity), reduction step ks = (r, sg) and half h
+  // (s0 = sg * 4 + 2 h) the lane reads 8 elements at src + base + boff with base = (pl stride cols + q stride) * 4,
+  // boff = (r cols + s0) * 4 and src = odd - 4 for odd q at stride 1, else the patch.
+  const std::pair<const char*, Conv2dGeom> cases[] = {
+      {"VGG conv0 3x3/1", kVggConv0},
+      {"ResNet stem 7x7/2", kResnetStem},
+      {"3x3/1 37x45 (TP 2, odd Q)", conv_geom(1, 37, 45, 3, 64, 3, 3, 1, 1, 1, 1)},
+      {"5x5/1 C=1 29x130 (SG 2)", conv_geom(1, 29, 130, 1, 64, 5, 5, 1, 1, 2, 2)},
+      {"7x7/1 C=4 20x33", conv_geom(1, 20, 33, 4, 64, 7, 7, 1, 1, 3, 3)},
+      {"8x8/1 C=2 19x21", conv_geom(1, 19, 21, 2, 64, 8, 8, 1, 1, 3, 3)},
+      {"1x1/1 C=2 9x17", conv_geom(1, 9, 17, 2, 64, 1, 1, 1, 1, 0, 0)},
+      {"3x3/2 C=4 33x20", conv_geom(1, 33, 20, 4, 64, 3, 3, 2, 2, 1, 1)}};
+  for (const auto& [name, g] : cases) {
+    INFO(name << ": " << conv2d_geom_str(g));
+    REQUIRE(fewc_wgrad_eligible(g));
+    const FewcWgradTiling w = fewc_wgrad_tiling(g);
+    const int64_t cols = w.t.patch_cols, px = w.t.patch_rows * cols, elems = (px * 4 + 7) / 8 * 8;
+    const int64_t stride = g.stride_w;
+    CHECK(cols % 2 == 0);
+    CHECK(w.patches == (stride == 1 ? 2 : 1));
+    std::vector<int64_t> patch(static_cast<size_t>(elems), 0), odd(static_cast<size_t>(elems), -1);
+    for (int64_t e = 0; e < px * 4; ++e) patch[e] = e + 1;
+    for (int64_t e = 0; e + 4 < px * 4; ++e) odd[e] = patch[e + 4];
+    int64_t reads = 0, bad = 0;
+    for (int64_t pl = 0; pl < w.t.tp; ++pl)
+      for (int64_t q = 0; q < g.q; ++q)
+        for (int64_t ks = 0; ks < w.t.ksteps; ++ks)
+          for (int64_t h = 0; h < 2; ++h) {
+            const int64_t r = ks / w.t.sg, s0 = (ks % w.t.sg) * 4 + 2 * h;
+            const int64_t off = (pl * stride * cols + q * stride) * 4 + (r * cols + s0) * 4;
+            const bool shifted = stride == 1 && q % 2 == 1;
+            const std::vector<int64_t>& buf = shifted ? odd : patch;
+            const int64_t at = shifted ? off - 4 : off;  // the element index within buf
+            ++reads;
+            if (at % 8 != 0 || at < 0 || at + 8 > elems) {
+              ++bad;
+              continue;
+            }
+            const int64_t row = pl * stride + r, col = q * stride + s0;
+            if (row >= w.t.patch_rows || col + 1 >= cols) {
+              ++bad;
+              continue;
+            }
+            for (int64_t e = 0; e < 8; ++e)
+              if (buf[at + e] != patch[(row * cols + col + e / 4) * 4 + e % 4]) ++bad;
+          }
+    CHECK(reads > 0);
+    CHECK(bad == 0);
+  }
 }
 
 TEST_CASE("fewc's reduction order and patches reproduce the direct conv in float64, never reading past the patch",

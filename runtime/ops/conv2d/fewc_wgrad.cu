@@ -1,15 +1,19 @@
 // The few-input-channel tensor-core convolution weight gradient (fewc_cuda.h; the GEMM and the tiling in fewc.h):
 // dW (K=64, kred) = dy^T (64, pixels) x A (pixels, kred), the reduction over the output pixels of each task.
-// A persistent CTA of ceil(ksteps / 2) warps loops over its tasks (image n, output rows p0 .. p0+TP-1): the task's
-// dy pixels (TP * MT * 16, K + 8) and raw input rows were copied with cp.async while the previous task computed
-// (dy in one of two buffers); the raw rows are scattered into the patch (as the forward's). Then for every
-// 16-pixel row tile, warp w (reduction steps 2w and 2w + 1, all 64 channels) loads
+// A persistent CTA of tgroups x ceil(ksteps / 2) warps (fewc.h) loops over its tasks (image n, output rows p0 ..
+// p0+TP-1): the task's dy pixels (TP * MT * 16, K + 8) and raw input rows were copied with cp.async while the
+// previous task computed (dy in one of two buffers); the raw rows are scattered into the patch (as the forward's).
+// Then for every 16-pixel row tile of its tile group, warp (group, w) (reduction steps 2w and 2w + 1, all 64
+// channels) loads
 //   A = dy^T fragments of its 4 row tiles of 16 channels with 4 ldmatrix.x4.trans of the staged dy (rows =
 //     pixels, 8 channels each), and
 //   per reduction step (r, sg) B = A-matrix fragments with one ldmatrix.x4.trans of the patch: a patch row of
-//     pixel q at columns q*2 + s0 .. +1 holds the 8 elements (s4 in {s0, s0+1}) x (c4 < 4) contiguously, 16-byte
-//     aligned because q*2 + s0 is even (stride 2); pixels past Q read a zero row;
-// and runs 16 independent mma.sync m16n8k16 (fp32). At the end each CTA writes its (K, kred) fp32 partial; a
+//     pixel q at columns q*stride + s0 .. +1 holds the 8 elements (s4 in {s0, s0+1}) x (c4 < 4) contiguously,
+//     16-byte aligned when q*stride + s0 is even (s0 is): always for stride 2; for stride 1 the lanes of odd pixels
+//     (a lane's pixels q = bpx + 16 i keep one parity) read the same 8 elements from a copy of the patch shifted by
+//     one column, at the even column q - 1 + s0; pixels past Q read a zero row;
+// and runs 16 independent mma.sync m16n8k16 (fp32). At the end the tile groups' sums are added in group order
+// (through shared memory) and each CTA writes its (K, kred) fp32 partial; a
 // second kernel sums the partials in CTA order and scatters them into dW (K, R, S, C) (taps s >= S and channels
 // >= C dropped). The grid is fixed by the plan: deterministic.
 #include <cuda_bf16.h>
@@ -35,8 +39,9 @@ struct FewcWgradArgs {
   const uint16_t* x;   // (N, H, W, C)
   const uint16_t* dy;  // (N, P, Q, K)
   float* partial;      // (grid, K, kred)
-  int h, w_in, c, pad_h, pad_w, p, q;
+  int h, w_in, c, stride, pad_h, pad_w, p, q;
   int sg, ksteps, mt, tp, row_tasks, tasks, patch_rows, patch_cols, dy_stride, raw_elems;
+  int kwarps, tgroups;  // FewcWgradTiling: warps of one tile group (ceil(ksteps / 2)), tile groups
   int vec;   // PatchGeom::vec
   int pipe;  // vec and raw_elems > 0: the raw input rows are prefetched (else each task loads its patch)
 };
@@ -79,21 +84,28 @@ __device__ __forceinline__ void prefetch_task(const FewcWgradArgs& a, const Patc
 template <class T>
 __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(FewcWgradArgs a) {
   extern __shared__ __align__(16) uint16_t smem[];
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  // Warp (tile group tg, kwarp): reduction steps 2 kwarp, 2 kwarp + 1 of the task's row tiles tg, tg + tgroups, ...
+  const int tg = (tid >> 5) / a.kwarps, kwarp = (tid >> 5) - tg * a.kwarps;
   const int tile_px = a.tp * a.mt * 16;
   uint16_t* patch = smem;  // (patch_rows, patch_cols, 4)
   const int patch_elems = (a.patch_rows * a.patch_cols * 4 + 7) / 8 * 8;
-  uint16_t* dys0 = patch + patch_elems;             // 2 x (tile_px, dy_stride)
+  const bool shifted = a.stride == 1;               // FewcWgradTiling::patches == 2
+  uint16_t* odd = patch + patch_elems;              // stride 1: odd[i] = patch[i + 4] (one pixel further)
+  uint16_t* dys0 = odd + (shifted ? patch_elems : 0);  // 2 x (tile_px, dy_stride)
   uint16_t* raw = dys0 + 2 * tile_px * a.dy_stride;  // (patch_rows, W * C)
   uint16_t* zero_row = raw + a.raw_elems;            // 8 zeros: B rows of pixels past Q
   if (tid < 8) zero_row[tid] = 0;
 
-  // This warp's reduction steps 2 warp and 2 warp + 1 (the second repeats the first past ksteps; not written).
+  // This warp's reduction steps 2 kwarp and 2 kwarp + 1 (the second repeats the first past ksteps; not written).
   int boff[2];  // per step: the patch offset (elements) of B row (pixel 0, output row 0) for this lane's half
   const int mi = lane >> 3, bpx = (mi & 1) * 8 + (lane & 7), bhalf = mi >> 1;
+  // The buffer this lane's B rows come from: element e of the patch is odd[e - 4], so for an odd pixel (stride 1)
+  // the row at patch offset (row, q + s0) is read at odd - 4 + that offset = odd column q - 1 + s0 (even).
+  const uint16_t* bsrc = shifted && (bpx & 1) ? odd - 4 : patch;
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
-    const int ks = min(2 * warp + j, a.ksteps - 1);
+    const int ks = min(2 * kwarp + j, a.ksteps - 1);
     const int r = ks / a.sg, s0 = (ks - r * a.sg) * 4 + bhalf * 2;
     boff[j] = (r * a.patch_cols + s0) * 4;
   }
@@ -107,7 +119,7 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[j][m][h][e] = 0.0f;
 
-  const PatchGeom pg{a.h, a.w_in, a.c, 2, a.pad_h, a.pad_w, a.patch_rows, a.patch_cols, a.vec != 0};
+  const PatchGeom pg{a.h, a.w_in, a.c, a.stride, a.pad_h, a.pad_w, a.patch_rows, a.patch_cols, a.vec != 0};
   zero_patch(pg, patch);  // ordered before the first patch write by the task loop's first barrier
   if (static_cast<int>(blockIdx.x) < a.tasks) prefetch_task(a, pg, blockIdx.x, dys0, raw);
   const int tiles = a.tp * a.mt;
@@ -123,10 +135,18 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
     __syncthreads();  // the patch is complete and raw is free
     if (task + static_cast<int>(gridDim.x) < a.tasks)
       prefetch_task(a, pg, task + static_cast<int>(gridDim.x), dys0 + (buf ^ 1) * tile_px * a.dy_stride, raw);
+    if (shifted) {
+      // odd := the patch one pixel (4 elements, 8 bytes) further; its last pixel is never read (fewc.h).
+      const uint2* src = reinterpret_cast<const uint2*>(patch);
+      uint2* dst = reinterpret_cast<uint2*>(odd);
+      for (int i = tid, last = a.patch_rows * a.patch_cols - 1; i < last; i += static_cast<int>(blockDim.x))
+        dst[i] = src[i + 1];
+      __syncthreads();
+    }
     const uint16_t* dys = dys0 + buf * tile_px * a.dy_stride;
 
-    for (int tile = 0, pl = 0, q = bpx; tile < tiles; ++tile, q += 16) {
-      if (q - bpx >= a.mt * 16) q = bpx, ++pl;  // the task's next output row
+    for (int tile = tg; tile < tiles; tile += a.tgroups) {
+      const int pl = tile / a.mt, q = (tile - pl * a.mt) * 16 + bpx;  // output row pl of the task, pixel q
       // A of row tile m: matrix mi of lane's address: pixels (mi >> 1) * 8 + (lane & 7), channels
       // m * 16 + (mi & 1) * 8; as mma's (a0a1, a2a3, a4a5, a6a7): (ch g, px 2t), (ch g+8, px 2t), (ch g, px 2t+8),
       // (ch g+8, px 2t+8).
@@ -136,9 +156,9 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
         ldsm_x4_trans(af[m], dys + (tile * 16 + (mi >> 1) * 8 + (lane & 7)) * a.dy_stride + m * 16 + (mi & 1) * 8);
       // B: (px 0-7, half 0), (px 8-15, half 0), (px 0-7, half 1), (px 8-15, half 1).
       uint32_t bf[2][4];
-      const int base = (pl * 2 * a.patch_cols + q * 2) * 4;
+      const int base = (pl * a.stride * a.patch_cols + q * a.stride) * 4;
 #pragma unroll
-      for (int j = 0; j < 2; ++j) ldsm_x4_trans(bf[j], q < a.q ? patch + base + boff[j] : zero_row);
+      for (int j = 0; j < 2; ++j) ldsm_x4_trans(bf[j], q < a.q ? bsrc + base + boff[j] : zero_row);
 #pragma unroll
       for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -150,19 +170,50 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
   }
   cp_async_wait_all();  // nothing is in flight at exit (no task was prefetched past the last)
   // This CTA's partial (K, kred): c0, c1 at (channel m * 16 + g, kk 2t, 2t+1), c2, c3 at channel m * 16 + g + 8.
+  // With several tile groups, groups 1.. leave their sums in shared memory (the patch and dy areas are free once
+  // every warp is past the loop) and group 0 adds them in group order: the same order for every run.
   const int kred = a.ksteps * 16;
+  float* stage = reinterpret_cast<float*>(smem);  // (tgroups - 1, K, kred): fewc_wgrad_tiling's smem covers it
+  if (a.tgroups > 1) {
+    __syncthreads();
+    if (tg > 0) {
+      float* mine = stage + static_cast<int64_t>(tg - 1) * kWgradK * kred;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int ks = 2 * kwarp + j;
+        if (ks >= a.ksteps) break;
+#pragma unroll
+        for (int m = 0; m < kWgradMt; ++m)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int kk = ks * 16 + h * 8 + 2 * t, ch = m * 16 + g;
+            *reinterpret_cast<float2*>(mine + ch * kred + kk) = make_float2(acc[j][m][h][0], acc[j][m][h][1]);
+            *reinterpret_cast<float2*>(mine + (ch + 8) * kred + kk) = make_float2(acc[j][m][h][2], acc[j][m][h][3]);
+          }
+      }
+    }
+    __syncthreads();
+    if (tg > 0) return;
+  }
   float* part = a.partial + static_cast<int64_t>(blockIdx.x) * kWgradK * kred;
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
-    const int ks = 2 * warp + j;
+    const int ks = 2 * kwarp + j;
     if (ks >= a.ksteps) break;
 #pragma unroll
     for (int m = 0; m < kWgradMt; ++m)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int kk = ks * 16 + h * 8 + 2 * t, ch = m * 16 + g;
-        *reinterpret_cast<float2*>(part + ch * kred + kk) = make_float2(acc[j][m][h][0], acc[j][m][h][1]);
-        *reinterpret_cast<float2*>(part + (ch + 8) * kred + kk) = make_float2(acc[j][m][h][2], acc[j][m][h][3]);
+        float2 lo = make_float2(acc[j][m][h][0], acc[j][m][h][1]), hi = make_float2(acc[j][m][h][2], acc[j][m][h][3]);
+        for (int o = 1; o < a.tgroups; ++o) {
+          const float* other = stage + static_cast<int64_t>(o - 1) * kWgradK * kred;
+          const float2 ol = *reinterpret_cast<const float2*>(other + ch * kred + kk);
+          const float2 oh = *reinterpret_cast<const float2*>(other + (ch + 8) * kred + kk);
+          lo.x += ol.x, lo.y += ol.y, hi.x += oh.x, hi.y += oh.y;
+        }
+        *reinterpret_cast<float2*>(part + ch * kred + kk) = lo;
+        *reinterpret_cast<float2*>(part + (ch + 8) * kred + kk) = hi;
       }
   }
 }
@@ -237,6 +288,7 @@ Status fewc_conv_wgrad_cuda(cudaStream_t stream, const FewcWgradPlan& plan, cons
   a.dy = static_cast<const uint16_t*>(dy);
   a.partial = static_cast<float*>(ws);
   a.h = static_cast<int>(g.h), a.w_in = static_cast<int>(g.w), a.c = static_cast<int>(g.c);
+  a.stride = static_cast<int>(g.stride_w);
   a.pad_h = static_cast<int>(g.pad_h), a.pad_w = static_cast<int>(g.pad_w);
   a.p = static_cast<int>(g.p), a.q = static_cast<int>(g.q);
   a.sg = static_cast<int>(t.sg), a.ksteps = static_cast<int>(t.ksteps), a.mt = static_cast<int>(t.mt);
@@ -245,6 +297,7 @@ Status fewc_conv_wgrad_cuda(cudaStream_t stream, const FewcWgradPlan& plan, cons
   a.patch_rows = static_cast<int>(t.patch_rows), a.patch_cols = static_cast<int>(t.patch_cols);
   a.dy_stride = static_cast<int>(plan.t.dy_stride);
   a.raw_elems = static_cast<int>(t.raw_elems);
+  a.kwarps = static_cast<int>(plan.t.kwarps), a.tgroups = static_cast<int>(plan.t.tgroups);
   a.vec = fewc_rows_vectorizable(g, x);
   a.pipe = a.vec && t.raw_elems > 0 ? 1 : 0;
   kernel<<<plan.grid, static_cast<unsigned>(plan.t.warps * 32), static_cast<size_t>(plan.t.smem_bytes), stream>>>(a);
