@@ -51,7 +51,7 @@ def main():
             argv += ["-Xptxas", "-v"]
         r = subprocess.run(argv, cwd=entry["directory"], capture_output=True, text=True)
         lines = (r.stdout + r.stderr).splitlines()
-        keep = [l for l in lines if "error" in l or "warning" in l or (args.regs and ("Used" in l or "spill" in l))]
+        keep = [l for l in lines if "error" in l or "warning" in l or (args.regs and ("Used" in l or "spill" in l or "Compiling entry" in l))]
         print(f"{rel}: {'ok' if r.returncode == 0 else 'FAILED'}")
         for l in keep[:40]:
             print("  " + l)

@@ -268,6 +268,21 @@ Status bench_stem_convs(Bench& b, const void* random, int64_t random_n) {
       if (!fp.ok()) return fp.errors();
       st = b.add(n + " fwd fewc f16", size, flops, true, ceil,
                  [&] { return fewc_conv_fwd_cuda(s, fp.value(), x.p, w.p, nullptr, y.p); });
+      // train.conv_bn_stats fused/auto: y's batch statistics from the epilogue (the batch norm's statistics pass,
+      // a read of y, saved).
+      if (st.ok() && fp.value().stats) {
+        DeviceBuffer sws, sums;
+        const size_t swsb = fewc_stats_workspace_bytes(fp.value());
+        TRCTL_CUDA_TRY(cudaMalloc(&sws.p, swsb));
+        TRCTL_CUDA_TRY(cudaMalloc(&sums.p, static_cast<size_t>(2 * g.k) * 4));
+        FewcStatsOut so;
+        so.sum = static_cast<float*>(sums.p);
+        so.sqsum = so.sum + g.k;
+        so.ws = sws.p;
+        so.ws_bytes = swsb;
+        st = b.add(n + " fwd fewc+stats f16", size, flops, true, ceil,
+                   [&] { return fewc_conv_fwd_cuda(s, fp.value(), x.p, w.p, nullptr, y.p, &so); });
+      }
     }
     if (st.ok() && fewc_wgrad_eligible(g)) {  // with train.conv_fewc: on (the default)
       Result<FewcWgradPlan> wp = fewc_wgrad_plan(g, GpuDType::F16);

@@ -216,8 +216,25 @@ Status CudaBackend::plan_conv_bn_stats() {
     d.plan.deterministic = false;
     return d;
   };
-  ConvBnStatsChoice planned;  // the pairs cuDNN serves
+  ConvBnStatsChoice planned;  // the pairs cuDNN (or the few-channel kernel) serves
   for (const ConvBnStatsPair& pr : choice.fuse) {
+    if (pr.route == ConvRoute::Fewc) {  // the forward's plan (plan_fewc) says whether its statistics kernel fits
+      auto it = fewc_.find(conv_key(pr.g));
+      if (it == fewc_.end())
+        return Error{ErrCode::Internal, "cuda backend",
+                     "no few-channel plan for " + c_.graph.programs[pr.program].nodes[pr.conv].name};
+      if (!it->second.stats) {
+        ++stats_refused.count;
+        if (stats_refused.reason.empty())
+          stats_refused.reason = c_.graph.programs[pr.program].nodes[pr.conv].name +
+                                 ": the few-channel kernel's statistics need more shared memory than the cap";
+        continue;
+      }
+      conv_ws_bytes_ = std::max(conv_ws_bytes_, fewc_stats_workspace_bytes(it->second));
+      planned.fuse.push_back(pr);
+      ++conv_sources_.bn_stats_fused;
+      continue;
+    }
     bool have = false;
     Status st = plan_once(
         fused_conv_, conv_key(pr.g), [&] { return fused_conv_plan(ctx_.cudnn, fused_desc(pr.g, false)); },
@@ -543,6 +560,16 @@ Status CudaBackend::lower_fewc_conv_node(const Node& n, std::vector<Launch>& out
   const void* w = weight_ptr(n.in[1]);
   const void* b = n.in.size() == 3 ? weight_ptr(n.in[2]) : nullptr;
   void* y = at(n.out[0]);
+  const BnSums sums = conv_bn_sums(n.out[0]);  // train.conv_bn_stats: the batch norm's sums from the epilogue
+  if (sums.sum) {
+    FewcStatsOut so;
+    so.sum = const_cast<float*>(sums.sum);
+    so.sqsum = const_cast<float*>(sums.sqsum);
+    so.ws = conv_ws_;
+    so.ws_bytes = conv_ws_bytes_;
+    out.push_back([=] { return fewc_conv_fwd_cuda(s, *plan, x, w, b, y, &so); });
+    return ok_status();
+  }
   out.push_back([=] { return fewc_conv_fwd_cuda(s, *plan, x, w, b, y); });
   return ok_status();
 }

@@ -1,11 +1,12 @@
 // train.conv_bn_stats on the CUDA backend (CudaBackend::plan_conv_bn_stats, runtime/cuda/cuda_lower_cnn.cpp):
-// which conv -> training batch norm pairs run cuDNN's conv + genstats graph (fused: every eligible pair; auto: those
-// whose output has >= 56x56 pixels; fp32 is a spec error), as conv_algo_sources() counts them; and a fused step
+// which conv -> training batch norm pairs run cuDNN's conv + genstats graph or the few-channel forward with its
+// statistics epilogue (fused: every eligible pair; auto: those whose output has >= 56x56 pixels; fp32 is a spec
+// error), as conv_algo_sources() counts them; and a fused step
 // against the separate statistics pass from the same weights and batches (fp16 AMP, train.deterministic: false on
 // both): the running statistics after one step (the most direct view of the fused statistics), the weights, and
-// the losses of six steps. The net has one pair of each kind: conv0 over RGB (trctl's few-channel kernel: not
-// cuDNN, separate), conv1 at 56x56 (its batch norm fused with the ReLU and the max pool: the pooled forward from
-// sums), conv2 at 28x28.
+// the losses of six steps. The net has one pair of each kind: conv0 over RGB at 56x56 (trctl's few-channel kernel,
+// its sums from the epilogue), conv1 at 56x56 (its batch norm fused with the ReLU and the max pool: the pooled
+// forward from sums), conv2 at 28x28.
 // Tolerances: the fused graph's convolution is another cuDNN engine than the legacy plan (its fp32 accumulation
 // order differs, so a few f16 outputs round the other way) and its sums are fp32; the batch statistics then agree
 // to ~1e-5 relative, and the running statistics, which move by momentum 0.1 of them, to ~1e-6 of their size: the
@@ -140,8 +141,9 @@ TEST_CASE("train.conv_bn_stats picks the conv -> batch norm pairs it fuses: fuse
     int fused, separate;  // per program with a training batch norm
   };
   const Want cases[] = {
-      {{"train.conv_bn_stats=fused"}, "fused", 2, 1},               // conv1, conv2; conv0 runs fewc
-      {{"train.conv_bn_stats=auto"}, "auto", 1, 2},                 // conv1 (56x56); conv2 is 28x28
+      {{"train.conv_bn_stats=fused"}, "fused", 3, 0},                // conv0 (fewc), conv1, conv2
+      {{"train.conv_bn_stats=auto"}, "auto", 2, 1},                  // conv0, conv1 (56x56); conv2 is 28x28
+      {{"train.conv_bn_stats=fused", "train.conv_fewc=off"}, "fused", 2, 1},  // conv0: im2col or padded, separate
       {{"train.conv_bn_stats=separate"}, "separate", 0, 0},         // not planned, not counted
   };
   for (const Want& w : cases) {

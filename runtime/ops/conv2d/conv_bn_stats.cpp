@@ -26,15 +26,17 @@ ConvBnStatsChoice conv_bn_stats_choose(const Graph& graph, const Spec& spec) {
       if (it == conv_of.end()) continue;  // not a conv's output: not a candidate
       const Node& conv = p.nodes[it->second];
       const Conv2dGeom g = conv2d_geom_of(graph, conv, conv.in[0], conv.in[1]);  // finished: p, q
-      const bool eligible = lowp && !pointwise_conv(conv) &&
-                            conv_route(ro, OpKind::Conv2d, g) == ConvRoute::Cudnn &&
-                            conv_plan_geom(ro, OpKind::Conv2d, g).c == g.c && conv.in.size() == 2 && g.groups == 1 &&
-                            g.k % 8 == 0;  // sum and sqsum (K) f32 each 16-byte aligned in the pair's buffer
+      const ConvRoute route = pointwise_conv(conv) ? ConvRoute::Cudnn : conv_route(ro, OpKind::Conv2d, g);
+      const bool cudnn = !pointwise_conv(conv) && route == ConvRoute::Cudnn &&
+                         conv_plan_geom(ro, OpKind::Conv2d, g).c == g.c && g.groups == 1 &&
+                         g.k % 8 == 0;  // sum and sqsum (K) f32 each 16-byte aligned in the pair's buffer
+      const bool fewc = !pointwise_conv(conv) && route == ConvRoute::Fewc;  // K in {16, 32, 64}
+      const bool eligible = lowp && conv.in.size() == 2 && (cudnn || fewc);
       if (!eligible || (mode == ConvBnStats::Auto && g.p * g.q < kConvBnStatsAutoMinPixels)) {
         ++out.separate;
         continue;
       }
-      out.fuse.push_back({static_cast<int>(pi), it->second, conv.out[0], g});
+      out.fuse.push_back({static_cast<int>(pi), it->second, conv.out[0], g, fewc ? ConvRoute::Fewc : ConvRoute::Cudnn});
     }
   }
   return out;
@@ -49,8 +51,8 @@ std::vector<ConvBnApplyFold> conv_bn_apply_choose(const Graph& graph, const Spec
   for (size_t pi = 0; pi < graph.programs.size(); ++pi) {
     const Program& p = graph.programs[pi];
     auto fused_pair = [&](size_t conv) {
-      for (const ConvBnStatsPair& pr : stats.fuse)
-        if (pr.program == static_cast<int>(pi) && pr.conv == conv) return true;
+      for (const ConvBnStatsPair& pr : stats.fuse)  // its graph (b) is cuDNN's: not a few-channel pair
+        if (pr.program == static_cast<int>(pi) && pr.conv == conv && pr.route == ConvRoute::Cudnn) return true;
       return false;
     };
     for (size_t bi = 0; bi < p.nodes.size(); ++bi) {

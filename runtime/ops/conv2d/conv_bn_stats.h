@@ -8,16 +8,19 @@
 #include "core/graph/ir.h"
 #include "core/spec/spec.h"
 #include "runtime/ops/conv2d/conv2d.h"
+#include "runtime/ops/conv2d/conv_route.h"
 
 namespace trctl {
 
 // One pair to fuse: the Conv2d node (index in its program) whose output y (N, P, Q, K) a BatchNorm node of the
-// same program normalises; g its real (finished) geometry.
+// same program normalises; g its real (finished) geometry; route: Cudnn (cuDNN's conv + genstats graph) or Fewc
+// (trctl's few-channel forward with the statistics in its epilogue, runtime/ops/conv2d/fewc_cuda.h).
 struct ConvBnStatsPair {
   int program = 0;
   size_t conv = 0;
   ValueId y = kNoValue;
   Conv2dGeom g;
+  ConvRoute route = ConvRoute::Cudnn;
 };
 
 struct ConvBnStatsChoice {
@@ -30,10 +33,10 @@ constexpr int64_t kConvBnStatsAutoMinPixels = 56 * 56;
 
 // Every BatchNorm (training) node whose input is the output of a Conv2d node of the same program is a candidate.
 // Under fused or auto (separate: none, nothing counted) a candidate is fused when the spec's precision is fp16 or
-// bf16 and the conv is one the CUDA backend runs as a plain cuDNN convolution: not pointwise (those are cuBLASLt
-// GEMMs), routed to cuDNN (conv_route: not fewc / im2col / s2d), planned on its real channels (no AMP channel
-// padding), without a bias input, with groups 1 and K % 8 == 0 (the sums' alignment); under auto its output also
-// needs at least
+// bf16 and the conv, without a bias input, is either one the CUDA backend runs as a plain cuDNN convolution: not
+// pointwise (those are cuBLASLt GEMMs), routed to cuDNN (conv_route: not fewc / im2col / s2d), planned on its real
+// channels (no AMP channel padding), with groups 1 and K % 8 == 0 (the sums' alignment); or one routed to the
+// few-channel kernel (an RGB stem: route Fewc). Under auto its output also needs at least
 // kConvBnStatsAutoMinPixels pixels per image. Every other candidate counts as separate.
 ConvBnStatsChoice conv_bn_stats_choose(const Graph& graph, const Spec& spec);
 
@@ -50,7 +53,7 @@ struct ConvBnApplyFold {
 
 // With train.conv_bn_apply: prologue and precision fp16 (else none; cuDNN's prologue weight gradient takes f16):
 // every BatchNorm node with a fused ReLU, no residual and no fused pool whose output y no node of its program reads
-// except one Conv2d of stats.fuse (as X), Conv2dGradWeight nodes (as X; cuDNN-routed) and the batch norm's own
+// except one Conv2d of stats.fuse with route Cudnn (as X), Conv2dGradWeight nodes (as X; cuDNN-routed) and the batch norm's own
 // backward (which recomputes its ReLU mask from x and does not read y), which is not one of the program's named
 // values (input, logits, loss, ...), and whose backward (reading x) comes after the conv and those weight
 // gradients: the memory plan keeps x alive only to its last reader, and the folded readers read x in y's place.

@@ -1,8 +1,9 @@
 // conv_bn_stats_choose (runtime/ops/conv2d/conv_bn_stats.h) on compiled graphs: configs/vgg16bn.yaml (13 conv ->
-// batch norm pairs per training program: features_0 over RGB runs trctl's few-channel kernel, six more have
-// outputs of 56x56 or larger, six are smaller) under every train.conv_bn_stats mode and precision, and a small net
-// for the other rules: an RGB stem (not a cuDNN route), a conv with a bias (the unfolded graph), a 1x1 conv (a
-// cuBLASLt GEMM), a grouped conv, and a conv whose output feeds no batch norm.
+// batch norm pairs per training program: features_0 over RGB runs trctl's few-channel kernel, whose epilogue sums
+// too (route Fewc), six more have outputs of 56x56 or larger, six are smaller) under every train.conv_bn_stats mode
+// and precision, and a small net for the other rules: an RGB stem (route Fewc; separate with conv_fewc off), a
+// conv with a bias (the unfolded graph), a 1x1 conv (a cuBLASLt GEMM), a grouped conv, and a conv whose output
+// feeds no batch norm.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -52,17 +53,17 @@ int bn_programs(const Graph& g) {
 
 }  // namespace
 
-TEST_CASE("conv_bn_stats_choose on VGG16-BN: auto fuses the six pairs of >= 56x56 outputs, fused all twelve cuDNN "
-          "ones, separate and fp32 none",
+TEST_CASE("conv_bn_stats_choose on VGG16-BN: auto fuses the seven pairs of >= 56x56 outputs, fused all thirteen, "
+          "separate and fp32 none",
           "[conv_bn_stats]") {
   struct Want {
     std::vector<std::string> overrides;
     int fused, separate;  // per program with a training batch norm
   };
   const Want cases[] = {
-      {{"train.conv_bn_stats=auto", "train.precision=fp16"}, 6, 7},
-      {{"train.conv_bn_stats=auto", "train.precision=bf16"}, 6, 7},
-      {{"train.conv_bn_stats=fused", "train.precision=fp16"}, 12, 1},  // features_0: the few-channel kernel
+      {{"train.conv_bn_stats=auto", "train.precision=fp16"}, 7, 6},   // features_0 (fewc) and six cuDNN pairs
+      {{"train.conv_bn_stats=auto", "train.precision=bf16"}, 7, 6},
+      {{"train.conv_bn_stats=fused", "train.precision=fp16"}, 13, 0},  // features_0: the few-channel kernel's sums
       {{"train.conv_bn_stats=fused", "train.precision=fp16", "train.conv_fewc=off"}, 12, 1},  // im2col, or padded
       {{"train.conv_bn_stats=separate", "train.precision=fp16"}, 0, 0},
   };
@@ -88,8 +89,8 @@ TEST_CASE("conv_bn_stats_choose on VGG16-BN: auto fuses the six pairs of >= 56x5
       INFO(conv.name);
       CHECK(conv.op == OpKind::Conv2d);
       CHECK(conv.out[0] == pr.y);
-      CHECK(conv.name != "features_0");
-      CHECK(pr.g.c % 8 == 0);
+      CHECK((conv.name == "features_0") == (pr.route == ConvRoute::Fewc));
+      CHECK((pr.route == ConvRoute::Fewc ? pr.g.c == 3 : pr.g.c % 8 == 0));
       CHECK(pr.g.groups == 1);
       if (c.spec.train.conv_bn_stats == ConvBnStats::Auto) CHECK(pr.g.p * pr.g.q >= kConvBnStatsAutoMinPixels);
       bool feeds_bn = false;  // a training batch norm of the same program reads y
@@ -99,7 +100,8 @@ TEST_CASE("conv_bn_stats_choose on VGG16-BN: auto fuses the six pairs of >= 56x5
   }
 }
 
-TEST_CASE("conv_bn_stats_choose leaves a biased, a 1x1, a grouped conv and a conv without batch norm separate",
+TEST_CASE("conv_bn_stats_choose leaves a biased, a 1x1, a grouped conv and a conv without batch norm separate; "
+          "the RGB stem through the few-channel kernel",
           "[conv_bn_stats]") {
   const char* yaml = R"(
 seed: 1
@@ -135,22 +137,29 @@ run: {progress: off}
   Result<Spec> s = spec_parse(yaml, "conv_bn_stats.yaml");
   INFO((s.ok() ? std::string() : s.error_text()));
   REQUIRE(s.ok());
-  for (bool fold : {true, false}) {
-    INFO((fold ? "conv biases folded into the batch norms" : "unfolded: the biased conv keeps its bias input"));
-    const Compiled c = compile_with(s.value(), fold);
-    const int p = bn_programs(c.graph);
-    const ConvBnStatsChoice ch = conv_bn_stats_choose(c.graph, c.spec);
-    std::vector<std::string> names;
-    for (const ConvBnStatsPair& pr : ch.fuse) names.push_back(c.graph.programs[pr.program].nodes[pr.conv].name);
-    // Folded, the biased conv has no bias input any more (its bias went into the batch norm's prebias): fused.
-    const int fused_per_program = fold ? 2 : 1;
-    CHECK(static_cast<int>(ch.fuse.size()) == fused_per_program * p);
-    CHECK(ch.separate == (5 - fused_per_program) * p);  // stem (RGB), pointwise, grouped (+ biased when unfolded)
-    for (const std::string& n : names) {
-      INFO(n);
-      CHECK((n == "plain" || (fold && n == "biased")));
+  for (bool fewc : {true, false})
+    for (bool fold : {true, false}) {
+      INFO((fold ? "conv biases folded into the batch norms" : "unfolded: the biased conv keeps its bias input"));
+      INFO((fewc ? "conv_fewc on: the stem's forward is the few-channel kernel" : "conv_fewc off"));
+      Spec spec = s.value();
+      if (!fewc) spec.train.conv_fewc = ConvFewc::Off;
+      const Compiled c = compile_with(spec, fold);
+      const int p = bn_programs(c.graph);
+      const ConvBnStatsChoice ch = conv_bn_stats_choose(c.graph, c.spec);
+      std::vector<std::string> names;
+      for (const ConvBnStatsPair& pr : ch.fuse) {
+        names.push_back(c.graph.programs[pr.program].nodes[pr.conv].name);
+        CHECK((pr.route == ConvRoute::Fewc) == (names.back() == "stem"));
+      }
+      // Folded, the biased conv has no bias input any more (its bias went into the batch norm's prebias): fused.
+      const int fused_per_program = (fold ? 2 : 1) + (fewc ? 1 : 0);
+      CHECK(static_cast<int>(ch.fuse.size()) == fused_per_program * p);
+      CHECK(ch.separate == (5 - fused_per_program) * p);  // pointwise, grouped (+ stem, biased when not fused)
+      for (const std::string& n : names) {
+        INFO(n);
+        CHECK((n == "plain" || (fold && n == "biased") || (fewc && n == "stem")));
+      }
     }
-  }
 }
 
 // VGG16-BN's batch norms whose output only the next conv reads: features_1 -> conv features_3 (224x224), 8 -> 10

@@ -7,7 +7,11 @@
 //   B fragments: ldmatrix.x4 from the filter rows (row stride 2 ksteps + 1 sixteen-byte units: conflict-free);
 //   mma.sync m16n8k16 with fp32 accumulators, one rounding to the io type at the end (+ the bias in fp32);
 //   the tile goes through the warp's shared staging (16 pixels x (K + 8)) so that y is written in whole 16-byte
-//   pieces, each pixel's K channels contiguous.
+//   pieces, each pixel's K channels contiguous;
+//   with statistics (STATS, fewc_cuda.h's FewcStatsOut) each lane also sums the stored values of its 8 channels
+//   (a lane's 16-byte pieces keep one channel group: ck = lane % (K / 8)) and their squares, a shuffle tree adds
+//   the lanes of one group, and the warp adds the tile's sums into its (2, K) f32 row in shared memory; at the end
+//   the CTA adds its warps' rows in warp order into its partial (grid, 2, K), which fewc_stats_reduce_kernel sums.
 // Values are copied as bits up to the MMA: the kernel works on uint16_t storage for f16 and bf16 alike.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -34,6 +38,8 @@ struct FewcArgs {
   int sg, ksteps, mt, tp, tasks, row_tasks, patch_rows, patch_cols, w_stride;
   int vec;   // PatchGeom::vec
   int pipe;  // vec and FewcTiling::raw_elems > 0: the next task's rows are copied while this one computes
+  float* part;    // STATS: (grid, 2, K) f32 partial sums of y and y^2
+  int stats_off;  // STATS: the warps' (warps, 2, K) f32 sums in shared memory, at smem + stats_off elements
 };
 
 // ldmatrix.x4 (non-transposed) of the four 8x8 matrices whose rows this warp's lanes address (shared address).
@@ -43,8 +49,9 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
                : "r"(addr));
 }
 
-// T: __half or __nv_bfloat16 (the MMA type and the output rounding); NT = K / 8 column tiles.
-template <class T, int NT>
+// T: __half or __nv_bfloat16 (the MMA type and the output rounding); NT = K / 8 column tiles; STATS: y's
+// per-channel sums too.
+template <class T, int NT, bool STATS>
 __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CTAs per SM: <= 128 registers
   constexpr int K = NT * 8;
   constexpr int kStage = K + 8;  // staging row (elements): conflict-free fragment stores, 16-byte rows
@@ -58,6 +65,9 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
   uint16_t* stage = patch + (patch_elems + 7) / 8 * 8;  // (warps, 2, 16, kStage)
   uint16_t* raw = stage + nwarps * 2 * 16 * kStage;      // (patch_rows, W * C) when a.pipe
   const uint32_t* patch32 = reinterpret_cast<const uint32_t*>(patch);  // 2 words per pixel
+  float* wsum = reinterpret_cast<float*>(smem + a.stats_off);  // STATS: (warps, 2, K), zeroed before the first
+  if constexpr (STATS)                                            // barrier of the task loop
+    for (int i = tid; i < nwarps * 2 * K; i += nthreads) wsum[i] = 0.0f;
 
   // B (K, kred): wsm[n][((r SG + sg) 4 + s4) 4 + c4] = w[n, r, sg 4 + s4, c4], 0 outside the filter.
   for (int i = tid; i < K * kred; i += nthreads) {
@@ -180,34 +190,106 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
         __syncwarp();
         const int p = p0 + pl[i];
         constexpr int kChunks = K / 8;  // 16-byte pieces per pixel
+        float sy[8], sq[8];             // STATS: this lane's channels ck * 8 + e (ck = lane % kChunks)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sy[e] = 0.0f, sq[e] = 0.0f;
         for (int cidx = lane; cidx < 16 * kChunks; cidx += 32) {
           const int px = cidx / kChunks, ck = cidx - px * kChunks;
           const int q = q0[i] + px;
-          if (p < a.p && q < a.q)
-            *reinterpret_cast<uint4*>(a.y + ((static_cast<int64_t>(n) * a.p + p) * a.q + q) * K + ck * 8) =
-                *reinterpret_cast<const uint4*>(st + px * kStage + ck * 8);
+          if (p < a.p && q < a.q) {
+            const uint4 v = *reinterpret_cast<const uint4*>(st + px * kStage + ck * 8);
+            *reinterpret_cast<uint4*>(a.y + ((static_cast<int64_t>(n) * a.p + p) * a.q + q) * K + ck * 8) = v;
+            if constexpr (STATS) {
+              const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+              for (int e = 0; e < 8; ++e) {
+                const float f = f32_of(static_cast<uint16_t>(words[e >> 1] >> (16 * (e & 1))), T{});
+                sy[e] += f;
+                sq[e] += f * f;
+              }
+            }
+          }
+        }
+        if constexpr (STATS) {
+#pragma unroll
+          for (int off = kChunks; off < 32; off <<= 1)
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+              sy[e] += __shfl_xor_sync(0xffffffffu, sy[e], off);
+              sq[e] += __shfl_xor_sync(0xffffffffu, sq[e], off);
+            }
+          if (lane < kChunks) {
+            float* mine = wsum + warp * 2 * K + lane * 8;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) mine[e] += sy[e], mine[K + e] += sq[e];
+          }
         }
         __syncwarp();
       }
     }
   }
+  if constexpr (STATS) {
+    __syncthreads();  // every warp's sums are in
+    for (int i = tid; i < 2 * K; i += nthreads) {
+      float v = 0.0f;
+      for (int w = 0; w < nwarps; ++w) v += wsum[w * 2 * K + i];
+      a.part[static_cast<int64_t>(blockIdx.x) * 2 * K + i] = v;
+    }
+  }
+}
+
+// sum[k] (i = k < K) and sqsum[k] (i = K + k) = the CTAs' partials (ctas, 2K) at column i, in float64: each thread
+// a strided share in CTA order, then a fixed tree over the block. One block of 256 per column.
+__global__ void fewc_stats_reduce_kernel(const float* __restrict__ part, int ctas, int k, float* __restrict__ sum,
+                                         float* __restrict__ sqsum) {
+  __shared__ double red[256];
+  const int i = blockIdx.x, tid = threadIdx.x;
+  double v = 0.0;
+  for (int b = tid; b < ctas; b += 256) v += part[static_cast<int64_t>(b) * 2 * k + i];
+  red[tid] = v;
+  __syncthreads();
+  for (int half = 128; half > 0; half >>= 1) {
+    if (tid < half) red[tid] += red[tid + half];
+    __syncthreads();
+  }
+  if (tid == 0) {
+    if (i < k)
+      sum[i] = static_cast<float>(red[0]);
+    else
+      sqsum[i - k] = static_cast<float>(red[0]);
+  }
 }
 
 using FewcKernel = void (*)(FewcArgs);
 
-template <class T>
+template <class T, bool STATS>
 FewcKernel fewc_kernel_k(int64_t k) {
   switch (k) {
-    case 16: return fewc_fwd_kernel<T, 2>;
-    case 32: return fewc_fwd_kernel<T, 4>;
-    case 64: return fewc_fwd_kernel<T, 8>;
+    case 16: return fewc_fwd_kernel<T, 2, STATS>;
+    case 32: return fewc_fwd_kernel<T, 4, STATS>;
+    case 64: return fewc_fwd_kernel<T, 8, STATS>;
     default: return nullptr;
   }
 }
-FewcKernel fewc_kernel(GpuDType io, int64_t k) {
-  if (io == GpuDType::F16) return fewc_kernel_k<__half>(k);
-  if (io == GpuDType::BF16) return fewc_kernel_k<__nv_bfloat16>(k);
+FewcKernel fewc_kernel(GpuDType io, int64_t k, bool stats) {
+  if (io == GpuDType::F16) return stats ? fewc_kernel_k<__half, true>(k) : fewc_kernel_k<__half, false>(k);
+  if (io == GpuDType::BF16)
+    return stats ? fewc_kernel_k<__nv_bfloat16, true>(k) : fewc_kernel_k<__nv_bfloat16, false>(k);
   return nullptr;
+}
+
+// The statistics kernel's shared memory: the plain kernel's, rounded up to 16 bytes, then the warps' sums.
+int64_t stats_off_elems(const FewcTiling& t) { return (t.smem_bytes + 15) / 16 * 8; }
+int64_t stats_kernel_smem(const FewcTiling& t, int64_t k) {
+  return 2 * stats_off_elems(t) + static_cast<int64_t>(fewc_stats_smem_bytes(t, k));
+}
+
+// CTAs of `kernel` resident per SM at `smem` bytes (0 when none fits).
+Result<int> resident_ctas(FewcKernel kernel, int threads, int64_t smem) {
+  TRCTL_CUDA_TRY(fewc_allow_smem_cap(kernel));
+  int per_sm = 0;
+  TRCTL_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, static_cast<int>(smem)));
+  return per_sm;
 }
 
 }  // namespace
@@ -222,26 +304,48 @@ Result<FewcConvPlan> fewc_conv_plan(const Conv2dGeom& g, GpuDType io) {
   plan.g = g;
   plan.io = io;
   plan.t = fewc_conv_tiling(g);
-  const FewcKernel kernel = fewc_kernel(io, g.k);
-  if (!kernel) return Error{ErrCode::Internal, "fewc conv", "no kernel for K = " + std::to_string(g.k)};
+  const FewcKernel kernel = fewc_kernel(io, g.k, false), stats_kernel = fewc_kernel(io, g.k, true);
+  if (!kernel || !stats_kernel)
+    return Error{ErrCode::Internal, "fewc conv", "no kernel for K = " + std::to_string(g.k)};
   const int threads = static_cast<int>(plan.t.warps) * 32;
-  const int smem = static_cast<int>(plan.t.smem_bytes);
-  TRCTL_CUDA_TRY(fewc_allow_smem_cap(kernel));
-  int dev = 0, sms = 0, per_sm = 0;
+  const int64_t smem = plan.t.smem_bytes;
+  int dev = 0, sms = 0;
   TRCTL_CUDA_TRY(cudaGetDevice(&dev));
   TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  TRCTL_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  if (per_sm < 1)
+  Result<int> per_sm = resident_ctas(kernel, threads, smem);
+  if (!per_sm.ok()) return per_sm.errors();
+  if (per_sm.value() < 1)
     return Error{ErrCode::NotSupported, "fewc conv",
                  "no CTA of " + std::to_string(smem) + " B shared memory fits an SM: " + conv2d_geom_str(g)};
-  plan.grid = static_cast<int>(std::min<int64_t>(plan.t.tasks, static_cast<int64_t>(sms) * per_sm));
+  int resident = per_sm.value();
+  // One grid for both kernels (the statistics' partials are per CTA): the smaller residency when both fit.
+  const int64_t stats_smem = stats_kernel_smem(plan.t, g.k);
+  if (stats_smem <= kFewcMaxSmemBytes) {
+    Result<int> stats_per_sm = resident_ctas(stats_kernel, threads, stats_smem);
+    if (!stats_per_sm.ok()) return stats_per_sm.errors();
+    if (stats_per_sm.value() >= 1) {
+      plan.stats = true;
+      resident = std::min(resident, stats_per_sm.value());
+    }
+  }
+  plan.grid = static_cast<int>(std::min<int64_t>(plan.t.tasks, static_cast<int64_t>(sms) * resident));
   return plan;
 }
 
+size_t fewc_stats_smem_bytes(const FewcTiling& t, int64_t k) { return static_cast<size_t>(t.warps * 2 * k * 4); }
+
+size_t fewc_stats_workspace_bytes(const FewcConvPlan& plan) {
+  return static_cast<size_t>(plan.grid) * 2 * static_cast<size_t>(plan.g.k) * sizeof(float);
+}
+
 Status fewc_conv_fwd_cuda(cudaStream_t stream, const FewcConvPlan& plan, const void* x, const void* w,
-                          const void* bias, void* y) {
-  const FewcKernel kernel = fewc_kernel(plan.io, plan.g.k);
+                          const void* bias, void* y, const FewcStatsOut* stats) {
+  const FewcKernel kernel = fewc_kernel(plan.io, plan.g.k, stats != nullptr);
   if (!kernel) return Error{ErrCode::Internal, "fewc conv", "launch of an unplanned geometry"};
+  if (stats && !plan.stats)
+    return Error{ErrCode::Internal, "fewc conv", "statistics of a plan without them: " + conv2d_geom_str(plan.g)};
+  if (stats && (!stats->ws || stats->ws_bytes < fewc_stats_workspace_bytes(plan) || !stats->sum || !stats->sqsum))
+    return Error{ErrCode::Internal, "fewc conv", "statistics workspace too small or outputs missing"};
   if (reinterpret_cast<uintptr_t>(y) % 16 != 0)
     return Error{ErrCode::Internal, "fewc conv", "y must be 16-byte aligned"};
   const Conv2dGeom& g = plan.g;
@@ -262,8 +366,14 @@ Status fewc_conv_fwd_cuda(cudaStream_t stream, const FewcConvPlan& plan, const v
   a.w_stride = static_cast<int>(t.w_stride);
   a.vec = fewc_rows_vectorizable(g, x);
   a.pipe = a.vec && t.raw_elems > 0 ? 1 : 0;
-  kernel<<<plan.grid, static_cast<unsigned>(t.warps * 32), static_cast<size_t>(t.smem_bytes), stream>>>(a);
-  return TRCTL_CUDA_LAUNCH_STATUS("fewc_fwd_kernel");
+  a.part = stats ? static_cast<float*>(stats->ws) : nullptr;
+  a.stats_off = static_cast<int>(stats_off_elems(t));
+  const int64_t smem = stats ? stats_kernel_smem(t, g.k) : t.smem_bytes;
+  kernel<<<plan.grid, static_cast<unsigned>(t.warps * 32), static_cast<size_t>(smem), stream>>>(a);
+  if (Status st = TRCTL_CUDA_LAUNCH_STATUS("fewc_fwd_kernel"); !st.ok() || !stats) return st;
+  fewc_stats_reduce_kernel<<<static_cast<unsigned>(2 * g.k), 256, 0, stream>>>(
+      static_cast<const float*>(stats->ws), plan.grid, static_cast<int>(g.k), stats->sum, stats->sqsum);
+  return TRCTL_CUDA_LAUNCH_STATUS("fewc_stats_reduce_kernel");
 }
 
 }  // namespace trctl
