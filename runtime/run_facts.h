@@ -34,6 +34,10 @@ struct ConvAlgoSources {
   std::string bn_apply_mode = "separate";
   int bn_apply_folded = 0, bn_apply_fallback = 0;
   std::string bn_apply_fallback_reason;
+  // Training batch norms whose backward dx the few-channel weight gradient computes while staging it
+  // (runtime/ops/conv2d/fewc_bn_grad.h; train.conv_fewc: on under AMP): their third pass is skipped. run.json holds
+  // it when > 0.
+  int bn_grad_folded = 0;
 };
 
 // Counts one geometry: for each direction d (ConvDir order: fwd, dgrad, wgrad) that is planned[d], a plan from the

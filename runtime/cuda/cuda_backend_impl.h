@@ -19,6 +19,7 @@
 #include "runtime/cuda/lt_gemm.h"
 #include "runtime/cuda/s2d_conv.h"
 #include "runtime/ops/conv2d/conv_route.h"
+#include "runtime/ops/conv2d/fewc_bn_grad.h"
 #include "runtime/ops/conv2d/fewc_cuda.h"
 #include "runtime/ops/amp/amp_cuda.h"
 #include "runtime/ops/batchnorm/batchnorm_cuda.h"
@@ -204,6 +205,9 @@ class CudaBackend final : public Backend {
   std::map<std::string, Im2colConvPlan> im2col_;  // by im2col_key; their cols and Wc live in conv_ws_
   std::map<std::string, FewcConvPlan> fewc_;          // forwards, by geometry key (conv_key)
   std::map<std::string, FewcWgradPlan> fewc_wgrad_;   // weight gradients (partials in conv_ws_), likewise
+  // The batch norms whose backward dx the few-channel weight gradient computes (fewc_bn_grad_choose), by dx;
+  // their weight gradients' plans are fewc_wgrad_'s "bn " + conv_key entries.
+  std::map<ValueId, FewcBnGradFold> fewc_bn_grad_;
   std::map<std::string, FusedConvPlan> fused_conv_;   // conv + genstats graphs (train.conv_bn_stats), by conv_key;
                                                       // with the BN-apply prologue by "prologue " + conv_key
   std::map<std::string, FusedWgradPlan> fused_wgrad_; // wgrad on relu(x * scale + shift) (train.conv_bn_apply)

@@ -81,6 +81,9 @@ Status CudaBackend::plan_cnn() {
   Result<AutotuneCache> cache = AutotuneCache{};
   bool cache_loaded = false;
   std::set<std::string> dgrad_keys;  // geometries whose input gradient some program computes
+  fewc_bn_grad_.clear();
+  for (const FewcBnGradFold& f : fewc_bn_grad_choose(c_.graph, c_.spec)) fewc_bn_grad_.emplace(f.dx, f);
+  conv_sources_.bn_grad_folded = static_cast<int>(fewc_bn_grad_.size());
   for (const Program& p : c_.graph.programs)
     for (const Node& n : p.nodes)
       if (n.op == OpKind::Conv2dGradInput) dgrad_keys.insert(conv_key(planned_geom(n)));
@@ -521,11 +524,13 @@ Status CudaBackend::plan_fewc(const Node& n) {
   const Conv2dGeom g = conv2d_geom_of(c_.graph, n, x, w);
   const std::string key = conv_key(g);
   if (n.op == OpKind::Conv2dGradWeight) {  // its CTAs' partials live in conv_ws_
-    if (fewc_wgrad_.count(key)) return ok_status();
-    Result<FewcWgradPlan> plan = fewc_wgrad_plan(g, act_type());
+    const bool bn = fewc_bn_grad_.count(n.in[0]) > 0;  // dY is a folded batch norm's dx: the prologue's kernel
+    const std::string wkey = (bn ? "bn " : "") + key;
+    if (fewc_wgrad_.count(wkey)) return ok_status();
+    Result<FewcWgradPlan> plan = fewc_wgrad_plan(g, act_type(), bn);
     if (!plan.ok()) return plan.errors();
     conv_ws_bytes_ = std::max(conv_ws_bytes_, fewc_wgrad_workspace_bytes(plan.value()));
-    fewc_wgrad_.emplace(key, plan.value());
+    fewc_wgrad_.emplace(wkey, plan.value());
     return ok_status();
   }
   if (fewc_.count(key)) return ok_status();
@@ -540,7 +545,9 @@ Status CudaBackend::lower_fewc_conv_node(const Node& n, std::vector<Launch>& out
   const std::string key = conv_key(conv2d_geom_of(c_.graph, n, xv, wv));
   const cudaStream_t s = ctx_.stream;
   if (n.op == OpKind::Conv2dGradWeight) {  // dY, X -> dW straight into the fp32 gradient
-    auto wit = fewc_wgrad_.find(key);
+    auto fold = fewc_bn_grad_.find(n.in[0]);  // dY: a batch norm's dx this kernel computes from its g and x
+    const bool bn = fold != fewc_bn_grad_.end();
+    auto wit = fewc_wgrad_.find((bn ? "bn " : "") + key);
     if (wit == fewc_wgrad_.end())
       return Error{ErrCode::Internal, "cuda backend", "no few-channel weight-gradient plan for " + n.name};
     if (Status st = lowp_wgrad_supported(n); !st.ok()) return st;
@@ -550,6 +557,22 @@ Status CudaBackend::lower_fewc_conv_node(const Node& n, std::vector<Launch>& out
     float* dw = reinterpret_cast<float*>(at(n.out[0]));
     void* ws = conv_ws_;
     const size_t wsb = conv_ws_bytes_;
+    if (bn) {  // the batch norm's backward node (dY, X, gamma, save_mean, save_invstd -> dX, dgamma, dbeta)
+      const FewcBnGradFold& f = fold->second;
+      const Node& bnn = c_.graph.programs[f.program].nodes[f.bn_grad];
+      auto f32 = [&](ValueId v) { return reinterpret_cast<const float*>(at(v)); };
+      FewcBnGradIn in;
+      in.g = at(f.g);
+      in.x = at(f.x);
+      in.gamma = f32(bnn.in[2]);
+      in.mean = f32(bnn.in[3]);
+      in.invstd = f32(bnn.in[4]);
+      in.dgamma = f32(bnn.out[1]);
+      in.dbeta = f32(bnn.out[2]);
+      in.relu_beta = f.relu_beta != kNoValue ? f32(f.relu_beta) : nullptr;
+      out.push_back([=] { return fewc_conv_wgrad_cuda(s, *plan, dy, x, dw, ws, wsb, &in); });
+      return ok_status();
+    }
     out.push_back([=] { return fewc_conv_wgrad_cuda(s, *plan, dy, x, dw, ws, wsb); });
     return ok_status();
   }
@@ -628,7 +651,8 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
     const void* dy = at(n.in[0]);
     const float *gamma = f32(n.in[2]), *sm = f32(n.in[3]), *si = f32(n.in[4]);
     const void* y = relu ? at(n.in[5]) : nullptr;
-    void* dx = at(n.out[0]);
+    // dx nullptr: a few-channel weight gradient computes it (fewc_bn_grad_choose): dgamma and dbeta only here.
+    void* dx = fewc_bn_grad_.count(n.out[0]) ? nullptr : at(n.out[0]);
     float *dg = f32(n.out[1]), *db = f32(n.out[2]);
     // A fused ReLU without a residual: the mask is recomputed from x with the forward's beta instead of reading Y
     // (bitwise the same mask; two passes fewer). The forward is the node that produced save_mean.

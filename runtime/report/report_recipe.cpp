@@ -294,10 +294,15 @@ std::string conv_algorithms_base(const YAML::Node& train, BackendKind be, const 
 // cuDNN's conv + genstats epilogue.
 std::string conv_algorithms_text(const YAML::Node& train, BackendKind be, const RunFacts* facts) {
   std::string s = conv_algorithms_base(train, be, facts);
-  if (be == BackendKind::Cpu || !facts || !facts->has_conv || facts->conv.bn_stats_mode == "separate") return s;
+  if (be == BackendKind::Cpu || !facts || !facts->has_conv) return s;
   const ConvAlgoSources& c = facts->conv;
+  if (c.bn_grad_folded > 0)
+    s += "; " + std::to_string(c.bn_grad_folded) +
+         " batch norms' backward dx computed in the few-channel weight gradient";
+  if (c.bn_stats_mode == "separate") return s;
   s += "; batch-norm statistics (train.conv_bn_stats: " + c.bn_stats_mode + ") of " +
-       std::to_string(c.bn_stats_fused) + " conv -> batch norm pairs from cuDNN's conv + genstats epilogue, " +
+       std::to_string(c.bn_stats_fused) +
+       " conv -> batch norm pairs from a convolution's epilogue (cuDNN's conv + genstats, or the few-channel kernel), " +
        std::to_string(c.bn_stats_separate + c.bn_stats_fallback) + " from trctl's statistics pass";
   if (c.bn_apply_mode != "separate")
     s += "; " + std::to_string(c.bn_apply_folded) + " batch norms' apply + ReLU in the next convolution's prologue " +

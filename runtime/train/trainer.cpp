@@ -437,7 +437,8 @@ std::string conv_algo_log(const ConvAlgoSources* conv) {
 std::string conv_bn_stats_log(const ConvAlgoSources* conv) {
   if (!conv || conv->bn_stats_mode == "separate") return "";
   std::string s = "conv -> batch norm statistics (train.conv_bn_stats: " + conv->bn_stats_mode + "): " +
-                  std::to_string(conv->bn_stats_fused) + " pairs fused (cuDNN conv + genstats), " +
+                  std::to_string(conv->bn_stats_fused) + " pairs fused (cuDNN conv + genstats, or the few-channel "
+                  "forward's epilogue), " +
                   std::to_string(conv->bn_stats_separate) + " separate, " + std::to_string(conv->bn_stats_fallback) +
                   " fell back to separate";
   if (conv->bn_stats_fallback > 0) s += " (first: " + conv->bn_stats_fallback_reason + ")";
@@ -609,6 +610,9 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
   if (std::string mem = be->memory_report(); !mem.empty()) log.info("{}", mem);
   if (std::string conv = conv_algo_log(be->conv_algo_sources()); !conv.empty()) log.info("{}", conv);
   if (std::string bs = conv_bn_stats_log(be->conv_algo_sources()); !bs.empty()) log.info("{}", bs);
+  if (const ConvAlgoSources* conv = be->conv_algo_sources(); conv && conv->bn_grad_folded > 0)
+    log.info("batch-norm backward dx computed in the few-channel weight gradient: {} batch norms (third pass skipped)",
+             conv->bn_grad_folded);
   if (!res.run_dir.empty()) {  // after the upload: its device memory counts the resident data
     if (!(st = out.write_file("run.json", run_facts_json(run_facts_of(*be)))).ok()) return st.errors();
   }

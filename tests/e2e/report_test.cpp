@@ -422,6 +422,20 @@ TEST_CASE("run.json's conv -> batch norm statistics counts (train.conv_bn_stats)
   Result<RunFacts> old = run_facts_parse(plain, "run.json");
   REQUIRE(old.ok());
   CHECK(old->conv.bn_stats_mode == "separate");
+  CHECK(old->conv.bn_grad_folded == 0);
+  CHECK_THAT(plain, !Catch::Contains("bn_grad_folded"));  // written only when a batch norm's dx was folded
+  f.conv.bn_grad_folded = 2;
+  const std::string with_grad = run_facts_json(f);
+  CHECK_THAT(with_grad, Catch::Contains("\"bn_grad_folded\": 2"));
+  Result<RunFacts> back3 = run_facts_parse(with_grad, "run.json");
+  REQUIRE(back3.ok());
+  CHECK(back3->conv.bn_grad_folded == 2);
+  Result<RunFacts> bad_grad =
+      run_facts_parse(R"({"backend": "cuda", "conv_algorithms": {"from_cache": 0, "from_heuristics": 1,
+      "bn_grad_folded": 1.5}})",
+                      "run.json");
+  REQUIRE_FALSE(bad_grad.ok());
+  CHECK_THAT(bad_grad.error_text(), Catch::Contains("conv_algorithms.bn_grad_folded"));
   Result<RunFacts> bad = run_facts_parse(
       R"({"backend": "cuda", "conv_algorithms": {"from_cache": 0, "from_heuristics": 1, "bn_stats": {"mode": "auto",
       "fused": -2, "separate": 0, "fallback": 0}}})",

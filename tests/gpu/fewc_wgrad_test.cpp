@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/util/thread_pool.h"
+#include "runtime/ops/batchnorm/batchnorm_cuda.h"
 #include "runtime/ops/conv2d/conv2d.h"
 #include "runtime/ops/conv2d/fewc.h"
 #include "runtime/ops/conv2d/fewc_cuda.h"
@@ -215,4 +216,94 @@ TEST_CASE("fewc weight-gradient plans at two sizes: the larger plan still launch
     REQUIRE_OK(run_wgrad(ctx, ps, bs));
     sync_ok(ctx);
   }
+}
+
+// The batch-norm prologue (fewc_cuda.h's FewcBnGradIn; the backend's fewc_bn_grad_choose): the weight gradient that
+// computes dy as the batch norm's backward dx while staging it equals, bitwise, batchnorm_bwd_cuda's dx followed by
+// the plain weight gradient on the same grid; batchnorm_bwd_cuda with dx nullptr writes the same dgamma and dbeta.
+// With the ReLU mask recomputed from x (relu_beta) and without a ReLU; stride 1 and 2, odd sizes (pixels past P and
+// Q must stay 0), f16 and bf16. The batch statistics are arbitrary per-channel values (the backward takes them as
+// given): means around x's, inverse deviations in [0.5, 2], gamma and beta of both signs (some channels masked
+// mostly off).
+TEST_CASE("fewc weight gradient with the batch-norm prologue equals the batch norm's dx then the plain weight "
+          "gradient, bitwise",
+          "[kernel][fewc][conv2d][batchnorm]") {
+  CudaContext ctx = make_context();
+  const std::pair<const char*, Conv2dGeom> cases[] = {
+      {"vgg conv0 3x3/1 40x48", conv_geom(2, 40, 48, 3, 64, 3, 3, 1, 1, 1, 1)},
+      {"3x3/1 odd 37x45 N=3", conv_geom(3, 37, 45, 3, 64, 3, 3, 1, 1, 1, 1)},
+      {"stem 7x7/2 64x48", conv_geom(2, 64, 48, 3, 64, 7, 7, 2, 2, 3, 3)}};
+  uint64_t seed = 7900;
+  for (const auto& [name, g] : cases)
+    for (GpuDType t : {GpuDType::F16, GpuDType::BF16})
+      for (bool relu : {true, false}) {
+        const std::string tag = std::string(name) + " " + gpu_dtype_name(t) + (relu ? " relu" : " no relu");
+        INFO(tag << ": " << conv2d_geom_str(g));
+        const StemInputs in = stem_inputs(g, true, ++seed);  // x (the conv's input); dy as the batch norm's g
+        Rng rng(++seed);
+        const int64_t rows = g.n * g.p * g.q, k = g.k;
+        const std::vector<float> bn_x = rng.normal_vec(static_cast<size_t>(rows * k), 0.2f, 1.0f);
+        const std::vector<float> gamma = rng.uniform_vec(static_cast<size_t>(k), -1.5f, 1.5f);
+        const std::vector<float> beta = rng.uniform_vec(static_cast<size_t>(k), -1.0f, 1.0f);
+        const std::vector<float> mean = rng.uniform_vec(static_cast<size_t>(k), -0.3f, 0.6f);
+        const std::vector<float> invstd = rng.uniform_vec(static_cast<size_t>(k), 0.5f, 2.0f);
+        const DevBuf x = to_device_as(t, in.x), gin = to_device_as(t, in.dy), xb = to_device_as(t, bn_x);
+        const DevBuf dgam = to_device_as(GpuDType::F32, gamma), dbet = to_device_as(GpuDType::F32, beta);
+        const DevBuf dmean = to_device_as(GpuDType::F32, mean), dinv = to_device_as(GpuDType::F32, invstd);
+        DevBuf dx(static_cast<size_t>(rows * k) * gpu_dtype_size(t));
+        DevBuf dg(static_cast<size_t>(k) * 4), db(static_cast<size_t>(k) * 4);
+        DevBuf dg2(static_cast<size_t>(k) * 4), db2(static_cast<size_t>(k) * 4);
+        const size_t bnwsb = batchnorm_workspace_bytes(rows, k);
+        DevBuf bnws(bnwsb);
+        const float* relu_beta = relu ? dbet.as<float>() : nullptr;
+        REQUIRE_OK(batchnorm_bwd_cuda(ctx.stream, gin.get(), xb.get(), nullptr, t, dgam.as<float>(), dmean.as<float>(),
+                                      dinv.as<float>(), dx.get(), dg.as<float>(), db.as<float>(), rows, k, bnws.get(),
+                                      bnwsb, relu_beta));
+        poison(dg2);
+        poison(db2);
+        REQUIRE_OK(batchnorm_bwd_cuda(ctx.stream, gin.get(), xb.get(), nullptr, t, dgam.as<float>(), dmean.as<float>(),
+                                      dinv.as<float>(), nullptr, dg2.as<float>(), db2.as<float>(), rows, k, bnws.get(),
+                                      bnwsb, relu_beta));
+        sync_ok(ctx);
+        CHECK_RESULT(compare_bitwise("bn bwd without dx: dgamma " + tag, from_device<float>(dg2.get(), k).data(),
+                                     from_device<float>(dg.get(), k).data(), k * 4, 4));
+        CHECK_RESULT(compare_bitwise("bn bwd without dx: dbeta " + tag, from_device<float>(db2.get(), k).data(),
+                                     from_device<float>(db.get(), k).data(), k * 4, 4));
+        // The prologue's plan (one CTA per SM), and the plain plan on the same grid: the same partial sums.
+        Result<FewcWgradPlan> bp = fewc_wgrad_plan(g, t, true);
+        REQUIRE_OK(bp);
+        REQUIRE(bp.value().bn);
+        FewcWgradPlan plain = wgrad_plan(g, t);
+        plain.grid = bp.value().grid;
+        std::printf("  fewc wgrad+bn %s: grid %d, smem %lld B\n", tag.c_str(), bp.value().grid,
+                    static_cast<long long>(bp.value().t.bn_smem_bytes));
+        const size_t wsb = fewc_wgrad_workspace_bytes(bp.value());
+        DevBuf ws(wsb), dw_ref(in.w.size() * 4), dw(in.w.size() * 4);
+        REQUIRE_OK(fewc_conv_wgrad_cuda(ctx.stream, plain, dx.get(), x.get(), dw_ref.as<float>(), ws.get(), wsb));
+        FewcBnGradIn bn;
+        bn.g = gin.get();
+        bn.x = xb.get();
+        bn.gamma = dgam.as<float>();
+        bn.mean = dmean.as<float>();
+        bn.invstd = dinv.as<float>();
+        bn.dgamma = dg.as<float>();
+        bn.dbeta = db.as<float>();
+        bn.relu_beta = relu_beta;
+        poison(dw);
+        poison(ws);
+        REQUIRE_OK(fewc_conv_wgrad_cuda(ctx.stream, bp.value(), nullptr, x.get(), dw.as<float>(), ws.get(), wsb, &bn));
+        sync_ok(ctx);
+        CHECK_RESULT(compare_bitwise("fewc wgrad+bn " + tag, from_device<float>(dw.get(), in.w.size()).data(),
+                                     from_device<float>(dw_ref.get(), in.w.size()).data(), in.w.size() * 4, 4));
+        // The prologue's inputs with the plain plan (and the other way round) are refused.
+        const Status mixed = fewc_conv_wgrad_cuda(ctx.stream, plain, dx.get(), x.get(), dw.as<float>(), ws.get(), wsb,
+                                                  &bn);
+        REQUIRE_FALSE(mixed.ok());
+        CHECK(mixed.errors()[0].code == ErrCode::Internal);
+        const Status missing =
+            fewc_conv_wgrad_cuda(ctx.stream, bp.value(), dx.get(), x.get(), dw.as<float>(), ws.get(), wsb);
+        REQUIRE_FALSE(missing.ok());
+        CHECK(missing.errors()[0].code == ErrCode::Internal);
+        sync_ok(ctx);
+      }
 }

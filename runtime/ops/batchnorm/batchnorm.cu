@@ -156,8 +156,9 @@ Status batchnorm_bwd_cuda(cudaStream_t s, const void* dy, const void* x, const v
   TRCTL_CUDA_ARG_CHECK(!g_out || (g_out != x && g_out != relu_y && g_out != dx && g_out != dy),
                        "batchnorm_bwd_cuda: g_out aliases dy, x, relu_y or dx");
   TRCTL_CUDA_ARG_CHECK(c >= 1 && c < (int64_t{1} << 31), "batchnorm_bwd_cuda: c outside [1, 2^31)");
-  TRCTL_CUDA_ARG_CHECK(dy && x && gamma && save_mean && save_invstd && dx && dgamma && dbeta,
+  TRCTL_CUDA_ARG_CHECK(dy && x && gamma && save_mean && save_invstd && dgamma && dbeta,
                        "batchnorm_bwd_cuda: null pointer");
+  TRCTL_CUDA_ARG_CHECK(dx || !g_out, "batchnorm_bwd_cuda: g_out without dx");
   TRCTL_CUDA_ARG_CHECK(dx != x, "batchnorm_bwd_cuda: dx aliases x");
   TRCTL_CUDA_ARG_CHECK(workspace && workspace_bytes >= batchnorm_workspace_bytes(rows, c),
                        "batchnorm_bwd_cuda: workspace missing or smaller than batchnorm_workspace_bytes");

@@ -62,7 +62,9 @@ Status batchnorm_fwd_eval_cuda(cudaStream_t s, const void* x, GpuDType t, const 
 // Training-mode backward. dy, x (rows,c) t; relu_y (rows,c) t: when the forward fused a ReLU, its output y (the
 // incoming gradient is then g = dy * (y > 0)), else nullptr. gamma, save_mean, save_invstd (c) f32 from the forward.
 // dx (rows,c) t = gamma * invstd * (g - mean(g) - xhat * mean(g * xhat)); dgamma (c) f32 = sum(g * xhat),
-// dbeta (c) f32 = sum(g), overwritten. dx may not alias x; it may alias dy.
+// dbeta (c) f32 = sum(g), overwritten. dx may not alias x; it may alias dy. dx nullptr (and no g_out): the first
+// two passes only (dgamma, dbeta), for a consumer that computes dx itself with bn_elem.cuh's bn_bwd_dx (the fewc
+// weight gradient's batch-norm prologue, runtime/ops/conv2d/fewc_cuda.h).
 // relu_beta (c) f32, nullable: the forward's beta when it fused a ReLU WITHOUT a residual; the mask y > 0 is then
 // recomputed from x exactly as the forward rounded y (bitwise the same mask) and relu_y is not read (two fewer
 // passes over (rows,c)). With a residual the mask depends on it: pass relu_y and no relu_beta.

@@ -19,6 +19,7 @@
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_utils.cuh"
+#include "runtime/ops/batchnorm/bn_elem.cuh"
 
 namespace trctl {
 
@@ -259,42 +260,8 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// The per-channel constants of the apply pass, y = relu?((x - m) * scale + shift [+ res]): train: m = mean,
-// scale = gamma * invstd; eval (var_not_invstd): inv = 1/sqrt(running_var + eps), m = running_mean - mean_shift
-// (nullable: a folded conv bias). One definition for the apply, the fused apply + pool and the recomputed ReLU
-// mask, so that their values are bitwise the same.
-struct ApplyConsts {
-  float m, scale, shift;
-};
-__device__ __forceinline__ ApplyConsts apply_consts(int64_t ch, const float* __restrict__ gamma,
-                                                    const float* __restrict__ beta, const float* __restrict__ mean,
-                                                    const float* __restrict__ inv_or_var, bool var_not_invstd,
-                                                    float eps, const float* __restrict__ mean_shift) {
-  const float inv = var_not_invstd ? 1.0f / sqrtf(inv_or_var[ch] + eps) : inv_or_var[ch];
-  return {mean_shift ? mean[ch] - mean_shift[ch] : mean[ch], gamma[ch] * inv, beta[ch]};
-}
-// (x - m) * scale + shift with one rounding (fmaf), before a residual, the ReLU and the rounding to T.
-__device__ __forceinline__ float apply_affine(float xf, const ApplyConsts& k) {
-  return fmaf(xf - k.m, k.scale, k.shift);
-}
-
-// The fused ReLU's mask without reading its output: y > 0 for the y that bn_fwd_apply_kernel stored from x (no
-// residual), recomputed with the same float operations (x - mean, one fmaf with gamma * invstd and beta, rounding to
-// T), so it is bitwise the mask of the stored y: a value that rounds to 0 or is NaN gives no gradient there too.
-template <class T>
-__device__ __forceinline__ bool relu_kept(float xf, float m, float scale, float beta) {
-  const float v = apply_affine(xf, ApplyConsts{m, scale, beta});
-  return to_f32(from_f32<T>(v)) > 0.0f;
-}
-
-// The incoming gradient g of one element, for both backward passes: dy, or 0 where the fused ReLU cut it (the mask
-// recomputed from x when relu_beta is given, else relu_y > 0 when relu_y is given; y is that element of relu_y).
-template <class T>
-__device__ __forceinline__ float relu_grad_in(T dy, T x, T y, bool recompute, bool stored, float m, float scale,
-                                              float beta) {
-  const bool masked = recompute ? !relu_kept<T>(to_f32(x), m, scale, beta) : (stored && !(to_f32(y) > 0.0f));
-  return masked ? 0.0f : to_f32(dy);
-}
+// ApplyConsts, apply_consts, apply_affine, relu_kept, relu_grad_in, BnBwdConsts, bn_bwd_consts, bn_bwd_dx:
+// bn_elem.cuh (shared with kernels that fuse a batch-norm step).
 
 // Where the backward's incoming gradient dy comes from: a gradient source Src provides, for the rows r, r + 16,
 // ... (r < r1) of one thread, Pos start(row) (its position state at the thread's first row), load(r, r1, c, col,
@@ -398,15 +365,9 @@ __global__ void __launch_bounds__(512)
   if (col >= c) return;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rpb, r1 = min(rows, r0 + rpb);
   const float inv_n = 1.0f / static_cast<float>(rows);
-  float m[V], a[V], mg[V], k[V], b[V];
+  BnBwdConsts kc[V];
 #pragma unroll
-  for (int j = 0; j < V; ++j) {
-    m[j] = mean[col + j];
-    a[j] = gamma[col + j] * invstd[col + j];
-    mg[j] = dbeta[col + j] * inv_n;
-    k[j] = invstd[col + j] * (dgamma[col + j] * inv_n);
-    b[j] = relu_beta ? relu_beta[col + j] : 0.0f;
-  }
+  for (int j = 0; j < V; ++j) kc[j] = bn_bwd_consts(col + j, gamma, mean, invstd, dgamma, dbeta, relu_beta, inv_n);
   constexpr int U = bwd_unroll<V>();
   typename Src::Pos pos = dy.start(r0 + threadIdx.y);
   for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowGroups * U) {
@@ -420,8 +381,9 @@ __global__ void __launch_bounds__(512)
       if (r + u * kRowGroups >= r1) break;
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        const float g = relu_grad_in<T>(pd[u].v[j], px[u].v[j], py[u].v[j], relu_beta, relu_y, m[j], a[j], b[j]);
-        pd[u].v[j] = from_f32<T>(a[j] * fmaf(-(to_f32(px[u].v[j]) - m[j]), k[j], g - mg[j]));
+        const float g =
+            relu_grad_in<T>(pd[u].v[j], px[u].v[j], py[u].v[j], relu_beta, relu_y, kc[j].m, kc[j].a, kc[j].b);
+        pd[u].v[j] = bn_bwd_dx<T>(g, px[u].v[j], kc[j]);
       }
       pack_store<V>(dx + (r + u * kRowGroups) * c + col, pd[u]);
     }
@@ -514,6 +476,7 @@ Status bn_bwd_launch(cudaStream_t s, const Src& gs, const void* x, const void* r
     bn_bwd_finalize_kernel<<<fin_grid, dim3(kFinCols, kFinGroups), 0, s>>>(
         part_g, part_gx, rows, c, rs.rows_per_block, rs.blocks, save_invstd, dgamma, dbeta);
     BN_LAUNCHED("bn_bwd_finalize_kernel");
+    if (!dx) return TRCTL_CUDA_LAUNCH_STATUS("bn_bwd_finalize_kernel");  // dgamma, dbeta only (no pass 3)
     if (gs_out) {  // pass 3 reads the stored gradient in place of the source (and of the ReLU output)
       bn_bwd_apply_kernel<T, V, DenseGrad<T>><<<l.grid, l.block, 0, s>>>(
           DenseGrad<T>{gs_out}, xs, nullptr, gamma, save_mean, save_invstd, dgamma, dbeta, static_cast<T*>(dx), rows,

@@ -30,6 +30,7 @@ bool fewc_conv_eligible(const Conv2dGeom& g);
 bool fewc_wgrad_eligible(const Conv2dGeom& g);
 
 constexpr int64_t kFewcMaxSmemBytes = 112 * 1024;  // two CTAs per H100/H200 SM (228 KB)
+constexpr int64_t kFewcMaxBnSmemBytes = 227 * 1024;  // the weight gradient with its batch-norm prologue: one CTA
 
 struct FewcTiling {
   int64_t sg = 1;          // ceil(S / 4)
@@ -65,6 +66,9 @@ struct FewcWgradTiling {
   int64_t patches = 1;     // 2 for stride 1 (the patch and its copy shifted by one column), else 1
   int64_t smem_bytes = 0;  // patches x patch (rounded up to 8 elements) + 2 x staged dy + raw_elems + a zero row of 8,
                            // at least the groups' fp32 sums at the end ((tgroups - 1) x K x 16 ksteps)
+  int64_t bn_smem_bytes = 0;  // with the batch-norm prologue (fewc_cuda.h's FewcBnGradIn): 2 x staged x (the batch
+                              // norm's input, laid out as dy) after the dy buffers, and the (5, K) f32 constants
+                              // after the zero row; at least the groups' sums
 };
 FewcWgradTiling fewc_wgrad_tiling(const Conv2dGeom& g);
 

@@ -51,12 +51,33 @@ struct FewcWgradPlan {
   Conv2dGeom g;  // finished, fewc_wgrad_eligible
   GpuDType io = GpuDType::F16;
   FewcWgradTiling t;
-  int grid = 1;
+  int grid = 1;     // CTAs: min(tasks, SMs * resident CTAs per SM of the planned kernel)
+  bool bn = false;  // the batch-norm prologue's kernel (FewcBnGradIn), t.bn_smem_bytes of shared memory
 };
-Result<FewcWgradPlan> fewc_wgrad_plan(const Conv2dGeom& g, GpuDType io);
+// bn_prologue: plan the kernel that computes dy as a batch norm's backward dx (FewcBnGradIn); NotSupported when its
+// shared memory exceeds kFewcMaxBnSmemBytes.
+Result<FewcWgradPlan> fewc_wgrad_plan(const Conv2dGeom& g, GpuDType io, bool bn_prologue = false);
 size_t fewc_wgrad_workspace_bytes(const FewcWgradPlan& plan);  // grid x K x 16 ksteps fp32
-// dw is overwritten. Internal error when ws_bytes is short or dy is not 16-byte aligned.
+
+// The weight gradient's dy as a training batch norm's backward dx, computed while it is staged (the batch norm's
+// third pass folded into the weight gradient; batchnorm_bwd_cuda then runs with dx nullptr): per element
+// dx = bn_bwd_dx(relu_grad_in(g, x), x) (runtime/ops/batchnorm/bn_elem.cuh), bitwise what batchnorm_bwd_cuda would
+// store, from g (N, P, Q, K) the batch norm's incoming gradient and x (N, P, Q, K) its input (type io, 16-byte
+// aligned), its (K) f32 gamma, save_mean, save_invstd, and dgamma, dbeta from the first two passes; relu_beta: the
+// forward's beta when it fused a ReLU without a residual (the mask recomputed from x), else nullptr (no ReLU).
+struct FewcBnGradIn {
+  const void* g = nullptr;
+  const void* x = nullptr;
+  const float* gamma = nullptr;
+  const float* mean = nullptr;
+  const float* invstd = nullptr;
+  const float* dgamma = nullptr;
+  const float* dbeta = nullptr;
+  const float* relu_beta = nullptr;
+};
+// dw is overwritten. bn: with a plan.bn plan (dy unused), else nullptr. Internal error when ws_bytes is short, dy is
+// not 16-byte aligned or bn and the plan disagree.
 Status fewc_conv_wgrad_cuda(cudaStream_t stream, const FewcWgradPlan& plan, const void* dy, const void* x, float* dw,
-                            void* ws, size_t ws_bytes);
+                            void* ws, size_t ws_bytes, const FewcBnGradIn* bn = nullptr);
 
 }  // namespace trctl

@@ -48,6 +48,10 @@ __device__ __forceinline__ uint16_t bits_of(float v, __half) { return __half_as_
 __device__ __forceinline__ uint16_t bits_of(float v, __nv_bfloat16) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
+__device__ __forceinline__ __half t_of(uint16_t b, __half) { return __ushort_as_half(b); }
+__device__ __forceinline__ __nv_bfloat16 t_of(uint16_t b, __nv_bfloat16) { return __ushort_as_bfloat16(b); }
+__device__ __forceinline__ uint16_t bits_of_t(__half v) { return __half_as_ushort(v); }
+__device__ __forceinline__ uint16_t bits_of_t(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
 __device__ __forceinline__ float f32_of(uint16_t b, __half) { return __half2float(__ushort_as_half(b)); }
 __device__ __forceinline__ float f32_of(uint16_t b, __nv_bfloat16) {
   return __bfloat162float(__ushort_as_bfloat16(b));

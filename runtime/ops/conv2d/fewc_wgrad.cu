@@ -16,6 +16,10 @@
 // (through shared memory) and each CTA writes its (K, kred) fp32 partial; a
 // second kernel sums the partials in CTA order and scatters them into dW (K, R, S, C) (taps s >= S and channels
 // >= C dropped). The grid is fixed by the plan: deterministic.
+// With the batch-norm prologue (BNP; fewc_cuda.h's FewcBnGradIn) the staged "dy" is the batch norm's incoming
+// gradient g, x (the batch norm's input) is staged beside it, and once both are in, the block rewrites each staged
+// 8-channel piece of an in-range pixel into the batch norm's dx with bn_elem.cuh's relu_grad_in and bn_bwd_dx and the
+// per-channel BnBwdConsts computed once per CTA: the values batchnorm_bwd_cuda would have stored, bitwise.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -25,6 +29,7 @@
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_utils.cuh"
+#include "runtime/ops/batchnorm/bn_elem.cuh"
 #include "runtime/ops/conv2d/fewc_cuda.h"
 #include "runtime/ops/conv2d/fewc_kernels.cuh"
 
@@ -44,6 +49,10 @@ struct FewcWgradArgs {
   int kwarps, tgroups;  // FewcWgradTiling: warps of one tile group (ceil(ksteps / 2)), tile groups
   int vec;   // PatchGeom::vec
   int pipe;  // vec and raw_elems > 0: the raw input rows are prefetched (else each task loads its patch)
+  // BNP: dy is the batch norm's incoming gradient g; bn_x (N, P, Q, K) its input; the (K) f32 parameters and rows.
+  const uint16_t* bn_x;
+  const float *gamma, *mean, *invstd, *dgamma, *dbeta, *relu_beta;
+  int64_t bn_rows;
 };
 
 __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* row_addr) {
@@ -53,26 +62,28 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* row_
                : "r"(a));
 }
 
-// cp.async of task's dy pixels into dys (tile pixel i: output row p0 + i / (16 MT), column i % (16 MT)); pixels
-// past P or Q are zero-filled.
-__device__ __forceinline__ void stage_dy(const FewcWgradArgs& a, int task, uint16_t* dys) {
+// cp.async of the task's pixels of src (N, P, Q, K: dy, or BNP's x) into dys (tile pixel i: output row
+// p0 + i / (16 MT), column i % (16 MT)); pixels past P or Q are zero-filled.
+__device__ __forceinline__ void stage_dy(const FewcWgradArgs& a, const uint16_t* src, int task, uint16_t* dys) {
   const int n = task / a.row_tasks, p0 = (task - n * a.row_tasks) * a.tp;
   const int row_pieces = a.mt * 16 * (kWgradK / 8);  // per output row of the task
   for (int pl = 0; pl < a.tp; ++pl) {
-    const uint16_t* src_row = a.dy + (static_cast<int64_t>(n) * a.p + p0 + pl) * a.q * kWgradK;
+    const uint16_t* src_row = src + (static_cast<int64_t>(n) * a.p + p0 + pl) * a.q * kWgradK;
     uint16_t* dst_row = dys + pl * a.mt * 16 * a.dy_stride;
     for (int ci = static_cast<int>(threadIdx.x); ci < row_pieces; ci += static_cast<int>(blockDim.x)) {
       const int q = ci >> 3, ck = ci & 7;
       const bool in = p0 + pl < a.p && q < a.q;
-      cp_async16(dst_row + q * a.dy_stride + ck * 8, in ? src_row + q * kWgradK + ck * 8 : a.dy, in ? 16 : 0);
+      cp_async16(dst_row + q * a.dy_stride + ck * 8, in ? src_row + q * kWgradK + ck * 8 : src, in ? 16 : 0);
     }
   }
 }
 
-// The next copies of a task: its dy into dys and, when pipelined, its raw input rows.
+// The next copies of a task: its dy into dys, BNP's x into xs (else nullptr) and, when pipelined, its raw input
+// rows.
 __device__ __forceinline__ void prefetch_task(const FewcWgradArgs& a, const PatchGeom& pg, int task, uint16_t* dys,
-                                              uint16_t* raw) {
-  stage_dy(a, task, dys);
+                                              uint16_t* xs, uint16_t* raw) {
+  stage_dy(a, a.dy, task, dys);
+  if (xs) stage_dy(a, a.bn_x, task, xs);
   if (a.pipe) {
     const int n = task / a.row_tasks;
     prefetch_patch_rows(a.x + static_cast<int64_t>(n) * a.h * a.w_in * a.c, pg, (task - n * a.row_tasks) * a.tp,
@@ -81,7 +92,37 @@ __device__ __forceinline__ void prefetch_task(const FewcWgradArgs& a, const Patc
   cp_async_commit();
 }
 
+// BNP: the staged g of the task's in-range pixels (p0 + pl < P, q < Q; the others stay 0) rewritten into the batch
+// norm's dx in place, from the staged x and the (5, K) constants bnc (m, a, mg, k, b rows), by the whole block.
 template <class T>
+__device__ __forceinline__ void bn_dx_in_place(const FewcWgradArgs& a, int p0, uint16_t* dys, const uint16_t* xs,
+                                               const float* bnc) {
+  const int row_px = a.mt * 16, pieces = a.tp * row_px * (kWgradK / 8);
+  const bool recompute = a.relu_beta != nullptr;
+  for (int i = static_cast<int>(threadIdx.x); i < pieces; i += static_cast<int>(blockDim.x)) {
+    const int px = i >> 3, ck = i & 7, pl = px / row_px, q = px - pl * row_px;
+    if (p0 + pl >= a.p || q >= a.q) continue;
+    uint16_t gv[8], xv[8];
+    const uint4 gq = *reinterpret_cast<const uint4*>(dys + px * a.dy_stride + ck * 8);
+    const uint4 xq = *reinterpret_cast<const uint4*>(xs + px * a.dy_stride + ck * 8);
+    memcpy(gv, &gq, 16);
+    memcpy(xv, &xq, 16);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int ch = ck * 8 + e;
+      const BnBwdConsts k{bnc[ch], bnc[kWgradK + ch], bnc[2 * kWgradK + ch], bnc[3 * kWgradK + ch],
+                          bnc[4 * kWgradK + ch]};
+      const T xt = t_of(xv[e], T{});
+      const float gin = relu_grad_in<T>(t_of(gv[e], T{}), xt, xt, recompute, false, k.m, k.a, k.b);
+      gv[e] = bits_of_t(bn_bwd_dx<T>(gin, xt, k));
+    }
+    uint4 out;
+    memcpy(&out, gv, 16);
+    *reinterpret_cast<uint4*>(dys + px * a.dy_stride + ck * 8) = out;
+  }
+}
+
+template <class T, bool BNP>
 __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(FewcWgradArgs a) {
   extern __shared__ __align__(16) uint16_t smem[];
   const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -93,9 +134,19 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
   const bool shifted = a.stride == 1;               // FewcWgradTiling::patches == 2
   uint16_t* odd = patch + patch_elems;              // stride 1: odd[i] = patch[i + 4] (one pixel further)
   uint16_t* dys0 = odd + (shifted ? patch_elems : 0);  // 2 x (tile_px, dy_stride)
-  uint16_t* raw = dys0 + 2 * tile_px * a.dy_stride;  // (patch_rows, W * C)
+  uint16_t* xs0 = dys0 + 2 * tile_px * a.dy_stride;  // BNP: 2 x (tile_px, dy_stride) of x
+  uint16_t* raw = xs0 + (BNP ? 2 * tile_px * a.dy_stride : 0);  // (patch_rows, W * C)
   uint16_t* zero_row = raw + a.raw_elems;            // 8 zeros: B rows of pixels past Q
+  float* bnc = reinterpret_cast<float*>(zero_row + 8);  // BNP: (5, K) m, a, mg, k, b
   if (tid < 8) zero_row[tid] = 0;
+  if constexpr (BNP) {  // written before the task loop's first barrier, read after it
+    const float inv_n = 1.0f / static_cast<float>(a.bn_rows);  // as bn_bwd_apply_kernel computes it
+    for (int ch = tid; ch < kWgradK; ch += static_cast<int>(blockDim.x)) {
+      const BnBwdConsts k = bn_bwd_consts(ch, a.gamma, a.mean, a.invstd, a.dgamma, a.dbeta, a.relu_beta, inv_n);
+      bnc[ch] = k.m, bnc[kWgradK + ch] = k.a, bnc[2 * kWgradK + ch] = k.mg, bnc[3 * kWgradK + ch] = k.k;
+      bnc[4 * kWgradK + ch] = k.b;
+    }
+  }
 
   // This warp's reduction steps 2 kwarp and 2 kwarp + 1 (the second repeats the first past ksteps; not written).
   int boff[2];  // per step: the patch offset (elements) of B row (pixel 0, output row 0) for this lane's half
@@ -121,7 +172,7 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
 
   const PatchGeom pg{a.h, a.w_in, a.c, a.stride, a.pad_h, a.pad_w, a.patch_rows, a.patch_cols, a.vec != 0};
   zero_patch(pg, patch);  // ordered before the first patch write by the task loop's first barrier
-  if (static_cast<int>(blockIdx.x) < a.tasks) prefetch_task(a, pg, blockIdx.x, dys0, raw);
+  if (static_cast<int>(blockIdx.x) < a.tasks) prefetch_task(a, pg, blockIdx.x, dys0, BNP ? xs0 : nullptr, raw);
   const int tiles = a.tp * a.mt;
   int buf = 0;
   for (int task = blockIdx.x; task < a.tasks; task += gridDim.x, buf ^= 1) {
@@ -132,9 +183,12 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
       scatter_patch(raw, pg, p0, patch);
     else
       load_patch(a.x + static_cast<int64_t>(n) * a.h * a.w_in * a.c, pg, p0, patch);
-    __syncthreads();  // the patch is complete and raw is free
+    if constexpr (BNP)
+      bn_dx_in_place<T>(a, p0, dys0 + buf * tile_px * a.dy_stride, xs0 + buf * tile_px * a.dy_stride, bnc);
+    __syncthreads();  // the patch (and BNP's dx) is complete and raw is free
     if (task + static_cast<int>(gridDim.x) < a.tasks)
-      prefetch_task(a, pg, task + static_cast<int>(gridDim.x), dys0 + (buf ^ 1) * tile_px * a.dy_stride, raw);
+      prefetch_task(a, pg, task + static_cast<int>(gridDim.x), dys0 + (buf ^ 1) * tile_px * a.dy_stride,
+                    BNP ? xs0 + (buf ^ 1) * tile_px * a.dy_stride : nullptr, raw);
     if (shifted) {
       // odd := the patch one pixel (4 elements, 8 bytes) further; its last pixel is never read (fewc.h).
       const uint2* src = reinterpret_cast<const uint2*>(patch);
@@ -234,15 +288,23 @@ __global__ void fewc_wgrad_reduce_kernel(const float* __restrict__ partial, int 
 }
 
 using WgradKernel = void (*)(FewcWgradArgs);
-WgradKernel wgrad_kernel(GpuDType io) {
-  if (io == GpuDType::F16) return fewc_wgrad_kernel<__half>;
-  if (io == GpuDType::BF16) return fewc_wgrad_kernel<__nv_bfloat16>;
+WgradKernel wgrad_kernel(GpuDType io, bool bn) {
+  if (io == GpuDType::F16) return bn ? fewc_wgrad_kernel<__half, true> : fewc_wgrad_kernel<__half, false>;
+  if (io == GpuDType::BF16)
+    return bn ? fewc_wgrad_kernel<__nv_bfloat16, true> : fewc_wgrad_kernel<__nv_bfloat16, false>;
   return nullptr;
+}
+
+// The kernel's shared-memory limit: the rule's cap, or the batch-norm prologue's (one CTA per SM).
+cudaError_t allow_smem(WgradKernel kernel, bool bn) {
+  if (!bn) return fewc_allow_smem_cap(kernel);
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(kFewcMaxBnSmemBytes));
 }
 
 }  // namespace
 
-Result<FewcWgradPlan> fewc_wgrad_plan(const Conv2dGeom& g, GpuDType io) {
+Result<FewcWgradPlan> fewc_wgrad_plan(const Conv2dGeom& g, GpuDType io, bool bn_prologue) {
   if (io != GpuDType::F16 && io != GpuDType::BF16)
     return Error{ErrCode::NotSupported, "fewc conv",
                  std::string("the few-channel tensor-core weight gradient takes f16 or bf16, not ") +
@@ -254,9 +316,14 @@ Result<FewcWgradPlan> fewc_wgrad_plan(const Conv2dGeom& g, GpuDType io) {
   plan.g = g;
   plan.io = io;
   plan.t = fewc_wgrad_tiling(g);
-  const WgradKernel kernel = wgrad_kernel(io);
-  const int smem = static_cast<int>(plan.t.smem_bytes);
-  TRCTL_CUDA_TRY(fewc_allow_smem_cap(kernel));
+  plan.bn = bn_prologue;
+  if (bn_prologue && plan.t.bn_smem_bytes > kFewcMaxBnSmemBytes)
+    return Error{ErrCode::NotSupported, "fewc conv",
+                 "the batch-norm prologue needs " + std::to_string(plan.t.bn_smem_bytes) +
+                     " B of shared memory: " + conv2d_geom_str(g)};
+  const WgradKernel kernel = wgrad_kernel(io, bn_prologue);
+  const int smem = static_cast<int>(bn_prologue ? plan.t.bn_smem_bytes : plan.t.smem_bytes);
+  TRCTL_CUDA_TRY(allow_smem(kernel, bn_prologue));
   int dev = 0, sms = 0, per_sm = 0;
   TRCTL_CUDA_TRY(cudaGetDevice(&dev));
   TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -274,9 +341,15 @@ size_t fewc_wgrad_workspace_bytes(const FewcWgradPlan& plan) {
 }
 
 Status fewc_conv_wgrad_cuda(cudaStream_t stream, const FewcWgradPlan& plan, const void* dy, const void* x, float* dw,
-                            void* ws, size_t ws_bytes) {
-  const WgradKernel kernel = wgrad_kernel(plan.io);
+                            void* ws, size_t ws_bytes, const FewcBnGradIn* bn) {
+  const WgradKernel kernel = wgrad_kernel(plan.io, plan.bn);
   if (!kernel) return Error{ErrCode::Internal, "fewc conv", "weight gradient of an unplanned type"};
+  if ((bn != nullptr) != plan.bn)
+    return Error{ErrCode::Internal, "fewc conv", "the batch-norm prologue's inputs and the plan disagree"};
+  if (bn && (!bn->g || !bn->x || !bn->gamma || !bn->mean || !bn->invstd || !bn->dgamma || !bn->dbeta ||
+             reinterpret_cast<uintptr_t>(bn->g) % 16 != 0 || reinterpret_cast<uintptr_t>(bn->x) % 16 != 0))
+    return Error{ErrCode::Internal, "fewc conv", "batch-norm prologue: a null or misaligned input"};
+  if (bn) dy = bn->g;
   if (ws_bytes < fewc_wgrad_workspace_bytes(plan) || !ws)
     return Error{ErrCode::Internal, "fewc conv", "weight-gradient workspace too small"};
   if (reinterpret_cast<uintptr_t>(dy) % 16 != 0)
@@ -298,9 +371,15 @@ Status fewc_conv_wgrad_cuda(cudaStream_t stream, const FewcWgradPlan& plan, cons
   a.dy_stride = static_cast<int>(plan.t.dy_stride);
   a.raw_elems = static_cast<int>(t.raw_elems);
   a.kwarps = static_cast<int>(plan.t.kwarps), a.tgroups = static_cast<int>(plan.t.tgroups);
+  a.bn_x = bn ? static_cast<const uint16_t*>(bn->x) : nullptr;
+  a.gamma = bn ? bn->gamma : nullptr, a.mean = bn ? bn->mean : nullptr, a.invstd = bn ? bn->invstd : nullptr;
+  a.dgamma = bn ? bn->dgamma : nullptr, a.dbeta = bn ? bn->dbeta : nullptr;
+  a.relu_beta = bn ? bn->relu_beta : nullptr;
+  a.bn_rows = g.n * g.p * g.q;
   a.vec = fewc_rows_vectorizable(g, x);
   a.pipe = a.vec && t.raw_elems > 0 ? 1 : 0;
-  kernel<<<plan.grid, static_cast<unsigned>(plan.t.warps * 32), static_cast<size_t>(plan.t.smem_bytes), stream>>>(a);
+  const int64_t smem = plan.bn ? plan.t.bn_smem_bytes : plan.t.smem_bytes;
+  kernel<<<plan.grid, static_cast<unsigned>(plan.t.warps * 32), static_cast<size_t>(smem), stream>>>(a);
   if (Status st = TRCTL_CUDA_LAUNCH_STATUS("fewc_wgrad_kernel"); !st.ok()) return st;
   const int total = static_cast<int>(g.k * g.r * g.s * g.c);
   fewc_wgrad_reduce_kernel<<<(total + 255) / 256, 256, 0, stream>>>(

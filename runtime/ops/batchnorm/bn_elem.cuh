@@ -1,0 +1,74 @@
+// Per-element batch-norm arithmetic that the batch-norm kernels (batchnorm_kernels.cuh) and kernels fusing a batch
+// norm's step into another op share (runtime/ops/conv2d/fewc_wgrad.cu computes the backward's dx while staging its
+// dy): ApplyConsts / apply_affine (the apply pass's affine), relu_kept (the fused ReLU's mask recomputed from x),
+// relu_grad_in (the backward's masked incoming gradient), BnBwdConsts / bn_bwd_dx (the backward's dx of one element).
+// One definition each, so that a fused step's values are bitwise the batch norm's own. Internal linkage (an
+// anonymous namespace), device code only.
+#pragma once
+#include <cstdint>
+
+#include "runtime/cuda/device_utils.cuh"
+
+namespace trctl {
+namespace {
+
+// The per-channel constants of the apply pass, y = relu?((x - m) * scale + shift [+ res]): train: m = mean,
+// scale = gamma * invstd; eval (var_not_invstd): inv = 1/sqrt(running_var + eps), m = running_mean - mean_shift
+// (nullable: a folded conv bias). One definition for the apply, the fused apply + pool and the recomputed ReLU
+// mask, so that their values are bitwise the same.
+struct ApplyConsts {
+  float m, scale, shift;
+};
+__device__ __forceinline__ ApplyConsts apply_consts(int64_t ch, const float* __restrict__ gamma,
+                                                    const float* __restrict__ beta, const float* __restrict__ mean,
+                                                    const float* __restrict__ inv_or_var, bool var_not_invstd,
+                                                    float eps, const float* __restrict__ mean_shift) {
+  const float inv = var_not_invstd ? 1.0f / sqrtf(inv_or_var[ch] + eps) : inv_or_var[ch];
+  return {mean_shift ? mean[ch] - mean_shift[ch] : mean[ch], gamma[ch] * inv, beta[ch]};
+}
+// (x - m) * scale + shift with one rounding (fmaf), before a residual, the ReLU and the rounding to T.
+__device__ __forceinline__ float apply_affine(float xf, const ApplyConsts& k) {
+  return fmaf(xf - k.m, k.scale, k.shift);
+}
+
+// The fused ReLU's mask without reading its output: y > 0 for the y that bn_fwd_apply_kernel stored from x (no
+// residual), recomputed with the same float operations (x - mean, one fmaf with gamma * invstd and beta, rounding to
+// T), so it is bitwise the mask of the stored y: a value that rounds to 0 or is NaN gives no gradient there too.
+template <class T>
+__device__ __forceinline__ bool relu_kept(float xf, float m, float scale, float beta) {
+  const float v = apply_affine(xf, ApplyConsts{m, scale, beta});
+  return to_f32(from_f32<T>(v)) > 0.0f;
+}
+
+// The incoming gradient g of one element, for both backward passes: dy, or 0 where the fused ReLU cut it (the mask
+// recomputed from x when relu_beta is given, else relu_y > 0 when relu_y is given; y is that element of relu_y).
+template <class T>
+__device__ __forceinline__ float relu_grad_in(T dy, T x, T y, bool recompute, bool stored, float m, float scale,
+                                              float beta) {
+  const bool masked = recompute ? !relu_kept<T>(to_f32(x), m, scale, beta) : (stored && !(to_f32(y) > 0.0f));
+  return masked ? 0.0f : to_f32(dy);
+}
+
+// The backward's per-channel constants (training batch norm over n rows): m = mean, a = gamma * invstd (also the
+// recomputed mask's scale), mg = dbeta / n, k = invstd * dgamma / n, b = the forward's beta for the recomputed
+// ReLU mask (0 when relu_beta is null); inv_n = 1.0f / n as a float division on the device.
+struct BnBwdConsts {
+  float m, a, mg, k, b;
+};
+__device__ __forceinline__ BnBwdConsts bn_bwd_consts(int64_t ch, const float* __restrict__ gamma,
+                                                     const float* __restrict__ mean, const float* __restrict__ invstd,
+                                                     const float* __restrict__ dgamma,
+                                                     const float* __restrict__ dbeta,
+                                                     const float* __restrict__ relu_beta, float inv_n) {
+  return {mean[ch], gamma[ch] * invstd[ch], dbeta[ch] * inv_n, invstd[ch] * (dgamma[ch] * inv_n),
+          relu_beta ? relu_beta[ch] : 0.0f};
+}
+// dx = gamma * invstd * (g - dbeta / n - (x - mean) * invstd * dgamma / n) of one element, g the masked incoming
+// gradient (relu_grad_in), rounded once to T.
+template <class T>
+__device__ __forceinline__ T bn_bwd_dx(float g, T x, const BnBwdConsts& k) {
+  return from_f32<T>(k.a * fmaf(-(to_f32(x) - k.m), k.k, g - k.mg));
+}
+
+}  // namespace
+}  // namespace trctl
