@@ -96,6 +96,11 @@ class Backend {
   // Loss of the last run of `program`, and its epoch accumulators (reset by reset_metrics). Reading them may
   // wait for the device: the trainer asks at log intervals and epoch ends only.
   virtual double last_loss(int program) = 0;
+  // The loss of `program`'s last launched run without draining the device's queue: request_loss starts reading it
+  // behind that run; take_loss returns it, waiting for that run only (runs launched since may still be queued, so
+  // the device never idles for a log line). One request at a time; a synchronous backend reads it at the request.
+  virtual void request_loss(int program) = 0;
+  virtual double take_loss() = 0;
   virtual ProgramMetrics metrics(int program) = 0;
   virtual void reset_metrics() = 0;
   // Whether a run can continue from a checkpoint on this backend (its per-step state restored by restore_state).

@@ -26,8 +26,9 @@
 #             CNNs' layers runs (the autotune cache is keyed by the deterministic flag)
 #   epochlen  why a training epoch's step is longer than the profile's back-to-back replays: trctl train of
 #             each of CNN_MODELS (3 epochs) at each epoch length of EPOCHLEN_SIZES images (default "6400 25600",
-#             25 and 100 steps at batch 256) with run.log_interval 10 (a loss read, i.e. a synchronize, every 10
-#             steps) and 1000000 (none), nvidia-smi sampling clocks, power and throttle reasons every 100 ms
+#             25 and 100 steps at batch 256) with run.log_interval 10 (a loss read every 10 steps; since
+#             2026-12-05 it waits for the logged step only, the next one already queued: Backend::request_loss)
+#             and 1000000 (none), nvidia-smi sampling clocks, power and throttle reasons every 100 ms
 #             (epochlen.tar.gz; the steady img/s of each run in summary.txt). Run after autotune.
 #   cnnacc    configs/cnn_fmnist.yaml trained to the end (test accuracy; CNNACC_EPOCHS to change)
 #   autotune  trctl bench CFG --autotune for each of CNN_MODELS (the cache in $TRCTL_AUTOTUNE_CACHE, used by the

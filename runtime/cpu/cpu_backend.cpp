@@ -113,6 +113,8 @@ class CpuBackend final : public Backend {
   }
 
   double last_loss(int program) override { return last_loss_[program]; }
+  void request_loss(int program) override { requested_loss_ = last_loss_[program]; }
+  double take_loss() override { return requested_loss_; }
 
   ProgramMetrics metrics(int program) override {
     const Program& p = c_.graph.programs[program];
@@ -437,6 +439,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   std::vector<std::unique_ptr<AlignedBuffer>> regions_;
   std::vector<double> last_loss_;
+  double requested_loss_ = 0;  // request_loss's value (this backend runs synchronously)
   std::vector<double> lrs_;  // per parameter group
   std::vector<float> scratch_f32_[2];   // scratch<float>(i, n): full-resolution Y and dY of the fused BN + pool nodes
   std::vector<double> scratch_f64_[2];  // the same for the float64 gradient-check programs

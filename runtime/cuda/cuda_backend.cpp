@@ -96,6 +96,10 @@ CudaBackend::~CudaBackend() {
   TRCTL_CUDA_WARN(cudaFree(clip_ws_));
   TRCTL_CUDA_WARN(cudaFree(lars_mem_));
   TRCTL_CUDA_WARN(cudaFree(arena_));
+  if (loss_host_) {
+    TRCTL_CUDA_WARN(cudaEventDestroy(loss_event_));
+    TRCTL_CUDA_WARN(cudaFreeHost(loss_host_));
+  }
 }
 
 Status CudaBackend::init() {
@@ -893,6 +897,31 @@ std::vector<std::byte> CudaBackend::read_region(Region r) {
   TRCTL_CUDA_WARN(cudaStreamSynchronize(ctx_.stream));
   TRCTL_CUDA_WARN(cudaMemcpy(b.data(), region_[static_cast<int>(r)], b.size(), cudaMemcpyDeviceToHost));
   return b;
+}
+
+// The loss copied behind the run into pinned memory, an event after it: take_loss waits for that event only.
+void CudaBackend::request_loss(int program) {
+  loss_requested_ = false;
+  if (!loss_host_) {  // once (cudaHostAlloc may synchronize: not in a log window's steady state after the first)
+    if (cudaHostAlloc(reinterpret_cast<void**>(&loss_host_), sizeof(float), cudaHostAllocDefault) != cudaSuccess ||
+        cudaEventCreateWithFlags(&loss_event_, cudaEventDisableTiming) != cudaSuccess) {
+      loss_host_ = nullptr;  // take_loss falls back to last_loss
+      loss_program_ = program;
+      return;
+    }
+  }
+  loss_program_ = program;
+  loss_requested_ =
+      cudaMemcpyAsync(loss_host_, at(c_.graph.programs[program].loss), sizeof(float), cudaMemcpyDeviceToHost,
+                      ctx_.stream) == cudaSuccess &&
+      cudaEventRecord(loss_event_, ctx_.stream) == cudaSuccess;
+}
+
+double CudaBackend::take_loss() {
+  if (!loss_requested_) return loss_program_ >= 0 ? last_loss(loss_program_) : 0.0;
+  loss_requested_ = false;
+  TRCTL_CUDA_WARN(cudaEventSynchronize(loss_event_));
+  return *loss_host_;
 }
 
 double CudaBackend::last_loss(int program) {

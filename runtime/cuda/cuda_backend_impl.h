@@ -81,6 +81,8 @@ class CudaBackend final : public Backend {
   int64_t step() const override { return step_; }
   void set_step(int64_t s) override;
   Status run(int program, int slot) override;
+  void request_loss(int program) override;
+  double take_loss() override;
   double last_loss(int program) override;
   ProgramMetrics metrics(int program) override;
   void reset_metrics() override;
@@ -241,6 +243,10 @@ class CudaBackend final : public Backend {
   int64_t step_ = 0;
   std::vector<double> host_lrs_;  // set_lrs: the source of its async copies
   uint32_t host_u32_[4] = {};
+  float* loss_host_ = nullptr;      // request_loss's pinned copy of a loss, and its event
+  cudaEvent_t loss_event_ = nullptr;
+  bool loss_requested_ = false;
+  int loss_program_ = -1;
   DistEnv dist_;                               // enabled: one rank of a data-parallel job (world size 1 included)
   std::unique_ptr<NcclComm> comm_;
   std::map<int, GradBucketPlan> dist_buckets_;  // per train program

@@ -41,19 +41,34 @@ struct StepLog {
   Clock::time_point t_run;
   Clock::time_point t_log = Clock::now();
   int64_t images_log = 0;
+  // A log step whose loss was requested (Backend::request_loss) and is written once the next batch is queued.
+  bool pending = false;
+  int64_t pending_step = 0, pending_images = 0;
 
-  // After every batch; `step_end`: the batch ended an optimizer step (always, without gradient accumulation).
+  // After every batch; `step_end`: the batch ended an optimizer step (always, without gradient accumulation). At a
+  // log step the loss is only requested; the record is written after the next batch has been launched (or at the
+  // epoch's end, flush), so that waiting for the logged step never leaves the device without queued work.
   void after_step(int prog, int64_t batch, bool step_end = true) {
+    flush();
     images_log += batch;
     if (!train || !step_end || be.step() % c.spec.run.log_interval != 0) return;
-    // The loss read first: it waits for the window's steps (the CUDA backend synchronizes its stream), and only then
-    // are the times taken. (As arguments of one call their order was unspecified: GCC timed the window before the
-    // read, i.e. the host's enqueueing of the CUDA graphs, and logged ~2x the images/s.)
-    const double loss = be.last_loss(prog);
-    const double window_s = since(t_log), run_s = since(t_run);
-    out.step(epoch, be.step(), loss, lr, images_log / window_s, run_s);
-    t_log = Clock::now();
+    be.request_loss(prog);
+    pending = true;
+    pending_step = be.step();
+    pending_images = images_log;
     images_log = 0;
+  }
+  // Writes the pending record: the loss read first (it waits for the logged step), then the times, so the window
+  // ends when that step is done. (As arguments of one call their order was unspecified: GCC timed the window before
+  // the read, i.e. the host's enqueueing of the CUDA graphs, and logged ~2x the images/s.) The next window starts
+  // there and holds the batches launched since.
+  void flush() {
+    if (!pending) return;
+    pending = false;
+    const double loss = be.take_loss();
+    const double window_s = since(t_log), run_s = since(t_run);
+    out.step(epoch, pending_step, loss, lr, pending_images / window_s, run_s);
+    t_log = Clock::now();
   }
 };
 
@@ -120,6 +135,7 @@ Result<int64_t> run_epoch(Backend& be, const Compiled& c, HostFeed& loader, bool
     log.after_step(prog, b.size, step_end);
     if (step_end && on_step && !on_step(i, total)) break;
   }
+  log.flush();
   if (open_step)  // the loader yielded fewer batches than batches_per_epoch() said
     return Error{ErrCode::Internal, "trainer", "the epoch's data ended inside an accumulated optimizer step"};
   return images;
@@ -156,6 +172,7 @@ Result<int64_t> run_epoch_resident(Backend& be, const Compiled& c, DataSplit spl
     log.after_step(prog, b, step_end);
     if (step_end && on_step && !on_step(i + 1, total)) break;
   }
+  log.flush();
   return images;
 }
 
