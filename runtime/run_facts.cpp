@@ -33,6 +33,11 @@ std::string run_facts_json(const RunFacts& f) {
          ", \"from_cache\": " + std::to_string(c.from_cache) + ", \"from_heuristics\": " +
          std::to_string(c.from_heuristics) + ", \"deterministic\": " + (c.deterministic ? "true" : "false");
     if (c.bn_grad_folded > 0) s += ", \"bn_grad_folded\": " + std::to_string(c.bn_grad_folded);
+    if (c.bn_bwd_mode != "separate")
+      s += ", \"bn_backward\": {\"mode\": " + json_quote(c.bn_bwd_mode) + ", \"fused\": " +
+           std::to_string(c.bn_bwd_fused) + ", \"separate\": " + std::to_string(c.bn_bwd_separate) +
+           ", \"fallback\": " + std::to_string(c.bn_bwd_fallback) + ", \"fallback_reason\": " +
+           json_quote(c.bn_bwd_fallback_reason) + "}";
     if (c.bn_stats_mode != "separate")
       s += ", \"bn_stats\": {\"mode\": " + json_quote(c.bn_stats_mode) + ", \"fused\": " +
            std::to_string(c.bn_stats_fused) + ", \"separate\": " + std::to_string(c.bn_stats_separate) +
@@ -133,6 +138,14 @@ Result<RunFacts> run_facts_parse(const std::string& text, const std::string& pat
   if (const JsonNode* c = conv->find("cache"); c && c->is_string()) f.conv.cache = c->string;
   if (conv->find("bn_grad_folded") && !count_of(*conv, "bn_grad_folded", &f.conv.bn_grad_folded))
     return Error{ErrCode::Format, path, "conv_algorithms.bn_grad_folded: expected a count (an integer >= 0)"};
+  if (const JsonNode* bb = conv->find("bn_backward"); bb && !bb->is_null()) {  // train.conv_bn_backward, likewise
+    ConvAlgoSources& c = f.conv;
+    Status st = fusion_record_of(*bb, "conv_algorithms.bn_backward", path,
+                                 {{"fused", &c.bn_bwd_fused}, {"separate", &c.bn_bwd_separate},
+                                  {"fallback", &c.bn_bwd_fallback}},
+                                 &c.bn_bwd_mode, &c.bn_bwd_fallback_reason);
+    if (!st.ok()) return st.errors();
+  }
   if (const JsonNode* bs = conv->find("bn_stats"); bs && !bs->is_null()) {  // train.conv_bn_stats, when not separate
     ConvAlgoSources& c = f.conv;
     Status st = fusion_record_of(*bs, "conv_algorithms.bn_stats", path,

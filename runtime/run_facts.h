@@ -38,6 +38,12 @@ struct ConvAlgoSources {
   // (runtime/ops/conv2d/fewc_bn_grad.h; train.conv_fewc: on under AMP): their third pass is skipped. run.json holds
   // it when > 0.
   int bn_grad_folded = 0;
+  // train.conv_bn_backward: its mode and, unless separate, the batch norms + ReLU whose backward reductions a
+  // convolution's data gradient computed (fused: cuDNN's dgrad + ReLU backward + BN-backward-weights graph),
+  // separate ones (not a pair it serves) and fallbacks (cuDNN offered no engine; the first reason kept).
+  std::string bn_bwd_mode = "separate";
+  int bn_bwd_fused = 0, bn_bwd_separate = 0, bn_bwd_fallback = 0;
+  std::string bn_bwd_fallback_reason;
 };
 
 // Counts one geometry: for each direction d (ConvDir order: fwd, dgrad, wgrad) that is planned[d], a plan from the

@@ -231,6 +231,15 @@ enum class ConvBnStats { Separate, Fused, Auto };
 // 2^-11 relative from the scale and 2^-11 |mean * gamma * invstd| absolute from the shift (docs/cnn.md has the
 // limits); the batch norm's backward is unchanged. A batch norm cuDNN has no engine for keeps its apply pass.
 enum class ConvBnApply { Separate, Prologue };
+// Where a training batch norm + ReLU's backward takes its reductions (dgamma = sum g xhat, dbeta = sum g of the
+// masked incoming gradient g) when the data gradient of the convolution that read its output produced that
+// gradient: separate = the batch norm's first pass (read g and x) (the default); fused = cuDNN's dgrad + ReLU
+// backward + BN-backward-weights graph (its "DgradDreluBNBwdWeight" pattern): the convolution's data gradient writes
+// the masked g and the reductions in its epilogue (the mask recomputed from x and the forward's statistics in fp32,
+// so it may differ from the stored ReLU output's at values that round to 0), and the batch norm runs its dx pass
+// only. One pass over (g, x) fewer per such layer. Needs train.deterministic: false and precision fp16 (cuDNN's
+// fused engines; spec errors otherwise). A pair cuDNN has no engine for keeps the first pass (counted).
+enum class ConvBnBackward { Separate, Fused };
 struct TrainSpec {
   int epochs = 1;               // >= 1
   Precision precision = Precision::Fp32;
@@ -247,6 +256,7 @@ struct TrainSpec {
   ConvFewc conv_fewc = ConvFewc::On;             // YAML conv_fewc: on | forward | off
   ConvBnStats conv_bn_stats = ConvBnStats::Separate;  // YAML conv_bn_stats: separate | fused | auto
   ConvBnApply conv_bn_apply = ConvBnApply::Separate;  // YAML conv_bn_apply: separate | prologue
+  ConvBnBackward conv_bn_backward = ConvBnBackward::Separate;  // YAML conv_bn_backward: separate | fused
   int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
   // Optimizer steps between mid-epoch checkpoints (checkpoints/epoch-NNNN-step-SSSSSSSS, with the data position);
   // 0 = none. Independent of checkpoint_every (both may be set); not part of the checkpoint's spec hash.
@@ -317,6 +327,7 @@ const char* to_string(ConvS2d c);
 const char* to_string(ConvFewc c);
 const char* to_string(ConvBnStats c);
 const char* to_string(ConvBnApply c);
+const char* to_string(ConvBnBackward c);
 const char* to_string(OptimizerKind o);
 const char* to_string(SchedulerKind s);
 const char* to_string(LayerKind l);

@@ -131,6 +131,14 @@ const char* to_string(ConvFewc c) {
   }
   return "?";
 }
+const char* to_string(ConvBnBackward c) {
+  switch (c) {
+    case ConvBnBackward::Separate: return "separate";
+    case ConvBnBackward::Fused: return "fused";
+  }
+  return "?";
+}
+
 const char* to_string(ConvBnApply c) {
   switch (c) {
     case ConvBnApply::Separate: return "separate";
@@ -378,6 +386,8 @@ std::string spec_to_yaml(const Spec& spec) {
     y += std::string("  conv_bn_stats: ") + to_string(spec.train.conv_bn_stats) + "\n";
   if (spec.train.conv_bn_apply != ConvBnApply::Separate)  // only when not the default: older specs keep their hash
     y += std::string("  conv_bn_apply: ") + to_string(spec.train.conv_bn_apply) + "\n";
+  if (spec.train.conv_bn_backward != ConvBnBackward::Separate)  // likewise
+    y += std::string("  conv_bn_backward: ") + to_string(spec.train.conv_bn_backward) + "\n";
   y += "  checkpoint_every: " + std::to_string(spec.train.checkpoint_every) + "\n";
   if (spec.train.checkpoint_every_steps > 0)  // written only when set: specs without it keep their checkpoint hash
     y += "  checkpoint_every_steps: " + std::to_string(spec.train.checkpoint_every_steps) + "\n";

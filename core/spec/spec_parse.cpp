@@ -186,7 +186,7 @@ void parse_train_section(Diagnostics& d, const YamlNode& map, TrainSpec& out) {
              {"epochs", "precision", "device", "threads", "deterministic", "checkpoint_every", "checkpoint_every_steps",
               "keep_last", "keep_best", "ema_decay", "eval_ema", "validate_every", "early_stopping_patience",
               "early_stopping_metric", "early_stopping_min_delta", "accumulate_steps", "conv_im2col",
-              "conv_s2d", "conv_fewc", "conv_bn_stats", "conv_bn_apply"});
+              "conv_s2d", "conv_fewc", "conv_bn_stats", "conv_bn_apply", "conv_bn_backward"});
   get_int(d, map, s, "epochs", int_at_least(1), out.epochs);
   get_enum(d, map, s, "precision", {Precision::Fp32, Precision::Tf32, Precision::Fp16, Precision::Bf16},
            out.precision);
@@ -218,6 +218,15 @@ void parse_train_section(Diagnostics& d, const YamlNode& map, TrainSpec& out) {
     d.error(ErrCode::Invalid, map.find("conv_bn_apply")->loc,
             "'train.conv_bn_apply: prologue' needs 'train.conv_bn_stats: fused' or 'auto' (the convolution that "
             "applies the batch norm is one of cuDNN's conv + genstats graphs)");
+  get_enum(d, map, s, "conv_bn_backward", {ConvBnBackward::Separate, ConvBnBackward::Fused}, out.conv_bn_backward);
+  if (out.conv_bn_backward != ConvBnBackward::Separate && out.deterministic)
+    d.error(ErrCode::Invalid, map.find("conv_bn_backward")->loc,
+            "'train.conv_bn_backward: fused' needs 'train.deterministic: false' (cuDNN's fused batch-norm backward "
+            "reductions are not known to be bitwise repeatable); set it, or use conv_bn_backward: separate");
+  if (out.conv_bn_backward != ConvBnBackward::Separate && out.precision != Precision::Fp16)
+    d.error(ErrCode::NotSupported, map.find("conv_bn_backward")->loc,
+            std::string("'train.conv_bn_backward: fused' needs train.precision fp16 (cuDNN's dgrad + batch-norm "
+                        "backward graph takes f16 activations), not ") + to_string(out.precision));
   get_int(d, map, s, "checkpoint_every", int_at_least(0), out.checkpoint_every);
   get_int(d, map, s, "checkpoint_every_steps", int_at_least(0), out.checkpoint_every_steps);
   get_int(d, map, s, "keep_last", int_at_least(0), out.keep_last);

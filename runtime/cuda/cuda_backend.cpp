@@ -88,6 +88,7 @@ CudaBackend::~CudaBackend() {
   TRCTL_CUDA_WARN(cudaFree(conv_ws_));
   TRCTL_CUDA_WARN(cudaFree(bn_ws_));
   TRCTL_CUDA_WARN(cudaFree(conv_bn_sums_mem_));
+  TRCTL_CUDA_WARN(cudaFree(bn_bwd_eq_));
   TRCTL_CUDA_WARN(cudaFree(lowp_dw_));
   TRCTL_CUDA_WARN(cudaFree(bias_ws_));
   for (void* b : {pad_x_, pad_dx_, pad_w_, s2d_z_, s2d_w_}) TRCTL_CUDA_WARN(cudaFree(b));

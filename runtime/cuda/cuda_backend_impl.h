@@ -19,6 +19,7 @@
 #include "runtime/cuda/lt_gemm.h"
 #include "runtime/cuda/s2d_conv.h"
 #include "runtime/ops/conv2d/conv_route.h"
+#include "runtime/ops/conv2d/conv_bn_stats.h"
 #include "runtime/ops/conv2d/fewc_bn_grad.h"
 #include "runtime/ops/conv2d/fewc_cuda.h"
 #include "runtime/ops/amp/amp_cuda.h"
@@ -151,6 +152,7 @@ class CudaBackend final : public Backend {
   // train.conv_bn_stats (fused / auto): the conv -> training batch norm pairs whose conv runs cuDNN's conv + genstats
   // graph and whose batch norm finalizes its statistics from the sums; planned at the end of plan_cnn.
   Status plan_conv_bn_stats();
+  Status plan_conv_bn_bwd();  // train.conv_bn_backward (after plan_conv_bn_stats; may grow conv_ws_bytes_)
   BnSums conv_bn_sums(ValueId conv_out) const;  // the pair's sums, or none
   Status lower_batch_norm_node(const Node& n, std::vector<Launch>& out);
   Status bn_param_grads_supported(const Node& n) const;  // dgamma, dbeta go to the parameters' own gradient slots
@@ -222,6 +224,11 @@ class CudaBackend final : public Backend {
   };
   std::map<ValueId, BnFold> bn_fold_;                 // by the batch norm's (never written) output y
   std::map<ValueId, float*> conv_bn_sums_;            // fused conv's output -> its (2, K) f32 sums: sum, sqsum
+  // train.conv_bn_backward: fused: graph (d) plans by conv_key, the pairs by the data gradient's output (the batch
+  // norm's g), and one (3, max C) f32 scratch for the graph's dx coefficients (unused, but cuDNN writes them).
+  std::map<std::string, FusedDgradPlan> fused_dgrad_;
+  std::map<ValueId, ConvBnBwdPair> conv_bn_bwd_;
+  float* bn_bwd_eq_ = nullptr;
   float* conv_bn_sums_mem_ = nullptr;                 // one allocation for all of them
   void *s2d_z_ = nullptr, *s2d_w_ = nullptr;      // space-to-depth scratch: z (N, Hz, Wz, Cz), w2 (K, R2, S2, Cz)
   size_t s2d_z_bytes_ = 0, s2d_w_bytes_ = 0;      // (io dtype; the largest of all s2d convs)

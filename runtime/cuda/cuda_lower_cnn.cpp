@@ -142,6 +142,7 @@ Status CudaBackend::plan_cnn() {
       }
     }
   if (Status st = plan_conv_bn_stats(); !st.ok()) return st;  // may grow conv_ws_bytes_
+  if (Status st = plan_conv_bn_bwd(); !st.ok()) return st;    // likewise
   if (conv_ws_bytes_ > 0) TRCTL_CUDA_TRY(cudaMalloc(&conv_ws_, conv_ws_bytes_));
   if (bn_ws_bytes_ > 0) TRCTL_CUDA_TRY(cudaMalloc(&bn_ws_, bn_ws_bytes_));
   if (lowp() && max_dw > 0) TRCTL_CUDA_TRY(cudaMalloc(&lowp_dw_, static_cast<size_t>(max_dw) * 2));
@@ -174,6 +175,7 @@ bool plan_refusal(const std::vector<Error>& errs) {
 
 size_t plan_workspace(const FusedConvPlan& p) { return fused_conv_workspace_bytes(p); }
 size_t plan_workspace(const FusedWgradPlan& p) { return fused_wgrad_workspace_bytes(p); }
+size_t plan_workspace(const FusedDgradPlan& p) { return fused_dgrad_workspace_bytes(p); }
 
 // Where a refused plan is counted: the number, and the first refusal's "node: reason".
 struct Refusals {
@@ -294,6 +296,36 @@ Status CudaBackend::plan_conv_bn_stats() {
   return ok_status();
 }
 
+// train.conv_bn_backward: fused: graph (d) for every pair conv_bn_bwd_choose picks (the few-channel folds keep
+// their batch norm's first pass); a pair cuDNN has no engine for runs separately (counted, the first reason kept).
+Status CudaBackend::plan_conv_bn_bwd() {
+  conv_sources_.bn_bwd_mode = to_string(c_.spec.train.conv_bn_backward);
+  std::vector<FewcBnGradFold> fewc;
+  for (const auto& [dx, f] : fewc_bn_grad_) fewc.push_back(f);
+  const ConvBnBwdChoice choice = conv_bn_bwd_choose(c_.graph, c_.spec, fewc);
+  conv_sources_.bn_bwd_separate = choice.separate;
+  const Refusals refused{conv_sources_.bn_bwd_fallback, conv_sources_.bn_bwd_fallback_reason};
+  int64_t max_c = 0;
+  for (const ConvBnBwdPair& pr : choice.fuse) {
+    const Node& d = c_.graph.programs[pr.program].nodes[pr.dgrad];
+    FusedDgradDesc desc;
+    desc.g = pr.g;
+    desc.io = act_type();
+    desc.plan.deterministic = false;
+    bool have = false;
+    Status st = plan_once(
+        fused_dgrad_, conv_key(pr.g), [&] { return fused_dgrad_plan(ctx_.cudnn, desc); }, conv_ws_bytes_, refused,
+        d.name, &have);
+    if (!st.ok()) return st;
+    if (!have) continue;
+    conv_bn_bwd_.emplace(d.out[0], pr);
+    max_c = std::max(max_c, pr.g.c);
+    ++conv_sources_.bn_bwd_fused;
+  }
+  if (max_c > 0) TRCTL_CUDA_TRY(cudaMalloc(&bn_bwd_eq_, static_cast<size_t>(3 * max_c) * sizeof(float)));
+  return ok_status();
+}
+
 BnSums CudaBackend::conv_bn_sums(ValueId conv_out) const {
   auto it = conv_bn_sums_.find(conv_out);
   if (it == conv_bn_sums_.end()) return {};
@@ -372,6 +404,30 @@ Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
     const void* b = n.in.size() == 3 ? weight_ptr(n.in[2]) : nullptr;
     void* y = at(n.out[0]);
     conv = [=] { return cudnn_conv_fwd(h, s, *plan, x, w, b, y, ws, wsb); };
+    out.push_back(conv);
+  } else if (auto pair = conv_bn_bwd_.find(n.out[0]); n.op == OpKind::Conv2dGradInput && pair != conv_bn_bwd_.end()) {
+    // train.conv_bn_backward: fused: graph (d) writes the batch norm's masked g in dX's place and its dgamma, dbeta.
+    auto it = fused_dgrad_.find(conv_key(real));
+    if (it == fused_dgrad_.end() || padded)
+      return Error{ErrCode::Internal, "cuda backend", "no fused dgrad_drelu_dbn plan for " + n.name};
+    const FusedDgradPlan* fp = &it->second;
+    const Node& bn = c_.graph.programs[pair->second.program].nodes[pair->second.bn_grad];
+    auto f32 = [&](ValueId v) { return reinterpret_cast<float*>(at(v)); };
+    FusedDgradArgs a;
+    a.dy = at(n.in[0]);
+    a.w = weight_ptr(n.in[1]);
+    a.x = at(bn.in[1]);
+    a.gamma = f32(bn.in[2]);
+    a.mean = f32(bn.in[3]);
+    a.invstd = f32(bn.in[4]);
+    a.beta = f32(pair->second.beta);
+    a.g = at(n.out[0]);
+    a.dgamma = f32(bn.out[1]);
+    a.dbeta = f32(bn.out[2]);
+    a.eq_dy = bn_bwd_eq_;
+    a.eq_x = bn_bwd_eq_ + real.c;
+    a.eq_bias = bn_bwd_eq_ + 2 * real.c;
+    conv = [=] { return fused_dgrad_run(h, s, *fp, a, ws, wsb); };
     out.push_back(conv);
   } else if (n.op == OpKind::Conv2dGradInput) {
     if (n.attrs.accumulate)  // pass_fuse_grad_accumulate fuses only pointwise ones, which are GEMMs
@@ -654,6 +710,13 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
     // dx nullptr: a few-channel weight gradient computes it (fewc_bn_grad_choose): dgamma and dbeta only here.
     void* dx = fewc_bn_grad_.count(n.out[0]) ? nullptr : at(n.out[0]);
     float *dg = f32(n.out[1]), *db = f32(n.out[2]);
+    if (conv_bn_bwd_.count(n.in[0])) {  // train.conv_bn_backward: the data gradient wrote the masked g, dgamma, dbeta
+      const float* gm = f32(n.in[2]);
+      const float *mean = f32(n.in[3]), *inv = f32(n.in[4]);
+      void* dxo = at(n.out[0]);
+      out.push_back([=] { return batchnorm_bwd_apply_cuda(s, dy, x, act, gm, mean, inv, dg, db, dxo, rows, c); });
+      return ok_status();
+    }
     // A fused ReLU without a residual: the mask is recomputed from x with the forward's beta instead of reading Y
     // (bitwise the same mask; two passes fewer). The forward is the node that produced save_mean.
     const float* relu_beta = nullptr;

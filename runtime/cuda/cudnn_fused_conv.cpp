@@ -42,8 +42,10 @@ Result<size_t> add_tensor(Builder& b, const CudnnTensorSpec& s) {
   return b.keep.size() - 1;
 }
 
-// y = mode(x [, b]) elementwise with fp32 math; b broadcasts where its dims are 1.
-Status add_pointwise(Builder& b, cudnnPointwiseMode_t mode, const char* name, size_t x, const size_t* bin, size_t y) {
+// y = mode(x [, alpha2 * b]) elementwise with fp32 math; b broadcasts where its dims are 1. RELU_BWD: x is the
+// incoming gradient, b the forward's input, y the gradient out.
+Status add_pointwise(Builder& b, cudnnPointwiseMode_t mode, const char* name, size_t x, const size_t* bin, size_t y,
+                     float alpha2 = 1.0f) {
   const std::string ctx = b.ctx + ", pointwise " + name;
   Result<CudnnBackendDesc> pw = cudnn_desc_create(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, ctx);
   if (!pw.ok()) return pw.errors();
@@ -55,9 +57,17 @@ Status add_pointwise(Builder& b, cudnnPointwiseMode_t mode, const char* name, si
   Result<CudnnBackendDesc> op = cudnn_desc_create(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, ctx);
   if (!op.ok()) return op.errors();
   st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, *pw, ctx);
-  if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, b.keep[x], ctx);
-  if (st.ok() && bin) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b.keep[*bin], ctx);
-  if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, b.keep[y], ctx);
+  if (mode == CUDNN_POINTWISE_RELU_BWD) {
+    if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, b.keep[x], ctx);
+    if (st.ok() && bin) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, b.keep[*bin], ctx);
+    if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, b.keep[y], ctx);
+  } else {
+    if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, b.keep[x], ctx);
+    if (st.ok() && bin) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b.keep[*bin], ctx);
+    if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, b.keep[y], ctx);
+  }
+  if (st.ok() && alpha2 != 1.0f)
+    st = cudnn_desc_set(*op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &alpha2, ctx);
   if (st.ok()) st = cudnn_desc_finalize(*op, ctx);
   if (!st.ok()) return st;
   b.keep.push_back(std::move(pw.value()));
@@ -124,6 +134,57 @@ Status add_conv_wgrad(Builder& b, const Conv2dGeom& g, size_t dy, size_t x, size
   if (st.ok()) st = cudnn_desc_finalize(*op, ctx);
   if (!st.ok()) return st;
   b.keep.push_back(std::move(cd.value()));
+  b.ops.push_back(std::move(op.value()));
+  return ok_status();
+}
+
+// dx = dgrad(dy, w): the data gradient of g's convolution, alpha 1, beta 0.
+Status add_conv_dgrad(Builder& b, const Conv2dGeom& g, size_t dy, size_t w, size_t dx) {
+  const std::string ctx = b.ctx + ", convolution backward data";
+  Result<CudnnBackendDesc> cd = conv_desc(g, ctx);
+  if (!cd.ok()) return cd.errors();
+  Result<CudnnBackendDesc> op = cudnn_desc_create(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR, ctx);
+  if (!op.ok()) return op.errors();
+  const float alpha = 1.0f, beta = 0.0f;
+  Status st = cudnn_desc_set(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, ctx);
+  if (st.ok()) st = cudnn_desc_set(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta, ctx);
+  if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, *cd, ctx);
+  if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, b.keep[dy], ctx);
+  if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, b.keep[w], ctx);
+  if (st.ok()) st = cudnn_desc_set_desc(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, b.keep[dx], ctx);
+  if (st.ok()) st = cudnn_desc_finalize(*op, ctx);
+  if (!st.ok()) return st;
+  b.keep.push_back(std::move(cd.value()));
+  b.ops.push_back(std::move(op.value()));
+  return ok_status();
+}
+
+// The batch norm's backward reductions of dy (its masked incoming gradient) over x: dgamma, dbeta and the
+// coefficients of dx = eq_dy * dy + eq_x * x + eq_bias (all (1,C,1,1) f32), from x's mean, invstd and gamma.
+struct BnBwdWeightsTensors {
+  size_t x, mean, invstd, gamma, dy, dgamma, dbeta, eq_dy, eq_x, eq_bias;
+};
+Status add_bn_bwd_weights(Builder& b, const BnBwdWeightsTensors& t) {
+  const std::string ctx = b.ctx + ", bn backward weights";
+  Result<CudnnBackendDesc> op = cudnn_desc_create(CUDNN_BACKEND_OPERATION_BN_BWD_WEIGHTS_DESCRIPTOR, ctx);
+  if (!op.ok()) return op.errors();
+  const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+  Status st = cudnn_desc_set(*op, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, ctx);
+  const std::pair<cudnnBackendAttributeName_t, size_t> attrs[] = {
+      {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_X_DESC, t.x},
+      {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MEAN_DESC, t.mean},
+      {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_INVSTD_DESC, t.invstd},
+      {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_BN_SCALE_DESC, t.gamma},
+      {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DY_DESC, t.dy},
+      {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_SCALE_DESC, t.dgamma},
+      {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_BIAS_DESC, t.dbeta},
+      {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_DY_SCALE_DESC, t.eq_dy},
+      {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_X_SCALE_DESC, t.eq_x},
+      {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_BIAS, t.eq_bias}};
+  for (const auto& [attr, idx] : attrs)
+    if (st.ok()) st = cudnn_desc_set_desc(*op, attr, b.keep[idx], ctx);
+  if (st.ok()) st = cudnn_desc_finalize(*op, ctx);
+  if (!st.ok()) return st;
   b.ops.push_back(std::move(op.value()));
   return ok_status();
 }
@@ -365,6 +426,117 @@ Status fused_wgrad_run(cudnnHandle_t h, cudaStream_t s, const FusedWgradPlan& p,
   const std::vector<int64_t> uids = {kWgradUidDy, kWgradUidX, kWgradUidScale, kWgradUidBias, kWgradUidDw};
   const std::vector<void*> ptrs = {const_cast<void*>(a.dy), const_cast<void*>(a.x), const_cast<void*>(a.scale),
                                    const_cast<void*>(a.bias), a.dw};  // cuDNN only reads the first four
+  Result<CudnnBackendDesc> pack = cudnn_variant_pack_make(p.exec, uids, ptrs, ws, ws_bytes);
+  if (!pack.ok()) return pack.errors();
+  return cudnn_plan_execute(h, s, p.exec, pack.value());
+}
+
+}  // namespace trctl
+
+namespace trctl {
+
+// ---- graph (d): the data gradient with the ReLU backward and the batch norm's backward reductions in its epilogue
+
+std::string fused_dgrad_name(const FusedDgradDesc& d, bool sub) {
+  std::string s = std::string("dgrad_drelu_dbn ") + gpu_dtype_name(d.io) + (sub ? " (mean by SUB)" : "");
+  if (d.plan.deterministic) s += " deterministic";
+  return s + " " + conv2d_geom_str(d.g);
+}
+
+namespace {
+
+// g (N, H, W, C) = relu_bwd(dgrad(dy, w), bn(x)) with bn(x) = (x - mean) * invstd * gamma + beta recomputed in fp32
+// (virtual), then BN_BWD_WEIGHTS of g over x. The mean subtracted by ADD with alpha2 = -1, or (sub) by SUB.
+Status build_dgrad_graph(Builder& b, const Conv2dGeom& g, GpuDType io_t, bool sub) {
+  const cudnnDataType_t io = cudnn_type_of(io_t), f32 = CUDNN_DATA_FLOAT;
+  auto tensor = [&](int64_t uid, cudnnDataType_t t, int64_t n, int64_t c, int64_t h, int64_t w, bool virt = false) {
+    return add_tensor(b, cudnn_tensor_nhwc(uid, t, n, c, h, w, virt));
+  };
+  Result<size_t> dy = tensor(kDgradUidDy, io, g.n, g.k, g.p, g.q);
+  Result<size_t> w = tensor(kDgradUidW, io, g.k, g.c, g.r, g.s);  // KRSC
+  Result<size_t> x = tensor(kDgradUidX, io, g.n, g.c, g.h, g.w);
+  Result<size_t> gout = tensor(kDgradUidG, io, g.n, g.c, g.h, g.w);
+  Result<size_t> dxc = tensor(kDgradUidDxConv, f32, g.n, g.c, g.h, g.w, true);
+  Result<size_t> t1 = tensor(kDgradUidT1, f32, g.n, g.c, g.h, g.w, true);
+  Result<size_t> t2 = tensor(kDgradUidT2, f32, g.n, g.c, g.h, g.w, true);
+  Result<size_t> t3 = tensor(kDgradUidT3, f32, g.n, g.c, g.h, g.w, true);
+  Result<size_t> t4 = tensor(kDgradUidT4, f32, g.n, g.c, g.h, g.w, true);
+  for (const Result<size_t>* r : {&dy, &w, &x, &gout, &dxc, &t1, &t2, &t3, &t4})
+    if (!r->ok()) return r->errors();
+  size_t per[9];  // mean, invstd, gamma, beta, dgamma, dbeta, eq_dy, eq_x, eq_bias: (1, C, 1, 1) f32
+  const int64_t uids[9] = {kDgradUidMean, kDgradUidInvstd, kDgradUidGamma, kDgradUidBeta, kDgradUidDgamma,
+                           kDgradUidDbeta, kDgradUidEqDy, kDgradUidEqX, kDgradUidEqBias};
+  for (int i = 0; i < 9; ++i) {
+    Result<size_t> t = tensor(uids[i], f32, 1, g.c, 1, 1);
+    if (!t.ok()) return t.errors();
+    per[i] = t.value();
+  }
+  if (Status st = add_conv_dgrad(b, g, *dy, *w, *dxc); !st.ok()) return st;
+  Status st = sub ? add_pointwise(b, CUDNN_POINTWISE_SUB, "sub (x - mean)", *x, &per[0], *t1)
+                  : add_pointwise(b, CUDNN_POINTWISE_ADD, "add (x - mean)", *x, &per[0], *t1, -1.0f);
+  if (st.ok()) st = add_pointwise(b, CUDNN_POINTWISE_MUL, "mul (* invstd)", *t1, &per[1], *t2);
+  if (st.ok()) st = add_pointwise(b, CUDNN_POINTWISE_MUL, "mul (* gamma)", *t2, &per[2], *t3);
+  if (st.ok()) st = add_pointwise(b, CUDNN_POINTWISE_ADD, "add (+ beta)", *t3, &per[3], *t4);
+  if (st.ok()) st = add_pointwise(b, CUDNN_POINTWISE_RELU_BWD, "relu backward", *dxc, &*t4, *gout);
+  if (!st.ok()) return st;
+  return add_bn_bwd_weights(b, BnBwdWeightsTensors{*x, per[0], per[1], per[2], *gout, per[4], per[5], per[6], per[7],
+                                                   per[8]});
+}
+
+}  // namespace
+
+Result<FusedDgradPlan> fused_dgrad_plan(cudnnHandle_t h, const FusedDgradDesc& d) {
+  FusedDgradPlan p;
+  p.desc = d;
+  if (!h && !d.plan.device_prop)
+    return fused_error(ErrCode::Invalid, "fused_dgrad_plan: null cuDNN handle", __FILE__, __LINE__);
+  std::string why;
+  if (!conv2d_geom_finish(p.desc.g, &why))
+    return fused_error(ErrCode::Invalid, "fused dgrad_drelu_dbn: " + why, __FILE__, __LINE__);
+  const std::string tail = " not supported by the fused dgrad_drelu_dbn path (use cuDNN's dgrad + the batch norm's "
+                           "backward)";
+  if (p.desc.g.groups != 1)
+    return fused_error(ErrCode::NotSupported, "fused dgrad_drelu_dbn: groups " + std::to_string(p.desc.g.groups) + tail,
+                       __FILE__, __LINE__);
+  if (p.desc.io != GpuDType::F16)
+    return fused_error(ErrCode::NotSupported, "fused dgrad_drelu_dbn: io must be f16;" + tail, __FILE__, __LINE__);
+  std::vector<Error> first;  // the ADD graph's errors, reported if the SUB retry fails too
+  for (bool sub : {false, true}) {
+    const std::string name = fused_dgrad_name(p.desc, sub);
+    Builder b;
+    b.ctx = "cudnn graph '" + name + "'";
+    Status st = build_dgrad_graph(b, p.desc.g, p.desc.io, sub);
+    Result<CudnnExecPlan> plan = st.ok() ? cudnn_plan_build(h, name, std::move(b.ops), std::move(b.keep), p.desc.plan)
+                                         : Result<CudnnExecPlan>(st.errors());
+    if (plan.ok()) {
+      p.sub = sub;
+      p.exec = std::move(plan.value());
+      return Result<FusedDgradPlan>(std::move(p));
+    }
+    const ErrCode code = plan.errors().front().code;
+    if (code != ErrCode::NotSupported && code != ErrCode::Invalid) return plan.errors();
+    if (first.empty()) first = plan.errors();
+  }
+  return first;
+}
+
+size_t fused_dgrad_workspace_bytes(const FusedDgradPlan& p) { return static_cast<size_t>(p.exec.workspace); }
+
+Status fused_dgrad_run(cudnnHandle_t h, cudaStream_t s, const FusedDgradPlan& p, const FusedDgradArgs& a, void* ws,
+                       size_t ws_bytes) {
+  if (!a.dy || !a.w || !a.x || !a.mean || !a.invstd || !a.gamma || !a.beta || !a.g || !a.dgamma || !a.dbeta ||
+      !a.eq_dy || !a.eq_x || !a.eq_bias)
+    return fused_error(ErrCode::Invalid, "fused_dgrad_run (" + p.exec.graph + "): null pointer", __FILE__, __LINE__);
+  const std::vector<int64_t> uids = {kDgradUidDy,    kDgradUidW,      kDgradUidX,      kDgradUidMean,
+                                     kDgradUidInvstd, kDgradUidGamma, kDgradUidBeta,   kDgradUidG,
+                                     kDgradUidDgamma, kDgradUidDbeta, kDgradUidEqDy,   kDgradUidEqX,
+                                     kDgradUidEqBias};
+  // cuDNN reads the first seven and writes the rest.
+  const std::vector<void*> ptrs = {const_cast<void*>(a.dy),     const_cast<void*>(a.w),     const_cast<void*>(a.x),
+                                   const_cast<float*>(a.mean),  const_cast<float*>(a.invstd),
+                                   const_cast<float*>(a.gamma), const_cast<float*>(a.beta), a.g,
+                                   a.dgamma,                    a.dbeta,                    a.eq_dy,
+                                   a.eq_x,                      a.eq_bias};
   Result<CudnnBackendDesc> pack = cudnn_variant_pack_make(p.exec, uids, ptrs, ws, ws_bytes);
   if (!pack.ok()) return pack.errors();
   return cudnn_plan_execute(h, s, p.exec, pack.value());

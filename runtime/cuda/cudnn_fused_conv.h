@@ -14,7 +14,8 @@
 // A plan is built once (at lowering time; runtime-compiled engines compile here, which can take a second or more)
 // and executed by variant pack: no allocation, no host synchronization, so it can be captured into a CUDA graph
 // (run it once before capturing). Training uses graph (a) under train.conv_bn_stats (CudaBackend::plan_conv_bn_stats;
-// docs/cnn.md); graph (b) is not used by training yet.
+// docs/cnn.md), graphs (b) and (c) under train.conv_bn_apply, graph (d) (below: the backward's data gradient with
+// the ReLU backward and the batch norm's reductions) under train.conv_bn_backward.
 //
 // What is refused (ErrCode::NotSupported, so that a caller falls back to cudnn_conv + batchnorm kernels): groups
 // != 1, io f32, an affine type other than f32/f16, and any graph for which cuDNN offers no engine (the error then
@@ -126,6 +127,53 @@ Result<FusedWgradPlan> fused_wgrad_plan(cudnnHandle_t h, const FusedWgradDesc& d
 size_t fused_wgrad_workspace_bytes(const FusedWgradPlan& p);
 // Builds the variant pack and executes it on s (capturable; run it once before capturing).
 Status fused_wgrad_run(cudnnHandle_t h, cudaStream_t s, const FusedWgradPlan& p, const FusedWgradArgs& a, void* ws,
+                       size_t ws_bytes);
+
+// Graph (d), the data gradient of a convolution whose input was a training batch norm + ReLU's output, with the
+// ReLU backward and the batch norm's backward reductions in its epilogue (cuDNN's "DgradDreluBNBwdWeight"
+// pattern): dxc = dgrad(dy, w) (virtual fp32); bn = (x - mean) * invstd * gamma + beta recomputed from the batch
+// norm's input x (virtual fp32); g = relu_bwd(dxc, bn) (written, io); BN_BWD_WEIGHTS of g over x: dgamma = sum g
+// xhat, dbeta = sum g and the coefficients of dx = eq_dy g + eq_x x + eq_bias. dy (N, P, Q, K), w (K, R, S, C),
+// x and g (N, H, W, C) of type io (F16); mean, invstd, gamma, beta and the five outputs (C) f32, 16-byte aligned.
+// The mean is subtracted by ADD with alpha2 = -1; when cuDNN serves no such graph the plan retries with SUB.
+// Refused like (b) and (c): groups != 1, io other than F16 (NotSupported), or no engine.
+struct FusedDgradDesc {
+  Conv2dGeom g;  // the forward convolution (x (N, H, W, C) -> y (N, P, Q, K)); p, q are (re)computed by the plan
+  GpuDType io = GpuDType::F16;
+  CudnnPlanOptions plan;
+};
+enum FusedDgradUid : int64_t {
+  kDgradUidDy = 21, kDgradUidW = 22, kDgradUidX = 23, kDgradUidMean = 24, kDgradUidInvstd = 25, kDgradUidGamma = 26,
+  kDgradUidBeta = 27, kDgradUidG = 28, kDgradUidDgamma = 29, kDgradUidDbeta = 30, kDgradUidEqDy = 31,
+  kDgradUidEqX = 32, kDgradUidEqBias = 33,
+  kDgradUidDxConv = 121, kDgradUidT1 = 122, kDgradUidT2 = 123, kDgradUidT3 = 124, kDgradUidT4 = 125  // virtual
+};
+struct FusedDgradPlan {
+  FusedDgradDesc desc;  // with g.p, g.q filled
+  bool sub = false;     // the retry's graph (the mean subtracted by SUB)
+  CudnnExecPlan exec;
+};
+struct FusedDgradArgs {
+  const void* dy = nullptr;      // (N, P, Q, K) io
+  const void* w = nullptr;       // (K, R, S, C) io
+  const void* x = nullptr;       // (N, H, W, C) io: the batch norm's input
+  const float* mean = nullptr;   // (C) the forward's save_mean
+  const float* invstd = nullptr; // (C) the forward's save_invstd
+  const float* gamma = nullptr;  // (C)
+  const float* beta = nullptr;   // (C)
+  void* g = nullptr;             // (N, H, W, C) io, overwritten: the masked gradient
+  float* dgamma = nullptr;       // (C) f32, overwritten
+  float* dbeta = nullptr;        // (C) f32, overwritten
+  float* eq_dy = nullptr;        // (C) f32 scratch, overwritten (dx's coefficients, unused by trctl's dx pass)
+  float* eq_x = nullptr;
+  float* eq_bias = nullptr;
+};
+// "dgrad_drelu_dbn f16 N=256 56x56 C=256 -> K=256 3x3 ..." (+ " (mean by SUB)").
+std::string fused_dgrad_name(const FusedDgradDesc& d, bool sub = false);
+Result<FusedDgradPlan> fused_dgrad_plan(cudnnHandle_t h, const FusedDgradDesc& d);
+size_t fused_dgrad_workspace_bytes(const FusedDgradPlan& p);
+// Builds the variant pack and executes it on s (capturable; run it once before capturing).
+Status fused_dgrad_run(cudnnHandle_t h, cudaStream_t s, const FusedDgradPlan& p, const FusedDgradArgs& a, void* ws,
                        size_t ws_bytes);
 
 }  // namespace trctl

@@ -299,6 +299,9 @@ std::string conv_algorithms_text(const YAML::Node& train, BackendKind be, const 
   if (c.bn_grad_folded > 0)
     s += "; " + std::to_string(c.bn_grad_folded) +
          " batch norms' backward dx computed in the few-channel weight gradient";
+  if (c.bn_bwd_mode != "separate")
+    s += "; " + std::to_string(c.bn_bwd_fused) + " batch norms' backward reductions in cuDNN's data-gradient " +
+         "epilogue (train.conv_bn_backward: " + c.bn_bwd_mode + ")";
   if (c.bn_stats_mode == "separate") return s;
   s += "; batch-norm statistics (train.conv_bn_stats: " + c.bn_stats_mode + ") of " +
        std::to_string(c.bn_stats_fused) +

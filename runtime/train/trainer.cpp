@@ -627,6 +627,11 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
   if (std::string mem = be->memory_report(); !mem.empty()) log.info("{}", mem);
   if (std::string conv = conv_algo_log(be->conv_algo_sources()); !conv.empty()) log.info("{}", conv);
   if (std::string bs = conv_bn_stats_log(be->conv_algo_sources()); !bs.empty()) log.info("{}", bs);
+  if (const ConvAlgoSources* conv = be->conv_algo_sources(); conv && conv->bn_bwd_mode != "separate")
+    log.info("batch-norm backward reductions in the data gradient (train.conv_bn_backward: {}): {} fused, {} "
+             "separate, {} fell back{}",
+             conv->bn_bwd_mode, conv->bn_bwd_fused, conv->bn_bwd_separate, conv->bn_bwd_fallback,
+             conv->bn_bwd_fallback > 0 ? " (first: " + conv->bn_bwd_fallback_reason + ")" : std::string());
   if (const ConvAlgoSources* conv = be->conv_algo_sources(); conv && conv->bn_grad_folded > 0)
     log.info("batch-norm backward dx computed in the few-channel weight gradient: {} batch norms (third pass skipped)",
              conv->bn_grad_folded);

@@ -251,6 +251,20 @@ TEST_CASE("train.conv_s2d is written only when not the default 'forward', so old
   }
 }
 
+TEST_CASE("train.conv_bn_backward is written only when not the default 'separate', so older specs keep their hash") {
+  Spec s = complex_spec();  // deterministic: false
+  s.train.precision = Precision::Fp16;
+  s.train.conv_bn_backward = ConvBnBackward::Separate;
+  CHECK(spec_to_yaml(s).find("conv_bn_backward") == std::string::npos);
+  s.train.conv_bn_backward = ConvBnBackward::Fused;
+  const std::string y = spec_to_yaml(s);
+  CHECK(y.find("  conv_bn_backward: fused\n") != std::string::npos);
+  Result<Spec> back = spec_parse(y, "emitted.yaml");
+  INFO((back.ok() ? std::string() : back.error_text()));
+  REQUIRE(back.ok());
+  CHECK(back.value().train.conv_bn_backward == ConvBnBackward::Fused);
+}
+
 TEST_CASE("train.conv_bn_apply is written only when not the default 'separate', so older specs keep their hash") {
   Spec s = complex_spec();  // deterministic: false
   s.train.precision = Precision::Fp16;

@@ -226,6 +226,25 @@ TEST_CASE("train.conv_bn_apply takes separate or prologue; prologue needs conv_b
   CHECK(has_error(r, "unknown value 'fused' for 'train.conv_bn_apply'"));
 }
 
+TEST_CASE("train.conv_bn_backward takes separate or fused; fused needs deterministic: false and fp16") {
+  Result<Spec> def = parse(kModel);
+  REQUIRE(def.ok());
+  CHECK(def.value().train.conv_bn_backward == ConvBnBackward::Separate);
+  Result<Spec> ok = parse("train:\n  deterministic: false\n  precision: fp16\n  conv_bn_backward: fused\n" + kModel);
+  INFO((ok.ok() ? std::string() : ok.error_text()));
+  REQUIRE(ok.ok());
+  CHECK(ok.value().train.conv_bn_backward == ConvBnBackward::Fused);
+  Result<Spec> det = parse("train:\n  precision: fp16\n  conv_bn_backward: fused\n" + kModel);
+  CHECK(only_code(det) == ErrCode::Invalid);
+  CHECK(has_error(det, "test.yaml:3:21: 'train.conv_bn_backward: fused' needs 'train.deterministic: false'"));
+  Result<Spec> bf16 = parse("train:\n  deterministic: false\n  precision: bf16\n  conv_bn_backward: fused\n" + kModel);
+  CHECK(only_code(bf16) == ErrCode::NotSupported);
+  CHECK(has_error(bf16, "needs train.precision fp16"));
+  Result<Spec> r = parse("train:\n  conv_bn_backward: prologue\n" + kModel);
+  CHECK(only_code(r) == ErrCode::UnknownEnum);
+  CHECK(has_error(r, "unknown value 'prologue' for 'train.conv_bn_backward'"));
+}
+
 TEST_CASE("a misspelt train.conv_fewc key suggests conv_fewc") {
   Result<Spec> r = parse("train:\n  conv_fewcc: off\n" + kModel);
   CHECK(only_code(r) == ErrCode::UnknownKey);

@@ -162,9 +162,9 @@ TEST_CASE("the layers table puts the graph replay next to the node sum and says 
   StepProfile p;
   p.graph_ms = 0.5;
   p.reps = 10;
-  p.nodes = {{"augment", "batch_fetch", "(200, 28, 28, 1)", 0.25, 0, 1e6},
-             {"fc1+relu1", "linear", "(200, 1024)", 0.5, 3.2e8, 0},
-             {"optimizer", "adamw", "(1462538)", 0.25, 0, 2e7}};
+  p.nodes = {{"augment", "batch_fetch", "(200, 28, 28, 1)", 0.25, 0, 1e6, {}},
+             {"fc1+relu1", "linear", "(200, 1024)", 0.5, 3.2e8, 0, {}},
+             {"optimizer", "adamw", "(1462538)", 0.25, 0, 2e7, {}}};
   const std::string t = profile_table(p, 200, 5);
   CHECK_THAT(t, Catch::StartsWith("step (captured graph replay): 0.500 ms = 400000 img/s at batch 200; nodes run "
                                   "one by one: 1.000 ms (3 nodes, 10 reps each)\n"));

@@ -436,6 +436,23 @@ TEST_CASE("run.json's conv -> batch norm statistics counts (train.conv_bn_stats)
                       "run.json");
   REQUIRE_FALSE(bad_grad.ok());
   CHECK_THAT(bad_grad.error_text(), Catch::Contains("conv_algorithms.bn_grad_folded"));
+  CHECK_THAT(with_grad, !Catch::Contains("bn_backward"));  // train.conv_bn_backward: separate writes none
+  f.conv.bn_bwd_mode = "fused";
+  f.conv.bn_bwd_fused = 7;
+  f.conv.bn_bwd_separate = 6;
+  f.conv.bn_bwd_fallback = 1;
+  f.conv.bn_bwd_fallback_reason = "features_3.grad_input: no engine";
+  const std::string with_bwd = run_facts_json(f);
+  CHECK_THAT(with_bwd, Catch::Contains("\"bn_backward\": {\"mode\": \"fused\", \"fused\": 7, \"separate\": 6, "
+                                       "\"fallback\": 1"));
+  Result<RunFacts> back4 = run_facts_parse(with_bwd, "run.json");
+  REQUIRE(back4.ok());
+  CHECK(back4->conv.bn_bwd_mode == "fused");
+  CHECK(back4->conv.bn_bwd_fused == 7);
+  CHECK(back4->conv.bn_bwd_separate == 6);
+  CHECK(back4->conv.bn_bwd_fallback == 1);
+  CHECK(back4->conv.bn_bwd_fallback_reason == "features_3.grad_input: no engine");
+  CHECK(back3->conv.bn_bwd_mode == "separate");
   Result<RunFacts> bad = run_facts_parse(
       R"({"backend": "cuda", "conv_algorithms": {"from_cache": 0, "from_heuristics": 1, "bn_stats": {"mode": "auto",
       "fused": -2, "separate": 0, "fallback": 0}}})",

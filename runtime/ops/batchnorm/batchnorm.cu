@@ -169,6 +169,23 @@ Status batchnorm_bwd_cuda(cudaStream_t s, const void* dy, const void* x, const v
   });
 }
 
+Status batchnorm_bwd_apply_cuda(cudaStream_t s, const void* g, const void* x, GpuDType t, const float* gamma,
+                                const float* save_mean, const float* save_invstd, const float* dgamma,
+                                const float* dbeta, void* dx, int64_t rows, int64_t c) {
+  TRCTL_CUDA_ARG_CHECK(rows >= 1, "batchnorm_bwd_apply_cuda: rows < 1");
+  TRCTL_CUDA_ARG_CHECK(c >= 1 && c < (int64_t{1} << 31), "batchnorm_bwd_apply_cuda: c outside [1, 2^31)");
+  TRCTL_CUDA_ARG_CHECK(g && x && gamma && save_mean && save_invstd && dgamma && dbeta && dx,
+                       "batchnorm_bwd_apply_cuda: null pointer");
+  TRCTL_CUDA_ARG_CHECK(dx != x, "batchnorm_bwd_apply_cuda: dx aliases x");
+  return dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    // No workspace (the statistics passes do not run); dgamma and dbeta are read only.
+    return bn_bwd_launch<T>(s, DenseGrad<T>{static_cast<const T*>(g)}, x, nullptr, gamma, save_mean, save_invstd, dx,
+                            const_cast<float*>(dgamma), const_cast<float*>(dbeta), rows, c, nullptr, nullptr,
+                            nullptr, false);
+  });
+}
+
 #undef BN_LAUNCHED
 
 }  // namespace trctl

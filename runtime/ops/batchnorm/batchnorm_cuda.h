@@ -72,6 +72,13 @@ Status batchnorm_fwd_eval_cuda(cudaStream_t s, const void* x, GpuDType t, const 
 // g = relu_y > 0 ? dy : 0 is also stored there, bitwise what relu_bwd_cuda(relu_y, dy) writes, from the first
 // pass, and the last pass reads it instead of dy and relu_y: a fused BN + residual add + ReLU's backward, whose g is
 // also the residual's gradient (pass_fuse_bn_relu_grad), without a separate ReLU-backward pass.
+// The backward's dx pass alone, from dgamma and dbeta computed elsewhere (train.conv_bn_backward: fused, cuDNN's
+// dgrad epilogue): dx (rows,c) t = gamma * invstd * (g - dbeta / n - (x - mean) * invstd * dgamma / n) with g
+// (rows,c) t the already masked incoming gradient (no ReLU here), the same kernel as batchnorm_bwd_cuda's last pass.
+// dx may alias g, not x.
+Status batchnorm_bwd_apply_cuda(cudaStream_t s, const void* g, const void* x, GpuDType t, const float* gamma,
+                                const float* save_mean, const float* save_invstd, const float* dgamma,
+                                const float* dbeta, void* dx, int64_t rows, int64_t c);
 Status batchnorm_bwd_cuda(cudaStream_t s, const void* dy, const void* x, const void* relu_y, GpuDType t,
                           const float* gamma, const float* save_mean, const float* save_invstd, void* dx,
                           float* dgamma, float* dbeta, int64_t rows, int64_t c, void* workspace,

@@ -458,24 +458,28 @@ Status bn_fwd_train_stats(cudaStream_t s, const T* x, const BnSums& sums, int64_
 template <class T, class Src>
 Status bn_bwd_launch(cudaStream_t s, const Src& gs, const void* x, const void* relu_y, const float* gamma,
                      const float* save_mean, const float* save_invstd, void* dx, float* dgamma, float* dbeta,
-                     int64_t rows, int64_t c, void* workspace, const float* relu_beta, void* g_out = nullptr) {
+                     int64_t rows, int64_t c, void* workspace, const float* relu_beta, void* g_out = nullptr,
+                     bool stats = true) {
   const RowSplit rs = row_split(rows, c);
   float* part_g = static_cast<float*>(workspace);  // (row blocks, c)
-  float* part_gx = part_g + align256(static_cast<size_t>(rs.blocks * c) * sizeof(float)) / sizeof(float);
+  float* part_gx =  // none without a workspace (stats false: the dx pass alone)
+      part_g ? part_g + align256(static_cast<size_t>(rs.blocks * c) * sizeof(float)) / sizeof(float) : nullptr;
   return with_vector_width<T>(c, {gs.dy, x, relu_y, dx, g_out}, [&](auto vw) {
     constexpr int V = decltype(vw)::value;
     const Launch l = make_launch(c, V, rs);
     const T* xs = static_cast<const T*>(x);
     const T* ys = static_cast<const T*>(relu_y);
     T* gs_out = static_cast<T*>(g_out);
-    bn_bwd_stats_kernel<T, V, Src><<<l.grid, l.block, l.smem, s>>>(gs, xs, relu_beta ? nullptr : ys, save_mean,
-                                                                    rows, c, rs.rows_per_block, part_g, part_gx,
-                                                                    gamma, save_invstd, relu_beta, gs_out);
-    BN_LAUNCHED("bn_bwd_stats_kernel");
-    const unsigned fin_grid = static_cast<unsigned>((c + kFinCols - 1) / kFinCols);
-    bn_bwd_finalize_kernel<<<fin_grid, dim3(kFinCols, kFinGroups), 0, s>>>(
-        part_g, part_gx, rows, c, rs.rows_per_block, rs.blocks, save_invstd, dgamma, dbeta);
-    BN_LAUNCHED("bn_bwd_finalize_kernel");
+    if (stats) {  // else dgamma and dbeta are given (the dx pass alone)
+      bn_bwd_stats_kernel<T, V, Src><<<l.grid, l.block, l.smem, s>>>(gs, xs, relu_beta ? nullptr : ys, save_mean,
+                                                                      rows, c, rs.rows_per_block, part_g, part_gx,
+                                                                      gamma, save_invstd, relu_beta, gs_out);
+      BN_LAUNCHED("bn_bwd_stats_kernel");
+      const unsigned fin_grid = static_cast<unsigned>((c + kFinCols - 1) / kFinCols);
+      bn_bwd_finalize_kernel<<<fin_grid, dim3(kFinCols, kFinGroups), 0, s>>>(
+          part_g, part_gx, rows, c, rs.rows_per_block, rs.blocks, save_invstd, dgamma, dbeta);
+      BN_LAUNCHED("bn_bwd_finalize_kernel");
+    }
     if (!dx) return TRCTL_CUDA_LAUNCH_STATUS("bn_bwd_finalize_kernel");  // dgamma, dbeta only (no pass 3)
     if (gs_out) {  // pass 3 reads the stored gradient in place of the source (and of the ReLU output)
       bn_bwd_apply_kernel<T, V, DenseGrad<T>><<<l.grid, l.block, 0, s>>>(

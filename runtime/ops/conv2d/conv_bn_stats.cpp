@@ -99,4 +99,52 @@ std::vector<ConvBnApplyFold> conv_bn_apply_choose(const Graph& graph, const Spec
   return out;
 }
 
+ConvBnBwdChoice conv_bn_bwd_choose(const Graph& graph, const Spec& spec, const std::vector<FewcBnGradFold>& fewc) {
+  ConvBnBwdChoice out;
+  if (spec.train.conv_bn_backward != ConvBnBackward::Fused || spec.train.precision != Precision::Fp16) return out;
+  const ConvRouteOptions ro = conv_route_options(spec);
+  for (size_t pi = 0; pi < graph.programs.size(); ++pi) {
+    const Program& p = graph.programs[pi];
+    for (size_t bi = 0; bi < p.nodes.size(); ++bi) {
+      const Node& bn = p.nodes[bi];
+      if (bn.op != OpKind::BatchNormGrad || !bn.attrs.relu) continue;
+      bool folded_into_fewc = false;
+      for (const FewcBnGradFold& f : fewc) folded_into_fewc |= f.program == static_cast<int>(pi) && f.bn_grad == bi;
+      ConvBnBwdPair pr;
+      pr.program = static_cast<int>(pi);
+      pr.bn_grad = bi;
+      bool ok = !bn.attrs.residual && !bn.attrs.pool && bn.in.size() >= 5 && bi > 0 && !folded_into_fewc;
+      if (ok)  // the forward fused its ReLU without a residual: the mask is recomputed from x with its beta
+        for (const Program& fp : graph.programs)
+          for (const Node& fwd : fp.nodes)
+            if (fwd.op == OpKind::BatchNorm && fwd.out.size() > 1 && fwd.out[1] == bn.in[3] && fwd.attrs.relu &&
+                !fwd.attrs.residual)
+              pr.beta = fwd.in[2];
+      ok = ok && pr.beta != kNoValue;
+      const ValueId g = bn.in[0];
+      if (ok) {
+        pr.dgrad = bi - 1;
+        const Node& d = p.nodes[pr.dgrad];
+        ok = d.op == OpKind::Conv2dGradInput && !d.attrs.accumulate && !d.out.empty() && d.out[0] == g &&
+             d.in.size() >= 2 && g != p.input && g != p.logits && g != p.loss && g != p.label;
+        if (ok) {
+          // The forward conv's geometry: its input is the dgrad's output (N, H, W, C), its filter d.in[1].
+          pr.g = conv2d_geom_of(graph, d, d.out[0], d.in[1]);
+          ok = !pointwise_conv(d) && conv_route(ro, OpKind::Conv2dGradInput, pr.g) == ConvRoute::Cudnn &&
+               conv_plan_geom(ro, OpKind::Conv2dGradInput, pr.g).c == pr.g.c && pr.g.groups == 1 && pr.g.c % 8 == 0;
+        }
+        for (size_t ni = 0; ni < p.nodes.size() && ok; ++ni)  // g read by the batch norm's backward alone
+          for (size_t k = 0; k < p.nodes[ni].in.size(); ++k)
+            if (p.nodes[ni].in[k] == g && !(ni == bi && k == 0)) ok = false;
+      }
+      if (!ok) {
+        ++out.separate;
+        continue;
+      }
+      out.fuse.push_back(pr);
+    }
+  }
+  return out;
+}
+
 }  // namespace trctl

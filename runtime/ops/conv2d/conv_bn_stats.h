@@ -9,6 +9,7 @@
 #include "core/spec/spec.h"
 #include "runtime/ops/conv2d/conv2d.h"
 #include "runtime/ops/conv2d/conv_route.h"
+#include "runtime/ops/conv2d/fewc_bn_grad.h"
 
 namespace trctl {
 
@@ -59,5 +60,30 @@ struct ConvBnApplyFold {
 // gradients: the memory plan keeps x alive only to its last reader, and the folded readers read x in y's place.
 std::vector<ConvBnApplyFold> conv_bn_apply_choose(const Graph& graph, const Spec& spec,
                                                   const ConvBnStatsChoice& stats);
+
+// A training batch norm + ReLU's backward whose reductions the preceding convolution data gradient computes
+// (train.conv_bn_backward: fused; cuDNN's dgrad + ReLU backward + BN-backward-weights graph): that Conv2dGradInput
+// writes the masked incoming gradient g in its output's place plus dgamma and dbeta, and the BatchNormGrad runs its
+// dx pass only.
+struct ConvBnBwdPair {
+  int program = 0;
+  size_t dgrad = 0;    // the Conv2dGradInput node: its output is the batch norm's dY
+  size_t bn_grad = 0;  // the BatchNormGrad node right after it
+  Conv2dGeom g;        // the convolution's real (finished) geometry
+  ValueId beta = kNoValue;  // the forward's beta (the ReLU mask recomputed from x)
+};
+struct ConvBnBwdChoice {
+  std::vector<ConvBnBwdPair> fuse;
+  int separate = 0;  // batch-norm backwards with a fused ReLU that stay as they are (ineligible)
+};
+// With train.conv_bn_backward: fused and precision fp16 (else none, nothing counted): every BatchNormGrad node with a
+// fused ReLU, no residual and no fused pool whose forward (the BatchNorm that wrote its save_mean) fused the ReLU
+// without a residual, whose dY (in[0]) the node right before it writes — a Conv2dGradInput without accumulation that
+// the CUDA backend runs as a plain cuDNN data gradient (conv_route Cudnn, real channels, groups 1, C % 8 == 0) —
+// and that no other node reads (nor is a named value), and whose dx is not computed by a few-channel weight
+// gradient (`fewc`: fewc_bn_grad_choose's folds, which need the batch norm's own first pass). Adjacent, because the
+// fused graph reads x and recomputes the mask at the data gradient's place in the schedule. Every other
+// BatchNormGrad with a fused ReLU counts as separate.
+ConvBnBwdChoice conv_bn_bwd_choose(const Graph& graph, const Spec& spec, const std::vector<FewcBnGradFold>& fewc);
 
 }  // namespace trctl

@@ -11,6 +11,7 @@
 
 #include "core/compiler.h"
 #include "runtime/ops/conv2d/conv_bn_stats.h"
+#include "runtime/ops/conv2d/fewc_bn_grad.h"
 #include "runtime/train/trainer.h"
 
 using namespace trctl;
@@ -225,4 +226,72 @@ TEST_CASE("conv_bn_apply_choose folds only batch norms whose backward keeps x al
   Spec bf16 = c.spec;
   bf16.train.precision = Precision::Bf16;
   CHECK(conv_bn_apply_choose(c.graph, bf16, conv_bn_stats_choose(c.graph, bf16)).empty());
+}
+
+// train.conv_bn_backward: fused on VGG16-BN: the non-pool batch norms + ReLU (features_1, 8, 15, 18, 25, 28, 35, 38)
+// whose dY the next conv's data gradient writes right before them; features_1's dx goes to the few-channel weight
+// gradient (fewc_bn_grad_choose) with conv_fewc on, so it keeps its first pass. The five pooled ones are separate.
+TEST_CASE("conv_bn_bwd_choose on VGG16-BN: the data gradients before the non-pool batch norms' backward",
+          "[conv_bn_stats]") {
+  struct Want {
+    std::vector<std::string> overrides;
+    int fused, separate;  // per program with a batch-norm backward
+  };
+  const Want cases[] = {
+      {{"train.conv_bn_backward=fused", "train.precision=fp16"}, 7, 6},
+      {{"train.conv_bn_backward=fused", "train.precision=fp16", "train.conv_fewc=off"}, 8, 5},
+      {{"train.conv_bn_backward=separate", "train.precision=fp16"}, 0, 0},
+  };
+  for (const Want& w : cases) {
+    std::string tag;
+    for (const std::string& o : w.overrides) tag += o + " ";
+    INFO(tag);
+    const Compiled c = compile_with(vgg(w.overrides));
+    int p = 0;
+    for (const Program& prog : c.graph.programs) {
+      bool any = false;
+      for (const Node& n : prog.nodes) any |= n.op == OpKind::BatchNormGrad;
+      p += any;
+    }
+    REQUIRE(p >= 1);
+    const ConvBnBwdChoice ch = conv_bn_bwd_choose(c.graph, c.spec, fewc_bn_grad_choose(c.graph, c.spec));
+    CHECK(static_cast<int>(ch.fuse.size()) == w.fused * p);
+    CHECK(ch.separate == w.separate * p);
+    for (const ConvBnBwdPair& pr : ch.fuse) {
+      const Program& prog = c.graph.programs[pr.program];
+      const Node &d = prog.nodes[pr.dgrad], &bn = prog.nodes[pr.bn_grad];
+      INFO(d.name << " -> " << bn.name);
+      CHECK(d.op == OpKind::Conv2dGradInput);
+      CHECK(bn.op == OpKind::BatchNormGrad);
+      CHECK(pr.bn_grad == pr.dgrad + 1);
+      CHECK(bn.in[0] == d.out[0]);
+      CHECK((bn.attrs.relu && !bn.attrs.pool && !bn.attrs.residual));
+      CHECK(pr.g.c == c.graph.values[d.out[0]].shape.dims.back());
+      CHECK(pr.beta != kNoValue);
+    }
+  }
+}
+
+// ResNet-50: each bottleneck's first batch norm (its dY from conv2's 3x3 data gradient); the second's dY comes
+// from conv3's 1x1 (a cuBLASLt GEMM), the third has the residual, the stem's the fused max pool: separate.
+TEST_CASE("conv_bn_bwd_choose on ResNet-50: the first batch norm of each bottleneck", "[conv_bn_stats]") {
+  Result<Spec> s = spec_load(std::string(TRCTL_SOURCE_DIR) + "/configs/resnet50.yaml",
+                             {"data.synthetic.train_size=512", "data.synthetic.val_size=256",
+                              "train.deterministic=false", "train.precision=fp16", "train.conv_bn_backward=fused"});
+  INFO((s.ok() ? std::string() : s.error_text()));
+  REQUIRE(s.ok());
+  const Compiled c = compile_with(s.value());
+  const ConvBnBwdChoice ch = conv_bn_bwd_choose(c.graph, c.spec, fewc_bn_grad_choose(c.graph, c.spec));
+  int p = 0;
+  for (const Program& prog : c.graph.programs) {
+    bool any = false;
+    for (const Node& n : prog.nodes) any |= n.op == OpKind::BatchNormGrad;
+    p += any;
+  }
+  CHECK(static_cast<int>(ch.fuse.size()) == 16 * p);
+  for (const ConvBnBwdPair& pr : ch.fuse) {
+    const Node& d = c.graph.programs[pr.program].nodes[pr.dgrad];
+    INFO(d.name);
+    CHECK(d.name.find("conv2.grad_input") != std::string::npos);
+  }
 }
