@@ -505,6 +505,78 @@ Status bench_conv_bn_stats(Bench& b, const void* random, int64_t random_n) {
   return ok_status();
 }
 
+// The backward train.conv_bn_backward fuses, at VGG16-BN's layers (batch 256, f16): the data gradient of the conv
+// that read a batch norm + ReLU's output, then that batch norm's backward: separate (the legacy cuDNN dgrad, then
+// the three backward passes with the ReLU mask recomputed from x) vs fused (graph (d): the masked g, dgamma and
+// dbeta from the dgrad's epilogue, then the dx pass alone). TFLOP/s of the data gradient's FLOPs; a geometry cuDNN
+// has no engine for gets a row that says so.
+Status bench_conv_bn_bwd(Bench& b, const void* random, int64_t random_n) {
+  const cudaStream_t s = b.ctx.stream;
+  struct Layer {
+    int64_t hw, c;
+    const char* name;
+  };
+  for (const Layer& l : {Layer{224, 64, "vgg16 conv1_2"}, Layer{112, 128, "vgg16 conv2_2"},
+                         Layer{56, 256, "vgg16 conv3_2"}, Layer{28, 512, "vgg16 conv4_2"}}) {
+    Conv2dGeom g;
+    g.n = 256, g.h = g.w = l.hw, g.c = g.k = l.c, g.r = g.s = 3, g.pad_h = g.pad_w = 1;
+    std::string why;
+    if (!conv2d_geom_finish(g, &why)) return Error{ErrCode::Internal, "bench kernels", why};
+    const int64_t nx = g.n * g.h * g.w * g.c, ny = g.n * g.p * g.q * g.k, nw = g.k * g.r * g.s * g.c;
+    const int64_t rows = g.n * g.h * g.w;  // the batch norm's rows: the conv's input pixels
+    const double flops = 2.0 * static_cast<double>(ny) * static_cast<double>(g.r * g.s * g.c);
+    const std::string size = "N=256 " + std::to_string(l.hw) + "^2x" + std::to_string(l.c);
+    ConvDesc cd;
+    cd.g = g;
+    cd.io = GpuDType::F16;
+    cd.deterministic = false;
+    cd.need_dgrad = true;
+    Result<CudnnConvPlan> legacy = cudnn_conv_plan(b.ctx.cudnn, cd);
+    if (!legacy.ok()) return legacy.errors();
+    FusedDgradDesc fd;
+    fd.g = g;
+    Result<FusedDgradPlan> fused = fused_dgrad_plan(b.ctx.cudnn, fd);
+    if (!fused.ok() && fused.errors().front().code != ErrCode::NotSupported) return fused.errors();
+    const size_t wsb = std::max<size_t>(cudnn_conv_workspace_bytes(legacy.value()),
+                                        fused.ok() ? fused_dgrad_workspace_bytes(fused.value()) : 0);
+    DeviceBuffer x, w, dy, gbuf, dx, ws, bnws, par, eq;
+    for (auto [buf, bytes] : {std::pair{&x, nx * 2}, {&w, nw * 2}, {&dy, ny * 2}, {&gbuf, nx * 2}, {&dx, nx * 2},
+                              {&par, g.c * 4 * 8}, {&eq, g.c * 4 * 3}})
+      TRCTL_CUDA_TRY(cudaMalloc(&buf->p, static_cast<size_t>(bytes)));
+    TRCTL_CUDA_TRY(cudaMalloc(&ws.p, std::max<size_t>(wsb, 256)));
+    const size_t bnb = batchnorm_workspace_bytes(rows, g.c);
+    TRCTL_CUDA_TRY(cudaMalloc(&bnws.p, bnb));
+    for (auto [buf, n] : {std::pair{&x, nx}, {&w, nw}, {&dy, ny}})
+      if (Status st = fill_f16(s, random, random_n, buf->p, n); !st.ok()) return st;
+    if (Status st = fill_random(par.p, static_cast<size_t>(g.c) * 8, 13); !st.ok()) return st;
+    const BnParams bp(static_cast<float*>(par.p), g.c);
+    const std::string n = std::string(l.name) + " dgrad+bn+relu backward";
+    Status st = b.add(n + " separate f16", size, flops, true, b.gemm_f16, [&]() -> Status {
+      if (Status c = cudnn_conv_dgrad(b.ctx.cudnn, s, legacy.value(), dy.p, w.p, gbuf.p, ws.p, wsb); !c.ok())
+        return c;
+      return batchnorm_bwd_cuda(s, gbuf.p, x.p, nullptr, GpuDType::F16, bp.gamma, bp.mean, bp.invstd, dx.p, bp.sum,
+                                bp.sqsum, rows, g.c, bnws.p, bnb, bp.beta);
+    });
+    if (!st.ok()) return st;
+    if (!fused.ok()) {  // no engine: a row that says so
+      b.rows.push_back({n + " fused: no cuDNN engine", size, "TFLOP/s", 0.0, 0.0, b.gemm_f16});
+      continue;
+    }
+    FusedDgradArgs a;
+    a.dy = dy.p, a.w = w.p, a.x = x.p, a.mean = bp.mean, a.invstd = bp.invstd, a.gamma = bp.gamma, a.beta = bp.beta;
+    a.g = gbuf.p, a.dgamma = bp.sum, a.dbeta = bp.sqsum;
+    float* e = static_cast<float*>(eq.p);
+    a.eq_dy = e, a.eq_x = e + g.c, a.eq_bias = e + 2 * g.c;
+    st = b.add(n + " fused f16", size, flops, true, b.gemm_f16, [&]() -> Status {
+      if (Status c = fused_dgrad_run(b.ctx.cudnn, s, fused.value(), a, ws.p, wsb); !c.ok()) return c;
+      return batchnorm_bwd_apply_cuda(s, gbuf.p, x.p, GpuDType::F16, bp.gamma, bp.mean, bp.invstd, bp.sum, bp.sqsum,
+                                      dx.p, rows, g.c);
+    });
+    if (!st.ok()) return st;
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Result<std::vector<KernelBenchRow>> cuda_bench_kernels() {
@@ -629,6 +701,7 @@ Result<std::vector<KernelBenchRow>> cuda_bench_kernels() {
   if (Status bs = bench_bn_pool(b, x.p, n, stem, "bn+relu+maxpool r50 stem"); !bs.ok()) return bs.errors();
   if (Status bs = bench_bn_pool(b, x.p, n, vgg, "bn+relu+maxpool vgg16 pool1"); !bs.ok()) return bs.errors();
   if (Status cs = bench_conv_bn_stats(b, x.p, n); !cs.ok()) return cs.errors();
+  if (Status cb = bench_conv_bn_bwd(b, x.p, n); !cb.ok()) return cb.errors();
   TRCTL_CUDA_WARN(cudaFree(step));
   TRCTL_CUDA_WARN(cudaFree(h));
   return b.rows;
