@@ -360,6 +360,21 @@ struct BnParams {
         sqsum(p + 7 * c) {}
 };
 
+// VGG16-BN's 3x3/1 layers (C = K) the conv + batch-norm rows time at batch 256, one per resolution.
+struct VggLayer {
+  int64_t hw, c;
+  const char* name;
+};
+constexpr VggLayer kVggBenchLayers[] = {{224, 64, "vgg16 conv1_2"}, {112, 128, "vgg16 conv2_2"},
+                                        {56, 256, "vgg16 conv3_2"}, {28, 512, "vgg16 conv4_2"}};
+Result<Conv2dGeom> vgg_layer_geom(const VggLayer& l) {
+  Conv2dGeom g;
+  g.n = 256, g.h = g.w = l.hw, g.c = g.k = l.c, g.r = g.s = 3, g.pad_h = g.pad_w = 1;
+  std::string why;
+  if (!conv2d_geom_finish(g, &why)) return Error{ErrCode::Internal, "bench kernels", why};
+  return g;
+}
+
 // The train.conv_bn_apply rows of bench_conv_bn_stats for one layer (g: C = K; x, y, z (N, H, W, C) f16 with x
 // random; bp its parameters).
 Status bench_bn_apply_chain(Bench& b, const Conv2dGeom& g, const char* layer, const std::string& size, double flops,
@@ -438,16 +453,10 @@ Status bench_bn_apply_chain(Bench& b, const Conv2dGeom& g, const char* layer, co
 // so the rows of one layer compare directly; a geometry cuDNN has no fused engine for gets a row that says so.
 Status bench_conv_bn_stats(Bench& b, const void* random, int64_t random_n) {
   const cudaStream_t s = b.ctx.stream;
-  struct Layer {
-    int64_t hw, c;
-    const char* name;
-  };
-  for (const Layer& l : {Layer{224, 64, "vgg16 conv1_2"}, Layer{112, 128, "vgg16 conv2_2"},
-                         Layer{56, 256, "vgg16 conv3_2"}, Layer{28, 512, "vgg16 conv4_2"}}) {
-    Conv2dGeom g;
-    g.n = 256, g.h = g.w = l.hw, g.c = g.k = l.c, g.r = g.s = 3, g.pad_h = g.pad_w = 1;
-    std::string why;
-    if (!conv2d_geom_finish(g, &why)) return Error{ErrCode::Internal, "bench kernels", why};
+  for (const VggLayer& l : kVggBenchLayers) {
+    Result<Conv2dGeom> geom = vgg_layer_geom(l);
+    if (!geom.ok()) return geom.errors();
+    const Conv2dGeom g = geom.value();
     const int64_t nx = g.n * g.h * g.w * g.c, ny = g.n * g.p * g.q * g.k, nw = g.k * g.r * g.s * g.c;
     const int64_t rows = g.n * g.p * g.q;
     const double flops = 2.0 * static_cast<double>(ny) * static_cast<double>(g.r * g.s * g.c);
@@ -512,16 +521,10 @@ Status bench_conv_bn_stats(Bench& b, const void* random, int64_t random_n) {
 // has no engine for gets a row that says so.
 Status bench_conv_bn_bwd(Bench& b, const void* random, int64_t random_n) {
   const cudaStream_t s = b.ctx.stream;
-  struct Layer {
-    int64_t hw, c;
-    const char* name;
-  };
-  for (const Layer& l : {Layer{224, 64, "vgg16 conv1_2"}, Layer{112, 128, "vgg16 conv2_2"},
-                         Layer{56, 256, "vgg16 conv3_2"}, Layer{28, 512, "vgg16 conv4_2"}}) {
-    Conv2dGeom g;
-    g.n = 256, g.h = g.w = l.hw, g.c = g.k = l.c, g.r = g.s = 3, g.pad_h = g.pad_w = 1;
-    std::string why;
-    if (!conv2d_geom_finish(g, &why)) return Error{ErrCode::Internal, "bench kernels", why};
+  for (const VggLayer& l : kVggBenchLayers) {
+    Result<Conv2dGeom> geom = vgg_layer_geom(l);
+    if (!geom.ok()) return geom.errors();
+    const Conv2dGeom g = geom.value();
     const int64_t nx = g.n * g.h * g.w * g.c, ny = g.n * g.p * g.q * g.k, nw = g.k * g.r * g.s * g.c;
     const int64_t rows = g.n * g.h * g.w;  // the batch norm's rows: the conv's input pixels
     const double flops = 2.0 * static_cast<double>(ny) * static_cast<double>(g.r * g.s * g.c);

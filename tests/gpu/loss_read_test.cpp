@@ -9,12 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "core/compiler.h"
-#include "runtime/cuda/cuda_backend.h"
-#include "runtime/train/trainer.h"
-#include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/backend_step_util.h"
 
 using namespace trctl;
+using namespace trctl::gputest;
 
 namespace {
 
@@ -36,47 +34,33 @@ run: {progress: off}
 )";
 
 struct Built {
-  std::unique_ptr<Compiled> c;
-  std::unique_ptr<Backend> be;
+  BuiltBackend b;
   int train = -1;
 };
 Built build() {
   Result<Spec> s = spec_parse(kYaml, "loss_read.yaml");
   REQUIRE(s.ok());
-  Result<DataShape> d = data_shape(s.value());
-  REQUIRE(d.ok());
-  Result<Compiled> c = compile_spec(s.value(), d.value(), CompileOptions{});
-  INFO((c.ok() ? std::string() : c.error_text()));
-  REQUIRE(c.ok());
-  Built b;
-  b.c = std::make_unique<Compiled>(std::move(c.value()));
-  Result<std::unique_ptr<Backend>> be = make_cuda_backend(*b.c, s.value().seed);
-  INFO((be.ok() ? std::string() : be.error_text()));
-  REQUIRE(be.ok());
-  b.be = std::move(be.value());
-  const std::vector<std::byte> init = params_init(*b.c, 5);
-  std::vector<float> w(init.size() / 4);
-  std::memcpy(w.data(), init.data(), w.size() * 4);
-  REQUIRE(b.be->write_weights(w).ok());
-  b.be->set_lr(0.1);
-  for (size_t i = 0; i < b.c->graph.programs.size(); ++i)
-    if (b.c->graph.programs[i].name == "train") b.train = static_cast<int>(i);
+  Built b{build_backend(s.value())};
+  REQUIRE(b.b.be->write_weights(floats_of(params_init(*b.b.c, 5))).ok());
+  b.b.be->set_lr(0.1);
+  for (size_t i = 0; i < b.b.c->graph.programs.size(); ++i)
+    if (b.b.c->graph.programs[i].name == "train") b.train = static_cast<int>(i);
   REQUIRE(b.train >= 0);
   return b;
 }
 
 // Launches step `k` (a fixed batch per k) without waiting for it.
 void launch(const Built& b, int k) {
-  const int64_t batch = b.c->graph.programs[b.train].batch;
+  const int64_t batch = b.b.c->graph.programs[b.train].batch;
   gputest::Rng rng(500 + static_cast<uint64_t>(k));
   const std::vector<float> x = rng.uniform_vec(static_cast<size_t>(batch * 64), 0.0f, 1.0f);
   std::vector<int32_t> y(static_cast<size_t>(batch));
   for (int64_t i = 0; i < batch; ++i) y[static_cast<size_t>(i)] = static_cast<int32_t>((i + k) % 10);
-  REQUIRE(b.be->host_input_dtype() == OutDType::F32);
-  Status st = b.be->load_batch(b.train, k % 2, x.data(), y.data(), batch);
+  REQUIRE(b.b.be->host_input_dtype() == OutDType::F32);
+  Status st = b.b.be->load_batch(b.train, k % 2, x.data(), y.data(), batch);
   INFO((st.ok() ? std::string() : st.error_text()));
   REQUIRE(st.ok());
-  st = b.be->run(b.train, k % 2);
+  st = b.b.be->run(b.train, k % 2);
   INFO((st.ok() ? std::string() : st.error_text()));
   REQUIRE(st.ok());
 }
@@ -89,16 +73,16 @@ TEST_CASE("request_loss / take_loss return the requested step's loss while later
   std::vector<double> want;  // the loss of steps 0..3, each read right after its step
   for (int k = 0; k < 4; ++k) {
     launch(ref, k);
-    want.push_back(ref.be->last_loss(ref.train));
+    want.push_back(ref.b.be->last_loss(ref.train));
   }
   launch(a, 0);
-  a.be->request_loss(a.train);
+  a.b.be->request_loss(a.train);
   launch(a, 1);  // queued behind the copy
-  CHECK(a.be->take_loss() == want[0]);
-  a.be->request_loss(a.train);  // step 1's
+  CHECK(a.b.be->take_loss() == want[0]);
+  a.b.be->request_loss(a.train);  // step 1's
   launch(a, 2);
   launch(a, 3);
-  CHECK(a.be->take_loss() == want[1]);
-  CHECK(a.be->take_loss() == a.be->last_loss(a.train));  // nothing pending: the last run's, step 3
-  CHECK(a.be->last_loss(a.train) == want[3]);
+  CHECK(a.b.be->take_loss() == want[1]);
+  CHECK(a.b.be->take_loss() == a.b.be->last_loss(a.train));  // nothing pending: the last run's, step 3
+  CHECK(a.b.be->last_loss(a.train) == want[3]);
 }

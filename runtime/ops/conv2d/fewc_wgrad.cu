@@ -228,48 +228,45 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
   // every warp is past the loop) and group 0 adds them in group order: the same order for every run.
   const int kred = a.ksteps * 16;
   float* stage = reinterpret_cast<float*>(smem);  // (tgroups - 1, K, kred): fewc_wgrad_tiling's smem covers it
+  // f(j, m, h, lo, hi) for each accumulator fragment acc[j][m][h] of this warp: lo, hi the element offsets in a
+  // (K, kred) matrix of its c0 c1 (channel m * 16 + g, kk 2t, 2t+1) and c2 c3 (channel + 8) pairs.
+  auto each_fragment = [&](auto&& f) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int ks = 2 * kwarp + j;
+      if (ks >= a.ksteps) break;
+#pragma unroll
+      for (int m = 0; m < kWgradMt; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int kk = ks * 16 + h * 8 + 2 * t, ch = m * 16 + g;
+          f(j, m, h, ch * kred + kk, (ch + 8) * kred + kk);
+        }
+    }
+  };
   if (a.tgroups > 1) {
     __syncthreads();
     if (tg > 0) {
       float* mine = stage + static_cast<int64_t>(tg - 1) * kWgradK * kred;
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int ks = 2 * kwarp + j;
-        if (ks >= a.ksteps) break;
-#pragma unroll
-        for (int m = 0; m < kWgradMt; ++m)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int kk = ks * 16 + h * 8 + 2 * t, ch = m * 16 + g;
-            *reinterpret_cast<float2*>(mine + ch * kred + kk) = make_float2(acc[j][m][h][0], acc[j][m][h][1]);
-            *reinterpret_cast<float2*>(mine + (ch + 8) * kred + kk) = make_float2(acc[j][m][h][2], acc[j][m][h][3]);
-          }
-      }
+      each_fragment([&](int j, int m, int h, int lo, int hi) {
+        *reinterpret_cast<float2*>(mine + lo) = make_float2(acc[j][m][h][0], acc[j][m][h][1]);
+        *reinterpret_cast<float2*>(mine + hi) = make_float2(acc[j][m][h][2], acc[j][m][h][3]);
+      });
     }
     __syncthreads();
     if (tg > 0) return;
   }
   float* part = a.partial + static_cast<int64_t>(blockIdx.x) * kWgradK * kred;
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const int ks = 2 * kwarp + j;
-    if (ks >= a.ksteps) break;
-#pragma unroll
-    for (int m = 0; m < kWgradMt; ++m)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int kk = ks * 16 + h * 8 + 2 * t, ch = m * 16 + g;
-        float2 lo = make_float2(acc[j][m][h][0], acc[j][m][h][1]), hi = make_float2(acc[j][m][h][2], acc[j][m][h][3]);
-        for (int o = 1; o < a.tgroups; ++o) {
-          const float* other = stage + static_cast<int64_t>(o - 1) * kWgradK * kred;
-          const float2 ol = *reinterpret_cast<const float2*>(other + ch * kred + kk);
-          const float2 oh = *reinterpret_cast<const float2*>(other + (ch + 8) * kred + kk);
-          lo.x += ol.x, lo.y += ol.y, hi.x += oh.x, hi.y += oh.y;
-        }
-        *reinterpret_cast<float2*>(part + ch * kred + kk) = lo;
-        *reinterpret_cast<float2*>(part + (ch + 8) * kred + kk) = hi;
-      }
-  }
+  each_fragment([&](int j, int m, int h, int lo, int hi) {
+    float2 l = make_float2(acc[j][m][h][0], acc[j][m][h][1]), u = make_float2(acc[j][m][h][2], acc[j][m][h][3]);
+    for (int o = 1; o < a.tgroups; ++o) {  // the other groups' sums, in group order
+      const float* other = stage + static_cast<int64_t>(o - 1) * kWgradK * kred;
+      const float2 ol = *reinterpret_cast<const float2*>(other + lo), ou = *reinterpret_cast<const float2*>(other + hi);
+      l.x += ol.x, l.y += ol.y, u.x += ou.x, u.y += ou.y;
+    }
+    *reinterpret_cast<float2*>(part + lo) = l;
+    *reinterpret_cast<float2*>(part + hi) = u;
+  });
 }
 
 // dw[k, r, s, c] = sum over CTAs b = 0, 1, ... of partial[b, k, kk(r, s, c)], kk = ((r SG + s / 4) 4 + s % 4) 4 + c.
