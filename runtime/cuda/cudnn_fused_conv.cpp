@@ -1,4 +1,5 @@
-// Conv forward + batch-norm statistics (and optional BN-apply + ReLU prologue) as one cuDNN graph: graph building,
+// The fused cuDNN graphs of cudnn_fused_conv.h — (a)/(b) conv forward + batch-norm statistics (and the BN-apply + ReLU
+// prologue), (c) the prologue weight gradient, (d) the dgrad + ReLU backward + BN backward reductions: graph building,
 // planning, execution and timing (see cudnn_fused_conv.h).
 #include "runtime/cuda/cudnn_fused_conv.h"
 
@@ -430,10 +431,6 @@ Status fused_wgrad_run(cudnnHandle_t h, cudaStream_t s, const FusedWgradPlan& p,
   if (!pack.ok()) return pack.errors();
   return cudnn_plan_execute(h, s, p.exec, pack.value());
 }
-
-}  // namespace trctl
-
-namespace trctl {
 
 // ---- graph (d): the data gradient with the ReLU backward and the batch norm's backward reductions in its epilogue
 

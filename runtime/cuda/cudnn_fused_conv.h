@@ -1,5 +1,7 @@
-// Convolution forward with batch-norm statistics in its epilogue, through cuDNN's graph API (runtime-fusion
-// engines, sm80+): the "conv_genstats" / "ConvBNfprop" pattern. Two graphs:
+// Convolutions fused with their batch norm's passes through cuDNN's graph API: graphs (a) and (b) here, (c) (the
+// prologue weight gradient) and (d) (the data gradient with the ReLU backward and the batch norm's backward
+// reductions) further down. The forward with batch-norm statistics in its epilogue (runtime-fusion engines, sm80+:
+// the "conv_genstats" / "ConvBNfprop" pattern), two graphs:
 //   (a) y = conv(x, w); sum[k] = sum over (n,p,q) of y, sqsum[k] = sum of y^2            (prologue = false)
 //   (b) x' = relu(x * scale + bias) per input channel (virtual, never written);
 //       y = conv(x', w); sum, sqsum as in (a)                                              (prologue = true)
