@@ -206,15 +206,17 @@ enum class ConvIm2col { On, Forward, Off };
 enum class ConvS2d { On, Forward, Off };
 // Few-channel convolutions (C <= 4: RGB stems; fewc_conv_eligible, runtime/ops/conv2d/fewc.h) under AMP on the CUDA
 // backend: forward = the forward as trctl's tensor-core implicit GEMM (takes precedence over conv_s2d and
-// conv_im2col; the default), on = also the weight gradient of stride-2 ones with K = 64 (fewc_wgrad_eligible),
-// off = the conv_s2d / conv_im2col / cuDNN paths. The same convolution up to summation order; a performance
-// switch, no effect on the CPU backend.
+// conv_im2col), on (the default) = also the weight gradient where K = 64 (fewc_wgrad_eligible, stride 1 or 2), and
+// a stem batch norm's backward dx computed inside that weight gradient when only it reads dx (fewc_bn_grad_choose:
+// bitwise the batch norm's own dx), off = the conv_s2d / conv_im2col / cuDNN paths. The same convolution up to
+// summation order; a performance switch, no effect on the CPU backend.
 enum class ConvFewc { On, Forward, Off };
 // Where a training batch norm that reads a convolution's output gets its batch statistics on the CUDA backend under
 // AMP: separate = trctl's statistics pass over the conv output (the default; bitwise reproducible); fused = every
 // eligible conv -> batch norm pair (a cuDNN-routed conv, groups 1, no bias, unpadded channels) runs cuDNN's
 // runtime-fusion conv + genstats graph, whose epilogue writes the per-channel sum and sum of squares that the batch
-// norm then finalizes (one pass over the conv output fewer); auto = fused only where the conv's output has at least
+// norm then finalizes (one pass over the conv output fewer; an RGB stem on the few-channel kernel, conv_fewc, sums in
+// its own epilogue instead, deterministically); auto = fused only where the conv's output has at least
 // 56x56 pixels per image (RESULTS.md run 25: the fused graph was faster there, slower at 28x28 and 14x14). cuDNN's
 // genstats sums are not bitwise repeatable run to run, so fused and auto need train.deterministic: false (and
 // precision fp16 or bf16: the graphs take f16/bf16 activations; both are spec errors otherwise). A pair
