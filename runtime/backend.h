@@ -98,7 +98,8 @@ class Backend {
   virtual double last_loss(int program) = 0;
   // The loss of `program`'s last launched run without draining the device's queue: request_loss starts reading it
   // behind that run; take_loss returns it, waiting for that run only (runs launched since may still be queued, so
-  // the device never idles for a log line). One request at a time; a synchronous backend reads it at the request.
+  // the device never idles for a log line), and again on a second call. One request at a time; a synchronous
+  // backend reads it at the request.
   virtual void request_loss(int program) = 0;
   virtual double take_loss() = 0;
   virtual ProgramMetrics metrics(int program) = 0;

@@ -539,7 +539,9 @@ Status bench_conv_bn_bwd(Bench& b, const void* random, int64_t random_n) {
     FusedDgradDesc fd;
     fd.g = g;
     Result<FusedDgradPlan> fused = fused_dgrad_plan(b.ctx.cudnn, fd);
-    if (!fused.ok() && fused.errors().front().code != ErrCode::NotSupported) return fused.errors();
+    if (!fused.ok() && fused.errors().front().code != ErrCode::NotSupported &&
+        fused.errors().front().code != ErrCode::Invalid)  // refusals get a row (the backend falls back on both)
+      return fused.errors();
     const size_t wsb = std::max<size_t>(cudnn_conv_workspace_bytes(legacy.value()),
                                         fused.ok() ? fused_dgrad_workspace_bytes(fused.value()) : 0);
     DeviceBuffer x, w, dy, gbuf, dx, ws, bnws, par, eq;

@@ -904,25 +904,27 @@ std::vector<std::byte> CudaBackend::read_region(Region r) {
 void CudaBackend::request_loss(int program) {
   loss_requested_ = false;
   if (!loss_host_) {  // once (cudaHostAlloc may synchronize: not in a log window's steady state after the first)
-    if (cudaHostAlloc(reinterpret_cast<void**>(&loss_host_), sizeof(float), cudaHostAllocDefault) != cudaSuccess ||
-        cudaEventCreateWithFlags(&loss_event_, cudaEventDisableTiming) != cudaSuccess) {
-      loss_host_ = nullptr;  // take_loss falls back to last_loss
-      loss_program_ = program;
-      return;
+    float* host = nullptr;
+    if (cudaHostAlloc(reinterpret_cast<void**>(&host), sizeof(float), cudaHostAllocDefault) == cudaSuccess) {
+      if (cudaEventCreateWithFlags(&loss_event_, cudaEventDisableTiming) == cudaSuccess)
+        loss_host_ = host;
+      else
+        TRCTL_CUDA_WARN(cudaFreeHost(host));
     }
   }
-  loss_program_ = program;
-  loss_requested_ =
-      cudaMemcpyAsync(loss_host_, at(c_.graph.programs[program].loss), sizeof(float), cudaMemcpyDeviceToHost,
-                      ctx_.stream) == cudaSuccess &&
-      cudaEventRecord(loss_event_, ctx_.stream) == cudaSuccess;
+  loss_requested_ = loss_host_ &&
+                    cudaMemcpyAsync(loss_host_, at(c_.graph.programs[program].loss), sizeof(float),
+                                    cudaMemcpyDeviceToHost, ctx_.stream) == cudaSuccess &&
+                    cudaEventRecord(loss_event_, ctx_.stream) == cudaSuccess;
+  if (!loss_requested_) loss_fallback_ = last_loss(program);  // synchronous, but this run's loss
 }
 
 double CudaBackend::take_loss() {
-  if (!loss_requested_) return loss_program_ >= 0 ? last_loss(loss_program_) : 0.0;
+  if (!loss_requested_) return loss_fallback_;
   loss_requested_ = false;
   TRCTL_CUDA_WARN(cudaEventSynchronize(loss_event_));
-  return *loss_host_;
+  loss_fallback_ = *loss_host_;  // a second take_loss returns it again
+  return loss_fallback_;
 }
 
 double CudaBackend::last_loss(int program) {

@@ -253,7 +253,7 @@ class CudaBackend final : public Backend {
   float* loss_host_ = nullptr;      // request_loss's pinned copy of a loss, and its event
   cudaEvent_t loss_event_ = nullptr;
   bool loss_requested_ = false;
-  int loss_program_ = -1;
+  double loss_fallback_ = 0;  // the last loss taken, or request_loss's synchronous read (no pinned copy)
   DistEnv dist_;                               // enabled: one rank of a data-parallel job (world size 1 included)
   std::unique_ptr<NcclComm> comm_;
   std::map<int, GradBucketPlan> dist_buckets_;  // per train program

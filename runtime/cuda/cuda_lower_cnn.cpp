@@ -82,7 +82,14 @@ Status CudaBackend::plan_cnn() {
   bool cache_loaded = false;
   std::set<std::string> dgrad_keys;  // geometries whose input gradient some program computes
   fewc_bn_grad_.clear();
-  for (const FewcBnGradFold& f : fewc_bn_grad_choose(c_.graph, c_.spec)) fewc_bn_grad_.emplace(f.dx, f);
+  for (const FewcBnGradFold& f : fewc_bn_grad_choose(c_.graph, c_.spec)) {
+    // The weight gradient reads g, x and the batch norm's statistics and parameter gradients one node after their
+    // last use in the plan: only safe while it defines no activation that could take their storage.
+    bool defines_activation = false;
+    for (ValueId o : c_.graph.programs[f.program].nodes[f.wgrad].out)
+      defines_activation |= c_.plan.values[o].region == Region::Activations;
+    if (!defines_activation) fewc_bn_grad_.emplace(f.dx, f);
+  }
   conv_sources_.bn_grad_folded = static_cast<int>(fewc_bn_grad_.size());
   for (const Program& p : c_.graph.programs)
     for (const Node& n : p.nodes)
@@ -302,7 +309,7 @@ Status CudaBackend::plan_conv_bn_bwd() {
   conv_sources_.bn_bwd_mode = to_string(c_.spec.train.conv_bn_backward);
   std::vector<FewcBnGradFold> fewc;
   for (const auto& [dx, f] : fewc_bn_grad_) fewc.push_back(f);
-  const ConvBnBwdChoice choice = conv_bn_bwd_choose(c_.graph, c_.spec, fewc);
+  const ConvBnBwdChoice choice = conv_bn_bwd_choose(c_.graph, c_.plan, c_.spec, fewc);
   conv_sources_.bn_bwd_separate = choice.separate;
   const Refusals refused{conv_sources_.bn_bwd_fallback, conv_sources_.bn_bwd_fallback_reason};
   int64_t max_c = 0;

@@ -58,6 +58,12 @@ struct StepLog {
     pending_images = images_log;
     images_log = 0;
   }
+  // Whether the trainer saves a mid-epoch checkpoint after this step (train.checkpoint_every_steps): its record is
+  // written first, so a run that dies after the checkpoint still has it.
+  bool checkpoint_due() const {
+    const int every = c.spec.train.checkpoint_every_steps;
+    return train && every > 0 && be.step() % every == 0;
+  }
   // Writes the pending record: the loss read first (it waits for the logged step), then the times, so the window
   // ends when that step is done. (As arguments of one call their order was unspecified: GCC timed the window before
   // the read, i.e. the host's enqueueing of the CUDA graphs, and logged ~2x the images/s.) The next window starts
@@ -133,6 +139,7 @@ Result<int64_t> run_epoch(Backend& be, const Compiled& c, HostFeed& loader, bool
     ++i;
     open_step = !step_end;
     log.after_step(prog, b.size, step_end);
+    if (step_end && log.checkpoint_due()) log.flush();  // the step's record before a mid-epoch checkpoint of it
     if (step_end && on_step && !on_step(i, total)) break;
   }
   log.flush();
@@ -170,6 +177,7 @@ Result<int64_t> run_epoch_resident(Backend& be, const Compiled& c, DataSplit spl
     const int64_t b = c.graph.programs[prog].batch;
     images += b;
     log.after_step(prog, b, step_end);
+    if (step_end && log.checkpoint_due()) log.flush();  // the step's record before a mid-epoch checkpoint of it
     if (step_end && on_step && !on_step(i + 1, total)) break;
   }
   log.flush();

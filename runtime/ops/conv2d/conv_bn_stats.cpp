@@ -99,7 +99,8 @@ std::vector<ConvBnApplyFold> conv_bn_apply_choose(const Graph& graph, const Spec
   return out;
 }
 
-ConvBnBwdChoice conv_bn_bwd_choose(const Graph& graph, const Spec& spec, const std::vector<FewcBnGradFold>& fewc) {
+ConvBnBwdChoice conv_bn_bwd_choose(const Graph& graph, const MemoryPlan& plan, const Spec& spec,
+                                   const std::vector<FewcBnGradFold>& fewc) {
   ConvBnBwdChoice out;
   if (spec.train.conv_bn_backward != ConvBnBackward::Fused || spec.train.precision != Precision::Fp16) return out;
   const ConvRouteOptions ro = conv_route_options(spec);
@@ -136,6 +137,9 @@ ConvBnBwdChoice conv_bn_bwd_choose(const Graph& graph, const Spec& spec, const s
         for (size_t ni = 0; ni < p.nodes.size() && ok; ++ni)  // g read by the batch norm's backward alone
           for (size_t k = 0; k < p.nodes[ni].in.size(); ++k)
             if (p.nodes[ni].in[k] == g && !(ni == bi && k == 0)) ok = false;
+        for (int k = 1; k <= 2 && ok; ++k)  // dgamma, dbeta written at the data gradient
+          ok = memplan_early_write_safe(graph, plan, static_cast<int>(pi), bn.out[static_cast<size_t>(k)],
+                                        static_cast<int64_t>(pr.dgrad));
       }
       if (!ok) {
         ++out.separate;

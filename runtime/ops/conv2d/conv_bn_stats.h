@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/graph/ir.h"
+#include "core/memplan/memplan.h"
 #include "core/spec/spec.h"
 #include "runtime/ops/conv2d/conv2d.h"
 #include "runtime/ops/conv2d/conv_route.h"
@@ -80,10 +81,13 @@ struct ConvBnBwdChoice {
 // fused ReLU, no residual and no fused pool whose forward (the BatchNorm that wrote its save_mean) fused the ReLU
 // without a residual, whose dY (in[0]) the node right before it writes — a Conv2dGradInput without accumulation that
 // the CUDA backend runs as a plain cuDNN data gradient (conv_route Cudnn, real channels, groups 1, C % 8 == 0) —
-// and that no other node reads (nor is a named value), and whose dx is not computed by a few-channel weight
-// gradient (`fewc`: fewc_bn_grad_choose's folds, which need the batch norm's own first pass). Adjacent, because the
+// and that no other node reads (nor is a named value), whose dx is not computed by a few-channel weight gradient
+// (`fewc`: fewc_bn_grad_choose's folds, which need the batch norm's own first pass), and whose dgamma and dbeta the
+// data gradient may write one node early (memplan_early_write_safe: always in the gradient region; a frozen
+// gamma/beta's are activations that could share storage with the data gradient's input). Adjacent, because the
 // fused graph reads x and recomputes the mask at the data gradient's place in the schedule. Every other
 // BatchNormGrad with a fused ReLU counts as separate.
-ConvBnBwdChoice conv_bn_bwd_choose(const Graph& graph, const Spec& spec, const std::vector<FewcBnGradFold>& fewc);
+ConvBnBwdChoice conv_bn_bwd_choose(const Graph& graph, const MemoryPlan& plan, const Spec& spec,
+                                   const std::vector<FewcBnGradFold>& fewc);
 
 }  // namespace trctl

@@ -254,7 +254,7 @@ TEST_CASE("conv_bn_bwd_choose on VGG16-BN: the data gradients before the non-poo
       p += any;
     }
     REQUIRE(p >= 1);
-    const ConvBnBwdChoice ch = conv_bn_bwd_choose(c.graph, c.spec, fewc_bn_grad_choose(c.graph, c.spec));
+    const ConvBnBwdChoice ch = conv_bn_bwd_choose(c.graph, c.plan, c.spec, fewc_bn_grad_choose(c.graph, c.spec));
     CHECK(static_cast<int>(ch.fuse.size()) == w.fused * p);
     CHECK(ch.separate == w.separate * p);
     for (const ConvBnBwdPair& pr : ch.fuse) {
@@ -281,7 +281,7 @@ TEST_CASE("conv_bn_bwd_choose on ResNet-50: the first batch norm of each bottlen
   INFO((s.ok() ? std::string() : s.error_text()));
   REQUIRE(s.ok());
   const Compiled c = compile_with(s.value());
-  const ConvBnBwdChoice ch = conv_bn_bwd_choose(c.graph, c.spec, fewc_bn_grad_choose(c.graph, c.spec));
+  const ConvBnBwdChoice ch = conv_bn_bwd_choose(c.graph, c.plan, c.spec, fewc_bn_grad_choose(c.graph, c.spec));
   int p = 0;
   for (const Program& prog : c.graph.programs) {
     bool any = false;
@@ -294,4 +294,39 @@ TEST_CASE("conv_bn_bwd_choose on ResNet-50: the first batch norm of each bottlen
     INFO(d.name);
     CHECK(d.name.find("conv2.grad_input") != std::string::npos);
   }
+}
+
+// A frozen batch norm (model.freeze: its gamma and beta): autodiff still writes dgamma and dbeta, as unused fp32
+// activations defined at the batch norm's backward; graph (d) would write them one node early, into storage the
+// plan may have given the data gradient's input. Such a pair stays separate unless memplan_early_write_safe says
+// the early write is safe; the trainable ones are unaffected.
+TEST_CASE("conv_bn_bwd_choose keeps a frozen batch norm's backward separate when its early write is unsafe",
+          "[conv_bn_stats]") {
+  const Compiled c = compile_with(vgg({"train.conv_bn_backward=fused", "train.precision=fp16",
+                                       "model.freeze=[features_8, features_15]"}));
+  const ConvBnBwdChoice ch = conv_bn_bwd_choose(c.graph, c.plan, c.spec, fewc_bn_grad_choose(c.graph, c.spec));
+  int frozen = 0, safe = 0;
+  for (const Program& prog : c.graph.programs)
+    for (size_t bi = 0; bi < prog.nodes.size(); ++bi) {
+      const Node& bn = prog.nodes[bi];
+      if (bn.op != OpKind::BatchNormGrad) continue;
+      if (c.plan.values[bn.out[1]].region == Region::Grads) continue;
+      ++frozen;
+      const int pi = static_cast<int>(&prog - c.graph.programs.data());
+      const bool ok = memplan_early_write_safe(c.graph, c.plan, pi, bn.out[1], static_cast<int64_t>(bi) - 1) &&
+                      memplan_early_write_safe(c.graph, c.plan, pi, bn.out[2], static_cast<int64_t>(bi) - 1);
+      safe += ok;
+      bool fused = false;
+      for (const ConvBnBwdPair& pr : ch.fuse) fused |= pr.program == pi && pr.bn_grad == bi;
+      INFO(bn.name);
+      CHECK(fused == ok);
+    }
+  CHECK(frozen >= 2);  // features_8 and features_15 in each program with a backward
+  for (const ConvBnBwdPair& pr : ch.fuse) {
+    const Node& bn = c.graph.programs[pr.program].nodes[pr.bn_grad];
+    if (c.plan.values[bn.out[1]].region == Region::Grads) continue;
+    INFO(bn.name << ": frozen, fused because its early write is safe");
+    CHECK(memplan_early_write_safe(c.graph, c.plan, pr.program, bn.out[1], static_cast<int64_t>(pr.dgrad)));
+  }
+  UNSCOPED_INFO("frozen batch-norm backwards whose early write is safe: " << safe << " of " << frozen);
 }

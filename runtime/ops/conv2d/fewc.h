@@ -64,7 +64,11 @@ struct FewcWgradTiling {
   int64_t warps = 1;       // kwarps * tgroups
   int64_t dy_stride = 72;  // elements per staged dy pixel: K + 8 (conflict-free ldmatrix.trans rows)
   int64_t patches = 1;     // 2 for stride 1 (the patch and its copy shifted by one column), else 1
-  int64_t smem_bytes = 0;  // patches x patch (rounded up to 8 elements) + 2 x staged dy + raw_elems + a zero row of 8,
+  int64_t odd_pad = 0;     // stride 1: elements between the patch and its shifted copy, so that the copy starts 64
+                           // bytes past a 128-byte multiple of the patch: an 8x8 B matrix's 4 even-pixel rows (the
+                           // patch) and 4 odd-pixel rows (the copy) then fall in disjoint banks
+  int64_t smem_bytes = 0;  // patches x patch (rounded up to 8 elements) + odd_pad + 2 x staged dy + raw_elems + a zero
+                           // row of 8,
                            // at least the groups' fp32 sums at the end ((tgroups - 1) x K x 16 ksteps)
   int64_t bn_smem_bytes = 0;  // with the batch-norm prologue (fewc_cuda.h's FewcBnGradIn): 2 x staged x (the batch
                               // norm's input, laid out as dy) after the dy buffers, and the (5, K) f32 constants

@@ -197,7 +197,7 @@ TEST_CASE("fewc weight-gradient rule: the forward's and K = 64; its tiling for t
   CHECK(w.dy_stride == 72);
   CHECK(w.warps == 7);  // reduction steps 2w, 2w + 1 each
   CHECK((w.kwarps == 7 && w.tgroups == 1));
-  CHECK(w.patches == 1);
+  CHECK((w.patches == 1 && w.odd_pad == 0));
   CHECK(w.t.raw_elems == 9 * 224 * 3);
   CHECK(w.smem_bytes == 2 * (9 * 230 * 4 + 2 * 2 * 7 * 16 * 72 + 9 * 224 * 3 + 8));  // two dy buffers
   CHECK(w.smem_bytes <= kFewcMaxSmemBytes);
@@ -208,7 +208,11 @@ TEST_CASE("fewc weight-gradient rule: the forward's and K = 64; its tiling for t
   CHECK(v.patches == 2);
   CHECK((v.t.tp == 1 && v.t.mt == 14 && v.t.patch_rows == 3 && v.t.patch_cols == 228));
   CHECK(v.t.raw_elems == 3 * 224 * 3);
-  CHECK(v.smem_bytes == 2 * (2 * 3 * 228 * 4 + 2 * 14 * 16 * 72 + 3 * 224 * 3 + 8));
+  // The copy starts 64 bytes past a 128-byte multiple: the patch is 2736 elements = 5472 B = 42 * 128 + 96, so 48
+  // pad elements (96 B) put it at 5568 B = 43 * 128 + 64.
+  CHECK(v.odd_pad == 48);
+  CHECK((2 * (3 * 228 * 4 + v.odd_pad)) % 128 == 64);
+  CHECK(v.smem_bytes == 2 * (2 * 3 * 228 * 4 + 48 + 2 * 14 * 16 * 72 + 3 * 224 * 3 + 8));
   CHECK(v.smem_bytes <= kFewcMaxSmemBytes);
   CHECK(v.smem_bytes >= 4 * 3 * 64 * 48);  // three groups' sums at the end
   // A 1x1 conv: one step, up to 8 groups of one warp, but no more groups than the task's 2 x 2 tiles; rows of
@@ -216,7 +220,8 @@ TEST_CASE("fewc weight-gradient rule: the forward's and K = 64; its tiling for t
   const FewcWgradTiling o = fewc_wgrad_tiling(conv_geom(2, 9, 17, 2, 64, 1, 1, 1, 1, 0, 0));
   CHECK((o.kwarps == 1 && o.t.tp == 2 && o.t.mt == 2 && o.tgroups == 4 && o.warps == 4));
   CHECK(o.t.raw_elems == 0);
-  CHECK(o.smem_bytes == 2 * (2 * 2 * 36 * 4 + 2 * 2 * 2 * 16 * 72 + 8));
+  CHECK((2 * (2 * 36 * 4 + o.odd_pad)) % 128 == 64);  // 576 B + 32 pad elements
+  CHECK(o.smem_bytes == 2 * (2 * 2 * 36 * 4 + o.odd_pad + 2 * 2 * 2 * 16 * 72 + 8));
   CHECK(o.smem_bytes >= 4 * 3 * 64 * 16);
 }
 

@@ -47,6 +47,7 @@ struct FewcWgradArgs {
   int h, w_in, c, stride, pad_h, pad_w, p, q;
   int sg, ksteps, mt, tp, row_tasks, tasks, patch_rows, patch_cols, dy_stride, raw_elems;
   int kwarps, tgroups;  // FewcWgradTiling: warps of one tile group (ceil(ksteps / 2)), tile groups
+  int odd_pad;          // FewcWgradTiling::odd_pad
   int vec;   // PatchGeom::vec
   int pipe;  // vec and raw_elems > 0: the raw input rows are prefetched (else each task loads its patch)
   // BNP: dy is the batch norm's incoming gradient g; bn_x (N, P, Q, K) its input; the (K) f32 parameters and rows.
@@ -132,8 +133,8 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
   uint16_t* patch = smem;  // (patch_rows, patch_cols, 4)
   const int patch_elems = (a.patch_rows * a.patch_cols * 4 + 7) / 8 * 8;
   const bool shifted = a.stride == 1;               // FewcWgradTiling::patches == 2
-  uint16_t* odd = patch + patch_elems;              // stride 1: odd[i] = patch[i + 4] (one pixel further)
-  uint16_t* dys0 = odd + (shifted ? patch_elems : 0);  // 2 x (tile_px, dy_stride)
+  uint16_t* odd = patch + patch_elems + a.odd_pad;  // stride 1: odd[i] = patch[i + 4] (one pixel further)
+  uint16_t* dys0 = shifted ? odd + patch_elems : odd;  // 2 x (tile_px, dy_stride)
   uint16_t* xs0 = dys0 + 2 * tile_px * a.dy_stride;  // BNP: 2 x (tile_px, dy_stride) of x
   uint16_t* raw = xs0 + (BNP ? 2 * tile_px * a.dy_stride : 0);  // (patch_rows, W * C)
   uint16_t* zero_row = raw + a.raw_elems;            // 8 zeros: B rows of pixels past Q
@@ -368,6 +369,7 @@ Status fewc_conv_wgrad_cuda(cudaStream_t stream, const FewcWgradPlan& plan, cons
   a.dy_stride = static_cast<int>(plan.t.dy_stride);
   a.raw_elems = static_cast<int>(t.raw_elems);
   a.kwarps = static_cast<int>(plan.t.kwarps), a.tgroups = static_cast<int>(plan.t.tgroups);
+  a.odd_pad = static_cast<int>(plan.t.odd_pad);
   a.bn_x = bn ? static_cast<const uint16_t*>(bn->x) : nullptr;
   a.gamma = bn ? bn->gamma : nullptr, a.mean = bn ? bn->mean : nullptr, a.invstd = bn ? bn->invstd : nullptr;
   a.dgamma = bn ? bn->dgamma : nullptr, a.dbeta = bn ? bn->dbeta : nullptr;
