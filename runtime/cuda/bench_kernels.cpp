@@ -367,12 +367,30 @@ struct VggLayer {
 };
 constexpr VggLayer kVggBenchLayers[] = {{224, 64, "vgg16 conv1_2"}, {112, 128, "vgg16 conv2_2"},
                                         {56, 256, "vgg16 conv3_2"}, {28, 512, "vgg16 conv4_2"}};
-Result<Conv2dGeom> vgg_layer_geom(const VggLayer& l) {
+// One such layer: its geometry, the convolution's FLOPs, the rows' size label and the legacy cuDNN plan (heuristics,
+// non-deterministic algorithms allowed; with the data gradient when need_dgrad).
+struct VggBenchConv {
   Conv2dGeom g;
-  g.n = 256, g.h = g.w = l.hw, g.c = g.k = l.c, g.r = g.s = 3, g.pad_h = g.pad_w = 1;
+  double flops = 0;
+  std::string size;
+  CudnnConvPlan legacy;
+};
+Result<VggBenchConv> vgg_bench_conv(Bench& b, const VggLayer& l, bool need_dgrad) {
+  VggBenchConv v;
+  v.g.n = 256, v.g.h = v.g.w = l.hw, v.g.c = v.g.k = l.c, v.g.r = v.g.s = 3, v.g.pad_h = v.g.pad_w = 1;
   std::string why;
-  if (!conv2d_geom_finish(g, &why)) return Error{ErrCode::Internal, "bench kernels", why};
-  return g;
+  if (!conv2d_geom_finish(v.g, &why)) return Error{ErrCode::Internal, "bench kernels", why};
+  v.flops = 2.0 * static_cast<double>(v.g.n * v.g.p * v.g.q * v.g.k) * static_cast<double>(v.g.r * v.g.s * v.g.c);
+  v.size = "N=256 " + std::to_string(l.hw) + "^2x" + std::to_string(l.c);
+  ConvDesc cd;
+  cd.g = v.g;
+  cd.io = GpuDType::F16;
+  cd.deterministic = false;
+  cd.need_dgrad = need_dgrad;
+  Result<CudnnConvPlan> legacy = cudnn_conv_plan(b.ctx.cudnn, cd);
+  if (!legacy.ok()) return legacy.errors();
+  v.legacy = std::move(legacy.value());
+  return v;
 }
 
 // The train.conv_bn_apply rows of bench_conv_bn_stats for one layer (g: C = K; x, y, z (N, H, W, C) f16 with x
@@ -454,26 +472,20 @@ Status bench_bn_apply_chain(Bench& b, const Conv2dGeom& g, const char* layer, co
 Status bench_conv_bn_stats(Bench& b, const void* random, int64_t random_n) {
   const cudaStream_t s = b.ctx.stream;
   for (const VggLayer& l : kVggBenchLayers) {
-    Result<Conv2dGeom> geom = vgg_layer_geom(l);
-    if (!geom.ok()) return geom.errors();
-    const Conv2dGeom g = geom.value();
+    Result<VggBenchConv> vc = vgg_bench_conv(b, l, false);
+    if (!vc.ok()) return vc.errors();
+    const Conv2dGeom g = vc->g;
     const int64_t nx = g.n * g.h * g.w * g.c, ny = g.n * g.p * g.q * g.k, nw = g.k * g.r * g.s * g.c;
     const int64_t rows = g.n * g.p * g.q;
-    const double flops = 2.0 * static_cast<double>(ny) * static_cast<double>(g.r * g.s * g.c);
-    const std::string size = "N=256 " + std::to_string(l.hw) + "^2x" + std::to_string(l.c);
-    ConvDesc cd;
-    cd.g = g;
-    cd.io = GpuDType::F16;
-    cd.deterministic = false;
-    cd.need_dgrad = false;
-    Result<CudnnConvPlan> legacy = cudnn_conv_plan(b.ctx.cudnn, cd);
-    if (!legacy.ok()) return legacy.errors();
+    const double flops = vc->flops;
+    const std::string size = vc->size;
+    const CudnnConvPlan* legacy = &vc->legacy;
     FusedConvDesc fd;
     fd.g = g;
     fd.io = GpuDType::F16;
     Result<FusedConvPlan> fused = fused_conv_plan(b.ctx.cudnn, fd);
     if (!fused.ok() && fused.errors().front().code != ErrCode::NotSupported) return fused.errors();
-    size_t wsb = std::max<size_t>(cudnn_conv_workspace_bytes(legacy.value()),
+    size_t wsb = std::max<size_t>(cudnn_conv_workspace_bytes(*legacy),
                                   fused.ok() ? fused_conv_workspace_bytes(fused.value()) : 0);
     DeviceBuffer x, w, y, z, ws, bnws, par;
     for (auto [buf, bytes] : {std::pair{&x, nx * 2}, {&w, nw * 2}, {&y, ny * 2}, {&z, ny * 2}, {&par, g.k * 4 * 8}})
@@ -489,7 +501,7 @@ Status bench_conv_bn_stats(Bench& b, const void* random, int64_t random_n) {
           *sum = bp.sum, *sqsum = bp.sqsum;
     const std::string n = std::string(l.name) + " conv+bn+relu";
     Status st = b.add(n + " separate f16", size, flops, true, b.gemm_f16, [&]() -> Status {
-      if (Status c = cudnn_conv_fwd(b.ctx.cudnn, s, legacy.value(), x.p, w.p, nullptr, y.p, ws.p, wsb); !c.ok())
+      if (Status c = cudnn_conv_fwd(b.ctx.cudnn, s, *legacy, x.p, w.p, nullptr, y.p, ws.p, wsb); !c.ok())
         return c;
       return batchnorm_fwd_train_cuda(s, y.p, GpuDType::F16, gamma, beta, z.p, mean, invstd, rm, rv, rows, g.k, 1e-5f,
                                       0.1f, true, bnws.p, bnb);
@@ -507,7 +519,7 @@ Status bench_conv_bn_stats(Bench& b, const void* random, int64_t random_n) {
                                       0.1f, true, bnws.p, bnb, nullptr, nullptr, BnSums{sum, sqsum});
     });
     if (!st.ok()) return st;
-    if (Status pc = bench_bn_apply_chain(b, g, l.name, size, flops, legacy.value(), x.p, w.p, y.p, z.p, bp);
+    if (Status pc = bench_bn_apply_chain(b, g, l.name, size, flops, *legacy, x.p, w.p, y.p, z.p, bp);
         !pc.ok())
       return pc;
   }
@@ -522,27 +534,21 @@ Status bench_conv_bn_stats(Bench& b, const void* random, int64_t random_n) {
 Status bench_conv_bn_bwd(Bench& b, const void* random, int64_t random_n) {
   const cudaStream_t s = b.ctx.stream;
   for (const VggLayer& l : kVggBenchLayers) {
-    Result<Conv2dGeom> geom = vgg_layer_geom(l);
-    if (!geom.ok()) return geom.errors();
-    const Conv2dGeom g = geom.value();
+    Result<VggBenchConv> vc = vgg_bench_conv(b, l, true);
+    if (!vc.ok()) return vc.errors();
+    const Conv2dGeom g = vc->g;
     const int64_t nx = g.n * g.h * g.w * g.c, ny = g.n * g.p * g.q * g.k, nw = g.k * g.r * g.s * g.c;
     const int64_t rows = g.n * g.h * g.w;  // the batch norm's rows: the conv's input pixels
-    const double flops = 2.0 * static_cast<double>(ny) * static_cast<double>(g.r * g.s * g.c);
-    const std::string size = "N=256 " + std::to_string(l.hw) + "^2x" + std::to_string(l.c);
-    ConvDesc cd;
-    cd.g = g;
-    cd.io = GpuDType::F16;
-    cd.deterministic = false;
-    cd.need_dgrad = true;
-    Result<CudnnConvPlan> legacy = cudnn_conv_plan(b.ctx.cudnn, cd);
-    if (!legacy.ok()) return legacy.errors();
+    const double flops = vc->flops;
+    const std::string size = vc->size;
+    const CudnnConvPlan* legacy = &vc->legacy;
     FusedDgradDesc fd;
     fd.g = g;
     Result<FusedDgradPlan> fused = fused_dgrad_plan(b.ctx.cudnn, fd);
     if (!fused.ok() && fused.errors().front().code != ErrCode::NotSupported &&
         fused.errors().front().code != ErrCode::Invalid)  // refusals get a row (the backend falls back on both)
       return fused.errors();
-    const size_t wsb = std::max<size_t>(cudnn_conv_workspace_bytes(legacy.value()),
+    const size_t wsb = std::max<size_t>(cudnn_conv_workspace_bytes(*legacy),
                                         fused.ok() ? fused_dgrad_workspace_bytes(fused.value()) : 0);
     DeviceBuffer x, w, dy, gbuf, dx, ws, bnws, par, eq;
     for (auto [buf, bytes] : {std::pair{&x, nx * 2}, {&w, nw * 2}, {&dy, ny * 2}, {&gbuf, nx * 2}, {&dx, nx * 2},
@@ -557,7 +563,7 @@ Status bench_conv_bn_bwd(Bench& b, const void* random, int64_t random_n) {
     const BnParams bp(static_cast<float*>(par.p), g.c);
     const std::string n = std::string(l.name) + " dgrad+bn+relu backward";
     Status st = b.add(n + " separate f16", size, flops, true, b.gemm_f16, [&]() -> Status {
-      if (Status c = cudnn_conv_dgrad(b.ctx.cudnn, s, legacy.value(), dy.p, w.p, gbuf.p, ws.p, wsb); !c.ok())
+      if (Status c = cudnn_conv_dgrad(b.ctx.cudnn, s, *legacy, dy.p, w.p, gbuf.p, ws.p, wsb); !c.ok())
         return c;
       return batchnorm_bwd_cuda(s, gbuf.p, x.p, nullptr, GpuDType::F16, bp.gamma, bp.mean, bp.invstd, dx.p, bp.sum,
                                 bp.sqsum, rows, g.c, bnws.p, bnb, bp.beta);
