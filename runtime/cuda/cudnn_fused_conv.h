@@ -137,7 +137,8 @@ Status fused_wgrad_run(cudnnHandle_t h, cudaStream_t s, const FusedWgradPlan& p,
 // norm's input x (virtual fp32); g = relu_bwd(dxc, bn) (written, io); BN_BWD_WEIGHTS of g over x: dgamma = sum g
 // xhat, dbeta = sum g and the coefficients of dx = eq_dy g + eq_x x + eq_bias. dy (N, P, Q, K), w (K, R, S, C),
 // x and g (N, H, W, C) of type io (F16); mean, invstd, gamma, beta and the five outputs (C) f32, 16-byte aligned.
-// The mean is subtracted by ADD with alpha2 = -1; when cuDNN serves no such graph the plan retries with SUB.
+// The mean is subtracted by SUB; when cuDNN serves no such graph the plan retries with ADD and alpha2 = -1 (which
+// planned but computed a wrong mask in 2 of 5 of the probe's geometries on the H200, RESULTS.md run 56).
 // Refused like (b) and (c): groups != 1, io other than F16 (NotSupported), or no engine.
 struct FusedDgradDesc {
   Conv2dGeom g;  // the forward convolution (x (N, H, W, C) -> y (N, P, Q, K)); p, q are (re)computed by the plan
@@ -152,7 +153,7 @@ enum FusedDgradUid : int64_t {
 };
 struct FusedDgradPlan {
   FusedDgradDesc desc;  // with g.p, g.q filled
-  bool sub = false;     // the retry's graph (the mean subtracted by SUB)
+  bool sub = true;      // the mean subtracted by SUB (false: the ADD retry)
   CudnnExecPlan exec;
 };
 struct FusedDgradArgs {
@@ -170,8 +171,8 @@ struct FusedDgradArgs {
   float* eq_x = nullptr;
   float* eq_bias = nullptr;
 };
-// "dgrad_drelu_dbn f16 N=256 56x56 C=256 -> K=256 3x3 ..." (+ " (mean by SUB)").
-std::string fused_dgrad_name(const FusedDgradDesc& d, bool sub = false);
+// "dgrad_drelu_dbn f16 (mean by SUB) N=256 56x56 C=256 -> K=256 3x3 ..." (or "(mean by ADD)").
+std::string fused_dgrad_name(const FusedDgradDesc& d, bool sub = true);
 Result<FusedDgradPlan> fused_dgrad_plan(cudnnHandle_t h, const FusedDgradDesc& d);
 size_t fused_dgrad_workspace_bytes(const FusedDgradPlan& p);
 // Builds the variant pack and executes it on s (capturable; run it once before capturing).
