@@ -1,6 +1,6 @@
 // train.conv_bn_stats on the CUDA backend (CudaBackend::plan_conv_bn_stats, runtime/cuda/cuda_lower_cnn.cpp):
 // which conv -> training batch norm pairs run cuDNN's conv + genstats graph or the few-channel forward with its
-// statistics epilogue (fused: every eligible pair; auto: those whose output has >= 56x56 pixels; fp32 is a spec
+// statistics epilogue (fused: every eligible pair; auto: those whose output has >= 28x28 pixels; fp32 is a spec
 // error), as conv_algo_sources() counts them; and a fused step
 // against the separate statistics pass from the same weights and batches (fp16 AMP, train.deterministic: false on
 // both): the running statistics after one step (the most direct view of the fused statistics), the weights, and
@@ -132,7 +132,7 @@ void start(const Compiled& c, Backend& be) {
 
 }  // namespace
 
-TEST_CASE("train.conv_bn_stats picks the conv -> batch norm pairs it fuses: fused all eligible, auto >= 56x56, "
+TEST_CASE("train.conv_bn_stats picks the conv -> batch norm pairs it fuses: fused all eligible, auto >= 28x28, "
           "separate none",
           "[gpu][backend][cnn][conv_bn_stats]") {
   struct Want {
@@ -142,7 +142,7 @@ TEST_CASE("train.conv_bn_stats picks the conv -> batch norm pairs it fuses: fuse
   };
   const Want cases[] = {
       {{"train.conv_bn_stats=fused"}, "fused", 3, 0},                // conv0 (fewc), conv1, conv2
-      {{"train.conv_bn_stats=auto"}, "auto", 2, 1},                  // conv0, conv1 (56x56); conv2 is 28x28
+      {{"train.conv_bn_stats=auto"}, "auto", 3, 0},                  // conv0, conv1 (56x56), conv2 (28x28)
       {{"train.conv_bn_stats=fused", "train.conv_fewc=off"}, "fused", 2, 1},  // conv0: im2col or padded, separate
       {{"train.conv_bn_stats=separate"}, "separate", 0, 0},         // not planned, not counted
   };

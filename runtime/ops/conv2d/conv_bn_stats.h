@@ -30,8 +30,10 @@ struct ConvBnStatsChoice {
   int separate = 0;                   // candidate pairs left to the statistics pass (ineligible, or below auto's size)
 };
 
-// Pixels per image an output needs under auto (RESULTS.md run 25, N = 32: the fused graph was faster from 56x56).
-constexpr int64_t kConvBnStatsAutoMinPixels = 56 * 56;
+// Pixels per image an output needs under auto: at batch 256 the fused graph + finalize beat the conv + statistics
+// pass at every VGG16-BN size measured, 224² to 28² (RESULTS.md run 56: -0.61, -0.15, -0.23, -0.14 ms; run 25 at
+// N = 32 had it slower below 56²); 14² is unmeasured and stays separate.
+constexpr int64_t kConvBnStatsAutoMinPixels = 28 * 28;
 
 // Every BatchNorm (training) node whose input is the output of a Conv2d node of the same program is a candidate.
 // Under fused or auto (separate: none, nothing counted) a candidate is fused when the spec's precision is fp16 or
