@@ -91,6 +91,26 @@ Pool2dGeom pool2d_geom_of(const Graph& gr, const Node& n, ValueId x) {
   return g;
 }
 
+ValueId bn_grad_relu_beta(const Graph& g, const Node& bn_grad) {
+  if (bn_grad.in.size() < 4) return kNoValue;
+  for (const Program& p : g.programs)
+    for (const Node& f : p.nodes)
+      if (f.op == OpKind::BatchNorm && f.out.size() > 1 && f.out[1] == bn_grad.in[3])
+        return f.attrs.relu && !f.attrs.residual ? f.in[2] : kNoValue;
+  return kNoValue;
+}
+
+bool read_only_at(const Program& p, ValueId v, size_t node, size_t slot) {
+  bool at_slot = false;
+  for (size_t ni = 0; ni < p.nodes.size(); ++ni)
+    for (size_t k = 0; k < p.nodes[ni].in.size(); ++k)
+      if (p.nodes[ni].in[k] == v) {
+        if (ni != node || k != slot) return false;
+        at_slot = true;
+      }
+  return at_slot;
+}
+
 Status Backend::write_weights(const std::vector<float>& weights) {
   std::vector<std::byte> b(weights.size() * sizeof(float));
   std::memcpy(b.data(), weights.data(), b.size());

@@ -166,6 +166,12 @@ std::vector<std::byte> buffers_init(const Compiled& c);
 Conv2dGeom conv2d_geom_of(const Graph& g, const Node& n, ValueId x, ValueId w);
 // Geometry of a pooling node over the (N,H,W,C) input value x.
 Pool2dGeom pool2d_geom_of(const Graph& g, const Node& n, ValueId x);
+// The beta a training batch norm's backward (BatchNormGrad: dY, X, gamma, save_mean, ...) recomputes its fused
+// ReLU's mask from x with: in[2] of the BatchNorm that wrote its save_mean, when that forward fused the ReLU without a
+// residual (the mask is then a function of x alone); kNoValue otherwise.
+ValueId bn_grad_relu_beta(const Graph& g, const Node& bn_grad);
+// Whether node `node` of p reads v as its input `slot` and no node of p reads v otherwise.
+bool read_only_at(const Program& p, ValueId v, size_t node, size_t slot);
 
 std::unique_ptr<Backend> make_cpu_backend(const Compiled& c, uint64_t seed, int threads);
 

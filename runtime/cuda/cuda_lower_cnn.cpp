@@ -188,6 +188,10 @@ size_t plan_workspace(const FusedDgradPlan& p) { return fused_dgrad_workspace_by
 struct Refusals {
   int& count;
   std::string& reason;
+  void add(const std::string& node, const std::string& why) const {
+    ++count;
+    if (reason.empty()) reason = node + ": " + why;
+  }
 };
 
 // plans[key] planned once by make() (a Result of the plan), ws grown to its workspace; *have = whether it exists.
@@ -200,8 +204,7 @@ Status plan_once(std::map<std::string, Plan>& plans, const std::string& key, Mak
   Result<Plan> plan = make();
   if (!plan.ok()) {
     if (!plan_refusal(plan.errors())) return plan.errors();
-    ++r.count;
-    if (r.reason.empty()) r.reason = node + ": " + plan.errors().front().message;
+    r.add(node, plan.errors().front().message);
     return ok_status();
   }
   ws = std::max(ws, plan_workspace(plan.value()));
@@ -236,10 +239,8 @@ Status CudaBackend::plan_conv_bn_stats() {
         return Error{ErrCode::Internal, "cuda backend",
                      "no few-channel plan for " + c_.graph.programs[pr.program].nodes[pr.conv].name};
       if (!it->second.stats) {
-        ++stats_refused.count;
-        if (stats_refused.reason.empty())
-          stats_refused.reason = c_.graph.programs[pr.program].nodes[pr.conv].name +
-                                 ": the few-channel kernel's statistics need more shared memory than the cap";
+        stats_refused.add(c_.graph.programs[pr.program].nodes[pr.conv].name,
+                          "the few-channel kernel's statistics need more shared memory than the cap");
         continue;
       }
       conv_ws_bytes_ = std::max(conv_ws_bytes_, fewc_stats_workspace_bytes(it->second));
@@ -726,13 +727,8 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
     }
     // A fused ReLU without a residual: the mask is recomputed from x with the forward's beta instead of reading Y
     // (bitwise the same mask; two passes fewer). The forward is the node that produced save_mean.
-    const float* relu_beta = nullptr;
-    if (relu)
-      for (const Program& prog : c_.graph.programs)
-        for (const Node& f : prog.nodes)
-          if (f.op == OpKind::BatchNorm && f.out.size() > 1 && f.out[1] == n.in[3] && f.attrs.relu &&
-              !f.attrs.residual)
-            relu_beta = f32(f.in[2]);
+    const ValueId beta = relu ? bn_grad_relu_beta(c_.graph, n) : kNoValue;
+    const float* relu_beta = beta != kNoValue ? f32(beta) : nullptr;
     // A fused residual ReLU's backward (pass_fuse_bn_relu_grad): the masked dY, the residual's gradient, written too.
     void* g = n.attrs.residual ? at(n.out[3]) : nullptr;
     if (g && relu_beta)

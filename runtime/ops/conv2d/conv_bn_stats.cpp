@@ -115,12 +115,7 @@ ConvBnBwdChoice conv_bn_bwd_choose(const Graph& graph, const MemoryPlan& plan, c
       pr.program = static_cast<int>(pi);
       pr.bn_grad = bi;
       bool ok = !bn.attrs.residual && !bn.attrs.pool && bn.in.size() >= 5 && bi > 0 && !folded_into_fewc;
-      if (ok)  // the forward fused its ReLU without a residual: the mask is recomputed from x with its beta
-        for (const Program& fp : graph.programs)
-          for (const Node& fwd : fp.nodes)
-            if (fwd.op == OpKind::BatchNorm && fwd.out.size() > 1 && fwd.out[1] == bn.in[3] && fwd.attrs.relu &&
-                !fwd.attrs.residual)
-              pr.beta = fwd.in[2];
+      if (ok) pr.beta = bn_grad_relu_beta(graph, bn);  // the mask is recomputed from x with the forward's beta
       ok = ok && pr.beta != kNoValue;
       const ValueId g = bn.in[0];
       if (ok) {
@@ -134,9 +129,7 @@ ConvBnBwdChoice conv_bn_bwd_choose(const Graph& graph, const MemoryPlan& plan, c
           ok = !pointwise_conv(d) && conv_route(ro, OpKind::Conv2dGradInput, pr.g) == ConvRoute::Cudnn &&
                conv_plan_geom(ro, OpKind::Conv2dGradInput, pr.g).c == pr.g.c && pr.g.groups == 1 && pr.g.c % 8 == 0;
         }
-        for (size_t ni = 0; ni < p.nodes.size() && ok; ++ni)  // g read by the batch norm's backward alone
-          for (size_t k = 0; k < p.nodes[ni].in.size(); ++k)
-            if (p.nodes[ni].in[k] == g && !(ni == bi && k == 0)) ok = false;
+        ok = ok && read_only_at(p, g, bi, 0);  // g read by the batch norm's backward alone
         for (int k = 1; k <= 2 && ok; ++k)  // dgamma, dbeta written at the data gradient
           ok = memplan_early_write_safe(graph, plan, static_cast<int>(pi), bn.out[static_cast<size_t>(k)],
                                         static_cast<int64_t>(pr.dgrad));

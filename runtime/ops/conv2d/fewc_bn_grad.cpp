@@ -21,11 +21,7 @@ std::vector<FewcBnGradFold> fewc_bn_grad_choose(const Graph& graph, const Spec& 
       const Node& wg = p.nodes[bi + 1];
       if (wg.op != OpKind::Conv2dGradWeight || wg.in.empty() || wg.in[0] != dx) continue;
       if (conv_route(ro, wg.op, conv2d_geom_of(graph, wg, wg.in[1], wg.out[0])) != ConvRoute::Fewc) continue;
-      bool only_reader = true;  // dx read by the weight gradient alone, and as its dY only
-      for (size_t ni = 0; ni < p.nodes.size() && only_reader; ++ni)
-        for (size_t k = 0; k < p.nodes[ni].in.size(); ++k)
-          if (p.nodes[ni].in[k] == dx && !(ni == bi + 1 && k == 0)) only_reader = false;
-      if (!only_reader) continue;
+      if (!read_only_at(p, dx, bi + 1, 0)) continue;  // dx read by the weight gradient alone, as its dY
       FewcBnGradFold f;
       f.program = static_cast<int>(pi);
       f.bn_grad = bi;
@@ -33,12 +29,8 @@ std::vector<FewcBnGradFold> fewc_bn_grad_choose(const Graph& graph, const Spec& 
       f.g = bn.in[0];
       f.x = bn.in[1];
       f.dx = dx;
-      if (bn.attrs.relu) {  // the forward that wrote save_mean (in[3]) fused the ReLU without a residual
-        for (const Program& fp : graph.programs)
-          for (const Node& fwd : fp.nodes)
-            if (fwd.op == OpKind::BatchNorm && fwd.out.size() > 1 && fwd.out[1] == bn.in[3] && fwd.attrs.relu &&
-                !fwd.attrs.residual)
-              f.relu_beta = fwd.in[2];
+      if (bn.attrs.relu) {  // the forward fused the ReLU without a residual: the mask is recomputed from x
+        f.relu_beta = bn_grad_relu_beta(graph, bn);
         if (f.relu_beta == kNoValue) continue;
       }
       out.push_back(f);
