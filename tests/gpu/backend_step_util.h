@@ -15,6 +15,7 @@
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/train/trainer.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/support/compile_util.h"
 
 namespace trctl::gputest {
 
@@ -24,15 +25,8 @@ struct BuiltBackend {
 };
 
 inline BuiltBackend build_backend(const Spec& s) {
-  Result<DataShape> d = data_shape(s);
-  REQUIRE(d.ok());
-  CompileOptions opt;
-  opt.storage = amp_storage(s);
-  Result<Compiled> c = compile_spec(s, d.value(), opt);
-  INFO((c.ok() ? std::string() : c.error_text()));
-  REQUIRE(c.ok());
   BuiltBackend b;
-  b.c = std::make_unique<Compiled>(std::move(c.value()));
+  b.c = std::make_unique<Compiled>(testing::compile_amp(s));
   Result<std::unique_ptr<Backend>> be = make_cuda_backend(*b.c, s.seed);
   INFO((be.ok() ? std::string() : be.error_text()));
   REQUIRE(be.ok());
@@ -47,15 +41,7 @@ inline std::vector<float> floats_of(const std::vector<std::byte>& b) {
 }
 
 // Programs of c with a batch-norm backward.
-inline int backward_programs(const Compiled& c) {
-  int k = 0;
-  for (const Program& p : c.graph.programs) {
-    bool any = false;
-    for (const Node& n : p.nodes) any |= n.op == OpKind::BatchNormGrad;
-    k += any;
-  }
-  return k;
-}
+inline int backward_programs(const Compiled& c) { return testing::programs_with(c.graph, OpKind::BatchNormGrad); }
 
 // From params_init's weights (seed 5), one host-fed fp16 step of the train program on a fixed batch of images of
 // sample_elems values each (uniform in [-1, 1], labels (7 i) % classes); returns its loss.

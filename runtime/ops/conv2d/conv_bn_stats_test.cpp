@@ -13,43 +13,21 @@
 #include "runtime/ops/conv2d/conv_bn_stats.h"
 #include "runtime/ops/conv2d/fewc_bn_grad.h"
 #include "runtime/train/trainer.h"
+#include "tests/support/compile_util.h"
 
 using namespace trctl;
 
 namespace {
 
-Compiled compile_with(const Spec& s, bool fold_conv_bias = true) {
-  Result<DataShape> d = data_shape(s);
-  INFO((d.ok() ? std::string() : d.error_text()));
-  REQUIRE(d.ok());
-  CompileOptions opt;
-  opt.storage = amp_storage(s);
-  opt.fold_conv_bias = fold_conv_bias;
-  Result<Compiled> c = compile_spec(s, d.value(), opt);
-  INFO((c.ok() ? std::string() : c.error_text()));
-  REQUIRE(c.ok());
-  return std::move(c.value());
-}
+using testing::compile_amp;
+using testing::programs_with;
 
+// configs/vgg16bn.yaml at a small synthetic size, non-deterministic (the fused modes need it), with `overrides`.
 Spec vgg(const std::vector<std::string>& overrides) {
   std::vector<std::string> o = {"data.synthetic.train_size=512", "data.synthetic.val_size=256",
                                 "train.deterministic=false"};
   o.insert(o.end(), overrides.begin(), overrides.end());
-  Result<Spec> s = spec_load(std::string(TRCTL_SOURCE_DIR) + "/configs/vgg16bn.yaml", o);
-  INFO((s.ok() ? std::string() : s.error_text()));
-  REQUIRE(s.ok());
-  return s.value();
-}
-
-// Programs with a training batch norm (the candidates' programs).
-int bn_programs(const Graph& g) {
-  int k = 0;
-  for (const Program& p : g.programs) {
-    bool any = false;
-    for (const Node& n : p.nodes) any |= n.op == OpKind::BatchNorm;
-    k += any;
-  }
-  return k;
+  return testing::config_spec("vgg16bn.yaml", o);
 }
 
 }  // namespace
@@ -72,8 +50,8 @@ TEST_CASE("conv_bn_stats_choose on VGG16-BN: auto fuses the ten pairs of >= 28x2
     std::string tag;
     for (const std::string& o : w.overrides) tag += o + " ";
     INFO(tag);
-    const Compiled c = compile_with(vgg(w.overrides));
-    const int p = bn_programs(c.graph);
+    const Compiled c = compile_amp(vgg(w.overrides));
+    const int p = programs_with(c.graph, OpKind::BatchNorm);
     REQUIRE(p >= 1);
     const ConvBnStatsChoice ch = conv_bn_stats_choose(c.graph, c.spec);
     CHECK(static_cast<int>(ch.fuse.size()) == w.fused * p);
@@ -144,8 +122,8 @@ run: {progress: off}
       INFO((fewc ? "conv_fewc on: the stem's forward is the few-channel kernel" : "conv_fewc off"));
       Spec spec = s.value();
       if (!fewc) spec.train.conv_fewc = ConvFewc::Off;
-      const Compiled c = compile_with(spec, fold);
-      const int p = bn_programs(c.graph);
+      const Compiled c = compile_amp(spec, fold);
+      const int p = programs_with(c.graph, OpKind::BatchNorm);
       const ConvBnStatsChoice ch = conv_bn_stats_choose(c.graph, c.spec);
       std::vector<std::string> names;
       for (const ConvBnStatsPair& pr : ch.fuse) {
@@ -183,8 +161,8 @@ TEST_CASE("conv_bn_apply_choose on VGG16-BN: the batch norms whose output only a
     INFO(tag);
     std::vector<std::string> o = w.overrides;
     o.push_back("train.precision=fp16");
-    const Compiled c = compile_with(vgg(o));
-    const int p = bn_programs(c.graph);
+    const Compiled c = compile_amp(vgg(o));
+    const int p = programs_with(c.graph, OpKind::BatchNorm);
     const ConvBnStatsChoice stats = conv_bn_stats_choose(c.graph, c.spec);
     const std::vector<ConvBnApplyFold> folds = conv_bn_apply_choose(c.graph, c.spec, stats);
     CHECK(static_cast<int>(folds.size()) == w.folds * p);
@@ -217,8 +195,8 @@ TEST_CASE("conv_bn_apply_choose folds only batch norms whose backward keeps x al
   std::vector<std::string> frozen = base;
   frozen.push_back("train.precision=fp16");
   frozen.push_back("model.freeze=[features_0, features_1]");
-  const Compiled c = compile_with(vgg(frozen));
-  const int p = bn_programs(c.graph);
+  const Compiled c = compile_amp(vgg(frozen));
+  const int p = programs_with(c.graph, OpKind::BatchNorm);
   const std::vector<ConvBnApplyFold> folds =
       conv_bn_apply_choose(c.graph, c.spec, conv_bn_stats_choose(c.graph, c.spec));
   CHECK(static_cast<int>(folds.size()) == 5 * p);
@@ -246,13 +224,8 @@ TEST_CASE("conv_bn_bwd_choose on VGG16-BN: the data gradients before the non-poo
     std::string tag;
     for (const std::string& o : w.overrides) tag += o + " ";
     INFO(tag);
-    const Compiled c = compile_with(vgg(w.overrides));
-    int p = 0;
-    for (const Program& prog : c.graph.programs) {
-      bool any = false;
-      for (const Node& n : prog.nodes) any |= n.op == OpKind::BatchNormGrad;
-      p += any;
-    }
+    const Compiled c = compile_amp(vgg(w.overrides));
+    const int p = programs_with(c.graph, OpKind::BatchNormGrad);
     REQUIRE(p >= 1);
     const ConvBnBwdChoice ch = conv_bn_bwd_choose(c.graph, c.plan, c.spec, fewc_bn_grad_choose(c.graph, c.spec));
     CHECK(static_cast<int>(ch.fuse.size()) == w.fused * p);
@@ -275,19 +248,11 @@ TEST_CASE("conv_bn_bwd_choose on VGG16-BN: the data gradients before the non-poo
 // ResNet-50: each bottleneck's first batch norm (its dY from conv2's 3x3 data gradient); the second's dY comes
 // from conv3's 1x1 (a cuBLASLt GEMM), the third has the residual, the stem's the fused max pool: separate.
 TEST_CASE("conv_bn_bwd_choose on ResNet-50: the first batch norm of each bottleneck", "[conv_bn_stats]") {
-  Result<Spec> s = spec_load(std::string(TRCTL_SOURCE_DIR) + "/configs/resnet50.yaml",
-                             {"data.synthetic.train_size=512", "data.synthetic.val_size=256",
-                              "train.deterministic=false", "train.precision=fp16", "train.conv_bn_backward=fused"});
-  INFO((s.ok() ? std::string() : s.error_text()));
-  REQUIRE(s.ok());
-  const Compiled c = compile_with(s.value());
+  const Compiled c = compile_amp(testing::config_spec(
+      "resnet50.yaml", {"data.synthetic.train_size=512", "data.synthetic.val_size=256", "train.deterministic=false",
+                        "train.precision=fp16", "train.conv_bn_backward=fused"}));
   const ConvBnBwdChoice ch = conv_bn_bwd_choose(c.graph, c.plan, c.spec, fewc_bn_grad_choose(c.graph, c.spec));
-  int p = 0;
-  for (const Program& prog : c.graph.programs) {
-    bool any = false;
-    for (const Node& n : prog.nodes) any |= n.op == OpKind::BatchNormGrad;
-    p += any;
-  }
+  const int p = programs_with(c.graph, OpKind::BatchNormGrad);
   CHECK(static_cast<int>(ch.fuse.size()) == 16 * p);
   for (const ConvBnBwdPair& pr : ch.fuse) {
     const Node& d = c.graph.programs[pr.program].nodes[pr.dgrad];
@@ -302,7 +267,7 @@ TEST_CASE("conv_bn_bwd_choose on ResNet-50: the first batch norm of each bottlen
 // the early write is safe; the trainable ones are unaffected.
 TEST_CASE("conv_bn_bwd_choose keeps a frozen batch norm's backward separate when its early write is unsafe",
           "[conv_bn_stats]") {
-  const Compiled c = compile_with(vgg({"train.conv_bn_backward=fused", "train.precision=fp16",
+  const Compiled c = compile_amp(vgg({"train.conv_bn_backward=fused", "train.precision=fp16",
                                        "model.freeze=[features_8, features_15]"}));
   const ConvBnBwdChoice ch = conv_bn_bwd_choose(c.graph, c.plan, c.spec, fewc_bn_grad_choose(c.graph, c.spec));
   int frozen = 0, safe = 0;

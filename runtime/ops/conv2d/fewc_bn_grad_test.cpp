@@ -11,41 +11,22 @@
 #include "core/compiler.h"
 #include "runtime/ops/conv2d/fewc_bn_grad.h"
 #include "runtime/train/trainer.h"
+#include "tests/support/compile_util.h"
 
 using namespace trctl;
 
 namespace {
 
-Compiled compile_spec_or_fail(const Spec& s) {
-  Result<DataShape> d = data_shape(s);
-  INFO((d.ok() ? std::string() : d.error_text()));
-  REQUIRE(d.ok());
-  CompileOptions opt;
-  opt.storage = amp_storage(s);
-  Result<Compiled> c = compile_spec(s, d.value(), opt);
-  INFO((c.ok() ? std::string() : c.error_text()));
-  REQUIRE(c.ok());
-  return std::move(c.value());
-}
+using testing::compile_amp;
 
+// configs/<config> at a small synthetic size with `overrides`.
 Spec load(const std::string& config, const std::vector<std::string>& overrides) {
   std::vector<std::string> o = {"data.synthetic.train_size=512", "data.synthetic.val_size=256"};
   o.insert(o.end(), overrides.begin(), overrides.end());
-  Result<Spec> s = spec_load(std::string(TRCTL_SOURCE_DIR) + "/configs/" + config, o);
-  INFO((s.ok() ? std::string() : s.error_text()));
-  REQUIRE(s.ok());
-  return s.value();
+  return testing::config_spec(config, o);
 }
 
-int backward_programs(const Graph& g) {
-  int k = 0;
-  for (const Program& p : g.programs) {
-    bool any = false;
-    for (const Node& n : p.nodes) any |= n.op == OpKind::BatchNormGrad;
-    k += any;
-  }
-  return k;
-}
+int backward_programs(const Graph& g) { return testing::programs_with(g, OpKind::BatchNormGrad); }
 
 }  // namespace
 
@@ -67,7 +48,7 @@ TEST_CASE("fewc_bn_grad_choose on VGG16-BN: features_1's backward into features_
     std::string tag;
     for (const std::string& o : w.overrides) tag += o + " ";
     INFO(tag);
-    const Compiled c = compile_spec_or_fail(load("vgg16bn.yaml", w.overrides));
+    const Compiled c = compile_amp(load("vgg16bn.yaml", w.overrides));
     const int p = backward_programs(c.graph);
     REQUIRE(p >= 1);
     const std::vector<FewcBnGradFold> folds = fewc_bn_grad_choose(c.graph, c.spec);
@@ -86,7 +67,7 @@ TEST_CASE("fewc_bn_grad_choose on VGG16-BN: features_1's backward into features_
 }
 
 TEST_CASE("fewc_bn_grad_choose leaves ResNet-50's stem (its batch norm fuses the max pool) alone", "[fewc][conv2d]") {
-  const Compiled c = compile_spec_or_fail(load("resnet50.yaml", {"train.precision=fp16"}));
+  const Compiled c = compile_amp(load("resnet50.yaml", {"train.precision=fp16"}));
   CHECK(fewc_bn_grad_choose(c.graph, c.spec).empty());
 }
 
@@ -152,7 +133,7 @@ model:
     Result<Spec> s = spec_parse(head + n.layers, "fewc_bn_grad.yaml");
     INFO((s.ok() ? std::string() : s.error_text()));
     REQUIRE(s.ok());
-    const Compiled c = compile_spec_or_fail(s.value());
+    const Compiled c = compile_amp(s.value());
     const std::vector<FewcBnGradFold> folds = fewc_bn_grad_choose(c.graph, c.spec);
     CHECK(static_cast<int>(folds.size()) == n.folds * backward_programs(c.graph));
     for (const FewcBnGradFold& f : folds) CHECK((f.relu_beta != kNoValue) == n.relu);
