@@ -284,13 +284,6 @@ int64_t stats_kernel_smem(const FewcTiling& t, int64_t k) {
   return 2 * stats_off_elems(t) + static_cast<int64_t>(fewc_stats_smem_bytes(t, k));
 }
 
-// CTAs of `kernel` resident per SM at `smem` bytes (0 when none fits).
-Result<int> resident_ctas(FewcKernel kernel, int threads, int64_t smem) {
-  TRCTL_CUDA_TRY(fewc_allow_smem_cap(kernel));
-  int per_sm = 0;
-  TRCTL_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, static_cast<int>(smem)));
-  return per_sm;
-}
 
 }  // namespace
 
@@ -309,10 +302,9 @@ Result<FewcConvPlan> fewc_conv_plan(const Conv2dGeom& g, GpuDType io) {
     return Error{ErrCode::Internal, "fewc conv", "no kernel for K = " + std::to_string(g.k)};
   const int threads = static_cast<int>(plan.t.warps) * 32;
   const int64_t smem = plan.t.smem_bytes;
-  int dev = 0, sms = 0;
-  TRCTL_CUDA_TRY(cudaGetDevice(&dev));
-  TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  Result<int> per_sm = resident_ctas(kernel, threads, smem);
+  Result<int> sms = fewc_sm_count();
+  if (!sms.ok()) return sms.errors();
+  Result<int> per_sm = fewc_resident_ctas(kernel, threads, smem);
   if (!per_sm.ok()) return per_sm.errors();
   if (per_sm.value() < 1)
     return Error{ErrCode::NotSupported, "fewc conv",
@@ -321,14 +313,14 @@ Result<FewcConvPlan> fewc_conv_plan(const Conv2dGeom& g, GpuDType io) {
   // One grid for both kernels (the statistics' partials are per CTA): the smaller residency when both fit.
   const int64_t stats_smem = stats_kernel_smem(plan.t, g.k);
   if (stats_smem <= kFewcMaxSmemBytes) {
-    Result<int> stats_per_sm = resident_ctas(stats_kernel, threads, stats_smem);
+    Result<int> stats_per_sm = fewc_resident_ctas(stats_kernel, threads, stats_smem);
     if (!stats_per_sm.ok()) return stats_per_sm.errors();
     if (stats_per_sm.value() >= 1) {
       plan.stats = true;
       resident = std::min(resident, stats_per_sm.value());
     }
   }
-  plan.grid = static_cast<int>(std::min<int64_t>(plan.t.tasks, static_cast<int64_t>(sms) * resident));
+  plan.grid = static_cast<int>(std::min<int64_t>(plan.t.tasks, static_cast<int64_t>(sms.value()) * resident));
   return plan;
 }
 

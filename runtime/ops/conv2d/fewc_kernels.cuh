@@ -9,20 +9,37 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/util/error.h"
+#include "runtime/cuda/cuda_check.h"
 #include "runtime/ops/conv2d/conv2d.h"
 #include "runtime/ops/conv2d/fewc.h"
 
 namespace trctl {
 namespace {
 
-// Lets `kernel` launch with up to the rule's shared-memory cap (kFewcMaxSmemBytes). The attribute belongs to the
-// kernel, not to a plan: set to the cap, which every plan of the kernel is within, a later plan with less shared
-// memory (another geometry: validation at a second size) does not lower it below an earlier plan's launch
-// (cudaErrorInvalidValue).
+// Lets `kernel` launch with up to `cap` bytes of dynamic shared memory (the rule's kFewcMaxSmemBytes, or the
+// batch-norm prologue's kFewcMaxBnSmemBytes for its kernel). The attribute belongs to the kernel, not to a plan:
+// set to the cap, which every plan of the kernel is within, a later plan with less shared memory (another geometry:
+// validation at a second size) does not lower it below an earlier plan's launch (cudaErrorInvalidValue).
 template <class Kernel>
-cudaError_t fewc_allow_smem_cap(Kernel kernel) {
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(kFewcMaxSmemBytes));
+cudaError_t fewc_allow_smem_cap(Kernel kernel, int64_t cap = kFewcMaxSmemBytes) {
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(cap));
+}
+
+// SMs of the current device, and CTAs of `kernel` (threads, smem bytes) resident per SM (0: none fits), after
+// allowing it `cap` bytes: what a plan sizes its persistent grid from.
+inline Result<int> fewc_sm_count() {
+  int dev = 0, sms = 0;
+  TRCTL_CUDA_TRY(cudaGetDevice(&dev));
+  TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+template <class Kernel>
+Result<int> fewc_resident_ctas(Kernel kernel, int threads, int64_t smem, int64_t cap = kFewcMaxSmemBytes) {
+  TRCTL_CUDA_TRY(fewc_allow_smem_cap(kernel, cap));
+  int per_sm = 0;
+  TRCTL_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, static_cast<int>(smem)));
+  return per_sm;
 }
 
 // acc += A (16x16, row) * B (16x8, col) in fp32.

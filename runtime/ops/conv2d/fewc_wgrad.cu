@@ -293,12 +293,6 @@ WgradKernel wgrad_kernel(GpuDType io, bool bn) {
   return nullptr;
 }
 
-// The kernel's shared-memory limit: the rule's cap, or the batch-norm prologue's (one CTA per SM).
-cudaError_t allow_smem(WgradKernel kernel, bool bn) {
-  if (!bn) return fewc_allow_smem_cap(kernel);
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(kFewcMaxBnSmemBytes));
-}
 
 }  // namespace
 
@@ -320,17 +314,17 @@ Result<FewcWgradPlan> fewc_wgrad_plan(const Conv2dGeom& g, GpuDType io, bool bn_
                  "the batch-norm prologue needs " + std::to_string(plan.t.bn_smem_bytes) +
                      " B of shared memory: " + conv2d_geom_str(g)};
   const WgradKernel kernel = wgrad_kernel(io, bn_prologue);
-  const int smem = static_cast<int>(bn_prologue ? plan.t.bn_smem_bytes : plan.t.smem_bytes);
-  TRCTL_CUDA_TRY(allow_smem(kernel, bn_prologue));
-  int dev = 0, sms = 0, per_sm = 0;
-  TRCTL_CUDA_TRY(cudaGetDevice(&dev));
-  TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  TRCTL_CUDA_TRY(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(plan.t.warps) * 32, smem));
-  if (per_sm < 1)
+  const int64_t smem = bn_prologue ? plan.t.bn_smem_bytes : plan.t.smem_bytes;
+  // The prologue's kernel may use more than the rule's cap (one CTA per SM).
+  Result<int> sms = fewc_sm_count();
+  if (!sms.ok()) return sms.errors();
+  Result<int> per_sm = fewc_resident_ctas(kernel, static_cast<int>(plan.t.warps) * 32, smem,
+                                          bn_prologue ? kFewcMaxBnSmemBytes : kFewcMaxSmemBytes);
+  if (!per_sm.ok()) return per_sm.errors();
+  if (per_sm.value() < 1)
     return Error{ErrCode::NotSupported, "fewc conv",
                  "no weight-gradient CTA of " + std::to_string(smem) + " B shared memory fits an SM"};
-  plan.grid = static_cast<int>(std::min<int64_t>(plan.t.t.tasks, static_cast<int64_t>(sms) * per_sm));
+  plan.grid = static_cast<int>(std::min<int64_t>(plan.t.t.tasks, static_cast<int64_t>(sms.value()) * per_sm.value()));
   return plan;
 }
 
