@@ -29,10 +29,12 @@ fi
 SRC_DIR="${WT:-.}"
 probe=""  # the cuDNN probe exists from ea35c87 on: older PACK_REFs (A/B baselines) build without it
 if grep -q cudnn_bn_backward_probe "$SRC_DIR/CMakeLists.txt"; then probe=cudnn_bn_backward_probe; fi
+if grep -q cudnn_conv_engine_probe "$SRC_DIR/CMakeLists.txt"; then probe="$probe cudnn_conv_engine_probe"; fi
 cmake --build "$BUILD" -j"$(nproc)" --target trctl test_gpu $probe
 rm -rf .device
 mkdir -p .device/bin .device/data
-cp "$BUILD/trctl" "$BUILD/tests/test_gpu" ${probe:+"$BUILD/$probe"} .device/bin/
+cp "$BUILD/trctl" "$BUILD/tests/test_gpu" .device/bin/
+for p in $probe; do cp "$BUILD/$p" .device/bin/; done
 echo "$COMMIT" >.device/COMMIT
 strip .device/bin/*
 cp /usr/share/datasets/fashion-mnist/*.gz .device/data/

@@ -15,6 +15,9 @@
 #   kernels   trctl bench kernels (every CUDA kernel against the card's measured ceilings), JSON too
 #   probe     tools/probes/cudnn_bn_backward_probe (PROBE_CASES: d w a, or all): which cuDNN engines serve the
 #             batch-norm backward fusions and whether their outputs match a CPU reference (probe.txt)
+#   convprobe tools/probes/cudnn_conv_engine_probe (CONVPROBE_ARGS, default "--set vgg --deadline 200"): every
+#             cuDNN graph-API engine config of each plain conv direction timed against the legacy API's best
+#             algorithm (convprobe.txt; the per-direction summaries in summary.txt)
 #   torch     PyTorch side by side: recipe gpu (100 epochs, torch.compile) and recipe dataloader (DL_EPOCHS, default 3)
 #   cnn       CNN throughput, synthetic GPU-resident data, batch 256, fp16 AMP: trctl (CNN_EPOCHS epochs of
 #             CNN_TRAIN images; epochs 2.. are steady) then PyTorch eager + torch.compile (benchmarks/pytorch_cnn.py,
@@ -143,6 +146,12 @@ fi
 if has probe; then
   timeout "${PROBE_TIMEOUT:-240}" "$BIN/cudnn_bn_backward_probe" ${PROBE_CASES:-all} >"$OUT/probe.txt" 2>&1
   echo "cudnn bn backward probe: rc $? :: $(grep -c ' OK ws=' "$OUT/probe.txt") engine runs, $(grep -c 'NO engine ran\|FAILED' "$OUT/probe.txt") graphs without one" >>"$SUM"
+fi
+if has convprobe; then
+  timeout "${CONVPROBE_TIMEOUT:-240}" "$BIN/cudnn_conv_engine_probe" ${CONVPROBE_ARGS:---set vgg --deadline 200} \
+    >"$OUT/convprobe.txt" 2>&1
+  echo "cudnn conv engine probe: rc $?" >>"$SUM"
+  grep -E "SUMMARY|TOTAL|FAILED|done in" "$OUT/convprobe.txt" >>"$SUM"
 fi
 if has sanitize; then
   timeout "${SAN_TOTAL_TIMEOUT:-560}" python3 tools/sanitize_suite.py "$BIN/test_gpu" /tmp/sanitize \
