@@ -100,7 +100,7 @@ int bench_epochs(const BenchConfigArgs& a, const Spec& spec) {
 }
 
 #if defined(TRCTL_HAVE_CUDA)
-int bench_autotune(const Spec& spec) {
+int bench_autotune(const BenchConfigArgs& a, const Spec& spec) {
   Result<DataShape> shape = data_shape(spec);
   if (!shape.ok()) return report_errors(shape.errors());
   CompileOptions copt;
@@ -108,7 +108,7 @@ int bench_autotune(const Spec& spec) {
   Result<Compiled> c = compile_spec(spec, shape.value(), copt);
   if (!c.ok()) return report_errors(c.errors());
   std::string report;
-  Status st = conv_autotune_spec(c.value(), autotune_cache_path(), &report);
+  Status st = conv_autotune_spec(c.value(), autotune_cache_path(), !a.legacy_only, &report);
   if (!st.ok()) return report_errors(st.errors());
   std::cout << report << "written: " << autotune_cache_path() << "\n";
   return 0;
@@ -167,7 +167,7 @@ int cmd_bench_config(const BenchConfigArgs& a) {
   if (a.epochs > 0) return bench_epochs(a, spec.value());
   if (!a.layers && !a.autotune) return bench_steps(a, spec.value());
 #if defined(TRCTL_HAVE_CUDA)
-  return a.autotune ? bench_autotune(spec.value()) : bench_layers(a, spec.value());
+  return a.autotune ? bench_autotune(a, spec.value()) : bench_layers(a, spec.value());
 #else
   std::fprintf(stderr, "error: trctl bench %s needs a CUDA build of trctl\n", a.layers ? "--layers" : "--autotune");
   return kExitBadInput;

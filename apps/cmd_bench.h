@@ -19,6 +19,7 @@ struct BenchConfigArgs {
   std::string config;
   std::vector<std::string> overrides;
   bool layers = false, autotune = false;
+  bool legacy_only = false;  // --autotune: measure the legacy algorithms only (no graph-API engine configs)
   int reps = 20;        // --layers: runs per node
   double sustain_s = 3; // --layers: seconds of back-to-back replays before the step is timed again (0: not)
   int steps = 50;       // whole step: timed steps

@@ -215,6 +215,8 @@ int main(int argc, char** argv) {
   add_spec_args(bench, bench_a);
   bench->add_flag("--layers", bc.layers, "time every node of the CFG's train step and its captured replay");
   bench->add_flag("--autotune", bc.autotune, "search the CFG's convolution algorithms and write the cache");
+  bench->add_flag("--legacy-only", bc.legacy_only,
+                  "--autotune: measure cuDNN's legacy algorithms only, not its graph-API engine configs");
   bench->add_option("--epochs", bc.epochs, "train this many epochs (no run directory) and report the steady figures")
       ->check(CLI::Range(2, 100000));
   bench->add_option("--steps", bc.steps, "bench CFG: timed train steps (default 50)")->check(CLI::Range(1, 1000000));

@@ -32,6 +32,7 @@ std::string run_facts_json(const RunFacts& f) {
          json_quote(c.cache) + ", \"cache_exists\": " + (c.cache_exists ? "true" : "false") +
          ", \"from_cache\": " + std::to_string(c.from_cache) + ", \"from_heuristics\": " +
          std::to_string(c.from_heuristics) + ", \"deterministic\": " + (c.deterministic ? "true" : "false");
+    if (c.graph_engines > 0) s += ", \"graph_engines\": " + std::to_string(c.graph_engines);
     if (c.bn_grad_folded > 0) s += ", \"bn_grad_folded\": " + std::to_string(c.bn_grad_folded);
     if (c.bn_bwd_mode != "separate")
       s += ", \"bn_backward\": {\"mode\": " + json_quote(c.bn_bwd_mode) + ", \"fused\": " +
@@ -136,6 +137,8 @@ Result<RunFacts> run_facts_parse(const std::string& text, const std::string& pat
     if (!bool_of(*conv, key, out))
       return Error{ErrCode::Format, path, std::string("conv_algorithms.") + key + ": expected true or false"};
   if (const JsonNode* c = conv->find("cache"); c && c->is_string()) f.conv.cache = c->string;
+  if (conv->find("graph_engines") && !count_of(*conv, "graph_engines", &f.conv.graph_engines))
+    return Error{ErrCode::Format, path, "conv_algorithms.graph_engines: expected a count (an integer >= 0)"};
   if (conv->find("bn_grad_folded") && !count_of(*conv, "bn_grad_folded", &f.conv.bn_grad_folded))
     return Error{ErrCode::Format, path, "conv_algorithms.bn_grad_folded: expected a count (an integer >= 0)"};
   if (const JsonNode* bb = conv->find("bn_backward"); bb && !bb->is_null()) {  // train.conv_bn_backward, likewise

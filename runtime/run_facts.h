@@ -21,6 +21,8 @@ struct ConvAlgoSources {
   bool deterministic = true;  // train.deterministic: only deterministic algorithms were candidates
   int from_cache = 0;         // plans whose algorithm the cache held for their key
   int from_heuristics = 0;    // plans whose algorithm cuDNN's heuristics chose
+  int graph_engines = 0;      // of from_cache: plans that run a graph-API engine config the autotune measured
+                              // faster than every legacy algorithm (run.json holds it when > 0)
   // train.conv_bn_stats: its mode ("separate", "fused", "auto") and, unless separate, how the candidate conv ->
   // training batch norm pairs of every program went: fused (cuDNN's conv + genstats graph, the statistics from its
   // sums), separate (not a pair the fused graph serves, or below auto's size: the statistics pass), fallback (cuDNN

@@ -17,12 +17,14 @@
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/cudnn_fused_conv.h"
 #include "runtime/ops/conv2d/conv_route.h"
 
 namespace trctl {
 namespace {
 
-constexpr const char* kHeader = "# trctl conv autotune v1";
+constexpr const char* kHeader = "# trctl conv autotune v2";
+constexpr const char* kHeaderV1 = "# trctl conv autotune v1";  // legacy entries only: read as they are
 constexpr const char* kHeaderPrefix = "# trctl conv autotune ";
 
 std::string sanitize_gpu_name(const std::string& name) {
@@ -152,21 +154,30 @@ bool parse_key(const std::string& key, AutotuneDevice* dev, ConvDir* dir, ConvDe
   return true;
 }
 
-bool parse_value(const std::string& value, ConvDir dir, ConvAlgoChoice* c, std::string* why) {
+bool parse_value(const std::string& value, ConvDir dir, bool allow_engine, ConvAlgoChoice* c, std::string* why) {
   const std::vector<std::string> tok = split_spaces(value);
   std::string v[4];
-  if (tok.size() != 4 || !field(tok[0], "algo", &v[0]) || !field(tok[1], "math", &v[1]) ||
-      !field(tok[2], "ws", &v[2]) || !field(tok[3], "ms", &v[3])) {
-    *why = "value is not 'algo=A math=M ws=BYTES ms=T'";
+  if (allow_engine && tok.size() == 3 && field(tok[0], "engine", &v[0]) && field(tok[1], "ws", &v[2]) &&
+      field(tok[2], "ms", &v[3])) {
+    if (!cudnn_engine_id_parse(v[0], &c->engine)) {
+      *why = "engine=" + v[0] + " is not an engine config (ENGINE or ENGINE:KNOB=VALUE,...)";
+      return false;
+    }
+  } else if (tok.size() != 4 || !field(tok[0], "algo", &v[0]) || !field(tok[1], "math", &v[1]) ||
+             !field(tok[2], "ws", &v[2]) || !field(tok[3], "ms", &v[3])) {
+    *why = allow_engine ? "value is not 'algo=A math=M ws=BYTES ms=T' or 'engine=E[:K=V,...] ws=BYTES ms=T'"
+                        : "value is not 'algo=A math=M ws=BYTES ms=T'";
     return false;
   }
   int64_t ws = 0;
-  if (!parse_int(v[0], &c->algo) || c->algo >= cudnn_conv_algo_count(dir)) {
+  if (c->engine.engine >= 0) {
+    // a graph-API config: no algorithm id or math type
+  } else if (!parse_int(v[0], &c->algo) || c->algo >= cudnn_conv_algo_count(dir)) {
     *why = "algo=" + v[0] + " is not a " + conv_dir_name(dir) + " algorithm id (0.." +
            std::to_string(cudnn_conv_algo_count(dir) - 1) + ")";
     return false;
   }
-  if (!parse_int(v[1], &c->math) || c->math > static_cast<int>(CUDNN_FMA_MATH)) {
+  if (c->engine.engine < 0 && (!parse_int(v[1], &c->math) || c->math > static_cast<int>(CUDNN_FMA_MATH))) {
     *why = "math=" + v[1] + " is not a cudnnMathType_t (0..3)";
     return false;
   }
@@ -235,7 +246,7 @@ Status measure_dir(cudnnHandle_t h, CudnnConvPlan& p, ConvDir dir, int max_count
   const ConvDirPlan chosen = cudnn_conv_plan_dir(p, dir);
   const float ms = r[static_cast<size_t>(k.value())].time;
   cache.entries[autotune_key(dev, dir, p.desc)] =
-      ConvAlgoChoice{chosen.algo, static_cast<int>(chosen.math), chosen.ws, ms};
+      ConvAlgoChoice{chosen.algo, static_cast<int>(chosen.math), chosen.ws, ms, {}};
   if (report) {
     *report += std::string(conv_dir_name(dir)) + " " + gpu_dtype_name(p.desc.io) + (p.desc.tf32 ? " tf32" : "") +
                (p.desc.deterministic ? " deterministic " : " ") + conv2d_geom_str(p.desc.g) + ": " +
@@ -246,7 +257,96 @@ Status measure_dir(cudnnHandle_t h, CudnnConvPlan& p, ConvDir dir, int max_count
   return ok_status();
 }
 
-Status autotune_one(cudnnHandle_t h, const ConvDesc& d, AutotuneCache& cache, size_t max_ws, std::string* report) {
+// Mean milliseconds of kAutotuneReps runs of f on the legacy stream after one warm-up run (events around the runs).
+template <class F>
+Result<float> time_runs(const F& f) {
+  if (Status st = f(); !st) return st.errors();
+  cudaEvent_t a = nullptr, b = nullptr;
+  TRCTL_CUDA_TRY(cudaEventCreate(&a));
+  if (cudaError_t e = cudaEventCreate(&b); e != cudaSuccess) {
+    TRCTL_CUDA_WARN(cudaEventDestroy(a));
+    TRCTL_CUDA_TRY(e);
+  }
+  Status st = ok_status();
+  float ms = 0;
+  if (cudaEventRecord(a, nullptr) != cudaSuccess) st = Error{ErrCode::Internal, "autotune", "cudaEventRecord failed"};
+  for (int i = 0; st.ok() && i < kAutotuneReps; ++i) st = f();
+  if (st.ok() && (cudaEventRecord(b, nullptr) != cudaSuccess || cudaEventSynchronize(b) != cudaSuccess ||
+                  cudaEventElapsedTime(&ms, a, b) != cudaSuccess))
+    st = Error{ErrCode::Internal, "autotune", "timing events failed"};
+  TRCTL_CUDA_WARN(cudaEventDestroy(a));
+  TRCTL_CUDA_WARN(cudaEventDestroy(b));
+  if (!st) return st.errors();
+  return ms / kAutotuneReps;
+}
+
+// The pointers one direction reads and writes (conv_graph_run's a, b, out).
+struct DirPtrs {
+  const void* a;
+  const void* b;
+  void* out;
+};
+
+// One direction's graph-API engine configs timed against the legacy winner p runs now (same loop, same buffers);
+// a config faster by more than kAutotuneMargin replaces the cache entry measure_dir wrote.
+Status measure_engines(cudnnHandle_t h, const CudnnConvPlan& p, ConvDir dir, const DirPtrs& io, void* ws,
+                       size_t ws_bytes, const AutotuneDevice& dev, AutotuneCache& cache, std::string* report) {
+  ConvGraphDesc gd;
+  gd.g = p.desc.g;
+  gd.io = p.desc.io;
+  gd.dir = dir;
+  gd.plan.deterministic = p.desc.deterministic;
+  gd.plan.max_workspace = static_cast<int64_t>(ws_bytes);
+  const std::string tag = std::string("  ") + conv_dir_name(dir) + " graph-API configs: ";
+  Result<std::vector<CudnnEngineId>> ids = conv_graph_candidates(h, gd);
+  if (!ids.ok()) {  // no graph-API path for this geometry: the legacy entry stands
+    if (report) *report += tag + "none (" + ids.errors()[0].message.substr(0, 200) + ")\n";
+    return ok_status();
+  }
+  auto legacy_run = [&]() -> Status {
+    switch (dir) {
+      case ConvDir::Fwd: return cudnn_conv_fwd(h, nullptr, p, io.a, io.b, nullptr, io.out, ws, ws_bytes);
+      case ConvDir::Dgrad: return cudnn_conv_dgrad(h, nullptr, p, io.a, io.b, io.out, ws, ws_bytes);
+      case ConvDir::Wgrad: break;
+    }
+    return cudnn_conv_wgrad(h, nullptr, p, io.a, io.b, io.out, ws, ws_bytes);
+  };
+  Result<float> legacy_ms = time_runs(legacy_run);
+  if (!legacy_ms.ok()) return legacy_ms.errors();
+  float best_ms = -1;
+  CudnnEngineId best;
+  size_t best_ws = 0;
+  int timed = 0, refused = 0;
+  for (const CudnnEngineId& id : ids.value()) {
+    gd.plan.pin = &id;
+    Result<CudnnExecPlan> plan = conv_graph_plan(h, gd);
+    if (!plan.ok()) {
+      ++refused;
+      continue;
+    }
+    Result<float> ms = time_runs(
+        [&] { return conv_graph_run(h, nullptr, plan.value(), dir, io.a, io.b, io.out, ws, ws_bytes); });
+    if (!ms.ok()) {
+      if (cudaGetLastError() != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)
+        return ms.errors();  // the context itself failed: stop
+      ++refused;
+      continue;
+    }
+    ++timed;
+    if (best_ms < 0 || ms.value() < best_ms) best_ms = ms.value(), best = id, best_ws = plan->workspace;
+  }
+  const bool wins = best_ms >= 0 && best_ms < legacy_ms.value() * (1.0 - kAutotuneMargin);
+  if (wins) cache.entries[autotune_key(dev, dir, p.desc)] = ConvAlgoChoice{-1, 0, best_ws, best_ms, best};
+  if (report)
+    *report += tag + std::to_string(ids->size()) + " distinct, " + std::to_string(timed) + " timed, " +
+               std::to_string(refused) + " refused; legacy winner " + ms_str(legacy_ms.value()) + ", best config " +
+               (best_ms >= 0 ? cudnn_engine_id_str(best) + " " + ms_str(best_ms) : std::string("none")) +
+               (wins ? " -> chosen" : " -> legacy kept") + "\n";
+  return ok_status();
+}
+
+Status autotune_one(cudnnHandle_t h, const ConvDesc& d, AutotuneCache& cache, size_t max_ws, bool engines,
+                    std::string* report) {
   Result<AutotuneDevice> dev = autotune_device_current();
   if (!dev.ok()) return dev.errors();
   // The heuristic plan: descriptors to measure with, and the heuristic's choices for the report.
@@ -292,6 +392,10 @@ Status autotune_one(cudnnHandle_t h, const ConvDesc& d, AutotuneCache& cache, si
       },
       ws_bytes, dev.value(), heuristic[0], cache, report);
   if (!st) return st;
+  // The graph-API configs next to each legacy winner (f16/bf16, groups 1: what graph (p) plans).
+  const bool graph_api = engines && d.io != GpuDType::F32 && d.g.groups == 1;
+  if (graph_api) st = measure_engines(h, p, ConvDir::Fwd, {x, w, y}, ws, ws_bytes, dev.value(), cache, report);
+  if (!st) return st;
   if (st = fill_inputs(); !st) return st;  // y (dy below) was overwritten by the forward search
   st = measure_dir<cudnnConvolutionBwdDataAlgoPerf_t>(
       h, p, ConvDir::Dgrad, count[1],
@@ -301,13 +405,18 @@ Status autotune_one(cudnnHandle_t h, const ConvDesc& d, AutotuneCache& cache, si
       },
       ws_bytes, dev.value(), heuristic[1], cache, report);
   if (!st) return st;
-  return measure_dir<cudnnConvolutionBwdFilterAlgoPerf_t>(
+  if (graph_api) st = measure_engines(h, p, ConvDir::Dgrad, {y, w, dx}, ws, ws_bytes, dev.value(), cache, report);
+  if (!st) return st;
+  st = measure_dir<cudnnConvolutionBwdFilterAlgoPerf_t>(
       h, p, ConvDir::Wgrad, count[2],
       [&](cudnnConvolutionBwdFilterAlgoPerf_t* r, int* n) {
         return cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p.x, x, p.y, y, p.conv_wgrad, p.w, dw, count[2], n,
                                                              r, ws, ws_bytes);
       },
       ws_bytes, dev.value(), heuristic[2], cache, report);
+  if (!st) return st;
+  if (graph_api) st = measure_engines(h, p, ConvDir::Wgrad, {y, x, dw}, ws, ws_bytes, dev.value(), cache, report);
+  return st;
 }
 
 // (x, w) of a conv node or its gradients, as CudaBackend::plan_cnn takes them (runtime/cuda/cuda_lower_cnn.cpp):
@@ -361,6 +470,7 @@ Result<AutotuneCache> autotune_cache_parse(const std::string& text, const std::s
   std::istringstream in(text);
   std::string line;
   int no = 0;
+  bool v1 = false;
   auto error = [&](const std::string& message) {
     return Error{ErrCode::Format, path + ":" + std::to_string(no), message};
   };
@@ -368,6 +478,10 @@ Result<AutotuneCache> autotune_cache_parse(const std::string& text, const std::s
     ++no;
     if (no == 1) {
       if (line == kHeader) continue;
+      if (line == kHeaderV1) {
+        v1 = true;
+        continue;
+      }
       if (line.compare(0, std::string(kHeaderPrefix).size(), kHeaderPrefix) == 0)
         return error("unsupported autotune cache version '" + line + "' (this build reads '" + kHeader +
                      "'); delete the file or re-run trctl bench --autotune");
@@ -385,7 +499,7 @@ Result<AutotuneCache> autotune_cache_parse(const std::string& text, const std::s
     if (autotune_key(dev, dir, d) != key)
       return error("key not in canonical form: '" + key + "' (expected '" + autotune_key(dev, dir, d) + "')");
     ConvAlgoChoice choice;
-    if (!parse_value(line.substr(arrow + 4), dir, &choice, &why)) return error("garbled value: " + why);
+    if (!parse_value(line.substr(arrow + 4), dir, !v1, &choice, &why)) return error("garbled value: " + why);
     if (auto [it, fresh] = line_of.emplace(key, no); !fresh)
       return error("duplicate entry (first at line " + std::to_string(it->second) + "): '" + key + "'");
     c.entries.emplace(key, choice);
@@ -409,7 +523,9 @@ std::string autotune_cache_format(const AutotuneCache& c) {
   for (const auto& [key, v] : c.entries) {
     char ms[32];
     std::snprintf(ms, sizeof ms, "%.6g", static_cast<double>(v.ms));
-    s += key + " -> algo=" + std::to_string(v.algo) + " math=" + std::to_string(v.math) +
+    s += key + " -> " +
+         (v.engine.engine >= 0 ? "engine=" + cudnn_engine_id_str(v.engine)
+                               : "algo=" + std::to_string(v.algo) + " math=" + std::to_string(v.math)) +
          " ws=" + std::to_string(v.workspace) + " ms=" + ms + "\n";
   }
   return s;
@@ -428,8 +544,9 @@ Status autotune_cache_save(const std::string& path, const AutotuneCache& c) {
   return atomic_write_file(path, bytes);
 }
 
-Status cudnn_conv_autotune(cudnnHandle_t h, const ConvDesc& d, AutotuneCache& cache, size_t max_workspace) {
-  return autotune_one(h, d, cache, max_workspace, nullptr);
+Status cudnn_conv_autotune(cudnnHandle_t h, const ConvDesc& d, AutotuneCache& cache, size_t max_workspace,
+                           bool engines) {
+  return autotune_one(h, d, cache, max_workspace, engines, nullptr);
 }
 
 Result<CudnnConvPlan> cudnn_conv_plan_cached(cudnnHandle_t h, const ConvDesc& d, const AutotuneCache& cache,
@@ -446,6 +563,7 @@ Result<CudnnConvPlan> cudnn_conv_plan_cached(cudnnHandle_t h, const ConvDesc& d,
       ConvAlgoFixed& f = fixed[static_cast<int>(dir)];
       f.algo = it->second.algo;
       f.math = static_cast<cudnnMathType_t>(it->second.math);
+      f.engine = it->second.engine;
       f.origin = "autotune cache entry '" + key + "'";
       if (from_cache) (*from_cache)[static_cast<int>(dir)] = true;
     }
@@ -453,7 +571,7 @@ Result<CudnnConvPlan> cudnn_conv_plan_cached(cudnnHandle_t h, const ConvDesc& d,
   return cudnn_conv_plan_fixed(h, d, fixed, max_workspace);
 }
 
-Status conv_autotune_spec(const Compiled& c, const std::string& path, std::string* report) {
+Status conv_autotune_spec(const Compiled& c, const std::string& path, bool engines, std::string* report) {
   Result<AutotuneCache> cache = autotune_cache_load(path);
   if (!cache.ok()) return cache.errors();
   Result<CudaContext> ctx = cuda_context_create(0);
@@ -478,7 +596,8 @@ Status conv_autotune_spec(const Compiled& c, const std::string& path, std::strin
       if (const ConvRoute r = conv_route(route, n.op, d.g); r == ConvRoute::Im2col || r == ConvRoute::Fewc) continue;
       d.g = conv_plan_geom(route, n.op, d.g);
       if (!seen.insert(autotune_key(none, ConvDir::Fwd, d)).second) continue;
-      if (Status st = autotune_one(ctx.value().cudnn, d, cache.value(), size_t{256} << 20, report); !st) return st;
+      if (Status st = autotune_one(ctx.value().cudnn, d, cache.value(), size_t{256} << 20, engines, report); !st)
+        return st;
     }
   if (report)
     *report += std::to_string(seen.size()) + " conv geometries measured on " + cuda_context_describe(ctx.value()) +

@@ -2,15 +2,18 @@
 // lets runs plan from them without searching: cudnn_conv_autotune() measures, cudnn_conv_plan_cached() plans.
 //
 // Cache file (text, one entry a line, written atomically; STYLE.md §11):
-//   # trctl conv autotune v1
+//   # trctl conv autotune v2
 //   gpu=NVIDIA_H200 cudnn=91900 cc=9.0 dir=fwd io=f16 tf32=0 det=1 n=8 h=56 w=56 c=64 k=64 r=3 s=3 stride=1x1
 //       pad=1x1 dil=1x1 groups=1 -> algo=1 math=1 ws=0 ms=0.0123          (one line in the file)
+//   gpu=... dir=wgrad ... -> engine=7:2=3,15=1 ws=1048576 ms=0.0101      (a graph-API engine config won)
 // The key (left of " -> ") names everything the choice depends on: the GPU (name with every character outside
 // [A-Za-z0-9_.-] replaced by '_'), cudnnGetVersion(), the compute capability, the direction, the io dtype, tf32,
-// deterministic and the full geometry. The value: cuDNN's algorithm id for that direction, the math type it runs
-// with (cudnnMathType_t as an int), its workspace bytes and measured milliseconds (informational). Blank lines and
-// lines starting with '#' after the header are comments. Any other line that is not exactly one canonical entry,
-// a duplicate key, or a missing or different header is an error naming file:line.
+// deterministic and the full geometry. The value: either cuDNN's legacy algorithm id for that direction and the
+// math type it runs with (cudnnMathType_t as an int), or a graph-API engine config (cudnn_engine_id_str: the
+// engine's global index and its knob choices; graph (p) of cudnn_fused_conv.h); then its workspace bytes and
+// measured milliseconds (informational). Blank lines and lines starting with '#' after the header are comments.
+// Any other line that is not exactly one canonical entry, a duplicate key, or a missing or different header is an
+// error naming file:line. Version 1 files (legacy entries only) are read as they are; saving writes version 2.
 #pragma once
 #include <cudnn.h>
 
@@ -26,10 +29,11 @@
 namespace trctl {
 
 struct ConvAlgoChoice {
-  int algo = -1;   // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t of the key's direction
+  int algo = -1;   // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t of the key's direction (engine.engine < 0)
   int math = 0;    // cudnnMathType_t the plan runs it with
   size_t workspace = 0;
   float ms = 0;    // measured time of one call
+  CudnnEngineId engine;  // engine >= 0: a graph-API engine config runs the direction instead (algo, math unused)
 };
 struct AutotuneCache {
   std::map<std::string, ConvAlgoChoice> entries;  // autotune_key -> choice
@@ -61,9 +65,15 @@ Status autotune_cache_save(const std::string& path, const AutotuneCache& c);
 // Measures every algorithm of the three directions of d on the handle's device (cudnnFind*Ex on scratch buffers
 // of d's sizes filled with small finite values, and a workspace of up to max_workspace bytes, halved while it cannot
 // be allocated) and records, per direction, the fastest that passes cudnn_conv_choose's filters (status, math,
-// determinism, workspace), replacing older entries of the same keys. Synchronizes the device; not capturable.
+// determinism, workspace), replacing older entries of the same keys. With `engines` (f16/bf16, groups 1 only), each
+// direction's graph-API engine configs (conv_graph_candidates: heuristics A, B and FALLBACK, the same determinism
+// and fp32-accumulation filters) are timed too, next to the legacy winner in the same loop (events around
+// kAutotuneReps runs after a warm-up), and a config that beats it by more than kAutotuneMargin is recorded instead.
+// Synchronizes the device; not capturable.
 Status cudnn_conv_autotune(cudnnHandle_t h, const ConvDesc& d, AutotuneCache& cache,
-                           size_t max_workspace = size_t{256} << 20);
+                           size_t max_workspace = size_t{256} << 20, bool engines = true);
+constexpr int kAutotuneReps = 5;           // timed runs per candidate in the engine comparison
+constexpr double kAutotuneMargin = 0.02;   // a graph-API config must be this much faster than the legacy winner
 
 // Plan like cudnn_conv_plan, but each direction found in the cache uses the cached choice (validated: cuDNN must
 // accept it for these descriptors; an entry cuDNN refuses is an error naming its key); directions not in the
@@ -78,8 +88,9 @@ Result<CudnnConvPlan> cudnn_conv_plan_cached(cudnnHandle_t h, const ConvDesc& d,
 // deterministic = c.spec.train.deterministic; under AMP the forward and data gradient of a conv over C % 8 != 0
 // channels with C padded to a multiple of 8, and a space-to-depth conv's forward (train.conv_s2d: forward or on)
 // and weight gradient (on) on its stride-1 geometry, as the backend plans them), measured on device 0 and merged into the
-// cache at `path` (other entries kept). `report` (may be nullptr) gets one line per direction and geometry: the
-// chosen algorithm and its time, and the heuristic's algorithm with its measured time for comparison.
-Status conv_autotune_spec(const Compiled& c, const std::string& path, std::string* report);
+// cache at `path` (other entries kept); `engines` as cudnn_conv_autotune's. `report` (may be nullptr) gets one line
+// per direction and geometry: the chosen algorithm and its time, and the heuristic's algorithm with its measured
+// time for comparison (and with engines, a line on the graph-API configs against the legacy winner).
+Status conv_autotune_spec(const Compiled& c, const std::string& path, bool engines, std::string* report);
 
 }  // namespace trctl

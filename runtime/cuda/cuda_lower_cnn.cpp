@@ -137,6 +137,8 @@ Status CudaBackend::plan_cnn() {
             return errs;
           }
           conv_algo_sources_add(conv_sources_, {true, d.need_dgrad, true}, cached);
+          for (ConvDir dir : kConvDirs)
+            if (plan.value().graph[static_cast<int>(dir)]) ++conv_sources_.graph_engines;
           conv_ws_bytes_ = std::max(conv_ws_bytes_, cudnn_conv_workspace_bytes(plan.value()));
           conv_.emplace(key, std::move(plan.value()));
         }

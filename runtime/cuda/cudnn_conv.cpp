@@ -1,5 +1,6 @@
 // cuDNN legacy-API convolution: plan building (descriptors, algorithm choice) and execution (see cudnn_conv.h).
 #include "runtime/cuda/cudnn_conv.h"
+#include "runtime/cuda/cudnn_fused_conv.h"
 #include "runtime/ops/bias_add/bias_add_cuda.h"
 
 #include <algorithm>
@@ -187,6 +188,28 @@ Status choose_fixed(cudnnHandle_t h, CudnnConvPlan& p, ConvDir dir, const ConvAl
   return ok_status();
 }
 
+// A direction's graph-API config given in advance (cudnn_conv_plan_fixed): graph (p), pinned.
+Status choose_graph(cudnnHandle_t h, CudnnConvPlan& p, ConvDir dir, const ConvAlgoFixed& f, size_t max_ws) {
+  ConvGraphDesc gd;
+  gd.g = p.desc.g;
+  gd.io = p.desc.io;
+  gd.dir = dir;
+  gd.plan.deterministic = p.desc.deterministic;
+  gd.plan.max_workspace = static_cast<int64_t>(max_ws);
+  gd.plan.pin = &f.engine;
+  Result<CudnnExecPlan> plan = conv_graph_plan(h, gd);
+  if (!plan.ok()) {
+    Error e = plan.errors().front();
+    e.message = std::string("cudnn_conv_plan: ") + conv_dir_name(dir) + " graph-API engine config " +
+                cudnn_engine_id_str(f.engine) + (f.origin.empty() ? "" : " from " + f.origin) + ": " + e.message;
+    return e;
+  }
+  const size_t bytes = static_cast<size_t>(plan->workspace);
+  (dir == ConvDir::Fwd ? p.fwd_ws : dir == ConvDir::Dgrad ? p.dgrad_ws : p.wgrad_ws) = bytes;
+  p.graph[static_cast<int>(dir)] = std::make_shared<const CudnnExecPlan>(std::move(plan.value()));
+  return ok_status();
+}
+
 Status make_descriptors(CudnnConvPlan& p) {
   const Conv2dGeom& g = p.desc.g;
   const cudnnDataType_t t = cudnn_dtype(p.desc.io);
@@ -319,6 +342,7 @@ CudnnConvPlan& CudnnConvPlan::operator=(CudnnConvPlan&& o) noexcept {
     fwd_ws = o.fwd_ws;
     dgrad_ws = o.dgrad_ws;
     wgrad_ws = o.wgrad_ws;
+    graph = std::move(o.graph);
   }
   return *this;
 }
@@ -337,8 +361,9 @@ Result<CudnnConvPlan> cudnn_conv_plan_fixed(cudnnHandle_t h, const ConvDesc& d,
   for (ConvDir dir : kConvDirs) {
     if (dir == ConvDir::Dgrad && !d.need_dgrad) continue;  // e.g. the first layer: its input needs no gradient
     const ConvAlgoFixed& f = fixed[static_cast<int>(dir)];
-    Status st = f.algo >= 0 ? choose_fixed(h, p, dir, f, max_workspace)
-                            : heuristic[static_cast<int>(dir)](h, p, max_workspace);
+    Status st = f.engine.engine >= 0 ? choose_graph(h, p, dir, f, max_workspace)
+                : f.algo >= 0        ? choose_fixed(h, p, dir, f, max_workspace)
+                                     : heuristic[static_cast<int>(dir)](h, p, max_workspace);
     if (!st) return st.errors();
   }
   return Result<CudnnConvPlan>(std::move(p));
@@ -391,12 +416,13 @@ bool cudnn_conv_algo_deterministic(ConvDir dir, int algo) {
 cudnnMathType_t cudnn_conv_requested_math(const ConvDesc& d) { return requested_math(d); }
 
 ConvDirPlan cudnn_conv_plan_dir(const CudnnConvPlan& p, ConvDir dir) {
+  const CudnnExecPlan* g = p.graph[static_cast<int>(dir)].get();
   switch (dir) {
-    case ConvDir::Fwd: return {static_cast<int>(p.fwd_algo), p.fwd_math, p.fwd_ws};
-    case ConvDir::Dgrad: return {static_cast<int>(p.dgrad_algo), p.dgrad_math, p.dgrad_ws};
+    case ConvDir::Fwd: return {static_cast<int>(p.fwd_algo), p.fwd_math, p.fwd_ws, g};
+    case ConvDir::Dgrad: return {static_cast<int>(p.dgrad_algo), p.dgrad_math, p.dgrad_ws, g};
     case ConvDir::Wgrad: break;
   }
-  return {static_cast<int>(p.wgrad_algo), p.wgrad_math, p.wgrad_ws};
+  return {static_cast<int>(p.wgrad_algo), p.wgrad_math, p.wgrad_ws, g};
 }
 
 size_t cudnn_conv_workspace_bytes(const CudnnConvPlan& p) {
@@ -404,14 +430,16 @@ size_t cudnn_conv_workspace_bytes(const CudnnConvPlan& p) {
 }
 
 std::string cudnn_conv_describe(const CudnnConvPlan& p) {
-  auto one = [](const char* dir, const char* algo, cudnnMathType_t m, size_t ws) {
-    return std::string(dir) + " " + algo + " (" + math_name(m) + ", ws " + std::to_string(ws) + " B)";
+  auto one = [&](ConvDir dir) {
+    const ConvDirPlan d = cudnn_conv_plan_dir(p, dir);
+    const std::string ws = "ws " + std::to_string(d.ws) + " B)";
+    if (d.graph) return std::string(conv_dir_name(dir)) + " graph engine " + cudnn_engine_id_str(d.graph->id) + " (" + ws;
+    return std::string(conv_dir_name(dir)) + " " + cudnn_conv_algo_name(dir, d.algo) + " (" + math_name(d.math) +
+           ", " + ws;
   };
   return std::string("conv2d ") + gpu_dtype_name(p.desc.io) + (p.desc.tf32 ? " tf32" : "") +
-         (p.desc.deterministic ? " deterministic " : " ") + conv2d_geom_str(p.desc.g) + ": " +
-         one("fwd", fwd_algo_name(p.fwd_algo), p.fwd_math, p.fwd_ws) + ", " +
-         one("dgrad", dgrad_algo_name(p.dgrad_algo), p.dgrad_math, p.dgrad_ws) + ", " +
-         one("wgrad", wgrad_algo_name(p.wgrad_algo), p.wgrad_math, p.wgrad_ws);
+         (p.desc.deterministic ? " deterministic " : " ") + conv2d_geom_str(p.desc.g) + ": " + one(ConvDir::Fwd) +
+         ", " + one(ConvDir::Dgrad) + ", " + one(ConvDir::Wgrad);
 }
 
 // Scaling factors are float for every io type: the compute type is float (cuDNN's rule for half/bf16/float data).
@@ -420,9 +448,13 @@ Status cudnn_conv_fwd(cudnnHandle_t h, cudaStream_t s, const CudnnConvPlan& p, c
   Status args = exec_args_ok(p, x, w, y, ws, ws_bytes, p.fwd_ws, __FILE__, __LINE__);
   if (!args) return args;
   const float one = 1.0f, zero = 0.0f;
-  TRCTL_CUDNN_TRY(cudnnSetStream(h, s));
-  TRCTL_CUDNN_TRY(cudnnConvolutionForward(h, &one, p.x, x, p.w, w, p.conv_fwd, p.fwd_algo, ws, ws_bytes, &zero, p.y,
-                                          y));
+  if (const CudnnExecPlan* g = p.graph[static_cast<int>(ConvDir::Fwd)].get()) {
+    if (Status st = conv_graph_run(h, s, *g, ConvDir::Fwd, x, w, y, ws, ws_bytes); !st) return st;
+  } else {
+    TRCTL_CUDNN_TRY(cudnnSetStream(h, s));
+    TRCTL_CUDNN_TRY(cudnnConvolutionForward(h, &one, p.x, x, p.w, w, p.conv_fwd, p.fwd_algo, ws, ws_bytes, &zero,
+                                            p.y, y));
+  }
   // y += bias, broadcast over N, P, Q: one more read/write of y, by trctl's kernel (cudnnAddTensor was several
   // times slower on NHWC fp16), rather than cudnnConvolutionBiasActivationForward, which supports an identity
   // activation only with IMPLICIT_PRECOMP_GEMM.
@@ -436,6 +468,8 @@ Status cudnn_conv_dgrad(cudnnHandle_t h, cudaStream_t s, const CudnnConvPlan& p,
   if (!args) return args;
   if (!p.desc.need_dgrad)
     return Error{ErrCode::Internal, "cudnn_conv_dgrad", "the plan was made without a data-gradient algorithm"};
+  if (const CudnnExecPlan* g = p.graph[static_cast<int>(ConvDir::Dgrad)].get())
+    return conv_graph_run(h, s, *g, ConvDir::Dgrad, dy, w, dx, ws, ws_bytes);
   const float one = 1.0f, zero = 0.0f;
   TRCTL_CUDNN_TRY(cudnnSetStream(h, s));
   TRCTL_CUDNN_TRY(cudnnConvolutionBackwardData(h, &one, p.w, w, p.y, dy, p.conv_dgrad, p.dgrad_algo, ws, ws_bytes,
@@ -447,6 +481,8 @@ Status cudnn_conv_wgrad(cudnnHandle_t h, cudaStream_t s, const CudnnConvPlan& p,
                         void* dw, void* ws, size_t ws_bytes) {
   Status args = exec_args_ok(p, dy, x, dw, ws, ws_bytes, p.wgrad_ws, __FILE__, __LINE__);
   if (!args) return args;
+  if (const CudnnExecPlan* g = p.graph[static_cast<int>(ConvDir::Wgrad)].get())
+    return conv_graph_run(h, s, *g, ConvDir::Wgrad, dy, x, dw, ws, ws_bytes);
   const float one = 1.0f, zero = 0.0f;
   TRCTL_CUDNN_TRY(cudnnSetStream(h, s));
   TRCTL_CUDNN_TRY(cudnnConvolutionBackwardFilter(h, &one, p.x, x, p.y, dy, p.conv_wgrad, p.wgrad_algo, ws, ws_bytes,

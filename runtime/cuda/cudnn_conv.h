@@ -34,9 +34,11 @@
 
 #include <array>
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "core/util/error.h"
+#include "runtime/cuda/cudnn_graph.h"
 #include "runtime/cuda/gpu_dtype.h"
 #include "runtime/ops/conv2d/conv2d.h"
 
@@ -68,6 +70,10 @@ struct CudnnConvPlan {
   cudnnConvolutionBwdFilterAlgo_t wgrad_algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
   cudnnMathType_t fwd_math = CUDNN_DEFAULT_MATH, dgrad_math = CUDNN_DEFAULT_MATH, wgrad_math = CUDNN_DEFAULT_MATH;
   size_t fwd_ws = 0, dgrad_ws = 0, wgrad_ws = 0;  // workspace bytes each direction needs
+  // Per direction (ConvDir order): a graph-API plan that runs the direction instead of the legacy algorithm (graph
+  // (p) of cudnn_fused_conv.h: an engine config an autotune measured faster; null: the legacy algorithm runs, and
+  // the direction's algo/math members above are meaningful only then). Its workspace is the direction's *_ws.
+  std::array<std::shared_ptr<const CudnnExecPlan>, 3> graph;
 
   CudnnConvPlan() = default;
   CudnnConvPlan(const CudnnConvPlan&) = delete;
@@ -96,11 +102,12 @@ bool cudnn_conv_algo_deterministic(ConvDir dir, int algo);
 // The math type set on a direction's descriptor before asking cuDNN for candidates (see the header on math).
 cudnnMathType_t cudnn_conv_requested_math(const ConvDesc& d);
 
-// What a plan runs in one direction.
+// What a plan runs in one direction: a legacy algorithm (graph null) or a graph-API engine config.
 struct ConvDirPlan {
   int algo = -1;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
   size_t ws = 0;
+  const CudnnExecPlan* graph = nullptr;  // the plan's graph-API config for this direction (its id, engine, knobs)
 };
 ConvDirPlan cudnn_conv_plan_dir(const CudnnConvPlan& p, ConvDir dir);
 
@@ -118,16 +125,20 @@ Result<int> cudnn_conv_choose(cudnnHandle_t h, CudnnConvPlan& p, const cudnnConv
 
 // An algorithm fixed in advance for one direction (algo < 0: not fixed, use the heuristics). `math` is the math
 // type it runs with (what the plan records, e.g. CUDNN_FMA_MATH for strict f32); `origin` names where it came from
-// in error messages (e.g. the autotune cache key).
+// in error messages (e.g. the autotune cache key). engine.engine >= 0 instead fixes a graph-API engine config (graph
+// (p) of cudnn_fused_conv.h, pinned; algo and math are then ignored).
 struct ConvAlgoFixed {
   int algo = -1;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
   std::string origin;
+  CudnnEngineId engine;
 };
 // cudnn_conv_plan, except that each direction with fixed[dir].algo >= 0 runs that algorithm and math type. A fixed
 // choice must be a known algorithm, deterministic when d.deterministic, of a math type d allows (exactly the one
 // the filters would run it with), accepted by cuDNN's workspace query, and within max_workspace; otherwise the plan
 // fails (Invalid, or NotSupported when cuDNN refuses) with a message naming the direction, algorithm and origin.
+// A direction with fixed[dir].engine.engine >= 0 gets that graph-API config (conv_graph_plan pinned: f16/bf16,
+// groups 1; deterministic when d.deterministic; within max_workspace), or the plan fails naming it and the origin.
 Result<CudnnConvPlan> cudnn_conv_plan_fixed(cudnnHandle_t h, const ConvDesc& d,
                                             const std::array<ConvAlgoFixed, 3>& fixed,
                                             size_t max_workspace = size_t{256} << 20);

@@ -541,4 +541,77 @@ Status fused_dgrad_run(cudnnHandle_t h, cudaStream_t s, const FusedDgradPlan& p,
   return cudnn_plan_execute(h, s, p.exec, pack.value());
 }
 
+// ---- graph (p): one plain convolution direction
+
+std::string conv_graph_name(const ConvGraphDesc& d) {
+  return std::string("conv_") + conv_dir_name(d.dir) + " " + gpu_dtype_name(d.io) +
+         (d.plan.deterministic ? " deterministic " : " ") + conv2d_geom_str(d.g);
+}
+
+namespace {
+
+// The checked descriptor and its one-operation graph (ops and kept descriptors in b).
+Status build_conv_graph(Builder& b, ConvGraphDesc& d) {
+  std::string why;
+  if (!conv2d_geom_finish(d.g, &why))
+    return fused_error(ErrCode::Invalid, b.ctx + ": invalid geometry: " + why, __FILE__, __LINE__);
+  if (d.g.groups != 1)
+    return fused_error(ErrCode::NotSupported, b.ctx + ": grouped convolutions are not planned through the graph API",
+                       __FILE__, __LINE__);
+  if (d.io != GpuDType::F16 && d.io != GpuDType::BF16)
+    return fused_error(ErrCode::NotSupported, b.ctx + ": only f16/bf16 convolutions are planned through the graph API",
+                       __FILE__, __LINE__);
+  const Conv2dGeom& g = d.g;
+  const cudnnDataType_t t = cudnn_type_of(d.io);
+  Result<size_t> x = add_tensor(b, cudnn_tensor_nhwc(kConvGraphUidX, t, g.n, g.c, g.h, g.w));
+  if (!x.ok()) return x.errors();
+  Result<size_t> w = add_tensor(b, cudnn_tensor_nhwc(kConvGraphUidW, t, g.k, g.c, g.r, g.s));
+  if (!w.ok()) return w.errors();
+  Result<size_t> y = add_tensor(b, cudnn_tensor_nhwc(kConvGraphUidY, t, g.n, g.k, g.p, g.q));
+  if (!y.ok()) return y.errors();
+  switch (d.dir) {
+    case ConvDir::Fwd: return add_conv(b, g, *x, *w, *y);
+    case ConvDir::Dgrad: return add_conv_dgrad(b, g, *y, *w, *x);
+    case ConvDir::Wgrad: return add_conv_wgrad(b, g, *y, *x, *w);
+  }
+  return fused_error(ErrCode::Internal, b.ctx + ": unknown direction", __FILE__, __LINE__);
+}
+
+}  // namespace
+
+Result<CudnnExecPlan> conv_graph_plan(cudnnHandle_t h, const ConvGraphDesc& desc) {
+  ConvGraphDesc d = desc;
+  const std::string name = conv_graph_name(d);
+  Builder b;
+  b.ctx = "cudnn graph '" + name + "'";
+  if (Status st = build_conv_graph(b, d); !st.ok()) return st.errors();
+  return cudnn_plan_build(h, name, std::move(b.ops), std::move(b.keep), d.plan);
+}
+
+Result<std::vector<CudnnEngineId>> conv_graph_candidates(cudnnHandle_t h, const ConvGraphDesc& desc,
+                                                         std::string* log) {
+  ConvGraphDesc d = desc;
+  const std::string name = conv_graph_name(d);
+  Builder b;
+  b.ctx = "cudnn graph '" + name + "'";
+  if (Status st = build_conv_graph(b, d); !st.ok()) return st.errors();
+  return cudnn_plan_candidates(h, name, std::move(b.ops), std::move(b.keep), d.plan, log);
+}
+
+Status conv_graph_run(cudnnHandle_t h, cudaStream_t s, const CudnnExecPlan& p, ConvDir dir, const void* a,
+                      const void* b, void* out, void* ws, size_t ws_bytes) {
+  if (!a || !b || !out)
+    return fused_error(ErrCode::Invalid, "conv_graph_run (" + p.graph + "): null pointer", __FILE__, __LINE__);
+  // (x, w, y) by direction: fwd (a, b, out), dgrad (out, b, a), wgrad (b, out, a). cuDNN only reads the inputs.
+  void* const ca = const_cast<void*>(a);
+  void* const cb = const_cast<void*>(b);
+  const std::vector<void*> ptrs = dir == ConvDir::Fwd     ? std::vector<void*>{ca, cb, out}
+                                  : dir == ConvDir::Dgrad ? std::vector<void*>{out, cb, ca}
+                                                          : std::vector<void*>{cb, out, ca};
+  Result<CudnnBackendDesc> pack =
+      cudnn_variant_pack_make(p, {kConvGraphUidX, kConvGraphUidW, kConvGraphUidY}, ptrs, ws, ws_bytes);
+  if (!pack.ok()) return pack.errors();
+  return cudnn_plan_execute(h, s, p, pack.value());
+}
+
 }  // namespace trctl

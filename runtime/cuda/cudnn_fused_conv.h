@@ -36,6 +36,7 @@
 #include <string>
 
 #include "core/util/error.h"
+#include "runtime/cuda/cudnn_conv.h"
 #include "runtime/cuda/cudnn_graph.h"
 #include "runtime/cuda/gpu_dtype.h"
 #include "runtime/ops/conv2d/conv2d.h"
@@ -178,5 +179,30 @@ size_t fused_dgrad_workspace_bytes(const FusedDgradPlan& p);
 // Builds the variant pack and executes it on s (capturable; run it once before capturing).
 Status fused_dgrad_run(cudnnHandle_t h, cudaStream_t s, const FusedDgradPlan& p, const FusedDgradArgs& a, void* ws,
                        size_t ws_bytes);
+
+// Graph (p): one plain convolution direction through the graph API, no fusion — what `trctl bench --autotune`
+// measures next to the legacy API's algorithms (the graph API offers every engine with its knob choices: tile
+// sizes, split-K, swizzles, where a legacy algorithm id runs one heuristic pick), and what a cached plan
+// (cudnn_conv_plan_cached) runs when such a config won. fwd: y = conv(x, w); dgrad: dx = dgrad(dy, w); wgrad:
+// dw = wgrad(dy, x); alpha 1, beta 0, fp32 compute. x / dx (N, H, W, C), w / dw (K, R, S, C), y / dy (N, P, Q, K),
+// all of type io. Refused (NotSupported): groups != 1, io F32 (the legacy path's strict-f32 / TF32 math rules are
+// not expressed here), and a graph for which cuDNN offers no engine (or refuses the pinned config).
+struct ConvGraphDesc {
+  Conv2dGeom g;                   // p, q are (re)computed
+  GpuDType io = GpuDType::F16;    // F16 or BF16
+  ConvDir dir = ConvDir::Fwd;
+  CudnnPlanOptions plan;          // determinism, workspace limit, pin (the config to build)
+};
+enum ConvGraphUid : int64_t { kConvGraphUidX = 41, kConvGraphUidW = 42, kConvGraphUidY = 43 };
+// "conv_fwd f16 N=256 56x56 C=256 -> K=256 3x3 ..." (conv_dgrad, conv_wgrad).
+std::string conv_graph_name(const ConvGraphDesc& d);
+Result<CudnnExecPlan> conv_graph_plan(cudnnHandle_t h, const ConvGraphDesc& d);
+// The distinct usable engine configs of d's graph (cudnn_plan_candidates), for an autotune to pin one by one.
+Result<std::vector<CudnnEngineId>> conv_graph_candidates(cudnnHandle_t h, const ConvGraphDesc& d,
+                                                         std::string* log = nullptr);
+// Runs plan p of direction dir: a = x (fwd) or dy (dgrad, wgrad); b = w (fwd, dgrad) or x (wgrad); out = y, dx or dw
+// (overwritten). Builds the variant pack each call (capturable; run it once before capturing).
+Status conv_graph_run(cudnnHandle_t h, cudaStream_t s, const CudnnExecPlan& p, ConvDir dir, const void* a,
+                      const void* b, void* out, void* ws, size_t ws_bytes);
 
 }  // namespace trctl

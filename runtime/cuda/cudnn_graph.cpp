@@ -2,6 +2,7 @@
 // and execution (see cudnn_graph.h).
 #include "runtime/cuda/cudnn_graph.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace trctl {
@@ -99,6 +100,7 @@ std::string join_i64(const int64_t* v, size_t n) {
 struct CfgInfo {
   CudnnBackendDesc engine;  // CUDNN_BACKEND_ENGINE_DESCRIPTOR filled from the config
   int64_t index = -1;
+  CudnnEngineId id;         // index + knob choices (id.engine -1 when either could not be read)
   std::string knobs, notes;
   bool nondeterministic = false, reduced_precision = false, runtime_compiled = false;
 };
@@ -154,6 +156,7 @@ void read_knobs(const CudnnBackendDesc& cfg, CfgInfo& info) {
     return;
   }
   std::string s;
+  bool all_read = true;
   for (int64_t i = 0; i < n && i < CUDNN_KNOB_TYPE_COUNTS; ++i) {
     cudnnBackendKnobType_t type{};
     int64_t value = 0, got = 0;
@@ -161,12 +164,14 @@ void read_knobs(const CudnnBackendDesc& cfg, CfgInfo& info) {
         cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &got, &type);
     const cudnnStatus_t b =
         cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &got, &value);
+    const bool ok = a == CUDNN_STATUS_SUCCESS && b == CUDNN_STATUS_SUCCESS;
+    all_read = all_read && ok;
+    if (ok) info.id.knobs.emplace_back(static_cast<int64_t>(type), value);
     s += std::string(s.empty() ? "" : " ") +
-         (a == CUDNN_STATUS_SUCCESS && b == CUDNN_STATUS_SUCCESS
-              ? "knob " + std::to_string(static_cast<int>(type)) + "=" + std::to_string(value)
-              : std::string("knob ?"));
+         (ok ? "knob " + std::to_string(static_cast<int>(type)) + "=" + std::to_string(value) : std::string("knob ?"));
   }
   info.knobs = s.empty() ? "no knobs" : s;
+  if (!all_read) info.id.knobs.clear(), info.id.engine = -2;  // marks the id unusable (read_cfg keeps it at -1)
 }
 
 // Reads the engine behind a config: its global index, notes and knob choices.
@@ -190,6 +195,8 @@ CfgInfo read_cfg(const CudnnBackendDesc& cfg) {
   if (st != CUDNN_STATUS_SUCCESS) info.index = -1;
   read_notes(info);
   read_knobs(cfg, info);
+  info.id.engine = info.id.engine == -2 || info.knobs.rfind("knobs unknown", 0) == 0 ? -1 : info.index;
+  if (info.id.engine < 0) info.id.knobs.clear();
   return info;
 }
 
@@ -203,6 +210,14 @@ struct Search {
   int tried = 0;
 };
 
+// Why the options exclude a config's engine, or nullptr when they do not.
+const char* filtered_out(const CudnnPlanOptions& opt, const CfgInfo& info) {
+  if (opt.deterministic && info.nondeterministic) return "non-deterministic, deterministic plan asked";
+  if (!opt.allow_reduced_precision && info.reduced_precision)
+    return "reduced-precision reduction, fp32 accumulation asked";
+  return nullptr;
+}
+
 // Tries one engine config: the option filters, then an execution plan. On success fills `out` (and moves the config
 // into its keep-alive list) and returns true; otherwise logs why and returns false.
 bool try_config(Search& s, CudnnBackendDesc cfg, const std::string& label, CudnnExecPlan& out) {
@@ -210,12 +225,8 @@ bool try_config(Search& s, CudnnBackendDesc cfg, const std::string& label, Cudnn
   CfgInfo info = read_cfg(cfg);
   std::string line = "\n  " + label + ": engine " + std::to_string(info.index) + " [" + info.notes + "] [" +
                      info.knobs + "]: ";
-  if (s.opt.deterministic && info.nondeterministic) {
-    s.log += line + "rejected (non-deterministic, deterministic plan asked)";
-    return false;
-  }
-  if (!s.opt.allow_reduced_precision && info.reduced_precision) {
-    s.log += line + "rejected (reduced-precision reduction, fp32 accumulation asked)";
+  if (const char* why = filtered_out(s.opt, info)) {
+    s.log += line + "rejected (" + why + ")";
     return false;
   }
   Result<CudnnBackendDesc> plan = cudnn_desc_create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, s.ctx);
@@ -262,6 +273,7 @@ bool try_config(Search& s, CudnnBackendDesc cfg, const std::string& label, Cudnn
   out.engine_index = info.index;
   out.source = label;
   out.knobs = info.knobs;
+  out.id = info.id;
   out.notes = info.notes;
   out.nondeterministic = info.nondeterministic;
   out.runtime_compiled = info.runtime_compiled;
@@ -270,8 +282,9 @@ bool try_config(Search& s, CudnnBackendDesc cfg, const std::string& label, Cudnn
   return true;
 }
 
-// The configs one heuristic mode proposes, tried in its order. True when one was chosen.
-bool try_heuristic(Search& s, cudnnBackendHeurMode_t mode, CudnnExecPlan& out) {
+// The configs one heuristic mode proposes, in its order; `heur` gets the heuristic descriptor (which the configs may
+// reference). Empty with a log line when the query fails or yields nothing.
+std::vector<CudnnBackendDesc> heuristic_configs(Search& s, cudnnBackendHeurMode_t mode, CudnnBackendDesc* heur_out) {
   const std::string name = std::string("heuristic ") + heur_mode_name(mode);
   last_error_clear();
   Result<CudnnBackendDesc> heur = cudnn_desc_create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, s.ctx);
@@ -283,14 +296,14 @@ bool try_heuristic(Search& s, cudnnBackendHeurMode_t mode, CudnnExecPlan& out) {
   if (st.ok()) st = cudnn_desc_finalize(*heur, s.ctx + ", " + name);
   if (!st.ok()) {
     s.log += "\n" + name + ": " + st.errors()[0].message;
-    return false;
+    return {};
   }
   int64_t count = 0;
   cudnnStatus_t cs = cudnnBackendGetAttribute(heur->desc, CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr);
   if (cs != CUDNN_STATUS_SUCCESS) {
     s.log += "\n" + name + ": result count query: " + status_text(cs);
-    return false;
+    return {};
   }
   std::vector<CudnnBackendDesc> cfgs;
   std::vector<cudnnBackendDescriptor_t> raw;
@@ -298,7 +311,7 @@ bool try_heuristic(Search& s, cudnnBackendHeurMode_t mode, CudnnExecPlan& out) {
     Result<CudnnBackendDesc> c = cudnn_desc_create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, s.ctx);
     if (!c.ok()) {
       s.log += "\n" + name + ": " + c.errors()[0].message;
-      return false;
+      return {};
     }
     raw.push_back(c->desc);
     cfgs.push_back(std::move(c.value()));
@@ -309,7 +322,7 @@ bool try_heuristic(Search& s, cudnnBackendHeurMode_t mode, CudnnExecPlan& out) {
                                   &got, raw.data());
     if (cs != CUDNN_STATUS_SUCCESS) {
       s.log += "\n" + name + ": results query: " + status_text(cs);
-      return false;
+      return {};
     }
   }
   s.log += "\n" + name + ": " + std::to_string(got) + " engine config(s)";
@@ -317,13 +330,81 @@ bool try_heuristic(Search& s, cudnnBackendHeurMode_t mode, CudnnExecPlan& out) {
     const std::string why = last_error_text();
     if (!why.empty()) s.log += " (cuDNN: " + why + ")";
   }
-  for (int64_t i = 0; i < got && i < count; ++i) {
+  cfgs.resize(static_cast<size_t>(std::min(got, count)));
+  *heur_out = std::move(heur.value());
+  return cfgs;
+}
+
+// The configs one heuristic mode proposes, tried in its order. True when one was chosen.
+bool try_heuristic(Search& s, cudnnBackendHeurMode_t mode, CudnnExecPlan& out) {
+  const std::string name = std::string("heuristic ") + heur_mode_name(mode);
+  CudnnBackendDesc heur;
+  std::vector<CudnnBackendDesc> cfgs = heuristic_configs(s, mode, &heur);
+  for (size_t i = 0; i < cfgs.size(); ++i) {
     if (try_config(s, std::move(cfgs[i]), name + " #" + std::to_string(i), out)) {
-      out.keep_alive.push_back(std::move(heur.value()));
+      out.keep_alive.push_back(std::move(heur));
       return true;
     }
   }
   return false;
+}
+
+// An engine of the graph by global index (finalized), or an error line.
+Result<CudnnBackendDesc> engine_of(Search& s, int64_t idx) {
+  last_error_clear();
+  Result<CudnnBackendDesc> eng = cudnn_desc_create(CUDNN_BACKEND_ENGINE_DESCRIPTOR, s.ctx);
+  if (!eng.ok()) return eng;
+  cudnnStatus_t st = cudnnBackendSetAttribute(eng->desc, CUDNN_ATTR_ENGINE_OPERATION_GRAPH,
+                                              CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &s.op_graph->desc);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = cudnnBackendSetAttribute(eng->desc, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &idx);
+  if (st == CUDNN_STATUS_SUCCESS && s.opt.device_prop)
+    st = cudnnBackendSetAttribute(eng->desc, CUDNN_ATTR_ENGINE_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                  &s.opt.device_prop->desc);
+  if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(eng->desc);
+  if (st != CUDNN_STATUS_SUCCESS)
+    return cudnn_graph_error(st, s.ctx, "engine " + std::to_string(idx) + " for the graph", __FILE__, __LINE__);
+  return eng;
+}
+
+// Exactly the pinned config: engine `id.engine` with id's knob choices.
+bool try_pinned(Search& s, const CudnnEngineId& id, CudnnExecPlan& out) {
+  const std::string label = "pinned " + cudnn_engine_id_str(id);
+  Result<CudnnBackendDesc> eng = engine_of(s, id.engine);
+  if (!eng.ok()) {
+    s.log += "\n  " + label + ": " + eng.errors()[0].message;
+    return false;
+  }
+  std::vector<CudnnBackendDesc> knobs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (const auto& [type, value] : id.knobs) {
+    Result<CudnnBackendDesc> k = cudnn_desc_create(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, s.ctx);
+    const auto t = static_cast<cudnnBackendKnobType_t>(type);
+    Status st = k.ok() ? cudnn_desc_set(*k, CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &t, s.ctx)
+                       : Status(k.errors());
+    if (st.ok()) st = cudnn_desc_set(*k, CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &value, s.ctx);
+    if (st.ok()) st = cudnn_desc_finalize(*k, s.ctx + ", knob choice");
+    if (!st.ok()) {
+      s.log += "\n  " + label + ": " + st.errors()[0].message;
+      return false;
+    }
+    raw.push_back(k->desc);
+    knobs.push_back(std::move(k.value()));
+  }
+  Result<CudnnBackendDesc> cfg = cudnn_desc_create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, s.ctx);
+  Status st = cfg.ok() ? cudnn_desc_set_desc(*cfg, CUDNN_ATTR_ENGINECFG_ENGINE, *eng, s.ctx) : Status(cfg.errors());
+  if (st.ok() && !raw.empty())
+    st = cudnn_desc_set(*cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                        static_cast<int64_t>(raw.size()), raw.data(), s.ctx);
+  if (st.ok()) st = cudnn_desc_finalize(*cfg, s.ctx + ", " + label);
+  if (!st.ok()) {
+    s.log += "\n  " + label + ": " + st.errors()[0].message;
+    return false;
+  }
+  if (!try_config(s, std::move(cfg.value()), label, out)) return false;
+  out.keep_alive.push_back(std::move(eng.value()));
+  for (auto& k : knobs) out.keep_alive.push_back(std::move(k));
+  return true;
 }
 
 // Last resort: every engine of the graph with its default knobs.
@@ -331,22 +412,9 @@ bool try_engine_scan(Search& s, int64_t engine_count, CudnnExecPlan& out) {
   s.log += "\nengine scan over " + std::to_string(engine_count) + " engine(s):";
   for (int64_t idx = 0; idx < engine_count; ++idx) {
     const std::string label = "engine scan #" + std::to_string(idx);
-    last_error_clear();
-    Result<CudnnBackendDesc> eng = cudnn_desc_create(CUDNN_BACKEND_ENGINE_DESCRIPTOR, s.ctx);
+    Result<CudnnBackendDesc> eng = engine_of(s, idx);
     if (!eng.ok()) {
-      s.log += "\n  " + label + ": " + eng.errors()[0].message;
-      continue;
-    }
-    cudnnStatus_t st = cudnnBackendSetAttribute(eng->desc, CUDNN_ATTR_ENGINE_OPERATION_GRAPH,
-                                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &s.op_graph->desc);
-    if (st == CUDNN_STATUS_SUCCESS)
-      st = cudnnBackendSetAttribute(eng->desc, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &idx);
-    if (st == CUDNN_STATUS_SUCCESS && s.opt.device_prop)
-      st = cudnnBackendSetAttribute(eng->desc, CUDNN_ATTR_ENGINE_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                    &s.opt.device_prop->desc);
-    if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(eng->desc);
-    if (st != CUDNN_STATUS_SUCCESS) {
-      s.log += "\n  " + label + ": engine does not support the graph: " + status_text(st);
+      s.log += "\n  " + label + ": engine does not support the graph: " + eng.errors()[0].message;
       continue;
     }
     Result<CudnnBackendDesc> cfg = cudnn_desc_create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, s.ctx);
@@ -354,8 +422,8 @@ bool try_engine_scan(Search& s, int64_t engine_count, CudnnExecPlan& out) {
       s.log += "\n  " + label + ": " + cfg.errors()[0].message;
       continue;
     }
-    st = cudnnBackendSetAttribute(cfg->desc, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                  &eng->desc);
+    cudnnStatus_t st = cudnnBackendSetAttribute(cfg->desc, CUDNN_ATTR_ENGINECFG_ENGINE,
+                                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &eng->desc);
     if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(cfg->desc);
     if (st != CUDNN_STATUS_SUCCESS) {
       s.log += "\n  " + label + ": engine config with default knobs: " + status_text(st);
@@ -369,7 +437,76 @@ bool try_engine_scan(Search& s, int64_t engine_count, CudnnExecPlan& out) {
   return false;
 }
 
+// The finalized operation graph of raw_ops (h names the device, or opt.device_prop); its engine count (-1 when the
+// query fails) and a first log line.
+Result<CudnnBackendDesc> make_op_graph(cudnnHandle_t h, const std::string& ctx,
+                                       const std::vector<cudnnBackendDescriptor_t>& raw_ops,
+                                       const CudnnPlanOptions& opt, int64_t* engine_count, std::string* log) {
+  const std::string og_ctx = ctx + ", operation graph of " + std::to_string(raw_ops.size()) + " operations";
+  Result<CudnnBackendDesc> og = cudnn_desc_create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, og_ctx);
+  if (!og.ok()) return og;
+  // The handle names the device the graph is planned for; device-less planning names it with device_prop instead.
+  Status st = opt.device_prop ? ok_status()
+                              : cudnn_desc_set(*og, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, og_ctx);
+  if (st.ok())
+    st = cudnn_desc_set(*og, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                        static_cast<int64_t>(raw_ops.size()), raw_ops.data(), og_ctx);
+  // A graph no engine family can express fails here already (typically CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN).
+  if (st.ok()) st = cudnn_desc_finalize(*og, og_ctx);
+  if (!st.ok()) return st.errors();
+  int64_t n = 0;
+  const cudnnStatus_t cs = cudnnBackendGetAttribute(og->desc, CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT,
+                                                    CUDNN_TYPE_INT64, 1, &n, engine_count);
+  *log = "operation graph: " + (cs == CUDNN_STATUS_SUCCESS ? std::to_string(*engine_count) + " engine(s) (global count)"
+                                                           : "engine count query failed: " + status_text(cs));
+  if (cs != CUDNN_STATUS_SUCCESS) *engine_count = -1;
+  return og;
+}
+
 }  // namespace
+
+std::string cudnn_engine_id_str(const CudnnEngineId& id) {
+  std::string s = std::to_string(id.engine);
+  for (size_t i = 0; i < id.knobs.size(); ++i)
+    s += (i ? "," : ":") + std::to_string(id.knobs[i].first) + "=" + std::to_string(id.knobs[i].second);
+  return s;
+}
+
+bool cudnn_engine_id_parse(const std::string& s, CudnnEngineId* out) {
+  // Non-negative decimal for the engine and knob types; knob values may be negative (-1 is a common "auto").
+  auto num = [](const std::string& t, bool allow_minus, int64_t* v) {
+    size_t i = allow_minus && !t.empty() && t[0] == '-' ? 1 : 0;
+    if (i == t.size() || t.size() - i > 18) return false;
+    int64_t x = 0;
+    for (size_t j = i; j < t.size(); ++j) {
+      if (t[j] < '0' || t[j] > '9') return false;
+      x = x * 10 + (t[j] - '0');
+    }
+    *v = i ? -x : x;
+    return true;
+  };
+  CudnnEngineId id;
+  const size_t colon = s.find(':');
+  if (!num(s.substr(0, colon), false, &id.engine)) return false;
+  if (colon != std::string::npos) {
+    const std::string rest = s.substr(colon + 1);
+    size_t start = 0;
+    while (true) {
+      const size_t comma = rest.find(',', start);
+      const std::string kv = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      const size_t eq = kv.find('=');
+      int64_t k = 0, v = 0;
+      if (eq == std::string::npos || !num(kv.substr(0, eq), false, &k) || !num(kv.substr(eq + 1), true, &v))
+        return false;
+      id.knobs.emplace_back(k, v);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  if (cudnn_engine_id_str(id) != s) return false;  // canonical form only (no "+1", no leading zeros)
+  *out = std::move(id);
+  return true;
+}
 
 CudnnBackendDesc& CudnnBackendDesc::operator=(CudnnBackendDesc&& o) noexcept {
   if (this != &o) {
@@ -555,36 +692,22 @@ Result<CudnnExecPlan> cudnn_plan_build(cudnnHandle_t h, const std::string& graph
   std::vector<cudnnBackendDescriptor_t> raw_ops;
   for (auto& o : ops) raw_ops.push_back(o.desc);
   for (auto& o : ops) out.keep_alive.push_back(std::move(o));
-
-  const std::string og_ctx = ctx + ", operation graph of " + std::to_string(raw_ops.size()) + " operations";
-  Result<CudnnBackendDesc> og = cudnn_desc_create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, og_ctx);
+  Result<CudnnBackendDesc> og = make_op_graph(h, ctx, raw_ops, opt, &out.engine_global_count, &out.log);
   if (!og.ok()) return og.errors();
-  // The handle names the device the graph is planned for; device-less planning names it with device_prop instead.
-  Status st = opt.device_prop ? ok_status()
-                              : cudnn_desc_set(*og, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, og_ctx);
-  if (st.ok())
-    st = cudnn_desc_set(*og, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                        static_cast<int64_t>(raw_ops.size()), raw_ops.data(), og_ctx);
-  // A graph no engine family can express fails here already (typically CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN).
-  if (st.ok()) st = cudnn_desc_finalize(*og, og_ctx);
-  if (!st.ok()) return st.errors();
-
-  int64_t n = 0;
-  const cudnnStatus_t cs = cudnnBackendGetAttribute(og->desc, CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT,
-                                                    CUDNN_TYPE_INT64, 1, &n, &out.engine_global_count);
-  out.log = "operation graph: " + (cs == CUDNN_STATUS_SUCCESS
-                                       ? std::to_string(out.engine_global_count) + " engine(s) (global count)"
-                                       : "engine count query failed: " + status_text(cs));
-  if (cs != CUDNN_STATUS_SUCCESS) out.engine_global_count = -1;
 
   Search s;
   s.h = h;
   s.op_graph = &og.value();
   s.opt = opt;
   s.ctx = ctx;
-  bool found = try_heuristic(s, CUDNN_HEUR_MODE_A, out) || try_heuristic(s, CUDNN_HEUR_MODE_FALLBACK, out);
-  if (!found && opt.scan_all_engines && out.engine_global_count > 0)
-    found = try_engine_scan(s, out.engine_global_count, out);
+  bool found = false;
+  if (opt.pin) {
+    found = try_pinned(s, *opt.pin, out);
+  } else {
+    found = try_heuristic(s, CUDNN_HEUR_MODE_A, out) || try_heuristic(s, CUDNN_HEUR_MODE_FALLBACK, out);
+    if (!found && opt.scan_all_engines && out.engine_global_count > 0)
+      found = try_engine_scan(s, out.engine_global_count, out);
+  }
   out.log += s.log;
   if (!found)
     return Error{ErrCode::NotSupported, where_of(__FILE__, __LINE__),
@@ -592,6 +715,39 @@ Result<CudnnExecPlan> cudnn_plan_build(cudnnHandle_t h, const std::string& graph
                      (opt.deterministic ? "required" : "not required") + "):\n" + out.log};
   out.keep_alive.push_back(std::move(og.value()));
   return Result<CudnnExecPlan>(std::move(out));
+}
+
+Result<std::vector<CudnnEngineId>> cudnn_plan_candidates(cudnnHandle_t h, const std::string& graph,
+                                                         std::vector<CudnnBackendDesc> ops,
+                                                         std::vector<CudnnBackendDesc> tensors,
+                                                         const CudnnPlanOptions& opt, std::string* log) {
+  const std::string ctx = "cudnn graph '" + graph + "'";
+  if (!h && !opt.device_prop)
+    return Error{ErrCode::Invalid, where_of(__FILE__, __LINE__), ctx + ": null cuDNN handle (and no device_prop)"};
+  if (ops.empty()) return Error{ErrCode::Invalid, where_of(__FILE__, __LINE__), ctx + ": no operations"};
+  const std::vector<CudnnBackendDesc> keep = std::move(tensors);  // the operations reference them until we return
+  std::vector<cudnnBackendDescriptor_t> raw_ops;
+  for (auto& o : ops) raw_ops.push_back(o.desc);
+  int64_t engines = -1;
+  std::string text;
+  Result<CudnnBackendDesc> og = make_op_graph(h, ctx, raw_ops, opt, &engines, &text);
+  if (!og.ok()) return og.errors();
+  Search s;
+  s.h = h;
+  s.op_graph = &og.value();
+  s.opt = opt;
+  s.ctx = ctx;
+  std::vector<CudnnEngineId> ids;
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_B, CUDNN_HEUR_MODE_FALLBACK}) {
+    CudnnBackendDesc heur;
+    for (const CudnnBackendDesc& cfg : heuristic_configs(s, mode, &heur)) {
+      const CfgInfo info = read_cfg(cfg);
+      if (info.id.engine < 0 || filtered_out(opt, info)) continue;
+      if (std::find(ids.begin(), ids.end(), info.id) == ids.end()) ids.push_back(info.id);
+    }
+  }
+  if (log) *log = text + s.log + "\n" + std::to_string(ids.size()) + " distinct usable config(s)";
+  return ids;
 }
 
 std::string cudnn_plan_describe(const CudnnExecPlan& p) {

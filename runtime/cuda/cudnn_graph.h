@@ -17,6 +17,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/util/error.h"
@@ -75,6 +76,18 @@ CudnnTensorSpec cudnn_tensor_nhwc(int64_t uid, cudnnDataType_t dtype, int64_t n,
 std::string cudnn_tensor_str(const CudnnTensorSpec& s);
 Result<CudnnBackendDesc> cudnn_tensor_make(const CudnnTensorSpec& s, const std::string& context);
 
+// One engine config named by what identifies it across processes (an autotune cache keeps it): the engine's global
+// index within the operation graph and its knob choices (cudnnBackendKnobType_t as an int, value), in the order
+// cuDNN reports them. Only meaningful for the graph (and cuDNN version, GPU) it was read from.
+struct CudnnEngineId {
+  int64_t engine = -1;
+  std::vector<std::pair<int64_t, int64_t>> knobs;
+  bool operator==(const CudnnEngineId& o) const { return engine == o.engine && knobs == o.knobs; }
+};
+// "12" or "12:2=3,14=4" (engine, then knob=value pairs); parse accepts exactly what str writes.
+std::string cudnn_engine_id_str(const CudnnEngineId& id);
+bool cudnn_engine_id_parse(const std::string& s, CudnnEngineId* out);
+
 // How the plan builder chooses among engine configs.
 struct CudnnPlanOptions {
   bool deterministic = false;            // skip engines noted CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
@@ -86,6 +99,9 @@ struct CudnnPlanOptions {
   // used by the heuristics, engines and plan instead of the handle's device (the handle may then be null). Lets a
   // machine without a GPU check which engines would serve a graph; the plan still executes only on such a device.
   const CudnnBackendDesc* device_prop = nullptr;
+  // When set: build exactly this engine config (engine index + knob choices, e.g. from an autotune cache) instead of
+  // searching; the filters above still apply, and a config cuDNN refuses is NotSupported with the reason.
+  const CudnnEngineId* pin = nullptr;
 };
 
 // A finalized execution plan and what was learnt choosing it. Keeps every descriptor the plan was built from alive
@@ -100,6 +116,7 @@ struct CudnnExecPlan {
   int64_t engine_index = -1;     // CUDNN_ATTR_ENGINE_GLOBAL_INDEX of the chosen engine (-1: unknown)
   std::string source;            // "heuristic A", "heuristic FALLBACK" or "engine scan", and the config's rank there
   std::string knobs;             // "knob 2=3 knob 14=4 ..." (CUDNN_KNOB_TYPE_* ids), or why they are unknown
+  CudnnEngineId id;              // the chosen config as cudnn_plan_build's pin takes it (engine -1: unknown)
   std::string notes;             // numerical and behaviour notes, e.g. "tensor core, runtime compilation"
   bool nondeterministic = false; // the engine carries CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
   bool runtime_compiled = false; // CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION
@@ -113,6 +130,15 @@ struct CudnnExecPlan {
 // NotSupported with the whole log when none does.
 Result<CudnnExecPlan> cudnn_plan_build(cudnnHandle_t h, const std::string& graph, std::vector<CudnnBackendDesc> ops,
                                        std::vector<CudnnBackendDesc> tensors, const CudnnPlanOptions& opt);
+
+// The distinct engine configs heuristics A, B and FALLBACK propose for the graph of `ops` (in that order, each
+// config once), that pass opt's determinism and precision filters, as ids for cudnn_plan_build's pin: what an
+// autotune measures. No execution plan is built (workspace and plan refusals show when each is pinned). opt.pin is
+// ignored. `log` (may be nullptr) gets each heuristic's answer.
+Result<std::vector<CudnnEngineId>> cudnn_plan_candidates(cudnnHandle_t h, const std::string& graph,
+                                                         std::vector<CudnnBackendDesc> ops,
+                                                         std::vector<CudnnBackendDesc> tensors,
+                                                         const CudnnPlanOptions& opt, std::string* log = nullptr);
 
 // One line: "engine 12 (heuristic A #0), knobs ..., notes ..., workspace N B, M engines in the graph".
 std::string cudnn_plan_describe(const CudnnExecPlan& p);

@@ -296,6 +296,9 @@ std::string conv_algorithms_text(const YAML::Node& train, BackendKind be, const 
   std::string s = conv_algorithms_base(train, be, facts);
   if (be == BackendKind::Cpu || !facts || !facts->has_conv) return s;
   const ConvAlgoSources& c = facts->conv;
+  if (c.graph_engines > 0)
+    s += "; " + std::to_string(c.graph_engines) +
+         " of them cuDNN graph-API engine configs (measured faster than every legacy algorithm)";
   if (c.bn_grad_folded > 0)
     s += "; " + std::to_string(c.bn_grad_folded) +
          " batch norms' backward dx computed in the few-channel weight gradient";

@@ -437,6 +437,20 @@ TEST_CASE("run.json's conv -> batch norm statistics counts (train.conv_bn_stats)
   REQUIRE_FALSE(bad_grad.ok());
   CHECK_THAT(bad_grad.error_text(), Catch::Contains("conv_algorithms.bn_grad_folded"));
   CHECK_THAT(with_grad, !Catch::Contains("bn_backward"));  // train.conv_bn_backward: separate writes none
+  CHECK_THAT(with_grad, !Catch::Contains("graph_engines"));  // written only when a plan runs a graph-API config
+  f.conv.graph_engines = 3;
+  const std::string with_engines = run_facts_json(f);
+  CHECK_THAT(with_engines, Catch::Contains("\"graph_engines\": 3"));
+  Result<RunFacts> back_engines = run_facts_parse(with_engines, "run.json");
+  REQUIRE(back_engines.ok());
+  CHECK(back_engines->conv.graph_engines == 3);
+  CHECK(old->conv.graph_engines == 0);
+  Result<RunFacts> bad_engines = run_facts_parse(
+      R"({"backend": "cuda", "conv_algorithms": {"from_cache": 1, "from_heuristics": 0, "graph_engines": -1}})",
+      "run.json");
+  REQUIRE_FALSE(bad_engines.ok());
+  CHECK_THAT(bad_engines.error_text(), Catch::Contains("conv_algorithms.graph_engines"));
+  f.conv.graph_engines = 0;
   f.conv.bn_bwd_mode = "fused";
   f.conv.bn_bwd_fused = 7;
   f.conv.bn_bwd_separate = 6;

@@ -145,7 +145,7 @@ TEST_CASE("run.json counts the cuDNN conv plans from the heuristics, the autotun
     CHECK(f.conv.from_heuristics == plans);
     CHECK(std::string(conv_algo_source(f.conv)) == "heuristics");
   }
-  REQUIRE_OK(conv_autotune_spec(c, cache, nullptr));
+  REQUIRE_OK(conv_autotune_spec(c, cache, true, nullptr));
   {  // autotuned: every plan from the cache
     const RunFacts f = train_facts(spec);
     CHECK(f.conv.cache_exists);
@@ -187,7 +187,7 @@ TEST_CASE("after autotune every cuDNN conv plan of an fp16 AMP run comes from th
     const RunFacts before = train_facts(spec);
     CHECK(before.conv.from_cache == 0);
     heuristic_plans[mode] = before.conv.from_heuristics;
-    REQUIRE_OK(conv_autotune_spec(compiled_of(spec), cache, nullptr));
+    REQUIRE_OK(conv_autotune_spec(compiled_of(spec), cache, true, nullptr));
     const RunFacts after = train_facts(spec);
     CHECK(after.conv.cache_exists);
     CHECK(after.conv.from_cache == before.conv.from_heuristics);

@@ -7,6 +7,7 @@
 // fp32 accumulation, so only output rounding and intermediate roundings of partials remain: acc 2u, rel 1e-2.
 #include <unistd.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <fstream>
 
 #include "runtime/cuda/conv_autotune.h"
+#include "runtime/cuda/cudnn_fused_conv.h"
 #include "runtime/ops/conv2d/conv2d.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/support/gradcheck.h"
@@ -169,6 +171,7 @@ TEST_CASE("autotuned conv algorithms survive the cache file and cached plans run
     const ConvAlgoChoice& l = loaded.value().entries.at(key);
     CHECK(l.algo == c.algo);
     CHECK(l.math == c.math);
+    CHECK(l.engine == c.engine);
     CHECK(l.workspace == c.workspace);
     CHECK(std::fabs(l.ms - c.ms) <= 1e-5f * std::max(1.0f, c.ms));
   }
@@ -186,8 +189,15 @@ TEST_CASE("autotuned conv algorithms survive the cache file and cached plans run
         const ConvAlgoChoice& c = loaded.value().entries.at(autotune_key(dev, dir, d));
         const ConvDirPlan got = cudnn_conv_plan_dir(plan.value(), dir);
         INFO(conv_dir_name(dir));
-        CHECK(got.algo == c.algo);
-        CHECK(static_cast<int>(got.math) == c.math);
+        if (c.engine.engine >= 0) {  // a graph-API config won the autotune (f16 only): the plan runs exactly it
+          CHECK(m->io == GpuDType::F16);
+          REQUIRE(got.graph != nullptr);
+          CHECK(got.graph->id == c.engine);
+        } else {
+          CHECK(got.graph == nullptr);
+          CHECK(got.algo == c.algo);
+          CHECK(static_cast<int>(got.math) == c.math);
+        }
         CHECK(got.ws == c.workspace);
       }
       const Inputs in = make_inputs(g, m->io != GpuDType::F32, ++seed);
@@ -229,7 +239,7 @@ TEST_CASE("a cache entry that cannot run these descriptors is an error naming th
   auto refused = [&](ConvDir dir, int algo, int math) {
     AutotuneCache c;
     const std::string key = autotune_key(dev, dir, d);
-    c.entries[key] = ConvAlgoChoice{algo, math, 0, 0.1f};
+    c.entries[key] = ConvAlgoChoice{algo, math, 0, 0.1f, {}};
     auto plan = cudnn_conv_plan_cached(ctx.cudnn, d, c);
     INFO(key << " algo " << algo << " math " << math);
     REQUIRE_FALSE(plan.ok());
@@ -246,13 +256,13 @@ TEST_CASE("a cache entry that cannot run these descriptors is an error naming th
   AutotuneCache other;
   ConvDesc d2 = d;
   d2.g.n += 1;
-  other.entries[autotune_key(dev, ConvDir::Fwd, d2)] = ConvAlgoChoice{99, CUDNN_FMA_MATH, 0, 0.1f};
+  other.entries[autotune_key(dev, ConvDir::Fwd, d2)] = ConvAlgoChoice{99, CUDNN_FMA_MATH, 0, 0.1f, {}};
   REQUIRE_OK(cudnn_conv_plan_cached(ctx.cudnn, d, other));
   // FFT with NHWC tensors and stride 2 is outside what cuDNN documents for FFT; its workspace query should refuse.
   AutotuneCache fft;
   const ConvDesc ds = desc(cases()[1].second, kF32, true);
   const std::string key = autotune_key(dev, ConvDir::Fwd, ds);
-  fft.entries[key] = ConvAlgoChoice{CUDNN_CONVOLUTION_FWD_ALGO_FFT, CUDNN_FMA_MATH, 0, 0.1f};
+  fft.entries[key] = ConvAlgoChoice{CUDNN_CONVOLUTION_FWD_ALGO_FFT, CUDNN_FMA_MATH, 0, 0.1f, {}};
   auto plan = cudnn_conv_plan_cached(ctx.cudnn, ds, fft);
   if (plan.ok()) {
     WARN("cuDNN's workspace query accepted FFT for NHWC stride 2 (" << cudnn_conv_describe(plan.value()) << ")");
@@ -269,7 +279,8 @@ TEST_CASE("a garbled autotune cache file is an error naming file:line", "[kernel
   dev.gpu = "NVIDIA_H200", dev.cudnn_version = 91900, dev.cc_major = 9, dev.cc_minor = 0;
   const std::string good = autotune_key(dev, ConvDir::Fwd, desc(cases()[0].second, kF16, true)) +
                            " -> algo=1 math=1 ws=4096 ms=0.0125\n";
-  const std::string header = "# trctl conv autotune v1\n";
+  const std::string header = "# trctl conv autotune v2\n";
+  const std::string engine_line = std::string(good).replace(good.find("algo=1 math=1"), 13, "engine=7:2=3,15=-1");
   struct Bad {
     const char* what;
     std::string text;
@@ -278,7 +289,7 @@ TEST_CASE("a garbled autotune cache file is an error naming file:line", "[kernel
   };
   const Bad bads[] = {
       {"no header", good, 1, "first line"},
-      {"newer version", "# trctl conv autotune v2\n" + good, 1, "unsupported"},
+      {"newer version", "# trctl conv autotune v3\n" + good, 1, "unsupported"},
       {"no arrow", header + good + "gpu=x what\n", 3, "garbled"},
       {"bad direction", header + "\n# comment\n" + std::string(good).replace(good.find("dir=fwd"), 7, "dir=up"), 4,
        "dir"},
@@ -289,6 +300,14 @@ TEST_CASE("a garbled autotune cache file is an error naming file:line", "[kernel
       {"not canonical", header + std::string(good).replace(good.find("n=8 "), 4, "n=08 "), 2, "canonical"},
       {"duplicate", header + good + good, 3, "duplicate"},
       {"empty file", "", 0, "empty"},
+      {"engine entry in a v1 file", "# trctl conv autotune v1\n" + engine_line, 2, "value"},
+      {"engine id not canonical", header + std::string(engine_line).replace(engine_line.find("7:"), 2, "07:"), 2,
+       "engine="},
+      {"engine id with a dangling knob", header + std::string(engine_line).replace(engine_line.find("15=-1"), 5, "15"),
+       2, "engine="},
+      {"engine entry with a math field", header + std::string(engine_line).replace(engine_line.find(" ws="), 0,
+                                                                                     " math=1"),
+       2, "value"},
   };
   for (const Bad& b : bads) {
     INFO(b.what);
@@ -305,8 +324,141 @@ TEST_CASE("a garbled autotune cache file is an error naming file:line", "[kernel
   REQUIRE(c.value().entries.size() == 1);
   CHECK(c.value().entries.begin()->second.workspace == 4096);
   CHECK(autotune_cache_format(c.value()) == header + good);
+  // A v1 file (legacy entries only) still loads, and is written back as v2.
+  write_text(path, "# trctl conv autotune v1\n" + good);
+  auto v1 = autotune_cache_load(path);
+  REQUIRE_OK(v1);
+  CHECK(autotune_cache_format(v1.value()) == header + good);
+  // A graph-API engine entry round-trips: engine index and knob choices, negative knob values included.
+  write_text(path, header + engine_line);
+  auto e = autotune_cache_load(path);
+  REQUIRE_OK(e);
+  const ConvAlgoChoice& ec = e.value().entries.begin()->second;
+  CHECK(ec.engine.engine == 7);
+  CHECK(ec.engine.knobs == std::vector<std::pair<int64_t, int64_t>>{{2, 3}, {15, -1}});
+  CHECK(autotune_cache_format(e.value()) == header + engine_line);
   // A missing file is an empty cache.
   auto missing = autotune_cache_load(tmp.file("absent.txt"));
   REQUIRE_OK(missing);
   CHECK(missing.value().entries.empty());
+}
+
+TEST_CASE("graph-API engine configs of a plain convolution run each direction like the reference, pinned through "
+          "the plan, replayed from a captured CUDA graph bitwise",
+          "[kernel][conv2d][autotune][convgraph]") {
+  CudaContext ctx = make_context();
+  uint64_t seed = 9100;
+  for (const bool det : {true, false})
+    for (const auto& [name, g] : cases()) {
+      const ConvDesc d = desc(g, kF16, det);
+      std::array<std::vector<CudnnEngineId>, 3> ids;
+      for (ConvDir dir : kConvDirs) {
+        ConvGraphDesc gd;
+        gd.g = g, gd.io = GpuDType::F16, gd.dir = dir;
+        gd.plan.deterministic = det;
+        std::string log;
+        auto c = conv_graph_candidates(ctx.cudnn, gd, &log);
+        INFO(name << " " << conv_dir_name(dir) << (det ? " deterministic" : "") << "\n" << log);
+        REQUIRE_OK(c);
+        REQUIRE_FALSE(c.value().empty());
+        ids[static_cast<int>(dir)] = c.value();
+        std::printf("  %s %s%s: %zu graph-API configs\n", name, conv_dir_name(dir), det ? " det" : "",
+                    c.value().size());
+      }
+      // Up to three configs per direction, each direction pinned through cudnn_conv_plan_fixed.
+      for (size_t i = 0; i < 3; ++i) {
+        std::array<ConvAlgoFixed, 3> fixed;
+        bool any = false;
+        for (ConvDir dir : kConvDirs) {
+          const auto& v = ids[static_cast<int>(dir)];
+          if (i >= v.size()) continue;
+          fixed[static_cast<int>(dir)].engine = v[i];
+          fixed[static_cast<int>(dir)].origin = "test config #" + std::to_string(i);
+          any = true;
+        }
+        if (!any) break;
+        auto plan = cudnn_conv_plan_fixed(ctx.cudnn, d, fixed);
+        if (!plan.ok()) {  // a heuristic may list a config whose plan cuDNN then refuses: say so, try the next
+          WARN("config #" << i << " refused for " << name << ": " << plan.error_text().substr(0, 400));
+          CHECK(plan.error_text().find("test config #") != std::string::npos);
+          continue;
+        }
+        const std::string tag = std::string(name) + (det ? " det" : "") + " config #" + std::to_string(i);
+        INFO(tag << ": " << cudnn_conv_describe(plan.value()));
+        for (ConvDir dir : kConvDirs) {
+          const ConvDirPlan dp = cudnn_conv_plan_dir(plan.value(), dir);
+          if (fixed[static_cast<int>(dir)].engine.engine < 0) continue;
+          REQUIRE(dp.graph != nullptr);
+          CHECK(dp.graph->id == fixed[static_cast<int>(dir)].engine);
+          if (det) CHECK_FALSE(dp.graph->nondeterministic);
+        }
+        const Inputs in = make_inputs(g, true, ++seed);
+        const auto eager = run_and_check(ctx, plan.value(), kF16, in, tag);
+        if (det) {
+          const auto again = run_and_check(ctx, plan.value(), kF16, in, tag);
+          for (size_t k = 0; k < eager.size(); ++k)
+            CHECK_RESULT(compare_bitwise("graph-API conv rerun output " + std::to_string(k) + " " + tag,
+                                         eager[k].data(), again[k].data(), eager[k].size(), 2));
+        }
+      }
+    }
+  // Replay: the forward and weight gradient of the first geometry's first configs, captured, equal the eager run.
+  const Conv2dGeom& g = cases()[0].second;
+  const ConvDesc d = desc(g, kF16, true);
+  std::array<ConvAlgoFixed, 3> fixed;
+  for (ConvDir dir : kConvDirs) {
+    ConvGraphDesc gd;
+    gd.g = g, gd.io = GpuDType::F16, gd.dir = dir, gd.plan.deterministic = true;
+    auto c = conv_graph_candidates(ctx.cudnn, gd);
+    REQUIRE_OK(c);
+    fixed[static_cast<int>(dir)].engine = c.value().front();
+  }
+  auto plan = cudnn_conv_plan_fixed(ctx.cudnn, d, fixed);
+  REQUIRE_OK(plan);
+  const Inputs in = make_inputs(g, true, 9999);
+  DevBuf x = to_device_as(GpuDType::F16, in.x), w = to_device_as(GpuDType::F16, in.w);
+  DevBuf dy = to_device_as(GpuDType::F16, in.dy);
+  const size_t ny = in.dy.size(), nw = in.w.size(), wsb = cudnn_conv_workspace_bytes(plan.value());
+  DevBuf y(ny * 2), dw(nw * 2), y2(ny * 2), dw2(nw * 2), ws(wsb);
+  auto enqueue = [&](void* yo, void* dwo) -> Status {
+    if (Status st = cudnn_conv_fwd(ctx.cudnn, ctx.stream, plan.value(), x.get(), w.get(), nullptr, yo, ws.get(), wsb);
+        !st)
+      return st;
+    return cudnn_conv_wgrad(ctx.cudnn, ctx.stream, plan.value(), dy.get(), x.get(), dwo, ws.get(), wsb);
+  };
+  REQUIRE_OK(enqueue(y.get(), dw.get()));
+  sync_ok(ctx);
+  cudaGraphExec_t exec = capture_graph(ctx, [&] { return enqueue(y2.get(), dw2.get()); });
+  REQUIRE_CUDA(cudaGraphLaunch(exec, ctx.stream));
+  sync_ok(ctx);
+  REQUIRE_CUDA(cudaGraphExecDestroy(exec));
+  CHECK_RESULT(compare_bitwise("graph-API conv fwd replayed", from_device<uint8_t>(y.get(), ny * 2).data(),
+                               from_device<uint8_t>(y2.get(), ny * 2).data(), ny * 2, 2));
+  CHECK_RESULT(compare_bitwise("graph-API conv wgrad replayed", from_device<uint8_t>(dw.get(), nw * 2).data(),
+                               from_device<uint8_t>(dw2.get(), nw * 2).data(), nw * 2, 2));
+}
+
+TEST_CASE("a graph-API cache entry cuDNN cannot build, or for an f32 conv, is an error naming the entry",
+          "[kernel][conv2d][autotune][convgraph]") {
+  CudaContext ctx = make_context();
+  const AutotuneDevice dev = current_device();
+  for (const Mode* m : {&kF16, &kF32}) {
+    const ConvDesc d = desc(cases()[0].second, *m, true);
+    AutotuneCache c;
+    const std::string key = autotune_key(dev, ConvDir::Wgrad, d);
+    ConvAlgoChoice choice;
+    choice.engine.engine = 100000;  // no graph has that many engines
+    c.entries[key] = choice;
+    auto plan = cudnn_conv_plan_cached(ctx.cudnn, d, c);
+    INFO(m->name);
+    REQUIRE_FALSE(plan.ok());
+    CHECK(plan.error_text().find(key) != std::string::npos);
+    CHECK(plan.error_text().find("engine config 100000") != std::string::npos);
+  }
+  // An autotune with the graph-API configs still writes an entry per direction, each of which plans.
+  AutotuneCache measured;
+  const ConvDesc d = desc(cases()[1].second, kF16, false);
+  REQUIRE_OK(cudnn_conv_autotune(ctx.cudnn, d, measured, size_t{256} << 20, true));
+  CHECK(measured.entries.size() == 3);
+  REQUIRE_OK(cudnn_conv_plan_cached(ctx.cudnn, d, measured));
 }

@@ -363,7 +363,7 @@ TEST_CASE("a 7x7/2 stem trains under fp16 AMP with conv_s2d on like off, each pl
     const fs::path dir = scratch.path / mode;
     fs::create_directories(dir);
     cache_of[mode] = (dir / "conv_autotune.txt").string();
-    REQUIRE_OK(conv_autotune_spec(compiled_of(stem_spec(dir / "runs", mode)), cache_of[mode], nullptr));
+    REQUIRE_OK(conv_autotune_spec(compiled_of(stem_spec(dir / "runs", mode)), cache_of[mode], true, nullptr));
     Result<AutotuneCache> cache = autotune_cache_load(cache_of[mode]);
     REQUIRE_OK(cache);
     INFO("conv_s2d " << mode);
