@@ -35,7 +35,8 @@
 #             (epochlen.tar.gz; the steady img/s of each run in summary.txt). Run after autotune.
 #   cnnacc    configs/cnn_fmnist.yaml trained to the end (test accuracy; CNNACC_EPOCHS to change)
 #   autotune  trctl bench CFG --autotune for each of CNN_MODELS (the cache in $TRCTL_AUTOTUNE_CACHE, used by the
-#             stages after it; without this stage runs use cuDNN's heuristics)
+#             stages after it; without this stage runs use cuDNN's heuristics); AUTOTUNE_ARGS: more flags (e.g.
+#             --legacy-only: no graph-API engine configs), AUTOTUNE_TIMEOUT (s, default 240)
 #   layers    trctl bench CFG --layers for each of LAYER_MODELS (default: mlp, then CNN_MODELS; LAYER_VARIANTS: '|'-
 #             separated override sets each CNN is profiled with too, e.g. "train.conv_bn_stats=auto" with
 #             CNN_EXTRA="train.deterministic=false"): per-node times of
@@ -178,8 +179,8 @@ rm -f "$TRCTL_AUTOTUNE_CACHE"
 mkdir -p /tmp/prof
 if has autotune; then
   for m in ${CNN_MODELS:-resnet50 vgg16bn resnet18}; do
-    timeout 240 "$BIN/trctl" bench "configs/$m.yaml" --autotune data.synthetic.train_size=512 \
-      data.synthetic.val_size=256 ${CNN_EXTRA:-} >"/tmp/prof/autotune_$m.txt" 2>&1
+    timeout "${AUTOTUNE_TIMEOUT:-240}" "$BIN/trctl" bench "configs/$m.yaml" --autotune ${AUTOTUNE_ARGS:-} \
+      data.synthetic.train_size=512 data.synthetic.val_size=256 ${CNN_EXTRA:-} >"/tmp/prof/autotune_$m.txt" 2>&1
     echo "trctl autotune $m: rc $? :: $(tail -n 1 "/tmp/prof/autotune_$m.txt")" >>"$SUM"
   done
 fi
