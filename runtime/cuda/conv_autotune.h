@@ -13,7 +13,8 @@
 // engine's global index and its knob choices; graph (p) of cudnn_fused_conv.h); then its workspace bytes and
 // measured milliseconds (informational). Blank lines and lines starting with '#' after the header are comments.
 // Any other line that is not exactly one canonical entry, a duplicate key, or a missing or different header is an
-// error naming file:line. Version 1 files (legacy entries only) are read as they are; saving writes version 2.
+// error naming file:line. Version 1 files (legacy entries only) are read as they are; saving writes version 1 while
+// every entry is a legacy one (what older builds read), version 2 once an engine entry is in.
 #pragma once
 #include <cudnn.h>
 
@@ -68,11 +69,13 @@ Status autotune_cache_save(const std::string& path, const AutotuneCache& c);
 // determinism, workspace), replacing older entries of the same keys. With `engines` (f16/bf16, groups 1 only), each
 // direction's graph-API engine configs (conv_graph_candidates: heuristics A, B and FALLBACK, the same determinism
 // and fp32-accumulation filters) are timed too, next to the legacy winner in the same loop (events around
-// kAutotuneReps runs after a warm-up), and a config that beats it by more than kAutotuneMargin is recorded instead.
+// kAutotuneReps runs after a warm-up, the best re-timed against the legacy winner, medians of three), and a config
+// that beats it by more than kAutotuneMargin and gives the same output (1e-2 relative) is recorded instead.
 // Synchronizes the device; not capturable.
 Status cudnn_conv_autotune(cudnnHandle_t h, const ConvDesc& d, AutotuneCache& cache,
                            size_t max_workspace = size_t{256} << 20, bool engines = true);
 constexpr int kAutotuneReps = 5;           // timed runs per candidate in the engine comparison
+constexpr int kAutotuneMaxPerHeuristic = 10;  // graph-API configs taken from each of heuristics A, B, FALLBACK
 constexpr double kAutotuneMargin = 0.02;   // a graph-API config must be this much faster than the legacy winner
 
 // Plan like cudnn_conv_plan, but each direction found in the cache uses the cached choice (validated: cuDNN must

@@ -589,27 +589,31 @@ Result<CudnnExecPlan> conv_graph_plan(cudnnHandle_t h, const ConvGraphDesc& desc
 }
 
 Result<std::vector<CudnnEngineId>> conv_graph_candidates(cudnnHandle_t h, const ConvGraphDesc& desc,
-                                                         std::string* log) {
+                                                         std::string* log, int max_per_heuristic) {
   ConvGraphDesc d = desc;
   const std::string name = conv_graph_name(d);
   Builder b;
   b.ctx = "cudnn graph '" + name + "'";
   if (Status st = build_conv_graph(b, d); !st.ok()) return st.errors();
-  return cudnn_plan_candidates(h, name, std::move(b.ops), std::move(b.keep), d.plan, log);
+  return cudnn_plan_candidates(h, name, std::move(b.ops), std::move(b.keep), d.plan, log, max_per_heuristic);
 }
 
-Status conv_graph_run(cudnnHandle_t h, cudaStream_t s, const CudnnExecPlan& p, ConvDir dir, const void* a,
-                      const void* b, void* out, void* ws, size_t ws_bytes) {
+Result<CudnnBackendDesc> conv_graph_pack(const CudnnExecPlan& p, ConvDir dir, const void* a, const void* b, void* out,
+                                         void* ws, size_t ws_bytes) {
   if (!a || !b || !out)
-    return fused_error(ErrCode::Invalid, "conv_graph_run (" + p.graph + "): null pointer", __FILE__, __LINE__);
+    return fused_error(ErrCode::Invalid, "conv_graph_pack (" + p.graph + "): null pointer", __FILE__, __LINE__);
   // (x, w, y) by direction: fwd (a, b, out), dgrad (out, b, a), wgrad (b, out, a). cuDNN only reads the inputs.
   void* const ca = const_cast<void*>(a);
   void* const cb = const_cast<void*>(b);
   const std::vector<void*> ptrs = dir == ConvDir::Fwd     ? std::vector<void*>{ca, cb, out}
                                   : dir == ConvDir::Dgrad ? std::vector<void*>{out, cb, ca}
                                                           : std::vector<void*>{cb, out, ca};
-  Result<CudnnBackendDesc> pack =
-      cudnn_variant_pack_make(p, {kConvGraphUidX, kConvGraphUidW, kConvGraphUidY}, ptrs, ws, ws_bytes);
+  return cudnn_variant_pack_make(p, {kConvGraphUidX, kConvGraphUidW, kConvGraphUidY}, ptrs, ws, ws_bytes);
+}
+
+Status conv_graph_run(cudnnHandle_t h, cudaStream_t s, const CudnnExecPlan& p, ConvDir dir, const void* a,
+                      const void* b, void* out, void* ws, size_t ws_bytes) {
+  Result<CudnnBackendDesc> pack = conv_graph_pack(p, dir, a, b, out, ws, ws_bytes);
   if (!pack.ok()) return pack.errors();
   return cudnn_plan_execute(h, s, p, pack.value());
 }

@@ -197,11 +197,15 @@ enum ConvGraphUid : int64_t { kConvGraphUidX = 41, kConvGraphUidW = 42, kConvGra
 // "conv_fwd f16 N=256 56x56 C=256 -> K=256 3x3 ..." (conv_dgrad, conv_wgrad).
 std::string conv_graph_name(const ConvGraphDesc& d);
 Result<CudnnExecPlan> conv_graph_plan(cudnnHandle_t h, const ConvGraphDesc& d);
-// The distinct usable engine configs of d's graph (cudnn_plan_candidates), for an autotune to pin one by one.
+// The distinct usable engine configs of d's graph (cudnn_plan_candidates, at most max_per_heuristic from each
+// heuristic, 0 = all), for an autotune to pin one by one.
 Result<std::vector<CudnnEngineId>> conv_graph_candidates(cudnnHandle_t h, const ConvGraphDesc& d,
-                                                         std::string* log = nullptr);
-// Runs plan p of direction dir: a = x (fwd) or dy (dgrad, wgrad); b = w (fwd, dgrad) or x (wgrad); out = y, dx or dw
-// (overwritten). Builds the variant pack each call (capturable; run it once before capturing).
+                                                         std::string* log = nullptr, int max_per_heuristic = 0);
+// The variant pack of plan p (direction dir): a = x (fwd) or dy (dgrad, wgrad); b = w (fwd, dgrad) or x (wgrad);
+// out = y, dx or dw (overwritten by the execution).
+Result<CudnnBackendDesc> conv_graph_pack(const CudnnExecPlan& p, ConvDir dir, const void* a, const void* b, void* out,
+                                         void* ws, size_t ws_bytes);
+// Builds that pack and runs p on s (capturable; run it once before capturing).
 Status conv_graph_run(cudnnHandle_t h, cudaStream_t s, const CudnnExecPlan& p, ConvDir dir, const void* a,
                       const void* b, void* out, void* ws, size_t ws_bytes);
 

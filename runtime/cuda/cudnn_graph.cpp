@@ -3,6 +3,7 @@
 #include "runtime/cuda/cudnn_graph.h"
 
 #include <algorithm>
+#include <charconv>
 #include <utility>
 
 namespace trctl {
@@ -171,6 +172,7 @@ void read_knobs(const CudnnBackendDesc& cfg, CfgInfo& info) {
          (ok ? "knob " + std::to_string(static_cast<int>(type)) + "=" + std::to_string(value) : std::string("knob ?"));
   }
   info.knobs = s.empty() ? "no knobs" : s;
+  if (n > CUDNN_KNOB_TYPE_COUNTS) all_read = false;  // a newer library than these headers: knobs cut off
   if (!all_read) info.id.knobs.clear(), info.id.engine = -2;  // marks the id unusable (read_cfg keeps it at -1)
 }
 
@@ -402,6 +404,7 @@ bool try_pinned(Search& s, const CudnnEngineId& id, CudnnExecPlan& out) {
     return false;
   }
   if (!try_config(s, std::move(cfg.value()), label, out)) return false;
+  out.id = id;  // what was asked for (and measured), whatever order cuDNN reports the knobs back in
   out.keep_alive.push_back(std::move(eng.value()));
   for (auto& k : knobs) out.keep_alive.push_back(std::move(k));
   return true;
@@ -473,17 +476,14 @@ std::string cudnn_engine_id_str(const CudnnEngineId& id) {
 }
 
 bool cudnn_engine_id_parse(const std::string& s, CudnnEngineId* out) {
-  // Non-negative decimal for the engine and knob types; knob values may be negative (-1 is a common "auto").
+  // Decimal int64 (the whole range, overflow refused); the engine and knob types non-negative, knob values may be
+  // negative (-1 is a common "auto"). from_chars takes no '+' and no spaces; the canonical check below rejects
+  // leading zeros and "-0".
   auto num = [](const std::string& t, bool allow_minus, int64_t* v) {
-    size_t i = allow_minus && !t.empty() && t[0] == '-' ? 1 : 0;
-    if (i == t.size() || t.size() - i > 18) return false;
-    int64_t x = 0;
-    for (size_t j = i; j < t.size(); ++j) {
-      if (t[j] < '0' || t[j] > '9') return false;
-      x = x * 10 + (t[j] - '0');
-    }
-    *v = i ? -x : x;
-    return true;
+    if (t.empty() || (!allow_minus && t[0] == '-')) return false;
+    const char* end = t.data() + t.size();
+    const std::from_chars_result r = std::from_chars(t.data(), end, *v);
+    return r.ec == std::errc() && r.ptr == end;
   };
   CudnnEngineId id;
   const size_t colon = s.find(':');
@@ -720,7 +720,8 @@ Result<CudnnExecPlan> cudnn_plan_build(cudnnHandle_t h, const std::string& graph
 Result<std::vector<CudnnEngineId>> cudnn_plan_candidates(cudnnHandle_t h, const std::string& graph,
                                                          std::vector<CudnnBackendDesc> ops,
                                                          std::vector<CudnnBackendDesc> tensors,
-                                                         const CudnnPlanOptions& opt, std::string* log) {
+                                                         const CudnnPlanOptions& opt, std::string* log,
+                                                         int max_per_heuristic) {
   const std::string ctx = "cudnn graph '" + graph + "'";
   if (!h && !opt.device_prop)
     return Error{ErrCode::Invalid, where_of(__FILE__, __LINE__), ctx + ": null cuDNN handle (and no device_prop)"};
@@ -738,15 +739,31 @@ Result<std::vector<CudnnEngineId>> cudnn_plan_candidates(cudnnHandle_t h, const 
   s.opt = opt;
   s.ctx = ctx;
   std::vector<CudnnEngineId> ids;
+  int over_ws = 0;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_B, CUDNN_HEUR_MODE_FALLBACK}) {
     CudnnBackendDesc heur;
+    int taken = 0;
     for (const CudnnBackendDesc& cfg : heuristic_configs(s, mode, &heur)) {
+      if (max_per_heuristic > 0 && taken >= max_per_heuristic) break;
       const CfgInfo info = read_cfg(cfg);
       if (info.id.engine < 0 || filtered_out(opt, info)) continue;
-      if (std::find(ids.begin(), ids.end(), info.id) == ids.end()) ids.push_back(info.id);
+      // The config's workspace, when cuDNN reports it before a plan is built: skip what cannot fit.
+      int64_t ws = 0, n = 0;
+      if (cudnnBackendGetAttribute(cfg.desc, CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws) ==
+              CUDNN_STATUS_SUCCESS &&
+          n == 1 && ws > opt.max_workspace) {
+        ++over_ws;
+        continue;
+      }
+      if (std::find(ids.begin(), ids.end(), info.id) != ids.end()) continue;
+      ids.push_back(info.id);
+      ++taken;
     }
   }
-  if (log) *log = text + s.log + "\n" + std::to_string(ids.size()) + " distinct usable config(s)";
+  last_error_clear();  // the workspace queries may leave messages behind
+  if (log)
+    *log = text + s.log + "\n" + std::to_string(ids.size()) + " distinct usable config(s)" +
+           (over_ws ? ", " + std::to_string(over_ws) + " over the workspace limit" : "");
   return ids;
 }
 
