@@ -357,6 +357,8 @@ Status measure_engines(cudnnHandle_t h, const CudnnConvPlan& p, ConvDir dir, con
   gd.dir = dir;
   gd.plan.deterministic = p.desc.deterministic;
   gd.plan.max_workspace = static_cast<int64_t>(ws_bytes);
+  // Runtime-compiled engines compile (NVRTC) whenever a plan is built — here and at every run's start: skipped.
+  gd.plan.allow_runtime_compiled = false;
   const std::string tag = std::string("  ") + conv_dir_name(dir) + " graph-API configs: ";
   Result<std::vector<CudnnEngineId>> ids = conv_graph_candidates(h, gd, nullptr, kAutotuneMaxPerHeuristic);
   if (!ids.ok()) {  // no graph-API path for this geometry: the legacy entry stands

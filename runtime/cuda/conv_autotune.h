@@ -67,10 +67,11 @@ Status autotune_cache_save(const std::string& path, const AutotuneCache& c);
 // of d's sizes filled with small finite values, and a workspace of up to max_workspace bytes, halved while it cannot
 // be allocated) and records, per direction, the fastest that passes cudnn_conv_choose's filters (status, math,
 // determinism, workspace), replacing older entries of the same keys. With `engines` (f16/bf16, groups 1 only), each
-// direction's graph-API engine configs (conv_graph_candidates: heuristics A, B and FALLBACK, the same determinism
-// and fp32-accumulation filters) are timed too, next to the legacy winner in the same loop (events around
-// kAutotuneReps runs after a warm-up, the best re-timed against the legacy winner, medians of three), and a config
-// that beats it by more than kAutotuneMargin and gives the same output (1e-2 relative) is recorded instead.
+// direction's graph-API engine configs (conv_graph_candidates: at most kAutotuneMaxPerHeuristic from each of
+// heuristics A, B and FALLBACK, the same determinism and fp32-accumulation filters, no runtime-compiled engines)
+// are timed too on the same buffers (events around kAutotuneReps runs after a warm-up; the best config and the
+// legacy winner then re-timed alternately, medians of three), and a config that beats the legacy winner by more
+// than kAutotuneMargin and gives its output (1e-2 relative) is recorded instead.
 // Synchronizes the device; not capturable.
 Status cudnn_conv_autotune(cudnnHandle_t h, const ConvDesc& d, AutotuneCache& cache,
                            size_t max_workspace = size_t{256} << 20, bool engines = true);

@@ -433,7 +433,8 @@ std::string cudnn_conv_describe(const CudnnConvPlan& p) {
   auto one = [&](ConvDir dir) {
     const ConvDirPlan d = cudnn_conv_plan_dir(p, dir);
     const std::string ws = "ws " + std::to_string(d.ws) + " B)";
-    if (d.graph) return std::string(conv_dir_name(dir)) + " graph engine " + cudnn_engine_id_str(d.graph->id) + " (" + ws;
+    if (d.graph)
+      return std::string(conv_dir_name(dir)) + " graph engine " + cudnn_engine_id_str(d.graph->id) + " (" + ws;
     return std::string(conv_dir_name(dir)) + " " + cudnn_conv_algo_name(dir, d.algo) + " (" + math_name(d.math) +
            ", " + ws;
   };

@@ -217,6 +217,7 @@ const char* filtered_out(const CudnnPlanOptions& opt, const CfgInfo& info) {
   if (opt.deterministic && info.nondeterministic) return "non-deterministic, deterministic plan asked";
   if (!opt.allow_reduced_precision && info.reduced_precision)
     return "reduced-precision reduction, fp32 accumulation asked";
+  if (!opt.allow_runtime_compiled && info.runtime_compiled) return "runtime-compiled engine, not asked for";
   return nullptr;
 }
 

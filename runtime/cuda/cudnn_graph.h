@@ -92,6 +92,8 @@ bool cudnn_engine_id_parse(const std::string& s, CudnnEngineId* out);
 struct CudnnPlanOptions {
   bool deterministic = false;            // skip engines noted CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
   bool allow_reduced_precision = false;  // else skip CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION engines
+  bool allow_runtime_compiled = true;    // else skip engines noted CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION (NVRTC
+                                         // at plan time: seconds each; the conv autotune's candidates skip them)
   int64_t max_workspace = int64_t{256} << 20;
   bool scan_all_engines = true;          // when both heuristics yield nothing usable: try every engine index with
                                          // its default knobs (a last resort; cuDNN's own fallback list is first)

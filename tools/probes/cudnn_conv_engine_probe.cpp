@@ -93,7 +93,8 @@ static D tensor(Pool& P, int64_t uid, int64_t n, int64_t c, int64_t h, int64_t w
 
 // The one-operation graph of direction `dir` (uids: 1 = x/dx, 2 = w/dw, 3 = y/dy).
 static D op_graph(Pool& P, cudnnHandle_t h, const Geom& g, int dir) {
-  D x = tensor(P, 1, g.n, g.c, g.h, g.w), w = tensor(P, 2, g.k, g.c, g.r, g.s), y = tensor(P, 3, g.n, g.k, g.p(), g.q());
+  D x = tensor(P, 1, g.n, g.c, g.h, g.w), w = tensor(P, 2, g.k, g.c, g.r, g.s);
+  D y = tensor(P, 3, g.n, g.k, g.p(), g.q());
   D conv = P.mk(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
   int64_t nd = 2, pad[2] = {g.pad, g.pad}, str[2] = {g.stride, g.stride}, dil[2] = {1, 1};
   cudnnDataType_t f = CUDNN_DATA_FLOAT;
