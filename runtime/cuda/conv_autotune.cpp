@@ -260,10 +260,36 @@ Status measure_dir(cudnnHandle_t h, CudnnConvPlan& p, ConvDir dir, int max_count
   return ok_status();
 }
 
-// Mean milliseconds of kAutotuneReps runs of f on the legacy stream after one warm-up run (events around the runs).
+// Milliseconds of one run of f on the legacy stream (events around it).
 template <class F>
-Result<float> time_runs(const F& f) {
+Result<float> time_once(const F& f) {
+  cudaEvent_t a = nullptr, b = nullptr;
+  TRCTL_CUDA_TRY(cudaEventCreate(&a));
+  if (cudaError_t e = cudaEventCreate(&b); e != cudaSuccess) {
+    TRCTL_CUDA_WARN(cudaEventDestroy(a));
+    TRCTL_CUDA_TRY(e);
+  }
+  float ms = 0;
+  Status st = cudaEventRecord(a, nullptr) == cudaSuccess ? f() : Status(Error{ErrCode::Internal, "autotune", "event"});
+  if (st.ok() && (cudaEventRecord(b, nullptr) != cudaSuccess || cudaEventSynchronize(b) != cudaSuccess ||
+                  cudaEventElapsedTime(&ms, a, b) != cudaSuccess))
+    st = Error{ErrCode::Internal, "autotune", "timing events failed"};
+  TRCTL_CUDA_WARN(cudaEventDestroy(a));
+  TRCTL_CUDA_WARN(cudaEventDestroy(b));
+  if (!st) return st.errors();
+  return ms;
+}
+
+// Mean milliseconds of kAutotuneReps runs of f on the legacy stream after one warm-up run (events around the runs).
+// With cutoff_ms > 0, a first timed run slower than that ends the measurement: its time is returned (a candidate
+// that slow cannot win; the FALLBACK engines took up to 2 s a run on VGG16-BN's layers, H100 run 57).
+template <class F>
+Result<float> time_runs(const F& f, float cutoff_ms = 0) {
   if (Status st = f(); !st) return st.errors();
+  if (cutoff_ms > 0) {
+    Result<float> one = time_once(f);
+    if (!one.ok() || one.value() > cutoff_ms) return one;
+  }
   cudaEvent_t a = nullptr, b = nullptr;
   TRCTL_CUDA_TRY(cudaEventCreate(&a));
   if (cudaError_t e = cudaEventCreate(&b); e != cudaSuccess) {
@@ -360,7 +386,8 @@ Status measure_engines(cudnnHandle_t h, const CudnnConvPlan& p, ConvDir dir, con
   // Runtime-compiled engines compile (NVRTC) whenever a plan is built — here and at every run's start: skipped.
   gd.plan.allow_runtime_compiled = false;
   const std::string tag = std::string("  ") + conv_dir_name(dir) + " graph-API configs: ";
-  Result<std::vector<CudnnEngineId>> ids = conv_graph_candidates(h, gd, nullptr, kAutotuneMaxPerHeuristic);
+  // Heuristics A and B only: FALLBACK's generic engines ran 40-1000x slower than the legacy winner (run 57).
+  Result<std::vector<CudnnEngineId>> ids = conv_graph_candidates(h, gd, nullptr, kAutotuneMaxPerHeuristic, false);
   if (!ids.ok()) {  // no graph-API path for this geometry: the legacy entry stands
     if (report) *report += tag + "none (" + ids.errors()[0].message.substr(0, 200) + ")\n";
     return ok_status();
@@ -380,14 +407,19 @@ Status measure_engines(cudnnHandle_t h, const CudnnConvPlan& p, ConvDir dir, con
   };
   std::unique_ptr<Timed> best;
   int timed = 0, refused = 0;
+  // A candidate whose first run is 1.5x the legacy winner's time stops there.
+  Result<float> legacy_first = time_runs(legacy_run);
+  if (!legacy_first.ok()) return legacy_first.errors();
+  const float cutoff = 1.5f * legacy_first.value();
   std::string first_refusal;
   for (const CudnnEngineId& id : ids.value()) {
     gd.plan.pin = &id;
     Result<CudnnExecPlan> plan = conv_graph_plan(h, gd);
     Result<CudnnBackendDesc> pack =
         plan.ok() ? conv_graph_pack(plan.value(), dir, io.a, io.b, io.out, ws, ws_bytes) : plan.errors();
-    Result<float> ms = pack.ok() ? time_runs([&] { return cudnn_plan_execute(h, nullptr, plan.value(), pack.value()); })
-                                 : pack.errors();
+    Result<float> ms =
+        pack.ok() ? time_runs([&] { return cudnn_plan_execute(h, nullptr, plan.value(), pack.value()); }, cutoff)
+                  : pack.errors();
     if (!ms.ok()) {
       (void)cudaGetLastError();  // a launch error of this config alone is not sticky; a failed context is:
       if (cudaDeviceSynchronize() != cudaSuccess) return ms.errors();

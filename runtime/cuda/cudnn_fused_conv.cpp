@@ -589,13 +589,15 @@ Result<CudnnExecPlan> conv_graph_plan(cudnnHandle_t h, const ConvGraphDesc& desc
 }
 
 Result<std::vector<CudnnEngineId>> conv_graph_candidates(cudnnHandle_t h, const ConvGraphDesc& desc,
-                                                         std::string* log, int max_per_heuristic) {
+                                                         std::string* log, int max_per_heuristic,
+                                                         bool with_fallback) {
   ConvGraphDesc d = desc;
   const std::string name = conv_graph_name(d);
   Builder b;
   b.ctx = "cudnn graph '" + name + "'";
   if (Status st = build_conv_graph(b, d); !st.ok()) return st.errors();
-  return cudnn_plan_candidates(h, name, std::move(b.ops), std::move(b.keep), d.plan, log, max_per_heuristic);
+  return cudnn_plan_candidates(h, name, std::move(b.ops), std::move(b.keep), d.plan, log, max_per_heuristic,
+                               with_fallback);
 }
 
 Result<CudnnBackendDesc> conv_graph_pack(const CudnnExecPlan& p, ConvDir dir, const void* a, const void* b, void* out,

@@ -198,9 +198,10 @@ enum ConvGraphUid : int64_t { kConvGraphUidX = 41, kConvGraphUidW = 42, kConvGra
 std::string conv_graph_name(const ConvGraphDesc& d);
 Result<CudnnExecPlan> conv_graph_plan(cudnnHandle_t h, const ConvGraphDesc& d);
 // The distinct usable engine configs of d's graph (cudnn_plan_candidates, at most max_per_heuristic from each
-// heuristic, 0 = all), for an autotune to pin one by one.
+// heuristic, 0 = all; FALLBACK's too with_fallback), for an autotune to pin one by one.
 Result<std::vector<CudnnEngineId>> conv_graph_candidates(cudnnHandle_t h, const ConvGraphDesc& d,
-                                                         std::string* log = nullptr, int max_per_heuristic = 0);
+                                                         std::string* log = nullptr, int max_per_heuristic = 0,
+                                                         bool with_fallback = true);
 // The variant pack of plan p (direction dir): a = x (fwd) or dy (dgrad, wgrad); b = w (fwd, dgrad) or x (wgrad);
 // out = y, dx or dw (overwritten by the execution).
 Result<CudnnBackendDesc> conv_graph_pack(const CudnnExecPlan& p, ConvDir dir, const void* a, const void* b, void* out,

@@ -722,7 +722,7 @@ Result<std::vector<CudnnEngineId>> cudnn_plan_candidates(cudnnHandle_t h, const 
                                                          std::vector<CudnnBackendDesc> ops,
                                                          std::vector<CudnnBackendDesc> tensors,
                                                          const CudnnPlanOptions& opt, std::string* log,
-                                                         int max_per_heuristic) {
+                                                         int max_per_heuristic, bool with_fallback) {
   const std::string ctx = "cudnn graph '" + graph + "'";
   if (!h && !opt.device_prop)
     return Error{ErrCode::Invalid, where_of(__FILE__, __LINE__), ctx + ": null cuDNN handle (and no device_prop)"};
@@ -742,6 +742,7 @@ Result<std::vector<CudnnEngineId>> cudnn_plan_candidates(cudnnHandle_t h, const 
   std::vector<CudnnEngineId> ids;
   int over_ws = 0;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_B, CUDNN_HEUR_MODE_FALLBACK}) {
+    if (mode == CUDNN_HEUR_MODE_FALLBACK && !with_fallback) break;
     CudnnBackendDesc heur;
     int taken = 0;
     for (const CudnnBackendDesc& cfg : heuristic_configs(s, mode, &heur)) {

@@ -133,8 +133,8 @@ struct CudnnExecPlan {
 Result<CudnnExecPlan> cudnn_plan_build(cudnnHandle_t h, const std::string& graph, std::vector<CudnnBackendDesc> ops,
                                        std::vector<CudnnBackendDesc> tensors, const CudnnPlanOptions& opt);
 
-// The distinct engine configs heuristics A, B and FALLBACK propose for the graph of `ops` (in that order, each
-// config once, at most max_per_heuristic new ones from each, 0 = all), that pass opt's determinism and precision
+// The distinct engine configs heuristics A, B and (with_fallback) FALLBACK propose for the graph of `ops` (in that
+// order, each config once, at most max_per_heuristic new ones from each, 0 = all), that pass opt's determinism and precision
 // filters and whose reported workspace fits opt.max_workspace, as ids for cudnn_plan_build's pin: what an autotune
 // measures. No execution plan is built (plan refusals show when each is pinned). opt.pin is ignored. `log` (may be
 // nullptr) gets each heuristic's answer.
@@ -142,7 +142,7 @@ Result<std::vector<CudnnEngineId>> cudnn_plan_candidates(cudnnHandle_t h, const 
                                                          std::vector<CudnnBackendDesc> ops,
                                                          std::vector<CudnnBackendDesc> tensors,
                                                          const CudnnPlanOptions& opt, std::string* log = nullptr,
-                                                         int max_per_heuristic = 0);
+                                                         int max_per_heuristic = 0, bool with_fallback = true);
 
 // One line: "engine 12 (heuristic A #0), knobs ..., notes ..., workspace N B, M engines in the graph".
 std::string cudnn_plan_describe(const CudnnExecPlan& p);

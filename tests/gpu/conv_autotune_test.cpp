@@ -407,7 +407,7 @@ TEST_CASE("graph-API engine configs of a plain convolution run each direction li
       }
     }
   // Replay: the forward and weight gradient of the first geometry's first configs, captured, equal the eager run.
-  const Conv2dGeom& g = cases()[0].second;
+  const Conv2dGeom g = cases()[0].second;  // a copy: cases() returns a temporary
   const ConvDesc d = desc(g, kF16, true);
   std::array<ConvAlgoFixed, 3> fixed;
   for (ConvDir dir : kConvDirs) {  // per direction the first listed config cuDNN builds a plan for
