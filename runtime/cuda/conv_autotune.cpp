@@ -260,36 +260,9 @@ Status measure_dir(cudnnHandle_t h, CudnnConvPlan& p, ConvDir dir, int max_count
   return ok_status();
 }
 
-// Milliseconds of one run of f on the legacy stream (events around it).
+// Mean milliseconds of n runs of f on the legacy stream (events around the runs).
 template <class F>
-Result<float> time_once(const F& f) {
-  cudaEvent_t a = nullptr, b = nullptr;
-  TRCTL_CUDA_TRY(cudaEventCreate(&a));
-  if (cudaError_t e = cudaEventCreate(&b); e != cudaSuccess) {
-    TRCTL_CUDA_WARN(cudaEventDestroy(a));
-    TRCTL_CUDA_TRY(e);
-  }
-  float ms = 0;
-  Status st = cudaEventRecord(a, nullptr) == cudaSuccess ? f() : Status(Error{ErrCode::Internal, "autotune", "event"});
-  if (st.ok() && (cudaEventRecord(b, nullptr) != cudaSuccess || cudaEventSynchronize(b) != cudaSuccess ||
-                  cudaEventElapsedTime(&ms, a, b) != cudaSuccess))
-    st = Error{ErrCode::Internal, "autotune", "timing events failed"};
-  TRCTL_CUDA_WARN(cudaEventDestroy(a));
-  TRCTL_CUDA_WARN(cudaEventDestroy(b));
-  if (!st) return st.errors();
-  return ms;
-}
-
-// Mean milliseconds of kAutotuneReps runs of f on the legacy stream after one warm-up run (events around the runs).
-// With cutoff_ms > 0, a first timed run slower than that ends the measurement: its time is returned (a candidate
-// that slow cannot win; the FALLBACK engines took up to 2 s a run on VGG16-BN's layers, H100 run 57).
-template <class F>
-Result<float> time_runs(const F& f, float cutoff_ms = 0) {
-  if (Status st = f(); !st) return st.errors();
-  if (cutoff_ms > 0) {
-    Result<float> one = time_once(f);
-    if (!one.ok() || one.value() > cutoff_ms) return one;
-  }
+Result<float> time_n(const F& f, int n) {
   cudaEvent_t a = nullptr, b = nullptr;
   TRCTL_CUDA_TRY(cudaEventCreate(&a));
   if (cudaError_t e = cudaEventCreate(&b); e != cudaSuccess) {
@@ -299,14 +272,27 @@ Result<float> time_runs(const F& f, float cutoff_ms = 0) {
   Status st = ok_status();
   float ms = 0;
   if (cudaEventRecord(a, nullptr) != cudaSuccess) st = Error{ErrCode::Internal, "autotune", "cudaEventRecord failed"};
-  for (int i = 0; st.ok() && i < kAutotuneReps; ++i) st = f();
+  for (int i = 0; st.ok() && i < n; ++i) st = f();
   if (st.ok() && (cudaEventRecord(b, nullptr) != cudaSuccess || cudaEventSynchronize(b) != cudaSuccess ||
                   cudaEventElapsedTime(&ms, a, b) != cudaSuccess))
     st = Error{ErrCode::Internal, "autotune", "timing events failed"};
   TRCTL_CUDA_WARN(cudaEventDestroy(a));
   TRCTL_CUDA_WARN(cudaEventDestroy(b));
   if (!st) return st.errors();
-  return ms / kAutotuneReps;
+  return ms / n;
+}
+
+// Mean milliseconds of kAutotuneReps runs of f after one warm-up run. With cutoff_ms > 0, a first timed run slower
+// than that ends the measurement: its time is returned (a candidate that slow cannot win; the FALLBACK engines took
+// up to 2 s a run on VGG16-BN's layers, H100 run 57).
+template <class F>
+Result<float> time_runs(const F& f, float cutoff_ms = 0) {
+  if (Status st = f(); !st) return st.errors();
+  if (cutoff_ms > 0) {
+    Result<float> one = time_n(f, 1);
+    if (!one.ok() || one.value() > cutoff_ms) return one;
+  }
+  return time_n(f, kAutotuneReps);
 }
 
 // The pointers one direction reads and writes (conv_graph_run's a, b, out) and out's size in bytes.
@@ -377,12 +363,7 @@ Result<float> median3(const F& f) {
 // accumulation in both) replaces the cache entry measure_dir wrote.
 Status measure_engines(cudnnHandle_t h, const CudnnConvPlan& p, ConvDir dir, const DirPtrs& io, void* ws,
                        size_t ws_bytes, const AutotuneDevice& dev, AutotuneCache& cache, std::string* report) {
-  ConvGraphDesc gd;
-  gd.g = p.desc.g;
-  gd.io = p.desc.io;
-  gd.dir = dir;
-  gd.plan.deterministic = p.desc.deterministic;
-  gd.plan.max_workspace = static_cast<int64_t>(ws_bytes);
+  ConvGraphDesc gd = conv_graph_desc(p.desc, dir, ws_bytes);
   // Runtime-compiled engines compile (NVRTC) whenever a plan is built — here and at every run's start: skipped.
   gd.plan.allow_runtime_compiled = false;
   const std::string tag = std::string("  ") + conv_dir_name(dir) + " graph-API configs: ";

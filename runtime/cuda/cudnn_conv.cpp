@@ -190,12 +190,7 @@ Status choose_fixed(cudnnHandle_t h, CudnnConvPlan& p, ConvDir dir, const ConvAl
 
 // A direction's graph-API config given in advance (cudnn_conv_plan_fixed): graph (p), pinned.
 Status choose_graph(cudnnHandle_t h, CudnnConvPlan& p, ConvDir dir, const ConvAlgoFixed& f, size_t max_ws) {
-  ConvGraphDesc gd;
-  gd.g = p.desc.g;
-  gd.io = p.desc.io;
-  gd.dir = dir;
-  gd.plan.deterministic = p.desc.deterministic;
-  gd.plan.max_workspace = static_cast<int64_t>(max_ws);
+  ConvGraphDesc gd = conv_graph_desc(p.desc, dir, max_ws);
   gd.plan.pin = &f.engine;
   Result<CudnnExecPlan> plan = conv_graph_plan(h, gd);
   if (!plan.ok()) {

@@ -543,6 +543,16 @@ Status fused_dgrad_run(cudnnHandle_t h, cudaStream_t s, const FusedDgradPlan& p,
 
 // ---- graph (p): one plain convolution direction
 
+ConvGraphDesc conv_graph_desc(const ConvDesc& d, ConvDir dir, size_t max_ws) {
+  ConvGraphDesc gd;
+  gd.g = d.g;
+  gd.io = d.io;
+  gd.dir = dir;
+  gd.plan.deterministic = d.deterministic;
+  gd.plan.max_workspace = static_cast<int64_t>(max_ws);
+  return gd;
+}
+
 std::string conv_graph_name(const ConvGraphDesc& d) {
   return std::string("conv_") + conv_dir_name(d.dir) + " " + gpu_dtype_name(d.io) +
          (d.plan.deterministic ? " deterministic " : " ") + conv2d_geom_str(d.g);

@@ -194,6 +194,8 @@ struct ConvGraphDesc {
   CudnnPlanOptions plan;          // determinism, workspace limit, pin (the config to build)
 };
 enum ConvGraphUid : int64_t { kConvGraphUidX = 41, kConvGraphUidW = 42, kConvGraphUidY = 43 };
+// Direction dir of the legacy plan's convolution d: its geometry, io and determinism, max_ws as the workspace limit.
+ConvGraphDesc conv_graph_desc(const ConvDesc& d, ConvDir dir, size_t max_ws);
 // "conv_fwd f16 N=256 56x56 C=256 -> K=256 3x3 ..." (conv_dgrad, conv_wgrad).
 std::string conv_graph_name(const ConvGraphDesc& d);
 Result<CudnnExecPlan> conv_graph_plan(cudnnHandle_t h, const ConvGraphDesc& d);

@@ -441,6 +441,15 @@ bool try_engine_scan(Search& s, int64_t engine_count, CudnnExecPlan& out) {
   return false;
 }
 
+// A handle (or a device description) and at least one operation: what planning a graph needs.
+Status graph_args_ok(cudnnHandle_t h, const CudnnPlanOptions& opt, const std::vector<CudnnBackendDesc>& ops,
+                     const std::string& ctx) {
+  if (!h && !opt.device_prop)
+    return Error{ErrCode::Invalid, where_of(__FILE__, __LINE__), ctx + ": null cuDNN handle (and no device_prop)"};
+  if (ops.empty()) return Error{ErrCode::Invalid, where_of(__FILE__, __LINE__), ctx + ": no operations"};
+  return ok_status();
+}
+
 // The finalized operation graph of raw_ops (h names the device, or opt.device_prop); its engine count (-1 when the
 // query fails) and a first log line.
 Result<CudnnBackendDesc> make_op_graph(cudnnHandle_t h, const std::string& ctx,
@@ -684,9 +693,7 @@ Result<CudnnBackendDesc> cudnn_tensor_make(const CudnnTensorSpec& s, const std::
 Result<CudnnExecPlan> cudnn_plan_build(cudnnHandle_t h, const std::string& graph, std::vector<CudnnBackendDesc> ops,
                                        std::vector<CudnnBackendDesc> tensors, const CudnnPlanOptions& opt) {
   const std::string ctx = "cudnn graph '" + graph + "'";
-  if (!h && !opt.device_prop)
-    return Error{ErrCode::Invalid, where_of(__FILE__, __LINE__), ctx + ": null cuDNN handle (and no device_prop)"};
-  if (ops.empty()) return Error{ErrCode::Invalid, where_of(__FILE__, __LINE__), ctx + ": no operations"};
+  if (Status st = graph_args_ok(h, opt, ops, ctx); !st.ok()) return st.errors();
   CudnnExecPlan out;
   out.graph = graph;
   for (auto& t : tensors) out.keep_alive.push_back(std::move(t));
@@ -724,9 +731,7 @@ Result<std::vector<CudnnEngineId>> cudnn_plan_candidates(cudnnHandle_t h, const 
                                                          const CudnnPlanOptions& opt, std::string* log,
                                                          int max_per_heuristic, bool with_fallback) {
   const std::string ctx = "cudnn graph '" + graph + "'";
-  if (!h && !opt.device_prop)
-    return Error{ErrCode::Invalid, where_of(__FILE__, __LINE__), ctx + ": null cuDNN handle (and no device_prop)"};
-  if (ops.empty()) return Error{ErrCode::Invalid, where_of(__FILE__, __LINE__), ctx + ": no operations"};
+  if (Status st = graph_args_ok(h, opt, ops, ctx); !st.ok()) return st.errors();
   const std::vector<CudnnBackendDesc> keep = std::move(tensors);  // the operations reference them until we return
   std::vector<cudnnBackendDescriptor_t> raw_ops;
   for (auto& o : ops) raw_ops.push_back(o.desc);
