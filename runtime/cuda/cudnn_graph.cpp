@@ -212,6 +212,16 @@ struct Search {
   int tried = 0;
 };
 
+// A search over the finalized operation graph og (which must outlive it).
+Search search_of(cudnnHandle_t h, const CudnnBackendDesc& og, const CudnnPlanOptions& opt, const std::string& ctx) {
+  Search s;
+  s.h = h;
+  s.op_graph = &og;
+  s.opt = opt;
+  s.ctx = ctx;
+  return s;
+}
+
 // Why the options exclude a config's engine, or nullptr when they do not.
 const char* filtered_out(const CudnnPlanOptions& opt, const CfgInfo& info) {
   if (opt.deterministic && info.nondeterministic) return "non-deterministic, deterministic plan asked";
@@ -703,11 +713,7 @@ Result<CudnnExecPlan> cudnn_plan_build(cudnnHandle_t h, const std::string& graph
   Result<CudnnBackendDesc> og = make_op_graph(h, ctx, raw_ops, opt, &out.engine_global_count, &out.log);
   if (!og.ok()) return og.errors();
 
-  Search s;
-  s.h = h;
-  s.op_graph = &og.value();
-  s.opt = opt;
-  s.ctx = ctx;
+  Search s = search_of(h, og.value(), opt, ctx);
   bool found = false;
   if (opt.pin) {
     found = try_pinned(s, *opt.pin, out);
@@ -739,11 +745,7 @@ Result<std::vector<CudnnEngineId>> cudnn_plan_candidates(cudnnHandle_t h, const 
   std::string text;
   Result<CudnnBackendDesc> og = make_op_graph(h, ctx, raw_ops, opt, &engines, &text);
   if (!og.ok()) return og.errors();
-  Search s;
-  s.h = h;
-  s.op_graph = &og.value();
-  s.opt = opt;
-  s.ctx = ctx;
+  Search s = search_of(h, og.value(), opt, ctx);
   std::vector<CudnnEngineId> ids;
   int over_ws = 0;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_B, CUDNN_HEUR_MODE_FALLBACK}) {

@@ -305,6 +305,17 @@ struct Legacy {
   size_t ws = 0;
 };
 
+// The fastest status-ok result of a cudnnFind*Ex that fits the workspace; cd gets its math type.
+template <class Perf>
+static Legacy first_ok(const Perf* r, int got, size_t ws_bytes, cudnnConvolutionDescriptor_t cd) {
+  for (int i = 0; i < got; ++i)
+    if (r[i].status == CUDNN_STATUS_SUCCESS && r[i].memory <= ws_bytes) {
+      cudnnSetConvolutionMathType(cd, r[i].mathType);
+      return {static_cast<int>(r[i].algo), r[i].time, 0, r[i].memory};
+    }
+  throw std::runtime_error("no legacy algorithm ran");
+}
+
 // cudnnFind*Ex over every algorithm, then this probe's own timing of the fastest status-ok one; leaves its output
 // in b.ref.
 static Legacy legacy(cudnnHandle_t h, const Geom& g, int dir, Bufs& b, int reps) {
@@ -329,12 +340,7 @@ static Legacy legacy(cudnnHandle_t h, const Geom& g, int dir, Bufs& b, int reps)
     cudnnConvolutionFwdAlgoPerf_t r[16];
     int got = 0;
     CK(cudnnFindConvolutionForwardAlgorithmEx(h, xd, b.x, wd, b.w, cd, yd, b.y, 16, &got, r, b.ws, b.ws_bytes));
-    for (int i = 0; i < got; ++i)
-      if (r[i].status == CUDNN_STATUS_SUCCESS && r[i].memory <= b.ws_bytes) {
-        L = {r[i].algo, r[i].time, 0, r[i].memory};
-        cudnnSetConvolutionMathType(cd, r[i].mathType);
-        break;
-      }
+    L = first_ok(r, got, b.ws_bytes, cd);
     L.ms = time_ms([&] {
       CK(cudnnConvolutionForward(h, &one, xd, b.x, wd, b.w, cd, (cudnnConvolutionFwdAlgo_t)L.algo, b.ws, b.ws_bytes,
                                  &zero, yd, b.y));
@@ -343,12 +349,7 @@ static Legacy legacy(cudnnHandle_t h, const Geom& g, int dir, Bufs& b, int reps)
     cudnnConvolutionBwdDataAlgoPerf_t r[16];
     int got = 0;
     CK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, wd, b.w, yd, b.y, cd, xd, b.x, 16, &got, r, b.ws, b.ws_bytes));
-    for (int i = 0; i < got; ++i)
-      if (r[i].status == CUDNN_STATUS_SUCCESS && r[i].memory <= b.ws_bytes) {
-        L = {r[i].algo, r[i].time, 0, r[i].memory};
-        cudnnSetConvolutionMathType(cd, r[i].mathType);
-        break;
-      }
+    L = first_ok(r, got, b.ws_bytes, cd);
     L.ms = time_ms([&] {
       CK(cudnnConvolutionBackwardData(h, &one, wd, b.w, yd, b.y, cd, (cudnnConvolutionBwdDataAlgo_t)L.algo, b.ws,
                                       b.ws_bytes, &zero, xd, b.x));
@@ -358,12 +359,7 @@ static Legacy legacy(cudnnHandle_t h, const Geom& g, int dir, Bufs& b, int reps)
     int got = 0;
     CK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, xd, b.x, yd, b.y, cd, wd, b.w, 16, &got, r, b.ws,
                                                      b.ws_bytes));
-    for (int i = 0; i < got; ++i)
-      if (r[i].status == CUDNN_STATUS_SUCCESS && r[i].memory <= b.ws_bytes) {
-        L = {r[i].algo, r[i].time, 0, r[i].memory};
-        cudnnSetConvolutionMathType(cd, r[i].mathType);
-        break;
-      }
+    L = first_ok(r, got, b.ws_bytes, cd);
     L.ms = time_ms([&] {
       CK(cudnnConvolutionBackwardFilter(h, &one, xd, b.x, yd, b.y, cd, (cudnnConvolutionBwdFilterAlgo_t)L.algo, b.ws,
                                         b.ws_bytes, &zero, wd, b.w));
