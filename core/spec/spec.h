@@ -217,8 +217,8 @@ enum class ConvFewc { On, Forward, Off };
 // runtime-fusion conv + genstats graph, whose epilogue writes the per-channel sum and sum of squares that the batch
 // norm then finalizes (one pass over the conv output fewer; an RGB stem on the few-channel kernel, conv_fewc, sums in
 // its own epilogue instead, deterministically); auto = fused only where the conv's output has at least
-// 28x28 pixels per image (RESULTS.md run 56, batch 256: the fused graph was faster at 224² to 28²; 14² unmeasured). cuDNN's
-// genstats sums are not bitwise repeatable run to run, so fused and auto need train.deterministic: false (and
+// 28x28 pixels per image (RESULTS.md run 56, batch 256: the fused graph was faster at 224² to 28²; 14² unmeasured).
+// cuDNN's genstats sums are not bitwise repeatable run to run, so fused and auto need train.deterministic: false (and
 // precision fp16 or bf16: the graphs take f16/bf16 activations; both are spec errors otherwise). A pair
 // cuDNN has no engine for runs separately (run.json and the log count both). The same batch norm up to the
 // statistics' rounding; no effect on the CPU backend.

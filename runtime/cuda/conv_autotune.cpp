@@ -9,14 +9,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <filesystem>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <utility>
 #include <vector>
 
 #include "core/ckpt/atomic_file.h"
+#include "dataio/image_ops.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_context.h"
@@ -173,14 +174,13 @@ bool parse_value(const std::string& value, ConvDir dir, bool allow_engine, ConvA
     return false;
   }
   int64_t ws = 0;
-  if (c->engine.engine >= 0) {
-    // a graph-API config: no algorithm id or math type
-  } else if (!parse_int(v[0], &c->algo) || c->algo >= cudnn_conv_algo_count(dir)) {
+  const bool legacy = c->engine.engine < 0;  // a graph-API config has no algorithm id or math type
+  if (legacy && (!parse_int(v[0], &c->algo) || c->algo >= cudnn_conv_algo_count(dir))) {
     *why = "algo=" + v[0] + " is not a " + conv_dir_name(dir) + " algorithm id (0.." +
            std::to_string(cudnn_conv_algo_count(dir) - 1) + ")";
     return false;
   }
-  if (c->engine.engine < 0 && (!parse_int(v[1], &c->math) || c->math > static_cast<int>(CUDNN_FMA_MATH))) {
+  if (legacy && (!parse_int(v[1], &c->math) || c->math > static_cast<int>(CUDNN_FMA_MATH))) {
     *why = "math=" + v[1] + " is not a cudnnMathType_t (0..3)";
     return false;
   }
@@ -305,22 +305,8 @@ struct DirPtrs {
 
 // An f16 or bf16 bit pattern as a float (host side; for comparing two outputs).
 float lowp_to_float(uint16_t v, GpuDType t) {
-  uint32_t bits = 0;
-  if (t == GpuDType::BF16) {
-    bits = static_cast<uint32_t>(v) << 16;
-  } else {
-    const uint32_t sign = (v & 0x8000u) << 16, exp = (v >> 10) & 0x1fu, man = v & 0x3ffu;
-    if (exp == 0x1f) {
-      bits = sign | 0x7f800000u | (man << 13);  // inf, nan
-    } else if (exp != 0) {
-      bits = sign | ((exp + 112) << 23) | (man << 13);
-    } else if (man == 0) {
-      bits = sign;
-    } else {  // subnormal: value man * 2^-24
-      float f = static_cast<float>(man) * 5.9604644775390625e-8f;
-      return sign ? -f : f;
-    }
-  }
+  if (t != GpuDType::BF16) return half_bits_to_float(v);
+  const uint32_t bits = static_cast<uint32_t>(v) << 16;  // bf16: the top half of a float
   float f = 0;
   std::memcpy(&f, &bits, sizeof f);
   return f;

@@ -136,14 +136,15 @@ void read_notes(CfgInfo& info) {
   info.notes = notes.empty() ? "no notes" : notes;
 }
 
-void read_knobs(const CudnnBackendDesc& cfg, CfgInfo& info) {
+// Fills info.knobs (text) and info.id.knobs; false when some knob choice could not be read (the id is then unusable).
+bool read_knobs(const CudnnBackendDesc& cfg, CfgInfo& info) {
   std::vector<CudnnBackendDesc> choices;
   std::vector<cudnnBackendDescriptor_t> raw;
   for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; ++i) {
     Result<CudnnBackendDesc> k = cudnn_desc_create(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, "knob choice");
     if (!k.ok()) {
       info.knobs = "knobs unknown: " + k.errors()[0].message;
-      return;
+      return false;
     }
     raw.push_back(k->desc);
     choices.push_back(std::move(k.value()));
@@ -154,7 +155,7 @@ void read_knobs(const CudnnBackendDesc& cfg, CfgInfo& info) {
                                                     raw.data());
   if (st != CUDNN_STATUS_SUCCESS) {
     info.knobs = "knobs unknown: " + status_text(st);
-    return;
+    return false;
   }
   std::string s;
   bool all_read = true;
@@ -172,8 +173,7 @@ void read_knobs(const CudnnBackendDesc& cfg, CfgInfo& info) {
          (ok ? "knob " + std::to_string(static_cast<int>(type)) + "=" + std::to_string(value) : std::string("knob ?"));
   }
   info.knobs = s.empty() ? "no knobs" : s;
-  if (n > CUDNN_KNOB_TYPE_COUNTS) all_read = false;  // a newer library than these headers: knobs cut off
-  if (!all_read) info.id.knobs.clear(), info.id.engine = -2;  // marks the id unusable (read_cfg keeps it at -1)
+  return all_read && n <= CUDNN_KNOB_TYPE_COUNTS;  // more: a newer library than these headers, knobs cut off
 }
 
 // Reads the engine behind a config: its global index, notes and knob choices.
@@ -196,9 +196,10 @@ CfgInfo read_cfg(const CudnnBackendDesc& cfg) {
                                 &info.index);
   if (st != CUDNN_STATUS_SUCCESS) info.index = -1;
   read_notes(info);
-  read_knobs(cfg, info);
-  info.id.engine = info.id.engine == -2 || info.knobs.rfind("knobs unknown", 0) == 0 ? -1 : info.index;
-  if (info.id.engine < 0) info.id.knobs.clear();
+  if (read_knobs(cfg, info) && info.index >= 0)
+    info.id.engine = info.index;
+  else
+    info.id.knobs.clear();  // id.engine stays -1: not a config that can be pinned
   return info;
 }
 

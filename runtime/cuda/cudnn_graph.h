@@ -134,9 +134,9 @@ Result<CudnnExecPlan> cudnn_plan_build(cudnnHandle_t h, const std::string& graph
                                        std::vector<CudnnBackendDesc> tensors, const CudnnPlanOptions& opt);
 
 // The distinct engine configs heuristics A, B and (with_fallback) FALLBACK propose for the graph of `ops` (in that
-// order, each config once, at most max_per_heuristic new ones from each, 0 = all), that pass opt's determinism and precision
-// filters and whose reported workspace fits opt.max_workspace, as ids for cudnn_plan_build's pin: what an autotune
-// measures. No execution plan is built (plan refusals show when each is pinned). opt.pin is ignored. `log` (may be
+// order, each config once, at most max_per_heuristic new ones from each, 0 = all), that pass opt's determinism and
+// precision filters and whose reported workspace fits opt.max_workspace, as ids for cudnn_plan_build's pin: what an
+// autotune measures. No execution plan is built (plan refusals show when each is pinned). opt.pin is ignored. `log` (may be
 // nullptr) gets each heuristic's answer.
 Result<std::vector<CudnnEngineId>> cudnn_plan_candidates(cudnnHandle_t h, const std::string& graph,
                                                          std::vector<CudnnBackendDesc> ops,

@@ -357,9 +357,7 @@ TEST_CASE("graph-API engine configs of a plain convolution run each direction li
       const ConvDesc d = desc(g, kF16, det);
       std::array<std::vector<CudnnEngineId>, 3> ids;
       for (ConvDir dir : kConvDirs) {
-        ConvGraphDesc gd;
-        gd.g = g, gd.io = GpuDType::F16, gd.dir = dir;
-        gd.plan.deterministic = det;
+        const ConvGraphDesc gd = conv_graph_desc(d, dir, size_t{256} << 20);
         std::string log;
         auto c = conv_graph_candidates(ctx.cudnn, gd, &log);
         INFO(name << " " << conv_dir_name(dir) << (det ? " deterministic" : "") << "\n" << log);
@@ -411,8 +409,7 @@ TEST_CASE("graph-API engine configs of a plain convolution run each direction li
   const ConvDesc d = desc(g, kF16, true);
   std::array<ConvAlgoFixed, 3> fixed;
   for (ConvDir dir : kConvDirs) {  // per direction the first listed config cuDNN builds a plan for
-    ConvGraphDesc gd;
-    gd.g = g, gd.io = GpuDType::F16, gd.dir = dir, gd.plan.deterministic = true;
+    ConvGraphDesc gd = conv_graph_desc(d, dir, size_t{256} << 20);
     auto c = conv_graph_candidates(ctx.cudnn, gd);
     REQUIRE_OK(c);
     for (const CudnnEngineId& id : c.value()) {
