@@ -23,10 +23,11 @@ struct ConvAlgoSources {
   int from_heuristics = 0;    // plans whose algorithm cuDNN's heuristics chose
   int graph_engines = 0;      // of from_cache: plans that run a graph-API engine config the autotune measured
                               // faster than every legacy algorithm (run.json holds it when > 0)
-  // train.conv_bn_stats: its mode ("separate", "fused", "auto") and, unless separate, how the candidate conv ->
-  // training batch norm pairs of every program went: fused (cuDNN's conv + genstats graph, the statistics from its
-  // sums), separate (not a pair the fused graph serves, or below auto's size: the statistics pass), fallback (cuDNN
-  // offered no engine: the statistics pass; the first reason kept).
+  // train.conv_bn_stats: the mode in effect (effective_conv_bn_stats, core/spec/spec.h: "separate", "fused",
+  // "auto"; auto, the default, is separate unless train.deterministic is false under AMP) and, unless separate, how
+  // the candidate conv -> training batch norm pairs of every program went: fused (cuDNN's conv + genstats graph, the
+  // statistics from its sums), separate (not a pair the fused graph serves, or below auto's size: the statistics
+  // pass), fallback (cuDNN offered no engine: the statistics pass; the first reason kept).
   std::string bn_stats_mode = "separate";
   int bn_stats_fused = 0, bn_stats_separate = 0, bn_stats_fallback = 0;
   std::string bn_stats_fallback_reason;
@@ -40,9 +41,10 @@ struct ConvAlgoSources {
   // (runtime/ops/conv2d/fewc_bn_grad.h; train.conv_fewc: on under AMP): their third pass is skipped. run.json holds
   // it when > 0.
   int bn_grad_folded = 0;
-  // train.conv_bn_backward: its mode and, unless separate, the batch norms + ReLU whose backward reductions a
-  // convolution's data gradient computed (fused: cuDNN's dgrad + ReLU backward + BN-backward-weights graph),
-  // separate ones (not a pair it serves) and fallbacks (cuDNN offered no engine; the first reason kept).
+  // train.conv_bn_backward: the mode in effect (effective_conv_bn_backward: "separate" or "fused"; auto resolved)
+  // and, unless separate, the batch norms + ReLU whose backward reductions a convolution's data gradient computed
+  // (fused: cuDNN's dgrad + ReLU backward + BN-backward-weights graph), separate ones (not a pair it serves) and
+  // fallbacks (cuDNN offered no engine; the first reason kept).
   std::string bn_bwd_mode = "separate";
   int bn_bwd_fused = 0, bn_bwd_separate = 0, bn_bwd_fallback = 0;
   std::string bn_bwd_fallback_reason;

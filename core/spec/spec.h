@@ -212,36 +212,42 @@ enum class ConvS2d { On, Forward, Off };
 // summation order; a performance switch, no effect on the CPU backend.
 enum class ConvFewc { On, Forward, Off };
 // Where a training batch norm that reads a convolution's output gets its batch statistics on the CUDA backend under
-// AMP: separate = trctl's statistics pass over the conv output (the default; bitwise reproducible); fused = every
-// eligible conv -> batch norm pair (a cuDNN-routed conv, groups 1, no bias, unpadded channels) runs cuDNN's
-// runtime-fusion conv + genstats graph, whose epilogue writes the per-channel sum and sum of squares that the batch
-// norm then finalizes (one pass over the conv output fewer; an RGB stem on the few-channel kernel, conv_fewc, sums in
-// its own epilogue instead, deterministically); auto = fused only where the conv's output has at least
-// 28x28 pixels per image (RESULTS.md run 56, batch 256: the fused graph was faster at 224² to 28²; 14² unmeasured).
-// cuDNN's genstats sums are not bitwise repeatable run to run, so fused and auto need train.deterministic: false (and
-// precision fp16 or bf16: the graphs take f16/bf16 activations; both are spec errors otherwise). A pair
-// cuDNN has no engine for runs separately (run.json and the log count both). The same batch norm up to the
-// statistics' rounding; no effect on the CPU backend.
+// AMP: separate = trctl's statistics pass over the conv output (bitwise reproducible); fused = every eligible conv ->
+// batch norm pair (a cuDNN-routed conv, groups 1, no bias, unpadded channels) runs cuDNN's runtime-fusion conv +
+// genstats graph, whose epilogue writes the per-channel sum and sum of squares that the batch norm then finalizes
+// (one pass over the conv output fewer; an RGB stem on the few-channel kernel, conv_fewc, sums in its own epilogue
+// instead, deterministically); auto (the default) = fused only where the conv's output has at least 28x28 pixels per
+// image (RESULTS.md run 56, batch 256: the fused graph was faster at 224² to 28²; 14² unmeasured).
+// cuDNN's genstats sums are not bitwise repeatable run to run, and the graphs take f16/bf16 activations: fusing is
+// allowed only with train.deterministic: false and precision fp16 or bf16. An explicit fused without both is a spec
+// error; auto without both is separate, silently (effective_conv_bn_stats, the one place that decides). Since auto
+// became the default (RESULTS.md run 58), a resolved spec without the key means auto (before: separate) and
+// spec_to_yaml writes `conv_bn_stats: separate` when set. A pair cuDNN has no engine for runs separately (run.json
+// and the log count both). The same batch norm up to the statistics' rounding; no effect on the CPU backend.
 enum class ConvBnStats { Separate, Fused, Auto };
-// With conv_bn_stats fused or auto, where a training batch norm + ReLU applies its normalisation when its output feeds
-// only the next convolution (and that convolution's weight gradient): separate = the apply pass writes the output
-// (the default); prologue = the output is never written: the batch norm writes its per-channel scale and shift
-// (f16), the next convolution (a fused pair itself) applies relu(x * scale + shift) while loading its input
-// (cuDNN's scale + bias + ReLU + conv + genstats graph) and its weight gradient likewise (scale + bias + ReLU +
-// wgrad). A pass over the output written and one read fewer per such layer. fp16 only (cuDNN's prologue wgrad takes
-// f16). The scale and shift are rounded to f16 (what cuDNN's engines take): the normalised values move by up to
-// 2^-11 relative from the scale and 2^-11 |mean * gamma * invstd| absolute from the shift (docs/cnn.md has the
-// limits); the batch norm's backward is unchanged. A batch norm cuDNN has no engine for keeps its apply pass.
+// With conv_bn_stats fused or auto in effect (effective_conv_bn_stats not separate), where a training batch norm +
+// ReLU applies its normalisation when its output feeds only the next convolution (and that convolution's weight
+// gradient): separate = the apply pass writes the output (the default); prologue = the output is never written: the
+// batch norm writes its per-channel scale and shift (f16), the next convolution (a fused pair itself) applies
+// relu(x * scale + shift) while loading its input (cuDNN's scale + bias + ReLU + conv + genstats graph) and its
+// weight gradient likewise (scale + bias + ReLU + wgrad). A pass over the output written and one read fewer per such
+// layer. fp16 only (cuDNN's prologue wgrad takes f16); a spec error with conv_bn_stats separate, or auto that
+// resolves to separate (train.deterministic: true). The scale and shift are rounded to f16 (what cuDNN's engines
+// take): the normalised values move by up to 2^-11 relative from the scale and 2^-11 |mean * gamma * invstd|
+// absolute from the shift (docs/cnn.md has the limits); the batch norm's backward is unchanged. A batch norm cuDNN
+// has no engine for keeps its apply pass.
 enum class ConvBnApply { Separate, Prologue };
 // Where a training batch norm + ReLU's backward takes its reductions (dgamma = sum g xhat, dbeta = sum g of the
 // masked incoming gradient g) when the data gradient of the convolution that read its output produced that
-// gradient: separate = the batch norm's first pass (read g and x) (the default); fused = cuDNN's dgrad + ReLU
-// backward + BN-backward-weights graph (its "DgradDreluBNBwdWeight" pattern): the convolution's data gradient writes
-// the masked g and the reductions in its epilogue (the mask recomputed from x and the forward's statistics in fp32,
-// so it may differ from the stored ReLU output's at values that round to 0), and the batch norm runs its dx pass
-// only. One pass over (g, x) fewer per such layer. Needs train.deterministic: false and precision fp16 (cuDNN's
-// fused engines; spec errors otherwise). A pair cuDNN has no engine for keeps the first pass (counted).
-enum class ConvBnBackward { Separate, Fused };
+// gradient: separate = the batch norm's first pass (read g and x); fused = cuDNN's dgrad + ReLU backward +
+// BN-backward-weights graph (its "DgradDreluBNBwdWeight" pattern): the convolution's data gradient writes the masked
+// g and the reductions in its epilogue (the mask recomputed from x and the forward's statistics in fp32, so it may
+// differ from the stored ReLU output's at values that round to 0), and the batch norm runs its dx pass only. One pass
+// over (g, x) fewer per such layer. fused needs train.deterministic: false and precision fp16 (cuDNN's fused engines;
+// spec errors otherwise); auto (the default) = fused where both hold, else separate, never an error
+// (effective_conv_bn_backward). As with conv_bn_stats, a resolved spec without the key now means auto (before:
+// separate). A pair cuDNN has no engine for keeps the first pass (counted).
+enum class ConvBnBackward { Separate, Fused, Auto };
 struct TrainSpec {
   int epochs = 1;               // >= 1
   Precision precision = Precision::Fp32;
@@ -256,9 +262,9 @@ struct TrainSpec {
   ConvIm2col conv_im2col = ConvIm2col::Forward;  // YAML conv_im2col: on | forward | off
   ConvS2d conv_s2d = ConvS2d::Forward;           // YAML conv_s2d: on | forward | off
   ConvFewc conv_fewc = ConvFewc::On;             // YAML conv_fewc: on | forward | off
-  ConvBnStats conv_bn_stats = ConvBnStats::Separate;  // YAML conv_bn_stats: separate | fused | auto
+  ConvBnStats conv_bn_stats = ConvBnStats::Auto;      // YAML conv_bn_stats: separate | fused | auto
   ConvBnApply conv_bn_apply = ConvBnApply::Separate;  // YAML conv_bn_apply: separate | prologue
-  ConvBnBackward conv_bn_backward = ConvBnBackward::Separate;  // YAML conv_bn_backward: separate | fused
+  ConvBnBackward conv_bn_backward = ConvBnBackward::Auto;  // YAML conv_bn_backward: separate | fused | auto
   int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
   // Optimizer steps between mid-epoch checkpoints (checkpoints/epoch-NNNN-step-SSSSSSSS, with the data position);
   // 0 = none. Independent of checkpoint_every (both may be set); not part of the checkpoint's spec hash.
@@ -339,6 +345,15 @@ const char* to_string(DatasetKind d);
 const char* to_string(InitKind i);
 const char* to_string(LossKind l);
 const char* to_string(ProgressKind p);
+
+// What train.conv_bn_stats and train.conv_bn_backward run as: the one place that resolves auto and the
+// preconditions (the CUDA backend, its rules in runtime/ops/conv2d/conv_bn_stats.h, logs and run.json read these).
+// Stats: the mode as set (Fused or Auto: Auto keeps its pixel rule) when train.deterministic is false and precision
+// fp16 or bf16, else Separate. Backward: Fused when the mode is fused or auto, train.deterministic is false and
+// precision fp16, else Separate (never Auto). An explicit fused without its preconditions is a spec error, so it
+// resolves to Separate only in a TrainSpec built in code.
+ConvBnStats effective_conv_bn_stats(const TrainSpec& t);
+ConvBnBackward effective_conv_bn_backward(const TrainSpec& t);
 
 // Learning rate for 1-based epoch e under the scheduler (PyTorch-equivalent per-epoch schedules).
 double scheduler_lr(const SchedulerSpec& s, double base_lr, int epoch, int total_epochs);

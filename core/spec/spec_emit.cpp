@@ -135,6 +135,7 @@ const char* to_string(ConvBnBackward c) {
   switch (c) {
     case ConvBnBackward::Separate: return "separate";
     case ConvBnBackward::Fused: return "fused";
+    case ConvBnBackward::Auto: return "auto";
   }
   return "?";
 }
@@ -382,11 +383,13 @@ std::string spec_to_yaml(const Spec& spec) {
     y += std::string("  conv_s2d: ") + to_string(spec.train.conv_s2d) + "\n";
   if (spec.train.conv_fewc != ConvFewc::On)  // only when not the default: older specs keep their hash
     y += std::string("  conv_fewc: ") + to_string(spec.train.conv_fewc) + "\n";
-  if (spec.train.conv_bn_stats != ConvBnStats::Separate)  // only when not the default: older specs keep their hash
+  // Only when not the default (auto since RESULTS.md run 58): specs without the key keep their hash, and now mean
+  // auto; an explicit separate is written.
+  if (spec.train.conv_bn_stats != ConvBnStats::Auto)
     y += std::string("  conv_bn_stats: ") + to_string(spec.train.conv_bn_stats) + "\n";
   if (spec.train.conv_bn_apply != ConvBnApply::Separate)  // only when not the default: older specs keep their hash
     y += std::string("  conv_bn_apply: ") + to_string(spec.train.conv_bn_apply) + "\n";
-  if (spec.train.conv_bn_backward != ConvBnBackward::Separate)  // likewise
+  if (spec.train.conv_bn_backward != ConvBnBackward::Auto)  // likewise (auto the default, separate written)
     y += std::string("  conv_bn_backward: ") + to_string(spec.train.conv_bn_backward) + "\n";
   y += "  checkpoint_every: " + std::to_string(spec.train.checkpoint_every) + "\n";
   if (spec.train.checkpoint_every_steps > 0)  // written only when set: specs without it keep their checkpoint hash

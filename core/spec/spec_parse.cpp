@@ -180,6 +180,57 @@ void parse_scheduler_section(Diagnostics& d, const YamlNode& map, SchedulerSpec&
   if (out.kind != SchedulerKind::MultiStep) reject_keys(d, map, s, {"milestones"}, chosen, "multistep");
 }
 
+namespace {
+
+// train.conv_bn_stats, conv_bn_apply, conv_bn_backward (after deterministic and precision). An explicit fused that
+// cannot be honoured is an error; auto resolves to separate there instead (effective_conv_bn_stats, _backward).
+void parse_conv_bn_keys(Diagnostics& d, const YamlNode& map, TrainSpec& out) {
+  const std::string s = "train";
+  get_enum(d, map, s, "conv_bn_stats", {ConvBnStats::Separate, ConvBnStats::Fused, ConvBnStats::Auto},
+           out.conv_bn_stats);
+  if (out.conv_bn_stats == ConvBnStats::Fused && out.deterministic)
+    d.error(ErrCode::Invalid, map.find("conv_bn_stats")->loc,
+            "'train.conv_bn_stats: fused' needs 'train.deterministic: false' (cuDNN's fused batch-norm statistics "
+            "are not bitwise repeatable run to run); set it, or use conv_bn_stats: auto (fused only where allowed) "
+            "or separate");
+  const bool amp = out.precision == Precision::Fp16 || out.precision == Precision::Bf16;
+  if (out.conv_bn_stats == ConvBnStats::Fused && !amp)
+    d.error(ErrCode::NotSupported, map.find("conv_bn_stats")->loc,
+            std::string("'train.conv_bn_stats: fused' needs train.precision fp16 or bf16 (cuDNN's conv + genstats "
+                        "graphs take f16/bf16 activations), not ") + to_string(out.precision));
+  get_enum(d, map, s, "conv_bn_apply", {ConvBnApply::Separate, ConvBnApply::Prologue}, out.conv_bn_apply);
+  if (out.conv_bn_apply == ConvBnApply::Prologue && out.precision != Precision::Fp16)
+    d.error(ErrCode::NotSupported, map.find("conv_bn_apply")->loc,
+            std::string("'train.conv_bn_apply: prologue' needs train.precision fp16 (cuDNN's prologue weight "
+                        "gradient takes f16 activations), not ") + to_string(out.precision));
+  if (out.conv_bn_apply != ConvBnApply::Separate && out.conv_bn_stats == ConvBnStats::Separate)
+    d.error(ErrCode::Invalid, map.find("conv_bn_apply")->loc,
+            "'train.conv_bn_apply: prologue' needs 'train.conv_bn_stats: fused' or 'auto' (the convolution that "
+            "applies the batch norm is one of cuDNN's conv + genstats graphs)");
+  else if (out.conv_bn_apply != ConvBnApply::Separate && out.conv_bn_stats == ConvBnStats::Auto &&
+           effective_conv_bn_stats(out) == ConvBnStats::Separate)
+    d.error(ErrCode::Invalid, map.find("conv_bn_apply")->loc,
+            std::string("'train.conv_bn_apply: prologue' needs the batch-norm statistics fused, but "
+                        "'train.conv_bn_stats: auto'") + (map.find("conv_bn_stats") ? "" : " (the default)") +
+                " resolves to separate with " +
+                (out.deterministic ? std::string("'train.deterministic: true'")
+                                   : std::string("train.precision ") + to_string(out.precision)) +
+                " (it fuses only with train.deterministic: false and precision fp16 or bf16)");
+  get_enum(d, map, s, "conv_bn_backward", {ConvBnBackward::Separate, ConvBnBackward::Fused, ConvBnBackward::Auto},
+           out.conv_bn_backward);
+  if (out.conv_bn_backward == ConvBnBackward::Fused && out.deterministic)
+    d.error(ErrCode::Invalid, map.find("conv_bn_backward")->loc,
+            "'train.conv_bn_backward: fused' needs 'train.deterministic: false' (cuDNN's fused batch-norm backward "
+            "reductions are not known to be bitwise repeatable); set it, or use conv_bn_backward: auto (fused only "
+            "where allowed) or separate");
+  if (out.conv_bn_backward == ConvBnBackward::Fused && out.precision != Precision::Fp16)
+    d.error(ErrCode::NotSupported, map.find("conv_bn_backward")->loc,
+            std::string("'train.conv_bn_backward: fused' needs train.precision fp16 (cuDNN's dgrad + batch-norm "
+                        "backward graph takes f16 activations), not ") + to_string(out.precision));
+}
+
+}  // namespace
+
 void parse_train_section(Diagnostics& d, const YamlNode& map, TrainSpec& out) {
   const std::string s = "train";
   check_keys(d, map, s,
@@ -197,36 +248,7 @@ void parse_train_section(Diagnostics& d, const YamlNode& map, TrainSpec& out) {
   get_enum(d, map, s, "conv_im2col", {ConvIm2col::On, ConvIm2col::Forward, ConvIm2col::Off}, out.conv_im2col);
   get_enum(d, map, s, "conv_s2d", {ConvS2d::On, ConvS2d::Forward, ConvS2d::Off}, out.conv_s2d);
   get_enum(d, map, s, "conv_fewc", {ConvFewc::On, ConvFewc::Forward, ConvFewc::Off}, out.conv_fewc);
-  get_enum(d, map, s, "conv_bn_stats", {ConvBnStats::Separate, ConvBnStats::Fused, ConvBnStats::Auto},
-           out.conv_bn_stats);
-  if (out.conv_bn_stats != ConvBnStats::Separate && out.deterministic)
-    d.error(ErrCode::Invalid, map.find("conv_bn_stats")->loc,
-            std::string("'train.conv_bn_stats: ") + to_string(out.conv_bn_stats) +
-                "' needs 'train.deterministic: false' (cuDNN's fused batch-norm statistics are not bitwise "
-                "repeatable run to run); set it, or use conv_bn_stats: separate");
-  const bool amp = out.precision == Precision::Fp16 || out.precision == Precision::Bf16;
-  if (out.conv_bn_stats != ConvBnStats::Separate && !amp)
-    d.error(ErrCode::NotSupported, map.find("conv_bn_stats")->loc,
-            std::string("'train.conv_bn_stats: ") + to_string(out.conv_bn_stats) + "' needs train.precision fp16 or "
-                "bf16 (cuDNN's conv + genstats graphs take f16/bf16 activations), not " + to_string(out.precision));
-  get_enum(d, map, s, "conv_bn_apply", {ConvBnApply::Separate, ConvBnApply::Prologue}, out.conv_bn_apply);
-  if (out.conv_bn_apply == ConvBnApply::Prologue && out.precision != Precision::Fp16)
-    d.error(ErrCode::NotSupported, map.find("conv_bn_apply")->loc,
-            std::string("'train.conv_bn_apply: prologue' needs train.precision fp16 (cuDNN's prologue weight "
-                        "gradient takes f16 activations), not ") + to_string(out.precision));
-  if (out.conv_bn_apply != ConvBnApply::Separate && out.conv_bn_stats == ConvBnStats::Separate)
-    d.error(ErrCode::Invalid, map.find("conv_bn_apply")->loc,
-            "'train.conv_bn_apply: prologue' needs 'train.conv_bn_stats: fused' or 'auto' (the convolution that "
-            "applies the batch norm is one of cuDNN's conv + genstats graphs)");
-  get_enum(d, map, s, "conv_bn_backward", {ConvBnBackward::Separate, ConvBnBackward::Fused}, out.conv_bn_backward);
-  if (out.conv_bn_backward != ConvBnBackward::Separate && out.deterministic)
-    d.error(ErrCode::Invalid, map.find("conv_bn_backward")->loc,
-            "'train.conv_bn_backward: fused' needs 'train.deterministic: false' (cuDNN's fused batch-norm backward "
-            "reductions are not known to be bitwise repeatable); set it, or use conv_bn_backward: separate");
-  if (out.conv_bn_backward != ConvBnBackward::Separate && out.precision != Precision::Fp16)
-    d.error(ErrCode::NotSupported, map.find("conv_bn_backward")->loc,
-            std::string("'train.conv_bn_backward: fused' needs train.precision fp16 (cuDNN's dgrad + batch-norm "
-                        "backward graph takes f16 activations), not ") + to_string(out.precision));
+  parse_conv_bn_keys(d, map, out);
   get_int(d, map, s, "checkpoint_every", int_at_least(0), out.checkpoint_every);
   get_int(d, map, s, "checkpoint_every_steps", int_at_least(0), out.checkpoint_every_steps);
   get_int(d, map, s, "keep_last", int_at_least(0), out.keep_last);
@@ -357,6 +379,18 @@ Result<Spec> spec_load(const std::string& path, const std::vector<std::string>& 
     return d.take();
   }
   return spec_parse(text, path, overrides);
+}
+
+// The one place that says what the two switches run as (spec.h). Fusing needs non-deterministic engines and AMP
+// activations: f16 or bf16 for the conv + genstats graphs, f16 for the dgrad + BN-backward graph.
+ConvBnStats effective_conv_bn_stats(const TrainSpec& t) {
+  const bool amp = t.precision == Precision::Fp16 || t.precision == Precision::Bf16;
+  return !t.deterministic && amp ? t.conv_bn_stats : ConvBnStats::Separate;
+}
+
+ConvBnBackward effective_conv_bn_backward(const TrainSpec& t) {
+  const bool allowed = !t.deterministic && t.precision == Precision::Fp16;
+  return allowed && t.conv_bn_backward != ConvBnBackward::Separate ? ConvBnBackward::Fused : ConvBnBackward::Separate;
 }
 
 }  // namespace trctl

@@ -217,13 +217,13 @@ Status plan_once(std::map<std::string, Plan>& plans, const std::string& key, Mak
 }  // namespace
 
 Status CudaBackend::plan_conv_bn_stats() {
-  conv_sources_.bn_stats_mode = to_string(c_.spec.train.conv_bn_stats);
+  conv_sources_.bn_stats_mode = to_string(effective_conv_bn_stats(c_.spec.train));  // "separate": not logged
   conv_sources_.bn_apply_mode = to_string(c_.spec.train.conv_bn_apply);
   const ConvBnStatsChoice choice = conv_bn_stats_choose(c_.graph, c_.spec);
   conv_sources_.bn_stats_separate = choice.separate;
   const Refusals stats_refused{conv_sources_.bn_stats_fallback, conv_sources_.bn_stats_fallback_reason};
   const Refusals apply_refused{conv_sources_.bn_apply_fallback, conv_sources_.bn_apply_fallback_reason};
-  // cuDNN's plans for this mode: any engine (the spec requires train.deterministic: false).
+  // cuDNN's plans for this mode: any engine (effective_conv_bn_stats needs train.deterministic: false).
   auto fused_desc = [&](const Conv2dGeom& g, bool prologue) {
     FusedConvDesc d;
     d.g = g;
@@ -306,10 +306,11 @@ Status CudaBackend::plan_conv_bn_stats() {
   return ok_status();
 }
 
-// train.conv_bn_backward: fused: graph (d) for every pair conv_bn_bwd_choose picks (the few-channel folds keep
-// their batch norm's first pass); a pair cuDNN has no engine for runs separately (counted, the first reason kept).
+// train.conv_bn_backward fused or auto (effective_conv_bn_backward fused): graph (d) for every pair
+// conv_bn_bwd_choose picks (the few-channel folds keep their batch norm's first pass); a pair cuDNN has no engine for
+// runs separately (counted, the first reason kept).
 Status CudaBackend::plan_conv_bn_bwd() {
-  conv_sources_.bn_bwd_mode = to_string(c_.spec.train.conv_bn_backward);
+  conv_sources_.bn_bwd_mode = to_string(effective_conv_bn_backward(c_.spec.train));  // fused or separate
   std::vector<FewcBnGradFold> fewc;
   for (const auto& [dx, f] : fewc_bn_grad_) fewc.push_back(f);
   const ConvBnBwdChoice choice = conv_bn_bwd_choose(c_.graph, c_.plan, c_.spec, fewc);

@@ -290,8 +290,8 @@ std::string conv_algorithms_base(const YAML::Node& train, BackendKind be, const 
          std::to_string(c.from_heuristics) + " from cuDNN's heuristics (shapes the cache does not hold)";
 }
 
-// ... and, with train.conv_bn_stats fused or auto, how many conv -> batch norm pairs took their statistics from
-// cuDNN's conv + genstats epilogue.
+// ... and, with train.conv_bn_stats fused or auto in effect (run.json's mode: effective_conv_bn_stats), how many
+// conv -> batch norm pairs took their statistics from cuDNN's conv + genstats epilogue.
 std::string conv_algorithms_text(const YAML::Node& train, BackendKind be, const RunFacts* facts) {
   std::string s = conv_algorithms_base(train, be, facts);
   if (be == BackendKind::Cpu || !facts || !facts->has_conv) return s;

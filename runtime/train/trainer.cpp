@@ -458,7 +458,8 @@ std::string conv_algo_log(const ConvAlgoSources* conv) {
 }
 
 // "conv -> batch norm statistics (train.conv_bn_stats: auto): 5 pairs fused (cuDNN conv + genstats), 8 separate,
-// 0 fell back" (+ the first fallback's reason); empty when the mode is separate.
+// 0 fell back" (+ the first fallback's reason); the mode in effect (effective_conv_bn_stats: auto, the default, is
+// separate with train.deterministic true or fp32), and empty when that is separate.
 std::string conv_bn_stats_log(const ConvAlgoSources* conv) {
   if (!conv || conv->bn_stats_mode == "separate") return "";
   std::string s = "conv -> batch norm statistics (train.conv_bn_stats: " + conv->bn_stats_mode + "): " +

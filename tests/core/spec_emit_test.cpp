@@ -251,18 +251,20 @@ TEST_CASE("train.conv_s2d is written only when not the default 'forward', so old
   }
 }
 
-TEST_CASE("train.conv_bn_backward is written only when not the default 'separate', so older specs keep their hash") {
+TEST_CASE("train.conv_bn_backward is written only when not the default 'auto'; an explicit separate is written") {
   Spec s = complex_spec();  // deterministic: false
   s.train.precision = Precision::Fp16;
-  s.train.conv_bn_backward = ConvBnBackward::Separate;
-  CHECK(spec_to_yaml(s).find("conv_bn_backward") == std::string::npos);
-  s.train.conv_bn_backward = ConvBnBackward::Fused;
-  const std::string y = spec_to_yaml(s);
-  CHECK(y.find("  conv_bn_backward: fused\n") != std::string::npos);
-  Result<Spec> back = spec_parse(y, "emitted.yaml");
-  INFO((back.ok() ? std::string() : back.error_text()));
-  REQUIRE(back.ok());
-  CHECK(back.value().train.conv_bn_backward == ConvBnBackward::Fused);
+  s.train.conv_bn_backward = ConvBnBackward::Auto;
+  CHECK(spec_to_yaml(s).find("conv_bn_backward") == std::string::npos);  // older specs without it: now auto
+  for (ConvBnBackward m : {ConvBnBackward::Separate, ConvBnBackward::Fused}) {
+    s.train.conv_bn_backward = m;
+    const std::string y = spec_to_yaml(s);
+    CHECK(y.find(std::string("  conv_bn_backward: ") + to_string(m) + "\n") != std::string::npos);
+    Result<Spec> back = spec_parse(y, "emitted.yaml");
+    INFO((back.ok() ? std::string() : back.error_text()));
+    REQUIRE(back.ok());
+    CHECK(back.value().train.conv_bn_backward == m);
+  }
 }
 
 TEST_CASE("train.conv_bn_apply is written only when not the default 'separate', so older specs keep their hash") {
@@ -279,12 +281,12 @@ TEST_CASE("train.conv_bn_apply is written only when not the default 'separate', 
   CHECK(back.value().train.conv_bn_apply == ConvBnApply::Prologue);
 }
 
-TEST_CASE("train.conv_bn_stats is written only when not the default 'separate', so older specs keep their hash") {
+TEST_CASE("train.conv_bn_stats is written only when not the default 'auto'; an explicit separate is written") {
   Spec s = complex_spec();  // deterministic: false
   s.train.precision = Precision::Bf16;
-  s.train.conv_bn_stats = ConvBnStats::Separate;
-  CHECK(spec_to_yaml(s).find("conv_bn_stats") == std::string::npos);
-  for (ConvBnStats m : {ConvBnStats::Fused, ConvBnStats::Auto}) {
+  s.train.conv_bn_stats = ConvBnStats::Auto;
+  CHECK(spec_to_yaml(s).find("conv_bn_stats") == std::string::npos);  // older specs without it: now auto
+  for (ConvBnStats m : {ConvBnStats::Separate, ConvBnStats::Fused}) {
     s.train.conv_bn_stats = m;
     const std::string y = spec_to_yaml(s);
     CHECK(y.find(std::string("  conv_bn_stats: ") + to_string(m) + "\n") != std::string::npos);
@@ -292,6 +294,29 @@ TEST_CASE("train.conv_bn_stats is written only when not the default 'separate', 
     REQUIRE(back.ok());
     CHECK(back.value().train.conv_bn_stats == m);
   }
+}
+
+// parse -> emit -> parse keeps both switches, whichever of the three values was given (or none: auto).
+TEST_CASE("conv_bn_stats and conv_bn_backward survive parse -> emit -> parse, an explicit separate included") {
+  const std::string model = "model:\n  layers:\n    - {type: flatten}\n    - {type: linear, out_features: 10}\n";
+  for (const char* stats : {"", "separate", "fused", "auto"})
+    for (const char* bwd : {"", "separate", "fused", "auto"}) {
+      std::string yaml = "train:\n  precision: fp16\n  deterministic: false\n";
+      if (*stats) yaml += std::string("  conv_bn_stats: ") + stats + "\n";
+      if (*bwd) yaml += std::string("  conv_bn_backward: ") + bwd + "\n";
+      INFO(yaml);
+      Result<Spec> first = spec_parse(yaml + model, "given.yaml");
+      REQUIRE(first.ok());
+      const TrainSpec& given = first.value().train;
+      CHECK(to_string(given.conv_bn_stats) == std::string(*stats ? stats : "auto"));
+      CHECK(to_string(given.conv_bn_backward) == std::string(*bwd ? bwd : "auto"));
+      const Spec back = round_trip(first.value());
+      CHECK(back.train.conv_bn_stats == given.conv_bn_stats);
+      CHECK(back.train.conv_bn_backward == given.conv_bn_backward);
+      const std::string emitted = spec_to_yaml(first.value());
+      CHECK((emitted.find("conv_bn_stats: separate") != std::string::npos) == (std::string(stats) == "separate"));
+      CHECK((emitted.find("conv_bn_backward: separate") != std::string::npos) == (std::string(bwd) == "separate"));
+    }
 }
 
 TEST_CASE("train.conv_fewc is written only when not the default 'on', so older specs keep their checkpoint hash") {

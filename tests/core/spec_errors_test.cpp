@@ -176,11 +176,11 @@ TEST_CASE("train.conv_fewc takes on, forward or off, default on") {
   CHECK(has_error(r, "expected one of: on, forward, off"));
 }
 
-TEST_CASE("train.conv_bn_stats takes separate, fused or auto, default separate; fused and auto need "
-          "deterministic: false") {
+TEST_CASE("train.conv_bn_stats takes separate, fused or auto, default auto; fused needs deterministic: false and "
+          "fp16 or bf16") {
   Result<Spec> def = parse(kModel);
   REQUIRE(def.ok());
-  CHECK(def.value().train.conv_bn_stats == ConvBnStats::Separate);
+  CHECK(def.value().train.conv_bn_stats == ConvBnStats::Auto);
   for (auto [text, mode] : {std::pair{"separate", ConvBnStats::Separate}, {"fused", ConvBnStats::Fused},
                             {"auto", ConvBnStats::Auto}}) {
     Result<Spec> ok = parse(std::string("train:\n  precision: fp16\n  deterministic: false\n  conv_bn_stats: ") +
@@ -189,9 +189,9 @@ TEST_CASE("train.conv_bn_stats takes separate, fused or auto, default separate; 
     REQUIRE(ok.ok());
     CHECK(ok.value().train.conv_bn_stats == mode);
   }
-  Result<Spec> det = parse("train:\n  precision: bf16\n  conv_bn_stats: auto\n" + kModel);  // deterministic: true
+  Result<Spec> det = parse("train:\n  precision: bf16\n  conv_bn_stats: fused\n" + kModel);  // deterministic: true
   CHECK(only_code(det) == ErrCode::Invalid);
-  CHECK(has_error(det, "test.yaml:3:18: 'train.conv_bn_stats: auto' needs 'train.deterministic: false'"));
+  CHECK(has_error(det, "test.yaml:3:18: 'train.conv_bn_stats: fused' needs 'train.deterministic: false'"));
   Result<Spec> f32 = parse("train:\n  deterministic: false\n  conv_bn_stats: fused\n" + kModel);  // fp32
   CHECK(only_code(f32) == ErrCode::NotSupported);
   CHECK(has_error(f32, "test.yaml:3:18: 'train.conv_bn_stats: fused' needs train.precision fp16 or bf16"));
@@ -200,6 +200,19 @@ TEST_CASE("train.conv_bn_stats takes separate, fused or auto, default separate; 
   CHECK(only_code(r) == ErrCode::UnknownEnum);
   CHECK(has_error(r, "test.yaml:3:18: unknown value 'on' for 'train.conv_bn_stats'"));
   CHECK(has_error(r, "expected one of: separate, fused, auto"));
+}
+
+TEST_CASE("train.conv_bn_stats: auto is no error where it cannot fuse (deterministic, or fp32 / tf32): it runs "
+          "separate") {
+  for (const char* train : {"train:\n  precision: bf16\n  conv_bn_stats: auto\n",            // deterministic: true
+                            "train:\n  deterministic: false\n  conv_bn_stats: auto\n",        // fp32
+                            "train:\n  deterministic: false\n  precision: tf32\n  conv_bn_stats: auto\n"}) {
+    Result<Spec> r = parse(train + kModel);
+    INFO(train << (r.ok() ? std::string() : r.error_text()));
+    REQUIRE(r.ok());
+    CHECK(r.value().train.conv_bn_stats == ConvBnStats::Auto);
+    CHECK(effective_conv_bn_stats(r.value().train) == ConvBnStats::Separate);
+  }
 }
 
 TEST_CASE("train.conv_bn_apply takes separate or prologue; prologue needs conv_bn_stats fused or auto") {
@@ -212,10 +225,15 @@ TEST_CASE("train.conv_bn_apply takes separate or prologue; prologue needs conv_b
   INFO((ok.ok() ? std::string() : ok.error_text()));
   REQUIRE(ok.ok());
   CHECK(ok.value().train.conv_bn_apply == ConvBnApply::Prologue);
-  Result<Spec> alone = parse("train:\n  precision: fp16\n  deterministic: false\n  conv_bn_apply: prologue\n" + kModel);
-  CHECK(only_code(alone) == ErrCode::Invalid);
-  CHECK(has_error(alone,
-                  "test.yaml:4:18: 'train.conv_bn_apply: prologue' needs 'train.conv_bn_stats: fused' or 'auto'"));
+  Result<Spec> by_default = parse("train:\n  precision: fp16\n  deterministic: false\n  conv_bn_apply: prologue\n" +
+                                  kModel);  // conv_bn_stats: auto, the default
+  INFO((by_default.ok() ? std::string() : by_default.error_text()));
+  CHECK(by_default.ok());
+  Result<Spec> sep = parse(
+      "train:\n  precision: fp16\n  deterministic: false\n  conv_bn_stats: separate\n  conv_bn_apply: prologue\n" +
+      kModel);
+  CHECK(only_code(sep) == ErrCode::Invalid);
+  CHECK(has_error(sep, "test.yaml:5:18: 'train.conv_bn_apply: prologue' needs 'train.conv_bn_stats: fused' or 'auto'"));
   Result<Spec> bf16 = parse(
       "train:\n  precision: bf16\n  deterministic: false\n  conv_bn_stats: auto\n  conv_bn_apply: prologue\n" +
       kModel);
@@ -226,14 +244,36 @@ TEST_CASE("train.conv_bn_apply takes separate or prologue; prologue needs conv_b
   CHECK(has_error(r, "unknown value 'fused' for 'train.conv_bn_apply'"));
 }
 
-TEST_CASE("train.conv_bn_backward takes separate or fused; fused needs deterministic: false and fp16") {
+TEST_CASE("train.conv_bn_apply: prologue is an error when conv_bn_stats: auto resolves to separate "
+          "(deterministic: true)") {
+  Result<Spec> expl = parse("train:\n  precision: fp16\n  conv_bn_stats: auto\n  conv_bn_apply: prologue\n" + kModel);
+  CHECK(only_code(expl) == ErrCode::Invalid);
+  CHECK(has_error(expl, "test.yaml:4:18: 'train.conv_bn_apply: prologue' needs the batch-norm statistics fused, but "
+                        "'train.conv_bn_stats: auto' resolves to separate with 'train.deterministic: true'"));
+  Result<Spec> def = parse("train:\n  precision: fp16\n  conv_bn_apply: prologue\n" + kModel);
+  CHECK(only_code(def) == ErrCode::Invalid);
+  CHECK(has_error(def, "'train.conv_bn_stats: auto' (the default) resolves to separate with "
+                       "'train.deterministic: true'"));
+  // fp32: the precision error, and auto resolving to separate (named by the precision).
+  Result<Spec> f32 = parse("train:\n  deterministic: false\n  conv_bn_apply: prologue\n" + kModel);
+  REQUIRE_FALSE(f32.ok());
+  CHECK(has_error(f32, "'train.conv_bn_apply: prologue' needs train.precision fp16"));
+  CHECK(has_error(f32, "resolves to separate with train.precision fp32"));
+}
+
+TEST_CASE("train.conv_bn_backward takes separate, fused or auto, default auto; fused needs deterministic: false "
+          "and fp16") {
   Result<Spec> def = parse(kModel);
   REQUIRE(def.ok());
-  CHECK(def.value().train.conv_bn_backward == ConvBnBackward::Separate);
-  Result<Spec> ok = parse("train:\n  deterministic: false\n  precision: fp16\n  conv_bn_backward: fused\n" + kModel);
-  INFO((ok.ok() ? std::string() : ok.error_text()));
-  REQUIRE(ok.ok());
-  CHECK(ok.value().train.conv_bn_backward == ConvBnBackward::Fused);
+  CHECK(def.value().train.conv_bn_backward == ConvBnBackward::Auto);
+  for (auto [text, mode] : {std::pair{"separate", ConvBnBackward::Separate}, {"fused", ConvBnBackward::Fused},
+                            {"auto", ConvBnBackward::Auto}}) {
+    Result<Spec> ok = parse(std::string("train:\n  deterministic: false\n  precision: fp16\n  conv_bn_backward: ") +
+                            text + "\n" + kModel);
+    INFO(text << ": " << (ok.ok() ? std::string() : ok.error_text()));
+    REQUIRE(ok.ok());
+    CHECK(ok.value().train.conv_bn_backward == mode);
+  }
   Result<Spec> det = parse("train:\n  precision: fp16\n  conv_bn_backward: fused\n" + kModel);
   CHECK(only_code(det) == ErrCode::Invalid);
   CHECK(has_error(det, "test.yaml:3:21: 'train.conv_bn_backward: fused' needs 'train.deterministic: false'"));
@@ -243,6 +283,20 @@ TEST_CASE("train.conv_bn_backward takes separate or fused; fused needs determini
   Result<Spec> r = parse("train:\n  conv_bn_backward: prologue\n" + kModel);
   CHECK(only_code(r) == ErrCode::UnknownEnum);
   CHECK(has_error(r, "unknown value 'prologue' for 'train.conv_bn_backward'"));
+  CHECK(has_error(r, "expected one of: separate, fused, auto"));
+}
+
+TEST_CASE("train.conv_bn_backward: auto is no error where it cannot fuse (deterministic, or not fp16): it runs "
+          "separate") {
+  for (const char* train : {"train:\n  precision: fp16\n  conv_bn_backward: auto\n",          // deterministic: true
+                            "train:\n  deterministic: false\n  precision: bf16\n  conv_bn_backward: auto\n",
+                            "train:\n  deterministic: false\n  conv_bn_backward: auto\n"}) {  // fp32
+    Result<Spec> r = parse(train + kModel);
+    INFO(train << (r.ok() ? std::string() : r.error_text()));
+    REQUIRE(r.ok());
+    CHECK(r.value().train.conv_bn_backward == ConvBnBackward::Auto);
+    CHECK(effective_conv_bn_backward(r.value().train) == ConvBnBackward::Separate);
+  }
 }
 
 TEST_CASE("a misspelt train.conv_fewc key suggests conv_fewc") {

@@ -77,6 +77,24 @@ TEST_CASE("a bad override exits 2 and names the override", "[cli]") {
   CHECK(t.code == 2);
 }
 
+// The conv -> batch norm fusions default to auto: no error whatever train.deterministic says; an explicit fused
+// that train.deterministic: true cannot honour is a config error.
+TEST_CASE("validate accepts the default conv_bn modes either way; conv_bn_stats=fused without "
+          "deterministic: false exits 2",
+          "[cli]") {
+  const std::string vgg = std::string(TRCTL_SOURCE_DIR) + "/configs/vgg16bn.yaml";
+  Run det = trctl("validate " + vgg);
+  INFO(det.err);
+  CHECK(det.code == 0);
+  Run nondet = trctl("validate " + vgg + " train.deterministic=false");
+  INFO(nondet.err);
+  CHECK(nondet.code == 0);
+  CHECK_THAT(nondet.out, !Catch::Contains("conv_bn_stats") && !Catch::Contains("conv_bn_backward"));  // auto
+  Run fused = trctl("validate " + vgg + " train.conv_bn_stats=fused");
+  CHECK(fused.code == 2);
+  CHECK_THAT(fused.err, Catch::Contains("'train.conv_bn_stats: fused' needs 'train.deterministic: false'"));
+}
+
 TEST_CASE("compile --dump prints the graph after a stage; an unknown stage exits 2", "[cli]") {
   Run r = trctl("compile " + kConfig + " --dump=after:autodiff");
   INFO(r.err);

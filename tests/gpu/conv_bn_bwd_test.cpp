@@ -1,7 +1,8 @@
 // train.conv_bn_backward: fused on the CUDA backend (CudaBackend::plan_conv_bn_bwd, runtime/cuda/cuda_lower_cnn.cpp):
 // which batch-norm backwards take their reductions from the preceding data gradient's epilogue (cuDNN graph (d)), as
 // conv_algo_sources() counts them (run.json's conv_algorithms.bn_backward), and, from the same weights and batch,
-// one fused step's gradients against the separate path's (both with train.deterministic: false).
+// one fused step's gradients against the separate path's (both with train.deterministic: false and the batch
+// norms' statistics pass: conv_bn_stats separate).
 // The net: an RGB stem (32 channels: the few-channel forward, a cuDNN weight gradient), bn0 + ReLU whose g conv1's
 // data gradient writes (fused), bn1 + ReLU likewise from conv2's (fused), bn2 + ReLU whose g comes from the global
 // pool's backward (separate).
@@ -44,7 +45,7 @@ model:
     - {type: global_avg_pool, name: gap}
     - {type: linear, name: fc, out_features: 10}
 optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
-train: {epochs: 1, precision: fp16, deterministic: false}
+train: {epochs: 1, precision: fp16, deterministic: false, conv_bn_stats: separate}
 run: {progress: off}
 )";
 
@@ -61,7 +62,7 @@ TEST_CASE("train.conv_bn_backward: fused takes two batch norms' reductions from 
           "one step's gradients match the separate path (fp16 AMP)",
           "[gpu][backend][cnn][conv_bn_stats][fuseddgrad]") {
   const BuiltBackend fused = build_backend(spec_of({"train.conv_bn_backward=fused"}));
-  const BuiltBackend sep = build_backend(spec_of({}));
+  const BuiltBackend sep = build_backend(spec_of({"train.conv_bn_backward=separate"}));  // the default: auto
   const ConvAlgoSources* src = fused.be->conv_algo_sources();
   REQUIRE(src != nullptr);
   const int p = backward_programs(*fused.c);
@@ -72,6 +73,9 @@ TEST_CASE("train.conv_bn_backward: fused takes two batch norms' reductions from 
   CHECK(src->bn_bwd_fused == 2 * p);
   CHECK(src->bn_bwd_separate == 1 * p);
   CHECK(sep.be->conv_algo_sources()->bn_bwd_mode == "separate");
+  const BuiltBackend by_default = build_backend(spec_of({}));  // auto: fused here (fp16, deterministic: false)
+  CHECK(by_default.be->conv_algo_sources()->bn_bwd_mode == "fused");
+  CHECK(by_default.be->conv_algo_sources()->bn_bwd_fused == src->bn_bwd_fused);
   RunFacts f;
   f.backend = "cuda";
   f.has_conv = true;

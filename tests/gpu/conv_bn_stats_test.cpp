@@ -1,12 +1,12 @@
 // train.conv_bn_stats on the CUDA backend (CudaBackend::plan_conv_bn_stats, runtime/cuda/cuda_lower_cnn.cpp):
 // which conv -> training batch norm pairs run cuDNN's conv + genstats graph or the few-channel forward with its
-// statistics epilogue (fused: every eligible pair; auto: those whose output has >= 28x28 pixels; fp32 is a spec
-// error), as conv_algo_sources() counts them; and a fused step
-// against the separate statistics pass from the same weights and batches (fp16 AMP, train.deterministic: false on
-// both): the running statistics after one step (the most direct view of the fused statistics), the weights, and
-// the losses of six steps. The net has one pair of each kind: conv0 over RGB at 56x56 (trctl's few-channel kernel,
-// its sums from the epilogue), conv1 at 56x56 (its batch norm fused with the ReLU and the max pool: the pooled
-// forward from sums), conv2 at 28x28.
+// statistics epilogue (fused: every eligible pair; auto, the default: those whose output has >= 28x28 pixels, and
+// none with train.deterministic: true), as conv_algo_sources() counts them; and a fused step against the separate
+// statistics pass from the same weights and batches (fp16 AMP, train.deterministic: false and conv_bn_backward:
+// separate on both): the running statistics after one step (the most direct view of the fused statistics), the
+// weights, and the losses of six steps. The net has one pair of each kind: conv0 over RGB at 56x56 (trctl's
+// few-channel kernel, its sums from the epilogue), conv1 at 56x56 (its batch norm fused with the ReLU and the max
+// pool: the pooled forward from sums), conv2 at 28x28.
 // Tolerances: the fused graph's convolution is another cuDNN engine than the legacy plan (its fp32 accumulation
 // order differs, so a few f16 outputs round the other way) and its sums are fp32; the batch statistics then agree
 // to ~1e-5 relative, and the running statistics, which move by momentum 0.1 of them, to ~1e-6 of their size: the
@@ -52,7 +52,7 @@ model:
     - {type: global_avg_pool, name: gap}
     - {type: linear, name: fc, out_features: 10}
 optimizer: {type: sgd, lr: 0.05, momentum: 0.9, weight_decay: 1.0e-4}
-train: {epochs: 1, precision: fp16, deterministic: false}
+train: {epochs: 1, precision: fp16, deterministic: false, conv_bn_backward: separate}
 run: {progress: off}
 )";
 
@@ -145,6 +145,7 @@ TEST_CASE("train.conv_bn_stats picks the conv -> batch norm pairs it fuses: fuse
       {{"train.conv_bn_stats=auto"}, "auto", 3, 0},                  // conv0, conv1 (56x56), conv2 (28x28)
       {{"train.conv_bn_stats=fused", "train.conv_fewc=off"}, "fused", 2, 1},  // conv0: im2col or padded, separate
       {{"train.conv_bn_stats=separate"}, "separate", 0, 0},         // not planned, not counted
+      {{"train.deterministic=true"}, "separate", 0, 0},  // the default auto resolves to separate: not counted
   };
   for (const Want& w : cases) {
     INFO(w.overrides.front() << (w.overrides.size() > 1 ? " " + w.overrides[1] : std::string()));

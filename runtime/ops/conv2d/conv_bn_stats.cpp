@@ -11,10 +11,9 @@ namespace trctl {
 
 ConvBnStatsChoice conv_bn_stats_choose(const Graph& graph, const Spec& spec) {
   ConvBnStatsChoice out;
-  const ConvBnStats mode = spec.train.conv_bn_stats;
+  const ConvBnStats mode = effective_conv_bn_stats(spec.train);  // separate unless non-deterministic fp16 / bf16
   if (mode == ConvBnStats::Separate) return out;
   const ConvRouteOptions ro = conv_route_options(spec);
-  const bool lowp = spec.train.precision == Precision::Fp16 || spec.train.precision == Precision::Bf16;
   for (size_t pi = 0; pi < graph.programs.size(); ++pi) {
     const Program& p = graph.programs[pi];
     std::map<ValueId, size_t> conv_of;  // conv output -> its Conv2d node
@@ -31,7 +30,7 @@ ConvBnStatsChoice conv_bn_stats_choose(const Graph& graph, const Spec& spec) {
                          conv_plan_geom(ro, OpKind::Conv2d, g).c == g.c && g.groups == 1 &&
                          g.k % 8 == 0;  // sum and sqsum (K) f32 each 16-byte aligned in the pair's buffer
       const bool fewc = !pointwise_conv(conv) && route == ConvRoute::Fewc;  // K in {16, 32, 64}
-      const bool eligible = lowp && conv.in.size() == 2 && (cudnn || fewc);
+      const bool eligible = conv.in.size() == 2 && (cudnn || fewc);
       if (!eligible || (mode == ConvBnStats::Auto && g.p * g.q < kConvBnStatsAutoMinPixels)) {
         ++out.separate;
         continue;
@@ -102,7 +101,7 @@ std::vector<ConvBnApplyFold> conv_bn_apply_choose(const Graph& graph, const Spec
 ConvBnBwdChoice conv_bn_bwd_choose(const Graph& graph, const MemoryPlan& plan, const Spec& spec,
                                    const std::vector<FewcBnGradFold>& fewc) {
   ConvBnBwdChoice out;
-  if (spec.train.conv_bn_backward != ConvBnBackward::Fused || spec.train.precision != Precision::Fp16) return out;
+  if (effective_conv_bn_backward(spec.train) != ConvBnBackward::Fused) return out;  // non-deterministic fp16 only
   const ConvRouteOptions ro = conv_route_options(spec);
   for (size_t pi = 0; pi < graph.programs.size(); ++pi) {
     const Program& p = graph.programs[pi];

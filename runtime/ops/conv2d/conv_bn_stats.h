@@ -36,12 +36,13 @@ struct ConvBnStatsChoice {
 constexpr int64_t kConvBnStatsAutoMinPixels = 28 * 28;
 
 // Every BatchNorm (training) node whose input is the output of a Conv2d node of the same program is a candidate.
-// Under fused or auto (separate: none, nothing counted) a candidate is fused when the spec's precision is fp16 or
-// bf16 and the conv, without a bias input, is either one the CUDA backend runs as a plain cuDNN convolution: not
-// pointwise (those are cuBLASLt GEMMs), routed to cuDNN (conv_route: not fewc / im2col / s2d), planned on its real
-// channels (no AMP channel padding), with groups 1 and K % 8 == 0 (the sums' alignment); or one routed to the
-// few-channel kernel (an RGB stem: route Fewc). Under auto its output also needs at least
-// kConvBnStatsAutoMinPixels pixels per image. Every other candidate counts as separate.
+// Under effective_conv_bn_stats (core/spec/spec.h) fused or auto (separate, as with train.deterministic true or
+// precision fp32 / tf32: none, nothing counted) a candidate is fused when the conv, without a bias input, is either
+// one the CUDA backend runs as a plain cuDNN convolution: not pointwise (those are cuBLASLt GEMMs), routed to cuDNN
+// (conv_route: not fewc / im2col / s2d), planned on its real channels (no AMP channel padding), with groups 1 and
+// K % 8 == 0 (the sums' alignment); or one routed to the few-channel kernel (an RGB stem: route Fewc). Under auto
+// its output also needs at least kConvBnStatsAutoMinPixels pixels per image. Every other candidate counts as
+// separate.
 ConvBnStatsChoice conv_bn_stats_choose(const Graph& graph, const Spec& spec);
 
 // A training batch norm + ReLU whose normalisation the next convolution applies (train.conv_bn_apply: prologue): its
@@ -65,9 +66,9 @@ std::vector<ConvBnApplyFold> conv_bn_apply_choose(const Graph& graph, const Spec
                                                   const ConvBnStatsChoice& stats);
 
 // A training batch norm + ReLU's backward whose reductions the preceding convolution data gradient computes
-// (train.conv_bn_backward: fused; cuDNN's dgrad + ReLU backward + BN-backward-weights graph): that Conv2dGradInput
-// writes the masked incoming gradient g in its output's place plus dgamma and dbeta, and the BatchNormGrad runs its
-// dx pass only.
+// (train.conv_bn_backward fused or auto; cuDNN's dgrad + ReLU backward + BN-backward-weights graph): that
+// Conv2dGradInput writes the masked incoming gradient g in its output's place plus dgamma and dbeta, and the
+// BatchNormGrad runs its dx pass only.
 struct ConvBnBwdPair {
   int program = 0;
   size_t dgrad = 0;    // the Conv2dGradInput node: its output is the batch norm's dY
@@ -79,9 +80,10 @@ struct ConvBnBwdChoice {
   std::vector<ConvBnBwdPair> fuse;
   int separate = 0;  // batch-norm backwards with a fused ReLU that stay as they are (ineligible)
 };
-// With train.conv_bn_backward: fused and precision fp16 (else none, nothing counted): every BatchNormGrad node with a
-// fused ReLU, no residual and no fused pool whose forward (the BatchNorm that wrote its save_mean) fused the ReLU
-// without a residual, whose dY (in[0]) the node right before it writes — a Conv2dGradInput without accumulation that
+// With effective_conv_bn_backward fused (train.conv_bn_backward fused or auto, train.deterministic false, precision
+// fp16; else none, nothing counted): every BatchNormGrad node with a fused ReLU, no residual and no fused pool whose
+// forward (the BatchNorm that wrote its save_mean) fused the ReLU without a residual, whose dY (in[0]) the node
+// right before it writes — a Conv2dGradInput without accumulation that
 // the CUDA backend runs as a plain cuDNN data gradient (conv_route Cudnn, real channels, groups 1, C % 8 == 0) —
 // and that no other node reads (nor is a named value), whose dx is not computed by a few-channel weight gradient
 // (`fewc`: fewc_bn_grad_choose's folds, which need the batch norm's own first pass), and whose dgamma and dbeta the

@@ -45,6 +45,7 @@ TEST_CASE("conv_bn_stats_choose on VGG16-BN: auto fuses the ten pairs of >= 28x2
       {{"train.conv_bn_stats=fused", "train.precision=fp16"}, 13, 0},  // features_0: the few-channel kernel's sums
       {{"train.conv_bn_stats=fused", "train.precision=fp16", "train.conv_fewc=off"}, 12, 1},  // im2col, or padded
       {{"train.conv_bn_stats=separate", "train.precision=fp16"}, 0, 0},
+      {{"train.precision=fp16"}, 10, 3},  // the default: auto
   };
   for (const Want& w : cases) {
     std::string tag;
@@ -56,12 +57,12 @@ TEST_CASE("conv_bn_stats_choose on VGG16-BN: auto fuses the ten pairs of >= 28x2
     const ConvBnStatsChoice ch = conv_bn_stats_choose(c.graph, c.spec);
     CHECK(static_cast<int>(ch.fuse.size()) == w.fused * p);
     CHECK(ch.separate == w.separate * p);
-    if (c.spec.train.conv_bn_stats == ConvBnStats::Fused) {  // fp32 (the spec refuses it; the rule holds anyway)
+    if (c.spec.train.conv_bn_stats == ConvBnStats::Fused) {  // fp32 (the spec refuses it): separate in effect
       Spec f32 = c.spec;
       f32.train.precision = Precision::Fp32;
       const ConvBnStatsChoice none = conv_bn_stats_choose(c.graph, f32);
       CHECK(none.fuse.empty());
-      CHECK(none.separate == 13 * p);
+      CHECK(none.separate == 0);  // nothing counted, as under separate
     }
     for (const ConvBnStatsPair& pr : ch.fuse) {
       const Node& conv = c.graph.programs[pr.program].nodes[pr.conv];
@@ -76,6 +77,26 @@ TEST_CASE("conv_bn_stats_choose on VGG16-BN: auto fuses the ten pairs of >= 28x2
       for (const Node& n : c.graph.programs[pr.program].nodes) feeds_bn |= n.op == OpKind::BatchNorm && n.in[0] == pr.y;
       CHECK(feeds_bn);
     }
+  }
+}
+
+// configs/vgg16bn.yaml as it is (fp16, train.deterministic left true): the defaults, auto and auto, fuse nothing and
+// count nothing, nor does auto under fp32 with train.deterministic: false.
+TEST_CASE("with train.deterministic: true, or fp32, the default auto modes choose no pairs", "[conv_bn_stats]") {
+  const std::vector<std::string> small = {"data.synthetic.train_size=512", "data.synthetic.val_size=256"};
+  std::vector<std::string> f32 = small;
+  f32.insert(f32.end(), {"train.deterministic=false", "train.precision=fp32"});
+  for (const std::vector<std::string>& o : {small, f32}) {
+    INFO(o.back());
+    const Compiled c = compile_amp(testing::config_spec("vgg16bn.yaml", o));
+    CHECK(c.spec.train.conv_bn_stats == ConvBnStats::Auto);
+    CHECK(c.spec.train.conv_bn_backward == ConvBnBackward::Auto);
+    const ConvBnStatsChoice stats = conv_bn_stats_choose(c.graph, c.spec);
+    CHECK(stats.fuse.empty());
+    CHECK(stats.separate == 0);
+    const ConvBnBwdChoice bwd = conv_bn_bwd_choose(c.graph, c.plan, c.spec, fewc_bn_grad_choose(c.graph, c.spec));
+    CHECK(bwd.fuse.empty());
+    CHECK(bwd.separate == 0);
   }
 }
 
@@ -219,6 +240,9 @@ TEST_CASE("conv_bn_bwd_choose on VGG16-BN: the data gradients before the non-poo
       {{"train.conv_bn_backward=fused", "train.precision=fp16"}, 7, 6},
       {{"train.conv_bn_backward=fused", "train.precision=fp16", "train.conv_fewc=off"}, 8, 5},
       {{"train.conv_bn_backward=separate", "train.precision=fp16"}, 0, 0},
+      {{"train.conv_bn_backward=auto", "train.precision=fp16"}, 7, 6},
+      {{"train.precision=fp16"}, 7, 6},  // the default: auto, fused here
+      {{"train.precision=bf16"}, 0, 0},  // auto under bf16: separate (graph (d) takes f16), nothing counted
   };
   for (const Want& w : cases) {
     std::string tag;
