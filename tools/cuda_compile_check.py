@@ -53,7 +53,7 @@ def main():
         lines = (r.stdout + r.stderr).splitlines()
         keep = [l for l in lines if "error" in l or "warning" in l or (args.regs and ("Used" in l or "spill" in l or "Compiling entry" in l))]
         print(f"{rel}: {'ok' if r.returncode == 0 else 'FAILED'}")
-        for l in keep[:40]:
+        for l in (keep if args.regs else keep[:40]):  # --regs: every kernel
             print("  " + l)
         failed += r.returncode != 0
     sys.exit(1 if failed else 0)

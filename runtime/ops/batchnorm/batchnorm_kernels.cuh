@@ -4,8 +4,10 @@
 // the backward's three kernels, templated on where their incoming gradient comes from (a gradient source: DenseGrad
 // here, the pooled gradient and argmax in batchnorm_pool.cu). The kernel geometry:
 //   1. stats: block (tx, 16) covers tx*V channels and one block of rows; thread (tx, ty) reads rows r0+ty, r0+ty+16,
-//      ... with V-wide vector loads (a warp reads whole rows: coalesced), keeps per-channel Welford state (forward)
-//      or plain sums (backward), and the 16 row groups are merged in ty order into one partial per channel.
+//      ... (forward) or the row pairs r0+2ty, r0+2ty+1, r0+2ty+32, r0+2ty+33, ... (backward: a pooled gradient
+//      source decodes a 2x2 window's horizontal pair once) with V-wide vector loads (a warp reads whole rows:
+//      coalesced), keeps per-channel Welford state (forward) or plain sums (backward) in that row order, and the 16
+//      row groups are merged in ty order into one partial per channel.
 //   2. finalize: per channel, the row-block partials are merged in fixed order (strided loop + tree).
 //   3. apply: elementwise over the same geometry, per-channel constants kept in registers.
 // The row split (rows per block, 16 row groups) depends only on (rows, c), never on V or the alignment, and all
@@ -95,10 +97,28 @@ __device__ __forceinline__ void load_rows(const T* p, int64_t r, int64_t r1, int
     if (r + u * kRowGroups < r1) out[u] = pack_load<V>(p + (r + u * kRowGroups) * c + col);
 }
 
-// Backward loads: 3 packs per row, so wide packs use half the unroll to stay within 128 registers (no spills at
-// 512 threads). The unroll does not change the order of the per-thread sums.
+// The backward's rows: thread (tx, ty) takes the pairs (r, r + 1), r = r0 + 2 ty + kPairStep k, in row order.
+constexpr int kPairStep = 2 * kRowGroups;
+
+// out[u][e] = the V-pack at (row r + kPairStep u + e, column col) of p (rows,c), for the rows below r1.
+template <int U, int V, class T>
+__device__ __forceinline__ void load_pairs(const T* p, int64_t r, int64_t r1, int64_t c, int64_t col,
+                                           Pack<T, V> (&out)[U][2]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int64_t row = r + u * kPairStep + e;
+      if (row < r1) out[u][e] = pack_load<V>(p + row * c + col);
+    }
+  }
+}
+
+// Backward loads: 3 packs per row, so wide packs take one row pair per iteration (two rows) to stay within 128
+// registers (no spills at 512 threads), narrower ones two pairs. The unroll does not change the order of the
+// per-thread sums.
 template <int V>
-constexpr int bwd_unroll() { return V >= 8 ? 2 : kUnroll; }
+constexpr int bwd_unroll() { return V >= 8 ? 1 : 2; }
 
 // Per-channel accumulators: Welford moments (forward) and the two plain sums (backward). Trivial types, since they
 // live in __shared__ arrays. add_partial takes one partial pair (with its row count), add merges an accumulator.
@@ -263,10 +283,10 @@ __global__ void __launch_bounds__(256)
 // ApplyConsts, apply_consts, apply_affine, relu_kept, relu_grad_in, BnBwdConsts, bn_bwd_consts, bn_bwd_dx:
 // bn_elem.cuh (shared with kernels that fuse a batch-norm step).
 
-// Where the backward's incoming gradient dy comes from: a gradient source Src provides, for the rows r, r + 16,
-// ... (r < r1) of one thread, Pos start(row) (its position state at the thread's first row), load(r, r1, c, col,
-// out, pos) (out[u] = the dy V-pack of row r + 16u at column col, as the full-resolution dy would hold it),
-// and advance(pos, rows). DenseGrad reads dy (rows,c) itself; the fused max pool's sources (pass_fuse_bn_pool,
+// Where the backward's incoming gradient dy comes from: a gradient source Src provides, for the row pairs of one
+// thread (r, r + 1, r + kPairStep, ...; rows >= r1 are never asked for), Pos start(row) (its position state at the
+// thread's first row), load(r, r1, c, col, out, pos) (out[u][e] = the dy V-pack of row r + kPairStep u + e at column
+// col, as the full-resolution dy would hold it; pos: row r's), and advance(pos, rows). DenseGrad reads dy (rows,c) itself; the fused max pool's sources (pass_fuse_bn_pool,
 // with no full-resolution dy: dx may not alias theirs) are in batchnorm_pool.cu.
 template <class T>
 struct DenseGrad {
@@ -275,9 +295,9 @@ struct DenseGrad {
   __device__ __forceinline__ Pos start(int64_t) const { return {}; }
   __device__ __forceinline__ void advance(Pos&, uint32_t) const {}
   template <int U, int V>
-  __device__ __forceinline__ void load(int64_t r, int64_t r1, int64_t c, int64_t col, Pack<T, V> (&out)[U],
+  __device__ __forceinline__ void load(int64_t r, int64_t r1, int64_t c, int64_t col, Pack<T, V> (&out)[U][2],
                                        const Pos&) const {
-    load_rows(dy, r, r1, c, col, out);
+    load_pairs(dy, r, r1, c, col, out);
   }
 };
 
@@ -311,29 +331,34 @@ __global__ void __launch_bounds__(512)
       }
     }
     constexpr int U = bwd_unroll<V>();
-    typename Src::Pos pos = dy.start(r0 + ty);
-    for (int64_t r = r0 + ty; r < r1; r += kRowGroups * U) {
-      Pack<T, V> pd[U], px[U], py[U];
-      load_rows(x, r, r1, c, col, px);  // issued before the source's loads: both in flight together
-      if (relu_y) load_rows(relu_y, r, r1, c, col, py);
+    typename Src::Pos pos = dy.start(r0 + 2 * ty);
+    for (int64_t r = r0 + 2 * ty; r < r1; r += kPairStep * U) {
+      Pack<T, V> pd[U][2], px[U][2], py[U][2];
+      load_pairs(x, r, r1, c, col, px);  // issued before the source's loads: both in flight together
+      if (relu_y) load_pairs(relu_y, r, r1, c, col, py);
       dy.load(r, r1, c, col, pd, pos);
-      dy.advance(pos, kRowGroups * U);
+      dy.advance(pos, kPairStep * U);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        if (r + u * kRowGroups >= r1) break;
 #pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const float g = relu_grad_in<T>(pd[u].v[j], px[u].v[j], py[u].v[j], relu_beta, relu_y, m[j], a[j], b[j]);
-          sg[j] += g;
-          sgx[j] = fmaf(g, to_f32(px[u].v[j]) - m[j], sgx[j]);
-        }
-        if (g_out) {
-          if (relu_y) {
-            const T zero = from_f32<T>(0.0f);
+        for (int e = 0; e < 2; ++e) {
+          const int64_t row = r + u * kPairStep + e;
+          if (row >= r1) continue;
 #pragma unroll
-            for (int j = 0; j < V; ++j) pd[u].v[j] = to_f32(py[u].v[j]) > 0.0f ? pd[u].v[j] : zero;
+          for (int j = 0; j < V; ++j) {
+            const float g =
+                relu_grad_in<T>(pd[u][e].v[j], px[u][e].v[j], py[u][e].v[j], relu_beta, relu_y, m[j], a[j], b[j]);
+            sg[j] += g;
+            sgx[j] = fmaf(g, to_f32(px[u][e].v[j]) - m[j], sgx[j]);
           }
-          pack_store<V>(g_out + (r + u * kRowGroups) * c + col, pd[u]);
+          if (g_out) {
+            if (relu_y) {
+              const T zero = from_f32<T>(0.0f);
+#pragma unroll
+              for (int j = 0; j < V; ++j) pd[u][e].v[j] = to_f32(py[u][e].v[j]) > 0.0f ? pd[u][e].v[j] : zero;
+            }
+            pack_store<V>(g_out + row * c + col, pd[u][e]);
+          }
         }
       }
     }
@@ -369,23 +394,27 @@ __global__ void __launch_bounds__(512)
 #pragma unroll
   for (int j = 0; j < V; ++j) kc[j] = bn_bwd_consts(col + j, gamma, mean, invstd, dgamma, dbeta, relu_beta, inv_n);
   constexpr int U = bwd_unroll<V>();
-  typename Src::Pos pos = dy.start(r0 + threadIdx.y);
-  for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowGroups * U) {
-    Pack<T, V> pd[U], px[U], py[U];
-    load_rows(x, r, r1, c, col, px);  // before the source's loads, as in pass 1
-    if (relu_y) load_rows(relu_y, r, r1, c, col, py);
+  typename Src::Pos pos = dy.start(r0 + 2 * threadIdx.y);
+  for (int64_t r = r0 + 2 * threadIdx.y; r < r1; r += kPairStep * U) {
+    Pack<T, V> pd[U][2], px[U][2], py[U][2];
+    load_pairs(x, r, r1, c, col, px);  // before the source's loads, as in pass 1
+    if (relu_y) load_pairs(relu_y, r, r1, c, col, py);
     dy.load(r, r1, c, col, pd, pos);
-    dy.advance(pos, kRowGroups * U);
+    dy.advance(pos, kPairStep * U);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if (r + u * kRowGroups >= r1) break;
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const float g =
-            relu_grad_in<T>(pd[u].v[j], px[u].v[j], py[u].v[j], relu_beta, relu_y, kc[j].m, kc[j].a, kc[j].b);
-        pd[u].v[j] = bn_bwd_dx<T>(g, px[u].v[j], kc[j]);
+      for (int e = 0; e < 2; ++e) {
+        const int64_t row = r + u * kPairStep + e;
+        if (row >= r1) continue;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float g = relu_grad_in<T>(pd[u][e].v[j], px[u][e].v[j], py[u][e].v[j], relu_beta, relu_y, kc[j].m,
+                                          kc[j].a, kc[j].b);
+          pd[u][e].v[j] = bn_bwd_dx<T>(g, px[u][e].v[j], kc[j]);
+        }
+        pack_store<V>(dx + row * c + col, pd[u][e]);
       }
-      pack_store<V>(dx + (r + u * kRowGroups) * c + col, pd[u]);
     }
   }
 }

@@ -285,8 +285,9 @@ __device__ __forceinline__ void advance_rows(const S& s, RowPos& p, uint32_t by)
 // The backward's dy when the kh x kw windows tile (N,H,W,C): the pooled gradient dy (N,H/kh,W/kw,C) and argmax
 // idx (same, u8) stand for the full-resolution dy that maxpool_bwd_idx_tiled_kernel would have written. Row
 // (n, h, w) reads pooled row (n, h/kh, w/kw) and compares the window's argmax with its offset (h%kh)*kw + w%kw,
-// both found once per row; each element is T(0 + dy) where it is the argmax, else T(0), exactly what the tiled
-// max-pool backward stores. rows < 2^31 (the launcher checks).
+// both found once per row — once per row pair when the pair (w even, w + 1) lies in one 2x2 window (W is even:
+// the windows tile); each element is T(0 + dy) where it is the argmax, else T(0), exactly what the tiled max-pool
+// backward stores. rows < 2^31 (the launcher checks).
 template <class T>
 struct TiledPoolGrad {
   const T* dy;
@@ -297,37 +298,62 @@ struct TiledPoolGrad {
   using Pos = RowPos;
   __device__ __forceinline__ Pos start(int64_t row) const { return row_pos(*this, static_cast<uint32_t>(row)); }
   __device__ __forceinline__ void advance(Pos& p, uint32_t by) const { advance_rows(*this, p, by); }
-  // out[u] = the dy V-pack of row r + 16u at column col, for the rows below r1; pos: row r's position (rows past
-  // r1 get positions past the tensor, never loaded).
+  // The pooled row of position p and p's offset in its window.
+  __device__ __forceinline__ void window_of(const RowPos& p, int64_t& prow, uint32_t& off) const {
+    const bool two = kh == 2 && kw == 2;  // VGG's 2x2 windows: shifts (uniform branch)
+    const uint32_t ph = two ? p.h >> 1 : p.h / kh, pw = two ? p.w >> 1 : p.w / kw;
+    off = (p.h - ph * kh) * kw + (p.w - pw * kw);
+    prow = static_cast<int64_t>(p.n) * pq + static_cast<int64_t>(ph) * q + pw;
+  }
+  // out[u][e] = the dy V-pack of row r + kPairStep u + e at column col, for the rows below r1; pos: row r's
+  // position (rows past r1 get positions past the tensor, never loaded).
   template <int U, int V>
-  __device__ __forceinline__ void load(int64_t r, int64_t r1, int64_t c, int64_t col, Pack<T, V> (&out)[U],
+  __device__ __forceinline__ void load(int64_t r, int64_t r1, int64_t c, int64_t col, Pack<T, V> (&out)[U][2],
                                        const Pos& pos) const {
-    int64_t prow[U];
-    uint32_t off[U];
+    int64_t prow[U][2];
+    uint32_t off[U][2];
+    bool one[U];  // the pair's rows share a window: its dy and argmax are loaded once
     RowPos p = pos;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const bool two = kh == 2 && kw == 2;  // VGG's 2x2 windows: shifts (uniform branch)
-      const uint32_t ph = two ? p.h >> 1 : p.h / kh, pw = two ? p.w >> 1 : p.w / kw;
-      off[u] = (p.h - ph * kh) * kw + (p.w - pw * kw);
-      prow[u] = static_cast<int64_t>(p.n) * pq + static_cast<int64_t>(ph) * q + pw;
-      advance_rows(*this, p, kRowGroups);
+      window_of(p, prow[u][0], off[u][0]);
+      one[u] = kh == 2 && kw == 2 && (p.w & 1u) == 0;  // w even: w + 1 < W lies in the same window
+      if (one[u]) {
+        prow[u][1] = prow[u][0];
+        off[u][1] = off[u][0] + 1;
+      } else {
+        RowPos p1 = p;
+        advance_rows(*this, p1, 1);
+        window_of(p1, prow[u][1], off[u][1]);
+      }
+      advance_rows(*this, p, kPairStep);
     }
-    Pack<T, V> d[U];
-    uint8_t b[U][V];
+    Pack<T, V> d[U][2];
+    uint8_t b[U][2][V];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if (r + u * kRowGroups >= r1) continue;
-      const int64_t o = prow[u] * c + col;
-      d[u] = pack_load<V>(dy + o);
-      load_bytes<V>(idx + o, b[u]);  // V == 8: c % 8 == 0 and idx 8-byte aligned
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        if (r + u * kPairStep + e >= r1 || (e == 1 && one[u])) continue;
+        const int64_t o = prow[u][e] * c + col;
+        d[u][e] = pack_load<V>(dy + o);
+        load_bytes<V>(idx + o, b[u][e]);  // V == 8: c % 8 == 0 and idx 8-byte aligned
+      }
+      if (one[u]) {
+        d[u][1] = d[u][0];
+#pragma unroll
+        for (int j = 0; j < V; ++j) b[u][1][j] = b[u][0][j];
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if (r + u * kRowGroups >= r1) continue;
 #pragma unroll
-      for (int j = 0; j < V; ++j)
-        out[u].v[j] = from_f32<T>(b[u][j] == off[u] ? 0.0f + to_f32(d[u].v[j]) : 0.0f);
+      for (int e = 0; e < 2; ++e) {
+        if (r + u * kPairStep + e >= r1) continue;
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+          out[u][e].v[j] = from_f32<T>(b[u][e][j] == off[u][e] ? 0.0f + to_f32(d[u][e].v[j]) : 0.0f);
+      }
     }
   }
 };
@@ -365,65 +391,72 @@ struct WindowPoolGrad {
   static constexpr bool kStatic = KH > 0;
   __device__ __forceinline__ Pos start(int64_t row) const { return row_pos(*this, static_cast<uint32_t>(row)); }
   __device__ __forceinline__ void advance(Pos& p, uint32_t by) const { advance_rows(*this, p, by); }
+  // The dy V-pack of the row at position e, column col, as the full-resolution dy would hold it.
+  template <int V>
+  __device__ __forceinline__ void decode(const RowPos& e, int64_t c, int64_t col, Pack<T, V>& out) const {
+    const uint32_t hp = e.h + ph, wp = e.w + pw;  // padded coordinates
+    const AxisCover ch = kStatic ? axis_cover(hp, KH, SH, np) : axis_cover(hp, kh, sh, np);
+    const AxisCover cw = kStatic ? axis_cover(wp, KW, SW, nq) : axis_cover(wp, kw, sw, nq);
+    const uint32_t base = e.n * pq;  // pooled row of (n, 0, 0)
+    float acc[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[j] = 0.0f;
+    // Window (p, q)'s contribution: its dy where its argmax is this element.
+    auto add = [&](const Pack<T, V>& d, const uint8_t (&b)[V], uint32_t self) {
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (b[j] == self) acc[j] += to_f32(d.v[j]);
+    };
+    if constexpr (kStatic) {
+      constexpr int kMaxP = (KH + SH - 1) / SH, kMaxQ = (KW + SW - 1) / SW;  // covering windows per axis
+      Pack<T, V> d[kMaxP][kMaxQ];
+      uint8_t b[kMaxP][kMaxQ][V];
+      bool in[kMaxP][kMaxQ];
+#pragma unroll
+      for (int a = 0; a < kMaxP; ++a) {
+#pragma unroll
+        for (int t = 0; t < kMaxQ; ++t) {
+          const uint32_t p = ch.lo + a, q = cw.lo + t;
+          in[a][t] = p < ch.hi && q < cw.hi;
+          if (in[a][t]) {
+            const int64_t o = static_cast<int64_t>(base + p * nq + q) * c + col;
+            d[a][t] = pack_load<V>(dy + o);
+            load_bytes<V>(idx + o, b[a][t]);  // V == 8: c % 8 == 0 and idx 8-byte aligned
+          }
+        }
+      }
+#pragma unroll
+      for (int a = 0; a < kMaxP; ++a) {
+#pragma unroll
+        for (int t = 0; t < kMaxQ; ++t)
+          if (in[a][t]) add(d[a][t], b[a][t], (hp - (ch.lo + a) * SH) * KW + (wp - (cw.lo + t) * SW));
+      }
+    } else {
+      for (uint32_t p = ch.lo; p < ch.hi; ++p) {
+        const uint32_t row_off = (hp - p * sh) * kw;
+        for (uint32_t q = cw.lo; q < cw.hi; ++q) {
+          const int64_t o = static_cast<int64_t>(base + p * nq + q) * c + col;
+          uint8_t b[V];
+          load_bytes<V>(idx + o, b);  // V == 8: c % 8 == 0 and idx 8-byte aligned
+          add(pack_load<V>(dy + o), b, row_off + (wp - q * sw));
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = from_f32<T>(acc[j]);
+  }
+  // out[u][e] = the dy V-pack of row r + kPairStep u + e at column col, for the rows below r1; pos: row r's.
   template <int U, int V>
-  __device__ __forceinline__ void load(int64_t r, int64_t r1, int64_t c, int64_t col, Pack<T, V> (&out)[U],
+  __device__ __forceinline__ void load(int64_t r, int64_t r1, int64_t c, int64_t col, Pack<T, V> (&out)[U][2],
                                        const Pos& pos) const {
     RowPos e = pos;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if (r + u * kRowGroups < r1) {
-        const uint32_t hp = e.h + ph, wp = e.w + pw;  // padded coordinates
-        const AxisCover ch = kStatic ? axis_cover(hp, KH, SH, np) : axis_cover(hp, kh, sh, np);
-        const AxisCover cw = kStatic ? axis_cover(wp, KW, SW, nq) : axis_cover(wp, kw, sw, nq);
-        const uint32_t base = e.n * pq;  // pooled row of (n, 0, 0)
-        float acc[V];
-#pragma unroll
-        for (int j = 0; j < V; ++j) acc[j] = 0.0f;
-        // Window (p, q)'s contribution: its dy where its argmax is this element.
-        auto add = [&](const Pack<T, V>& d, const uint8_t (&b)[V], uint32_t self) {
-#pragma unroll
-          for (int j = 0; j < V; ++j)
-            if (b[j] == self) acc[j] += to_f32(d.v[j]);
-        };
-        if constexpr (kStatic) {
-          constexpr int kMaxP = (KH + SH - 1) / SH, kMaxQ = (KW + SW - 1) / SW;  // covering windows per axis
-          Pack<T, V> d[kMaxP][kMaxQ];
-          uint8_t b[kMaxP][kMaxQ][V];
-          bool in[kMaxP][kMaxQ];
-#pragma unroll
-          for (int a = 0; a < kMaxP; ++a) {
-#pragma unroll
-            for (int t = 0; t < kMaxQ; ++t) {
-              const uint32_t p = ch.lo + a, q = cw.lo + t;
-              in[a][t] = p < ch.hi && q < cw.hi;
-              if (in[a][t]) {
-                const int64_t o = static_cast<int64_t>(base + p * nq + q) * c + col;
-                d[a][t] = pack_load<V>(dy + o);
-                load_bytes<V>(idx + o, b[a][t]);  // V == 8: c % 8 == 0 and idx 8-byte aligned
-              }
-            }
-          }
-#pragma unroll
-          for (int a = 0; a < kMaxP; ++a) {
-#pragma unroll
-            for (int t = 0; t < kMaxQ; ++t)
-              if (in[a][t]) add(d[a][t], b[a][t], (hp - (ch.lo + a) * SH) * KW + (wp - (cw.lo + t) * SW));
-          }
-        } else {
-          for (uint32_t p = ch.lo; p < ch.hi; ++p) {
-            const uint32_t row_off = (hp - p * sh) * kw;
-            for (uint32_t q = cw.lo; q < cw.hi; ++q) {
-              const int64_t o = static_cast<int64_t>(base + p * nq + q) * c + col;
-              uint8_t b[V];
-              load_bytes<V>(idx + o, b);  // V == 8: c % 8 == 0 and idx 8-byte aligned
-              add(pack_load<V>(dy + o), b, row_off + (wp - q * sw));
-            }
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < V; ++j) out[u].v[j] = from_f32<T>(acc[j]);
-      }
-      advance_rows(*this, e, kRowGroups);
+      RowPos e1 = e;
+      advance_rows(*this, e1, 1);
+      if (r + u * kPairStep < r1) decode(e, c, col, out[u][0]);
+      if (r + u * kPairStep + 1 < r1) decode(e1, c, col, out[u][1]);
+      advance_rows(*this, e, kPairStep);
     }
   }
 };

@@ -6,6 +6,7 @@
 // anonymous namespace), device code only.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "runtime/cuda/device_utils.cuh"
 
@@ -34,9 +35,13 @@ __device__ __forceinline__ float apply_affine(float xf, const ApplyConsts& k) {
 // The fused ReLU's mask without reading its output: y > 0 for the y that bn_fwd_apply_kernel stored from x (no
 // residual), recomputed with the same float operations (x - mean, one fmaf with gamma * invstd and beta, rounding to
 // T), so it is bitwise the mask of the stored y: a value that rounds to 0 or is NaN gives no gradient there too.
+// f16 without the round trip: v rounds (to nearest even) to a positive half exactly when v > 2^-25, half the
+// smallest positive subnormal (2^-25 itself ties to 0; NaN compares false; a normal f32 threshold, so flushing
+// f32 subnormals changes nothing).
 template <class T>
 __device__ __forceinline__ bool relu_kept(float xf, float m, float scale, float beta) {
   const float v = apply_affine(xf, ApplyConsts{m, scale, beta});
+  if constexpr (std::is_same_v<T, __half>) return v > 0x1p-25f;
   return to_f32(from_f32<T>(v)) > 0.0f;
 }
 
