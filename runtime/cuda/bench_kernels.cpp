@@ -339,6 +339,7 @@ Status bench_bn_pool(Bench& b, const void* random, int64_t random_n, Pool2dGeom 
   for (auto [mode, tag] : {std::pair{BnPoolGather::kOnceStored, " bwd fused (gather once) f16"},
                            {BnPoolGather::kTwice, " bwd fused (gather twice) f16"},
                            {BnPoolGather::kPoolThenDense, " bwd fused (pool then dense) f16"},
+                           {BnPoolGather::kWindowDx, " bwd fused (dx per window) f16"},
                            {BnPoolGather::kAuto, " bwd fused (default) f16"}})
     if (st.ok()) st = b.add(n + tag, size, bwd_bytes, false, b.copy_gbs, [&] {
       return batchnorm_bwd_pool_cuda(s, dy.p, ix, x.p, GpuDType::F16, gamma, beta, mean, invstd, dx.p, dgamma,

@@ -237,7 +237,7 @@ TEST_CASE("fused batch norm + ReLU + max pool backward: every gather mode gives 
         std::vector<uint8_t> first_dx;
         std::vector<float> first_dg, first_db;
         for (BnPoolGather mode : {BnPoolGather::kOnceStored, BnPoolGather::kTwice, BnPoolGather::kPoolThenDense,
-                                  BnPoolGather::kAuto}) {
+                                  BnPoolGather::kWindowDx, BnPoolGather::kAuto}) {
           for (const DevBuf* b : {&dgamma, &dbeta}) poison(*b);
           REQUIRE_OK(batchnorm_bwd_pool_cuda(ctx.stream, dyp.p, idx.as<uint8_t>(), x.p, t, gamma.as<float>(),
                                              beta.as<float>(), mean.as<float>(), invstd.as<float>(), dx.p,

@@ -110,9 +110,11 @@ Status batchnorm_fwd_eval_pool_cuda(cudaStream_t s, const void* x, GpuDType t, c
 // first pass and stores it into dx, which the last pass reads back in place (one more write and read of dx);
 // kPoolThenDense runs the unfused pair's kernels with dx as the full-resolution dy (maxpool2d_bwd_idx_cuda into
 // dx, whose kernels load each window once, then batchnorm_bwd_cuda in place: streaming passes, one more read of dx
-// than kOnceStored); kAuto picks what bench kernels measured fastest for the geometry (batchnorm_pool.cu). All give
-// bitwise the same dx. n*h*w and n*p*q < 2^31; dx aliases neither x nor dy_pooled.
-enum class BnPoolGather { kAuto, kTwice, kOnceStored, kPoolThenDense };
+// than kOnceStored); kWindowDx (2x2 tiling windows; others run as kTwice) decodes in the first pass and runs the
+// last one per pooled pixel (each window's dy and argmax loaded once, its four dx written together); kAuto picks
+// what bench kernels measured fastest for the geometry (batchnorm_pool.cu). All give bitwise the same dx. n*h*w
+// and n*p*q < 2^31; dx aliases neither x nor dy_pooled.
+enum class BnPoolGather { kAuto, kTwice, kOnceStored, kPoolThenDense, kWindowDx };
 Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint8_t* idx, const void* x, GpuDType t,
                                const float* gamma, const float* beta, const float* save_mean,
                                const float* save_invstd, void* dx, float* dgamma, float* dbeta, const Pool2dGeom& g,

@@ -461,6 +461,70 @@ struct WindowPoolGrad {
   }
 };
 
+// Pass 3 of the fused backward when 2x2 windows tile x (BnPoolGather::kWindowDx): one thread per pooled pixel
+// and V channels instead of per row — the window's pooled dy and argmax loaded once, its four x packs together, its
+// four dx packs computed and stored. Each element's arithmetic is bn_bwd_apply_kernel's with TiledPoolGrad (the
+// decoded gradient T(0 + dy) at the argmax, else T(0); the ReLU mask recomputed from x; bn_bwd_dx; the same
+// constants, inv_n = 1.0f / rows on the device), so dx is bitwise the same; the order of elements is free (no
+// reduction). dy, idx (npix = N*P*Q, c), x, dx (N, 2P, 2Q, c); block (tx, ty): tx channel packs, ty pixels.
+template <class T, int V>
+__global__ void __launch_bounds__(256)
+    bn_bwd_window_dx_kernel(const T* __restrict__ dy, const uint8_t* __restrict__ idx, const T* __restrict__ x,
+                            const float* __restrict__ gamma, const float* __restrict__ mean,
+                            const float* __restrict__ invstd, const float* __restrict__ dgamma,
+                            const float* __restrict__ dbeta, const float* __restrict__ relu_beta, T* __restrict__ dx,
+                            uint32_t npix, uint32_t q, int64_t w, int64_t c, int64_t rows) {
+  const int64_t col = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  if (col >= c) return;
+  const float inv_n = 1.0f / static_cast<float>(rows);
+  BnBwdConsts kc[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) kc[j] = bn_bwd_consts(col + j, gamma, mean, invstd, dgamma, dbeta, relu_beta, inv_n);
+  for (uint32_t i = blockIdx.y * blockDim.y + threadIdx.y; i < npix; i += gridDim.y * blockDim.y) {
+    const uint32_t pr = i / q, pc = i - pr * q;  // pooled row (n P + p) and column: x rows 2 pr, 2 pr + 1
+    const int64_t x0 = (static_cast<int64_t>(pr) * 2 * w + static_cast<int64_t>(pc) * 2) * c + col;
+    const int64_t o = static_cast<int64_t>(i) * c + col;
+    Pack<T, V> xv[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) xv[k] = pack_load<V>(x + x0 + ((k >> 1) * w + (k & 1)) * c);
+    const Pack<T, V> d = pack_load<V>(dy + o);
+    uint8_t b[V];
+    load_bytes<V>(idx + o, b);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {  // window offset k = (h % 2) * 2 + w % 2
+      Pack<T, V> out;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const T gin = from_f32<T>(b[j] == k ? 0.0f + to_f32(d.v[j]) : 0.0f);
+        const float g = relu_grad_in<T>(gin, xv[k].v[j], gin, relu_beta, false, kc[j].m, kc[j].a, kc[j].b);
+        out.v[j] = bn_bwd_dx<T>(g, xv[k].v[j], kc[j]);
+      }
+      pack_store<V>(dx + x0 + ((k >> 1) * w + (k & 1)) * c, out);
+    }
+  }
+}
+
+// Launches bn_bwd_window_dx_kernel for g (2x2/2 tiling) at the widest vector width every pointer allows.
+template <class T>
+Status bn_bwd_window_dx_launch(cudaStream_t s, const Pool2dGeom& g, const T* dy, const uint8_t* idx, const T* x,
+                               const float* gamma, const float* beta, const float* mean, const float* invstd,
+                               const float* dgamma, const float* dbeta, T* dx) {
+  const int64_t rows = g.n * g.h * g.w, npix = g.n * g.p * g.q;
+  return with_vector_width<T>(g.c, {dy, x, dx}, [&](auto vw) {
+    constexpr int V = decltype(vw)::value;
+    const int64_t packs = g.c / V;
+    int tx = 1;
+    while (tx < packs && tx < 32) tx *= 2;
+    const int ty = 256 / tx;
+    const int64_t want = (npix + ty - 1) / ty;
+    const dim3 grid(static_cast<unsigned>((packs + tx - 1) / tx), static_cast<unsigned>(std::min<int64_t>(want, 4096)));
+    bn_bwd_window_dx_kernel<T, V><<<grid, dim3(tx, ty), 0, s>>>(dy, idx, x, gamma, mean, invstd, dgamma, dbeta, beta,
+                                                                dx, static_cast<uint32_t>(npix),
+                                                                static_cast<uint32_t>(g.q), g.w, g.c, rows);
+    return TRCTL_CUDA_LAUNCH_STATUS("bn_bwd_window_dx_kernel");
+  });
+}
+
 // 3x3 windows with stride 2 (ResNet's stem pool, any padding): the geometry whose fused kernels are specialised.
 bool is_3x3_stride2(const Pool2dGeom& g) { return g.kh == 3 && g.kw == 3 && g.sh == 2 && g.sw == 2; }
 
@@ -599,7 +663,15 @@ Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint
                                 workspace, workspace_bytes, beta);
     }
     void* stored = gather == BnPoolGather::kOnceStored ? dx : nullptr;
-    if (tiled) {
+    if (tiled && g.kh == 2 && g.kw == 2 && gather == BnPoolGather::kWindowDx) {  // passes 1-2 decode, then per window
+      const TiledPoolGrad<T> gs{dy, idx, u32(g.h * g.w), u32(g.w), 2, 2, u32(g.p * g.q), u32(g.q), u32(g.h)};
+      Status st = bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, nullptr, dgamma, dbeta, rows, c,
+                                   workspace, beta);
+      if (!st) return st;
+      return bn_bwd_window_dx_launch<T>(s, g, dy, idx, static_cast<const T*>(x), gamma, beta, save_mean, save_invstd,
+                                        dgamma, dbeta, static_cast<T*>(dx));
+    }
+    if (tiled) {  // kTwice, kOnceStored (and kWindowDx for other tiling windows: as kTwice)
       const TiledPoolGrad<T> gs{dy, idx, u32(g.h * g.w), u32(g.w), u32(g.kh), u32(g.kw), u32(g.p * g.q), u32(g.q),
                                 u32(g.h)};
       return bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
