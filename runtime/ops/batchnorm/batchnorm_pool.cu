@@ -653,9 +653,12 @@ Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint
     using T = typename decltype(tag)::type;
     const T* dy = static_cast<const T*>(dy_pooled);
     const bool tiled = pool2d_windows_tile(g);
-    // kAuto: what bench kernels measured fastest (RESULTS.md run 54): tiling windows decode in both passes,
-    // overlapping ones run the pool backward and then the dense batch-norm backward.
-    if (gather == BnPoolGather::kAuto) gather = tiled ? BnPoolGather::kTwice : BnPoolGather::kPoolThenDense;
+    // kAuto: what bench kernels measured fastest: 2x2 tiling windows decode in the first pass and run the last per
+    // window (RESULTS.md run 58, H100: 2.45 ms against kTwice's 2.71 at VGG's pool1), other tiling windows decode in
+    // both passes (run 54), overlapping ones run the pool backward and then the dense batch-norm backward (run 54).
+    if (gather == BnPoolGather::kAuto)
+      gather = !tiled ? BnPoolGather::kPoolThenDense
+                      : (g.kh == 2 && g.kw == 2 ? BnPoolGather::kWindowDx : BnPoolGather::kTwice);
     if (gather == BnPoolGather::kPoolThenDense) {  // the unfused pair's kernels, dx as the full-resolution dy
       Status st = maxpool2d_bwd_idx_cuda(s, g, dy_pooled, idx, dx, t);
       if (!st) return st;
