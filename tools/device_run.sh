@@ -33,6 +33,11 @@
 #             2026-12-05 it waits for the logged step only, the next one already queued: Backend::request_loss)
 #             and 1000000 (none), nvidia-smi sampling clocks, power and throttle reasons every 100 ms
 #             (epochlen.tar.gz; the steady img/s of each run in summary.txt). Run after autotune.
+#   ab        whole-step A/B on one machine: trctl bench CFG --epochs AB_EPOCHS (3) for each of CNN_MODELS and each of
+#             AB_VARIANTS ('|'-separated override sets, an empty one = the defaults; default "|train.conv_bn_stats=
+#             separate train.conv_bn_backward=separate|": defaults, both fusions off, defaults again), with CNN_TRAIN
+#             images and CNN_EXTRA; steady img/s and the fusion log lines in summary.txt, logs in ab.tar.gz. Run after
+#             autotune (its cache) — e.g. CNN_MODELS=vgg16bn CNN_EXTRA="train.deterministic=false" STAGES="autotune ab"
 #   cnnacc    configs/cnn_fmnist.yaml trained to the end (test accuracy; CNNACC_EPOCHS to change)
 #   autotune  trctl bench CFG --autotune for each of CNN_MODELS (the cache in $TRCTL_AUTOTUNE_CACHE, used by the
 #             stages after it; without this stage runs use cuDNN's heuristics); AUTOTUNE_ARGS: more flags (e.g.
@@ -230,6 +235,25 @@ if has epochlen; then
   awk -F', ' 'NR > 1 && $2+0 > 0 {n++; c += $2; p += $4} END {if (n) printf "    nvidia-smi: %d samples, mean SM clock %.0f MHz, mean power %.0f W\n", n, c/n, p/n}' \
     /tmp/epochlen/smi.csv >>"$SUM"
   tar czf "$OUT/epochlen.tar.gz" -C /tmp epochlen
+fi
+
+if has ab; then  # whole-step A/B of override sets, same machine, same autotune cache (run after autotune)
+  rm -rf /tmp/ab && mkdir -p /tmp/ab
+  # (read drops one trailing empty field: the extra '|' keeps a final empty set, the defaults, in the list)
+  IFS='|' read -r -a ab_sets <<<"${AB_VARIANTS:-|train.conv_bn_stats=separate train.conv_bn_backward=separate|}|"
+  for m in ${CNN_MODELS:-resnet50 vgg16bn resnet18}; do
+    i=0
+    for v in "${ab_sets[@]}"; do
+      i=$((i + 1))
+      # shellcheck disable=SC2086
+      timeout "${AB_TIMEOUT:-120}" "$BIN/trctl" bench "configs/$m.yaml" --epochs "${AB_EPOCHS:-3}" \
+        data.synthetic.train_size="${CNN_TRAIN:-6400}" data.synthetic.val_size=512 ${CNN_EXTRA:-} $v \
+        >"/tmp/ab/${m}_$i.log" 2>&1
+      echo "ab $m [${v:-defaults}]: rc $? :: $(grep -oE 'images_per_s_steady [0-9.]+' "/tmp/ab/${m}_$i.log")" >>"$SUM"
+      grep -E 'batch norm|batch-norm' "/tmp/ab/${m}_$i.log" | sed 's/^\[[0-9:]*\] /    /' >>"$SUM"
+    done
+  done
+  tar czf "$OUT/ab.tar.gz" -C /tmp ab
 fi
 
 if has cnn; then
