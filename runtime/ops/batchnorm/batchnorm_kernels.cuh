@@ -57,10 +57,15 @@ struct Launch {
   dim3 grid, block;
   size_t smem = 0;  // stats kernels: two (16, tx*V) f32 arrays
 };
-inline Launch make_launch(int64_t c, int v, const RowSplit& rs) {
-  const int64_t packs = (c + v - 1) / v;
+// Threads along the channels for packs V-packs: the smallest power of two covering them, at most 32.
+inline int channel_threads(int64_t packs) {
   int tx = 1;
   while (tx < packs && tx < 32) tx *= 2;
+  return tx;
+}
+inline Launch make_launch(int64_t c, int v, const RowSplit& rs) {
+  const int64_t packs = (c + v - 1) / v;
+  const int tx = channel_threads(packs);
   Launch l;
   l.block = dim3(tx, kRowGroups);
   l.grid = dim3(static_cast<unsigned>((packs + tx - 1) / tx), static_cast<unsigned>(rs.blocks));
@@ -286,8 +291,9 @@ __global__ void __launch_bounds__(256)
 // Where the backward's incoming gradient dy comes from: a gradient source Src provides, for the row pairs of one
 // thread (r, r + 1, r + kPairStep, ...; rows >= r1 are never asked for), Pos start(row) (its position state at the
 // thread's first row), load(r, r1, c, col, out, pos) (out[u][e] = the dy V-pack of row r + kPairStep u + e at column
-// col, as the full-resolution dy would hold it; pos: row r's), and advance(pos, rows). DenseGrad reads dy (rows,c) itself; the fused max pool's sources (pass_fuse_bn_pool,
-// with no full-resolution dy: dx may not alias theirs) are in batchnorm_pool.cu.
+// col, as the full-resolution dy would hold it; pos: row r's), and advance(pos, rows). DenseGrad reads dy (rows,c)
+// itself; the fused max pool's sources (pass_fuse_bn_pool, with no full-resolution dy: dx may not alias theirs) are
+// in batchnorm_pool.cu.
 template <class T>
 struct DenseGrad {
   const T* dy;  // (rows,c)

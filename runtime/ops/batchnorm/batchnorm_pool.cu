@@ -282,6 +282,14 @@ __device__ __forceinline__ void advance_rows(const S& s, RowPos& p, uint32_t by)
   }
 }
 
+// One element of the full-resolution dy that the tiled max-pool backward stores, from its window's pooled dy d and
+// argmax byte a at the element's window offset off: T(0 + d) where it is the argmax, else T(0) (TiledPoolGrad and
+// bn_bwd_window_dx_kernel, so that both are bitwise that kernel's).
+template <class T>
+__device__ __forceinline__ T tiled_dy(T d, uint8_t a, uint32_t off) {
+  return from_f32<T>(a == off ? 0.0f + to_f32(d) : 0.0f);
+}
+
 // The backward's dy when the kh x kw windows tile (N,H,W,C): the pooled gradient dy (N,H/kh,W/kw,C) and argmax
 // idx (same, u8) stand for the full-resolution dy that maxpool_bwd_idx_tiled_kernel would have written. Row
 // (n, h, w) reads pooled row (n, h/kh, w/kw) and compares the window's argmax with its offset (h%kh)*kw + w%kw,
@@ -352,7 +360,7 @@ struct TiledPoolGrad {
         if (r + u * kPairStep + e >= r1) continue;
 #pragma unroll
         for (int j = 0; j < V; ++j)
-          out[u][e].v[j] = from_f32<T>(b[u][e][j] == off[u][e] ? 0.0f + to_f32(d[u][e].v[j]) : 0.0f);
+          out[u][e].v[j] = tiled_dy(d[u][e].v[j], b[u][e][j], off[u][e]);
       }
     }
   }
@@ -495,7 +503,7 @@ __global__ void __launch_bounds__(256)
       Pack<T, V> out;
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        const T gin = from_f32<T>(b[j] == k ? 0.0f + to_f32(d.v[j]) : 0.0f);
+        const T gin = tiled_dy(d.v[j], b[j], k);
         const float g = relu_grad_in<T>(gin, xv[k].v[j], gin, relu_beta, false, kc[j].m, kc[j].a, kc[j].b);
         out.v[j] = bn_bwd_dx<T>(g, xv[k].v[j], kc[j]);
       }
@@ -513,10 +521,8 @@ Status bn_bwd_window_dx_launch(cudaStream_t s, const Pool2dGeom& g, const T* dy,
   return with_vector_width<T>(g.c, {dy, x, dx}, [&](auto vw) {
     constexpr int V = decltype(vw)::value;
     const int64_t packs = g.c / V;
-    int tx = 1;
-    while (tx < packs && tx < 32) tx *= 2;
-    const int ty = 256 / tx;
-    const int64_t want = (npix + ty - 1) / ty;
+    const int tx = channel_threads(packs), ty = 256 / tx;
+    const int64_t want = (npix + ty - 1) / ty;  // pixel blocks; at most 4096, each thread strides over the rest
     const dim3 grid(static_cast<unsigned>((packs + tx - 1) / tx), static_cast<unsigned>(std::min<int64_t>(want, 4096)));
     bn_bwd_window_dx_kernel<T, V><<<grid, dim3(tx, ty), 0, s>>>(dy, idx, x, gamma, mean, invstd, dgamma, dbeta, beta,
                                                                 dx, static_cast<uint32_t>(npix),
@@ -666,17 +672,17 @@ Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint
                                 workspace, workspace_bytes, beta);
     }
     void* stored = gather == BnPoolGather::kOnceStored ? dx : nullptr;
-    if (tiled && g.kh == 2 && g.kw == 2 && gather == BnPoolGather::kWindowDx) {  // passes 1-2 decode, then per window
-      const TiledPoolGrad<T> gs{dy, idx, u32(g.h * g.w), u32(g.w), 2, 2, u32(g.p * g.q), u32(g.q), u32(g.h)};
-      Status st = bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, nullptr, dgamma, dbeta, rows, c,
-                                   workspace, beta);
-      if (!st) return st;
-      return bn_bwd_window_dx_launch<T>(s, g, dy, idx, static_cast<const T*>(x), gamma, beta, save_mean, save_invstd,
-                                        dgamma, dbeta, static_cast<T*>(dx));
-    }
-    if (tiled) {  // kTwice, kOnceStored (and kWindowDx for other tiling windows: as kTwice)
+    if (tiled) {
       const TiledPoolGrad<T> gs{dy, idx, u32(g.h * g.w), u32(g.w), u32(g.kh), u32(g.kw), u32(g.p * g.q), u32(g.q),
                                 u32(g.h)};
+      if (gather == BnPoolGather::kWindowDx && g.kh == 2 && g.kw == 2) {  // passes 1-2 decode, then per window
+        Status st = bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, nullptr, dgamma, dbeta, rows,
+                                     c, workspace, beta);
+        if (!st) return st;
+        return bn_bwd_window_dx_launch<T>(s, g, dy, idx, static_cast<const T*>(x), gamma, beta, save_mean,
+                                          save_invstd, dgamma, dbeta, static_cast<T*>(dx));
+      }
+      // kTwice, kOnceStored (and kWindowDx for other tiling windows: as kTwice)
       return bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
                               workspace, beta, stored);
     }
