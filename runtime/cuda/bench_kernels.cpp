@@ -23,6 +23,7 @@
 #include "runtime/ops/cast/cast_cuda.h"
 #include "runtime/ops/channel_copy/channel_copy_cuda.h"
 #include "runtime/ops/conv2d/fewc_cuda.h"
+#include "runtime/ops/conv2d/wgconv.h"
 #include "runtime/ops/conv2d/s2d.h"
 #include "runtime/ops/dropout/dropout_cuda.h"
 #include "runtime/ops/optim/optim_cuda.h"
@@ -394,6 +395,43 @@ Result<VggBenchConv> vgg_bench_conv(Bench& b, const VggLayer& l, bool need_dgrad
   return v;
 }
 
+// VGG16-BN's 3x3 forward convolutions (batch 256, f16): cuDNN's legacy algorithm (heuristics, non-deterministic
+// allowed) against trctl's wgmma conv (wgconv.h) with each CTA tile; "not supported" rows on a device it cannot run on.
+Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
+  const cudaStream_t s = b.ctx.stream;
+  for (const VggLayer& l : kVggBenchLayers) {
+    Result<VggBenchConv> vc = vgg_bench_conv(b, l, false);
+    if (!vc.ok()) return vc.errors();
+    const Conv2dGeom g = vc->g;
+    const int64_t nx = g.n * g.h * g.w * g.c, ny = g.n * g.p * g.q * g.k, nw = g.k * g.r * g.s * g.c;
+    const size_t wsb = std::max<size_t>(cudnn_conv_workspace_bytes(vc->legacy), 256);
+    DeviceBuffer x, w, y, ws;
+    for (auto [buf, bytes] : {std::pair{&x, nx * 2}, {&w, nw * 2}, {&y, ny * 2}})
+      TRCTL_CUDA_TRY(cudaMalloc(&buf->p, static_cast<size_t>(bytes)));
+    TRCTL_CUDA_TRY(cudaMalloc(&ws.p, wsb));
+    for (auto [buf, n] : {std::pair{&x, nx}, {&w, nw}})
+      if (Status st = fill_f16(s, random, random_n, buf->p, n); !st.ok()) return st;
+    const std::string n = std::string(l.name) + " fwd";
+    Status st = b.add(n + " cudnn f16", vc->size, vc->flops, true, b.gemm_f16, [&] {
+      return cudnn_conv_fwd(b.ctx.cudnn, s, vc->legacy, x.p, w.p, nullptr, y.p, ws.p, wsb);
+    });
+    for (WgConvTile t : kWgConvTiles) {
+      if (!st.ok()) return st;
+      Result<WgConvPlan> p = wgconv_plan(g, GpuDType::F16, t);
+      if (!p.ok()) {
+        if (p.errors().front().code != ErrCode::NotSupported) return p.errors();
+        b.rows.push_back({n + " wgconv " + wgconv_tile_name(t) + ": not supported", vc->size, "TFLOP/s", 0.0, 0.0,
+                          b.gemm_f16});
+        continue;
+      }
+      st = b.add(n + " wgconv " + wgconv_tile_name(t) + " f16", vc->size, vc->flops, true, b.gemm_f16,
+                 [&] { return wgconv_fwd_cuda(s, p.value(), x.p, w.p, y.p); });
+    }
+    if (!st.ok()) return st;
+  }
+  return ok_status();
+}
+
 // The train.conv_bn_apply rows of bench_conv_bn_stats for one layer (g: C = K; x, y, z (N, H, W, C) f16 with x
 // random; bp its parameters).
 Status bench_bn_apply_chain(Bench& b, const Conv2dGeom& g, const char* layer, const std::string& size, double flops,
@@ -714,6 +752,8 @@ Result<std::vector<KernelBenchRow>> cuda_bench_kernels() {
   if (Status bs = bench_bn_pool(b, x.p, n, vgg, "bn+relu+maxpool vgg16 pool1"); !bs.ok()) return bs.errors();
   if (Status cs = bench_conv_bn_stats(b, x.p, n); !cs.ok()) return cs.errors();
   if (Status cb = bench_conv_bn_bwd(b, x.p, n); !cb.ok()) return cb.errors();
+  // Last: a kernel fault here (a new kernel) leaves every row above measured.
+  if (Status wc = bench_wgconv(b, x.p, n); !wc.ok()) return wc.errors();
   TRCTL_CUDA_WARN(cudaFree(step));
   TRCTL_CUDA_WARN(cudaFree(h));
   return b.rows;

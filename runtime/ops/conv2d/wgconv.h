@@ -1,0 +1,55 @@
+// The warpgroup tensor-core 3x3 convolution forward on Hopper (wgmma, compiled for sm_90a only: wgconv_sm90a.cu):
+// y (N, H, W, K) = conv(x (N, H, W, C), w (K, 3, 3, C)), stride 1, padding 1, no bias, C and K multiples of 64,
+// io F16 or BF16, fp32 accumulation and one rounding to io at the end. Deterministic: every output is one thread's
+// sum in a fixed order (taps, then 64-channel chunks, then 16-channel steps).
+//
+// Implicit GEMM: M = N*H*W output pixels by K output channels, reduced over 9 taps x C channels in chunks of 64.
+// A CTA (two warpgroups, 256 threads) owns a BM x BN output tile; per chunk it stages BM input pixels' 64 channels
+// (one 128-byte row each, zero for a tap outside the image) and BN filters' 64 channels in shared memory with the
+// 128-byte swizzle wgmma reads, through cp.async in a ring of stages, and each warpgroup runs m64nBNk16 wgmma on its
+// BM/2 rows. The layer shapes it exists for: VGG16's 3x3 layers at 224^2 x 64 and 112^2 x 128, where cuDNN's
+// kernels run at ~60 % of the tensor-core ceiling (benchmarks/RESULTS.md run 57). A bench kernel for now (`trctl
+// bench kernels`' "wgconv" rows against cuDNN); the backend does not route convolutions to it.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "core/util/error.h"
+#include "runtime/cuda/gpu_dtype.h"
+#include "runtime/ops/conv2d/conv2d.h"
+
+namespace trctl {
+
+// The CTA tile (output pixels x output channels) and, with it, the ring depth (wgconv_sm90a.cu).
+enum class WgConvTile { M128N64, M256N64, M128N128, M256N128 };
+inline constexpr WgConvTile kWgConvTiles[] = {WgConvTile::M128N64, WgConvTile::M256N64, WgConvTile::M128N128,
+                                              WgConvTile::M256N128};
+const char* wgconv_tile_name(WgConvTile t);  // e.g. "128x64"
+
+// True for a finished geometry it covers: 3x3, stride 1, padding 1, dilation 1, one group, C % 64 == 0,
+// K % 64 == 0, H and W below 32768, and x and y each below 2^31 elements. *why (may be nullptr) says what is not.
+bool wgconv_eligible(const Conv2dGeom& g, std::string* why);
+
+// The tile a plan takes unless told: K % 128 == 0 -> 128x128, else 128x64.
+WgConvTile wgconv_default_tile(const Conv2dGeom& g);
+
+struct WgConvPlan {
+  Conv2dGeom g;  // finished, wgconv_eligible
+  GpuDType io = GpuDType::F16;
+  WgConvTile tile = WgConvTile::M128N64;
+  int bm = 128, bn = 64, stages = 4;
+  int64_t grid_m = 0, grid_n = 0;  // pixel tiles and output-channel tiles (a 1-D grid of grid_m * grid_n CTAs)
+  size_t smem_bytes = 0;           // dynamic shared memory of one CTA (the ring + 1 KiB of alignment slack)
+};
+
+// NotSupported for a geometry wgconv_eligible refuses, an io type other than F16/BF16, or a device the sm_90a
+// kernel cannot run on (not compute capability 9.0); the CUDA error of the attribute call otherwise. Made outside
+// stream capture (it sets the kernel's shared-memory limit).
+Result<WgConvPlan> wgconv_plan(const Conv2dGeom& g, GpuDType io, WgConvTile tile);
+
+// x, w 16-byte aligned, y 4-byte aligned (Internal error otherwise). Allocates nothing, does not synchronize:
+// capturable.
+Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& plan, const void* x, const void* w, void* y);
+
+}  // namespace trctl

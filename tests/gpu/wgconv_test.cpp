@@ -1,0 +1,162 @@
+// The warpgroup tensor-core 3x3 conv forward on the GPU (runtime/ops/conv2d/wgconv.h: wgconv_plan,
+// wgconv_fwd_cuda) against the float64 direct conv (tests/gpu/stem_conv_ref.h), every CTA tile, f16 and bf16, on
+// geometries whose pixel count is not a multiple of the tile (the last tile partly past the end), odd sizes, one
+// row or one column images, C = 64..192 (one to three channel chunks) and K = 64..256 (one to four channel tiles);
+// nothing written past y; a rerun and a captured graph's replay bitwise equal to the eager run; the tiles bitwise
+// equal to each other (each output is one fixed-order fp32 sum whatever the tile); what the plan and the launch
+// refuse.
+//
+// Inputs on the 1/64 grid (exact in f16 and bf16): every product and every fp32 partial sum is exact (at most
+// 9 * 192 terms of magnitude <= 1 on the 2^-12 grid: below 2^24 units), so y is the exact sum rounded once and the
+// tolerance (2u of the magnitude) holds with room to spare.
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/util/thread_pool.h"
+#include "runtime/ops/conv2d/conv2d.h"
+#include "runtime/ops/conv2d/wgconv.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/stem_conv_ref.h"
+#include "tests/support/conv_geom.h"
+
+using namespace trctl;
+using trctl::testing::conv_geom;
+using namespace trctl::gputest;
+
+namespace {
+
+constexpr size_t kTail = 256;  // bytes after y that must stay poisoned
+
+// The plan, or a visible skip when the device is not compute capability 9.0 (the kernel is sm_90a code).
+bool wg_plan(const Conv2dGeom& g, GpuDType t, WgConvTile tile, WgConvPlan* out) {
+  Result<WgConvPlan> p = wgconv_plan(g, t, tile);
+  if (!p.ok() && p.errors().front().code == ErrCode::NotSupported && wgconv_eligible(g, nullptr)) {
+    WARN("skipped: " << p.error_text());
+    return false;
+  }
+  if (!p.ok()) FAIL(p.error_text());
+  *out = p.value();
+  return true;
+}
+
+struct Buffers {
+  DevBuf x, w, y;
+  size_t y_bytes = 0;
+};
+Buffers buffers(GpuDType t, const StemInputs& in) {
+  Buffers b;
+  b.x = to_device_as(t, in.x), b.w = to_device_as(t, in.w);
+  b.y_bytes = in.dy.size() * gpu_dtype_size(t);
+  b.y = DevBuf(b.y_bytes + kTail);
+  return b;
+}
+
+std::vector<uint8_t> run(const CudaContext& ctx, const WgConvPlan& p, const Buffers& b) {
+  poison(b.y);
+  REQUIRE_OK(wgconv_fwd_cuda(ctx.stream, p, b.x.get(), b.w.get(), b.y.get()));
+  sync_ok(ctx);
+  return from_device<uint8_t>(b.y.get(), b.y_bytes);
+}
+
+void check_tail(const std::string& what, const Buffers& b) {
+  const std::vector<uint8_t> tail = from_device<uint8_t>(static_cast<const char*>(b.y.get()) + b.y_bytes, kTail);
+  size_t written = 0;
+  for (uint8_t v : tail) written += v != 0xFF;
+  INFO(what << ": " << written << " of the " << kTail << " bytes after y written");
+  CHECK(written == 0);
+}
+
+}  // namespace
+
+TEST_CASE("wgconv forward matches the float64 direct conv (every tile, f16 and bf16, partial last tiles, C = 64..192, "
+          "K = 64..256) and reruns bitwise",
+          "[kernel][wgconv][conv2d]") {
+  CudaContext ctx = make_context();
+  ThreadPool pool(0);
+  const std::pair<const char*, Conv2dGeom> cases[] = {
+      {"9x9 N=2 C=64 K=64 (162 pixels)", conv_geom(2, 9, 9, 64, 64, 3, 3, 1, 1, 1, 1)},
+      {"7x12 N=3 C=128 K=128", conv_geom(3, 7, 12, 128, 128, 3, 3, 1, 1, 1, 1)},
+      {"16x16 N=1 C=64 K=256", conv_geom(1, 16, 16, 64, 256, 3, 3, 1, 1, 1, 1)},
+      {"5x11 N=2 C=192 K=64", conv_geom(2, 5, 11, 192, 64, 3, 3, 1, 1, 1, 1)},
+      {"1x37 N=4 C=64 K=128 (one row)", conv_geom(4, 1, 37, 64, 128, 3, 3, 1, 1, 1, 1)},
+      {"29x1 N=3 C=128 K=64 (one column)", conv_geom(3, 29, 1, 128, 64, 3, 3, 1, 1, 1, 1)},
+      {"24x24 N=2 C=64 K=64 (1152 pixels)", conv_geom(2, 24, 24, 64, 64, 3, 3, 1, 1, 1, 1)}};
+  uint64_t seed = 9100;
+  for (const auto& [name, g] : cases) {
+    REQUIRE(wgconv_eligible(g, nullptr));
+    const StemInputs in = stem_inputs(g, true, ++seed);
+    const StemRef ref = stem_ref(g, in, &pool);
+    for (const StemMode& m : kStemModes) {
+      if (m.io == GpuDType::F32) continue;
+      const Buffers b = buffers(m.io, in);
+      std::vector<uint8_t> first_tile;
+      for (WgConvTile tile : kWgConvTiles) {
+        if (g.k % (tile == WgConvTile::M128N128 || tile == WgConvTile::M256N128 ? 128 : 64) != 0) continue;
+        const std::string what = std::string("wgconv ") + wgconv_tile_name(tile) + " " + name + " " +
+                                 gpu_dtype_name(m.io);
+        INFO(what << ": " << conv2d_geom_str(g));
+        WgConvPlan plan;
+        if (!wg_plan(g, m.io, tile, &plan)) return;
+        const std::vector<uint8_t> got = run(ctx, plan, b);
+        check_stem_close(what, m.acc, m.rel, unit_roundoff(m.io), from_device_as(m.io, b.y.get(), in.dy.size()),
+                         ref.y, ref.y_mag, g.k);
+        check_tail(what, b);
+        const std::vector<uint8_t> again = run(ctx, plan, b);
+        CHECK_RESULT(compare_bitwise(what + " rerun", again.data(), got.data(), b.y_bytes, 2));
+        if (first_tile.empty())
+          first_tile = got;
+        else
+          CHECK_RESULT(compare_bitwise(what + " vs the first tile", got.data(), first_tile.data(), b.y_bytes, 2));
+      }
+    }
+  }
+}
+
+TEST_CASE("wgconv forward replayed from a captured CUDA graph equals the eager run bitwise", "[kernel][wgconv][conv2d]") {
+  CudaContext ctx = make_context();
+  const Conv2dGeom g = conv_geom(2, 20, 13, 128, 128, 3, 3, 1, 1, 1, 1);
+  for (GpuDType t : {GpuDType::F16, GpuDType::BF16}) {
+    INFO(gpu_dtype_name(t) << ": " << conv2d_geom_str(g));
+    const StemInputs in = stem_inputs(g, true, 9200);
+    WgConvPlan plan;
+    if (!wg_plan(g, t, wgconv_default_tile(g), &plan)) return;
+    const Buffers b = buffers(t, in);
+    const std::vector<uint8_t> eager = run(ctx, plan, b);
+    cudaGraphExec_t exec = capture_graph(
+        ctx, [&] { return wgconv_fwd_cuda(ctx.stream, plan, b.x.get(), b.w.get(), b.y.get()); },
+        cudaStreamCaptureModeThreadLocal);
+    poison(b.y);
+    REQUIRE_CUDA(cudaGraphLaunch(exec, ctx.stream));
+    sync_ok(ctx);
+    const std::vector<uint8_t> replay = from_device<uint8_t>(b.y.get(), b.y_bytes);
+    CHECK_RESULT(compare_bitwise("wgconv graph replay", replay.data(), eager.data(), b.y_bytes, 2));
+    REQUIRE_CUDA(cudaGraphExecDestroy(exec));
+  }
+}
+
+TEST_CASE("wgconv refuses geometries, io types and pointers it does not cover", "[kernel][wgconv][conv2d]") {
+  CudaContext ctx = make_context();
+  std::string why;
+  CHECK_FALSE(wgconv_eligible(conv_geom(2, 9, 9, 64, 64, 3, 3, 2, 2, 1, 1), &why));  // stride 2
+  CHECK_FALSE(wgconv_eligible(conv_geom(2, 9, 9, 48, 64, 3, 3, 1, 1, 1, 1), &why));  // C % 64
+  CHECK_FALSE(wgconv_eligible(conv_geom(2, 9, 9, 64, 96, 3, 3, 1, 1, 1, 1), &why));  // K % 64
+  CHECK_FALSE(wgconv_eligible(conv_geom(2, 9, 9, 64, 64, 1, 1, 1, 1, 0, 0), &why));  // 1x1
+  CHECK_FALSE(wgconv_eligible(conv_geom(2, 9, 9, 64, 64, 3, 3, 1, 1, 0, 0), &why));  // no padding
+  const Conv2dGeom g = conv_geom(2, 9, 9, 64, 64, 3, 3, 1, 1, 1, 1);
+  Result<WgConvPlan> f32 = wgconv_plan(g, GpuDType::F32, WgConvTile::M128N64);
+  REQUIRE_FALSE(f32.ok());
+  CHECK(f32.errors().front().code == ErrCode::NotSupported);
+  Result<WgConvPlan> n128 = wgconv_plan(g, GpuDType::F16, WgConvTile::M128N128);  // K = 64 with a 128-wide tile
+  REQUIRE_FALSE(n128.ok());
+  CHECK(n128.errors().front().code == ErrCode::NotSupported);
+  WgConvPlan plan;
+  if (!wg_plan(g, GpuDType::F16, WgConvTile::M128N64, &plan)) return;
+  const StemInputs in = stem_inputs(g, true, 9300);
+  const Buffers b = buffers(GpuDType::F16, in);
+  const Status st = wgconv_fwd_cuda(ctx.stream, plan, static_cast<const char*>(b.x.get()) + 2, b.w.get(), b.y.get());
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.errors()[0].code == ErrCode::Internal);
+  sync_ok(ctx);
+}
