@@ -366,6 +366,7 @@ struct BnParams {
 struct VggLayer {
   int64_t hw, c;
   const char* name;
+  int64_t k = 0;  // output channels; 0: C
 };
 constexpr VggLayer kVggBenchLayers[] = {{224, 64, "vgg16 conv1_2"}, {112, 128, "vgg16 conv2_2"},
                                         {56, 256, "vgg16 conv3_2"}, {28, 512, "vgg16 conv4_2"}};
@@ -379,11 +380,13 @@ struct VggBenchConv {
 };
 Result<VggBenchConv> vgg_bench_conv(Bench& b, const VggLayer& l, bool need_dgrad) {
   VggBenchConv v;
-  v.g.n = 256, v.g.h = v.g.w = l.hw, v.g.c = v.g.k = l.c, v.g.r = v.g.s = 3, v.g.pad_h = v.g.pad_w = 1;
+  v.g.n = 256, v.g.h = v.g.w = l.hw, v.g.c = l.c, v.g.k = l.k ? l.k : l.c, v.g.r = v.g.s = 3;
+  v.g.pad_h = v.g.pad_w = 1;
   std::string why;
   if (!conv2d_geom_finish(v.g, &why)) return Error{ErrCode::Internal, "bench kernels", why};
   v.flops = 2.0 * static_cast<double>(v.g.n * v.g.p * v.g.q * v.g.k) * static_cast<double>(v.g.r * v.g.s * v.g.c);
-  v.size = "N=256 " + std::to_string(l.hw) + "^2x" + std::to_string(l.c);
+  v.size = "N=256 " + std::to_string(l.hw) + "^2x" + std::to_string(l.c) +
+           (v.g.k != l.c ? "->" + std::to_string(v.g.k) : std::string());
   ConvDesc cd;
   cd.g = v.g;
   cd.io = GpuDType::F16;
@@ -395,11 +398,14 @@ Result<VggBenchConv> vgg_bench_conv(Bench& b, const VggLayer& l, bool need_dgrad
   return v;
 }
 
-// VGG16-BN's 3x3 forward convolutions (batch 256, f16): cuDNN's legacy algorithm (heuristics, non-deterministic
-// allowed) against trctl's wgmma conv (wgconv.h) with each CTA tile; "not supported" rows on a device it cannot run on.
+// VGG16-BN's 3x3 forward convolutions (batch 256, f16; conv2_1 is the 64 -> 128 one): cuDNN's legacy algorithm
+// (heuristics, non-deterministic allowed) against trctl's wgmma conv (wgconv.h) with each kernel and CTA tile;
+// "not supported" rows for a tile the layer or the device does not take.
 Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
   const cudaStream_t s = b.ctx.stream;
-  for (const VggLayer& l : kVggBenchLayers) {
+  constexpr VggLayer kLayers[] = {{224, 64, "vgg16 conv1_2"}, {112, 64, "vgg16 conv2_1", 128},
+                                  {112, 128, "vgg16 conv2_2"}, {56, 256, "vgg16 conv3_2"}, {28, 512, "vgg16 conv4_2"}};
+  for (const VggLayer& l : kLayers) {
     Result<VggBenchConv> vc = vgg_bench_conv(b, l, false);
     if (!vc.ok()) return vc.errors();
     const Conv2dGeom g = vc->g;

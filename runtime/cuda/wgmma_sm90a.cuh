@@ -31,6 +31,15 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
          (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
 }
 
+// The same for a tile whose first row sits at row `phase` (0..7) of its 8-row swizzle atom (a window starting at
+// any row of a swizzled buffer): the matrix base offset (bits 49-51) carries the phase, as the PTX ISA's matrix
+// descriptor asks for a start address off the pattern's 1024-byte boundary. phase_from_start false leaves it 0
+// (the alternative reading: the swizzle taken from the address bits alone); the wgconv tests check which holds.
+__device__ __forceinline__ uint64_t sw128_desc_at(uint32_t saddr, bool phase_from_start) {
+  const uint64_t phase = phase_from_start ? ((saddr >> 7) & 7u) : 0u;
+  return sw128_desc(saddr) | (phase << 49);
+}
+
 // 16 bytes global -> shared, bypassing L1; src_bytes 0 writes zeros and reads nothing.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");

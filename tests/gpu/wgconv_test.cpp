@@ -1,5 +1,6 @@
 // The warpgroup tensor-core 3x3 conv forward on the GPU (runtime/ops/conv2d/wgconv.h: wgconv_plan,
-// wgconv_fwd_cuda) against the float64 direct conv (tests/gpu/stem_conv_ref.h), every CTA tile, f16 and bf16, on
+// wgconv_fwd_cuda) against the float64 direct conv (tests/gpu/stem_conv_ref.h), every CTA tile (the row-ring
+// kernel's where C == 64, and with each CTA walking many tiles through its ring), f16 and bf16, on
 // geometries whose pixel count is not a multiple of the tile (the last tile partly past the end), odd sizes, one
 // row or one column images, C = 64..192 (one to three channel chunks) and K = 64..256 (one to four channel tiles);
 // nothing written past y; a rerun and a captured graph's replay bitwise equal to the eager run; the tiles bitwise
@@ -9,6 +10,7 @@
 // Inputs on the 1/64 grid (exact in f16 and bf16): every product and every fp32 partial sum is exact (at most
 // 9 * 192 terms of magnitude <= 1 on the 2^-12 grid: below 2^24 units), so y is the exact sum rounded once and the
 // tolerance (2u of the magnitude) holds with room to spare.
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -93,7 +95,9 @@ TEST_CASE("wgconv forward matches the float64 direct conv (every tile, f16 and b
       const Buffers b = buffers(m.io, in);
       std::vector<uint8_t> first_tile;
       for (WgConvTile tile : kWgConvTiles) {
-        if (g.k % (tile == WgConvTile::M128N128 || tile == WgConvTile::M256N128 ? 128 : 64) != 0) continue;
+        const bool n128 = tile == WgConvTile::M128N128 || tile == WgConvTile::M256N128 ||
+                          tile == WgConvTile::Ring128N128;
+        if (g.k % (n128 ? 128 : 64) != 0 || (wgconv_tile_is_ring(tile) && g.c != 64)) continue;
         const std::string what = std::string("wgconv ") + wgconv_tile_name(tile) + " " + name + " " +
                                  gpu_dtype_name(m.io);
         INFO(what << ": " << conv2d_geom_str(g));
@@ -111,6 +115,62 @@ TEST_CASE("wgconv forward matches the float64 direct conv (every tile, f16 and b
           CHECK_RESULT(compare_bitwise(what + " vs the first tile", got.data(), first_tile.data(), b.y_bytes, 2));
       }
     }
+  }
+}
+
+// The ring kernel with fewer CTAs than tiles: each CTA walks a run of consecutive tiles through its ring (wrapping it
+// many times: the halo of a 224-wide plane is 227 rows, a tile 128), bitwise the one-tile-per-CTA run and close to
+// the float64 conv. When the descriptors' swizzle phase is wrong the outputs are wrong; the other reading of the
+// PTX descriptor (phase 0) is then tried and reported, to say which one the hardware follows.
+TEST_CASE("wgconv ring kernel walking many tiles per CTA matches the float64 conv and the one-tile run bitwise",
+          "[kernel][wgconv][conv2d]") {
+  CudaContext ctx = make_context();
+  ThreadPool pool(0);
+  const std::pair<const char*, Conv2dGeom> cases[] = {
+      {"5x224 N=1 C=64 K=64 (13 tiles)", conv_geom(1, 5, 224, 64, 64, 3, 3, 1, 1, 1, 1)},
+      {"30x30 N=2 C=64 K=128 (16 tiles)", conv_geom(2, 30, 30, 64, 128, 3, 3, 1, 1, 1, 1)},
+      {"7x9 N=5 C=64 K=64 (images shorter than a tile)", conv_geom(5, 7, 9, 64, 64, 3, 3, 1, 1, 1, 1)}};
+  uint64_t seed = 9400;
+  for (const auto& [name, g] : cases) {
+    const StemInputs in = stem_inputs(g, true, ++seed);
+    const StemRef ref = stem_ref(g, in, &pool);
+    for (GpuDType t : {GpuDType::F16, GpuDType::BF16})
+      for (WgConvTile tile : {WgConvTile::Ring128N64, WgConvTile::Ring128N128}) {
+        if (g.k % (tile == WgConvTile::Ring128N128 ? 128 : 64) != 0) continue;
+        const std::string what = std::string("wgconv ") + wgconv_tile_name(tile) + " " + name + " " + gpu_dtype_name(t);
+        INFO(what << ": " << conv2d_geom_str(g));
+        WgConvPlan plan;
+        if (!wg_plan(g, t, tile, &plan)) return;
+        const Buffers b = buffers(t, in);
+        const std::vector<uint8_t> want = run(ctx, plan, b);
+        const std::vector<float> got = from_device_as(t, b.y.get(), in.dy.size());
+        const double u = unit_roundoff(t), acc = 2 * u;
+        std::vector<double> bound(ref.y.size());
+        for (size_t i = 0; i < bound.size(); ++i) bound[i] = acc * ref.y_mag[i] + u * std::fabs(ref.y[i]);
+        const CompareResult c = compare_close(what, to_double(got), ref.y, bound, g.k);
+        if (!c.ok) {  // which descriptor reading does the hardware follow?
+          WgConvPlan other = plan;
+          other.phase_from_start = !plan.phase_from_start;
+          (void)run(ctx, other, b);
+          const CompareResult c2 = compare_close(what + " (other phase reading)",
+                                                 to_double(from_device_as(t, b.y.get(), in.dy.size())), ref.y,
+                                                 bound, g.k);
+          WARN("wgconv ring: descriptor phase_from_start=" << plan.phase_from_start << " wrong; "
+                                                            << (c2.ok ? "the other reading is right"
+                                                                      : "the other reading is wrong too"));
+        }
+        CHECK_RESULT(c);
+        check_tail(what, b);
+        for (int64_t runs : {1, 2, 3}) {
+          if (runs >= plan.grid_m) continue;
+          WgConvPlan fewer = plan;
+          fewer.grid_m = runs;
+          const std::vector<uint8_t> got_runs = run(ctx, fewer, b);
+          CHECK_RESULT(compare_bitwise(what + " in " + std::to_string(runs) + " runs", got_runs.data(), want.data(),
+                                       b.y_bytes, 2));
+          check_tail(what + " runs", b);
+        }
+      }
   }
 }
 

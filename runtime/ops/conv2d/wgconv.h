@@ -21,11 +21,21 @@
 
 namespace trctl {
 
-// The CTA tile (output pixels x output channels) and, with it, the ring depth (wgconv_sm90a.cu).
-enum class WgConvTile { M128N64, M256N64, M128N128, M256N128 };
-inline constexpr WgConvTile kWgConvTiles[] = {WgConvTile::M128N64, WgConvTile::M256N64, WgConvTile::M128N128,
-                                              WgConvTile::M256N128};
-const char* wgconv_tile_name(WgConvTile t);  // e.g. "128x64"
+// The kernel and its CTA tile (output pixels x output channels).
+// M*N*: the tiled kernel -- each CTA stages its pixels' input once per tap (9 loads of every input row from L2) and
+// its filters per chunk; any C % 64 == 0.
+// Ring*: the row-ring kernel, C == 64 only -- persistent CTAs, each with its filter slice resident in shared memory,
+// walk a contiguous range of the zero-padded input plane ((H + 2) x (W + 2) positions per image) in tiles of 128
+// positions; the input rows live in a ring that keeps the 2 (W + 2) + 2 rows of halo shared by consecutive tiles,
+// so each input row is loaded from L2 about once, and a tap is a shifted window of the ring (outputs on the
+// padding border are computed and dropped: 2/(W+2) of the work per side). The next tile's rows load while a tile's
+// wgmma run; its epilogue does not overlap them (one accumulator).
+enum class WgConvTile { M128N64, M256N64, M128N128, M256N128, Ring128N64, Ring128N128 };
+inline constexpr WgConvTile kWgConvTiles[] = {WgConvTile::M128N64,    WgConvTile::M256N64,
+                                              WgConvTile::M128N128,   WgConvTile::M256N128,
+                                              WgConvTile::Ring128N64, WgConvTile::Ring128N128};
+const char* wgconv_tile_name(WgConvTile t);  // e.g. "128x64", "ring 128x64"
+bool wgconv_tile_is_ring(WgConvTile t);
 
 // True for a finished geometry it covers: 3x3, stride 1, padding 1, dilation 1, one group, C % 64 == 0,
 // K % 64 == 0, H and W below 32768, and x and y each below 2^31 elements. *why (may be nullptr) says what is not.
@@ -39,13 +49,18 @@ struct WgConvPlan {
   GpuDType io = GpuDType::F16;
   WgConvTile tile = WgConvTile::M128N64;
   int bm = 128, bn = 64, stages = 4;
-  int64_t grid_m = 0, grid_n = 0;  // pixel tiles and output-channel tiles (a 1-D grid of grid_m * grid_n CTAs)
-  size_t smem_bytes = 0;           // dynamic shared memory of one CTA (the ring + 1 KiB of alignment slack)
+  int64_t grid_m = 0, grid_n = 0;  // tiled: pixel tiles x output-channel tiles (a 1-D grid of grid_m * grid_n CTAs);
+                                   // ring: CTAs per output-channel tile (each a contiguous run of tiles) x tiles
+  int ring_rows = 0;               // ring: rows of the ring (a multiple of 8; 64 mirror rows follow it)
+  bool phase_from_start = true;    // ring: the window descriptors' swizzle phase (wgmma_sm90a.cuh, sw128_desc_at)
+  size_t smem_bytes = 0;           // dynamic shared memory of one CTA (with 1 KiB of alignment slack)
 };
 
-// NotSupported for a geometry wgconv_eligible refuses, an io type other than F16/BF16, or a device the sm_90a
-// kernel cannot run on (not compute capability 9.0); the CUDA error of the attribute call otherwise. Made outside
-// stream capture (it sets the kernel's shared-memory limit).
+// NotSupported for a geometry wgconv_eligible refuses (a ring tile: also C != 64, or a ring and filter slice over
+// the shared-memory limit), an io type other than F16/BF16, or a device the sm_90a kernel cannot run on (not
+// compute capability 9.0); the CUDA error of the attribute or device queries otherwise. Made outside stream capture
+// (it sets the kernel's shared-memory limit). A ring plan's grid_m may be lowered (>= 1) to make each CTA walk
+// more tiles; the launch computes the runs from it.
 Result<WgConvPlan> wgconv_plan(const Conv2dGeom& g, GpuDType io, WgConvTile tile);
 
 // x, w 16-byte aligned, y 4-byte aligned (Internal error otherwise). Allocates nothing, does not synchronize:

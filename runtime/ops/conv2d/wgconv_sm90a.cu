@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -172,6 +173,136 @@ __global__ void __launch_bounds__(kThreads, BM == 128 && BN == 64 ? 2 : 1)
   }
 }
 
+// ---- The row-ring kernel (C == 64; wgconv.h's Ring* tiles) ----
+// Padded plane: Hp = H + 2, Wp = W + 2; position f = (n Hp + pp) Wp + qq over N Hp Wp positions; the input at f is
+// x[n][pp - 1][qq - 1] inside, 0 on the border. The output at every f is sum over taps (dr, ds) of
+// X[f + dr Wp + ds] . w[k][tap] (kept where f is inside). Tile t: positions [128 t, 128 t + 128); its span (the
+// rows its taps read) [128 t - halo, 128 t + 128 + halo), halo = Wp + 1; tile t + 1 adds the 128 rows
+// [128 t + 128 + halo, 128 t + 256 + halo). Position f lives in ring row f mod R; ring rows 0..63 are mirrored at
+// R..R+63, so a 64-row window starting at any ring row is contiguous. While tile t's wgmma run, tile t + 1's rows
+// load: R >= 2 * 128 + 2 halo keeps them off every row tile t reads.
+constexpr int kRingBm = 128;
+constexpr int kMirror = 64;
+
+struct RingArgs {
+  int n_img, h, wd, k;
+  int ring;           // R
+  int n_tiles;        // output-channel tiles (K / BN)
+  int64_t per_cta;    // tiles per CTA run
+  int phase;          // 1: window descriptors carry the swizzle phase (sw128_desc_at)
+};
+
+template <class T, int BN>
+__global__ void __launch_bounds__(kThreads, 1)
+    wgconv_ring_kernel(const void* __restrict__ xv, const void* __restrict__ wv, void* __restrict__ yv,
+                       RingArgs a) {
+  const T* __restrict__ x = static_cast<const T*>(xv);
+  const T* __restrict__ w = static_cast<const T*>(wv);
+  T* __restrict__ y = static_cast<T*>(yv);
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t b_base = (smem_addr(smem_raw) + 1023u) & ~1023u;  // 9 taps x BN filter rows
+  const uint32_t a_base = b_base + 9 * BN * 128;                    // R + 64 ring rows (1024-aligned: BN % 8 == 0)
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int piece = tid & 7, row0 = tid >> 3;
+  const int n0 = static_cast<int>(blockIdx.x % a.n_tiles) * BN;
+  const int64_t run = blockIdx.x / a.n_tiles;
+  const int hp = a.h + 2, wp = a.wd + 2, halo = wp + 1, ring = a.ring;
+  const int64_t plane = static_cast<int64_t>(hp) * wp, f_total = plane * a.n_img;
+  const int64_t tiles = (f_total + kRingBm - 1) / kRingBm;
+  const int64_t t_begin = run * a.per_cta, t_end = t_begin + a.per_cta < tiles ? t_begin + a.per_cta : tiles;
+  if (t_begin >= t_end) return;
+
+  const uint64_t b_desc = sw128_desc(b_base);  // + (byte offset >> 4) for a tap and k step
+  auto ring_row = [&](int64_t pos) {
+    const int64_t r = pos % ring;
+    return static_cast<int>(r < 0 ? r + ring : r);
+  };
+  // This thread's 16-byte piece of position pos into its ring row (and the mirror row).
+  auto load_row = [&](int64_t pos) {
+    bool inside = false;
+    int64_t src = 0;
+    if (pos >= 0 && pos < f_total) {
+      const int64_t n = pos / plane;
+      const int rem = static_cast<int>(pos - n * plane), pp = rem / wp, qq = rem - pp * wp;
+      if (pp >= 1 && pp <= a.h && qq >= 1 && qq <= a.wd) {
+        inside = true;
+        src = ((n * a.h + pp - 1) * a.wd + qq - 1) * 64 + piece * 8;
+      }
+    }
+    const int j = ring_row(pos);
+    const T* s = inside ? x + src : x;
+    cp_async16(a_base + sw128_offset(j, piece), s, inside ? 16 : 0);
+    if (j < kMirror) cp_async16(a_base + sw128_offset(j + ring, piece), s, inside ? 16 : 0);
+  };
+  auto load_new_rows = [&](int64_t t) {  // the 128 rows tile t adds to tile t - 1's span
+#pragma unroll
+    for (int i = 0; i < kRingBm / 32; ++i) load_row(t * kRingBm + halo + row0 + 32 * i);
+  };
+  // Tile t's 36 wgmma of this warpgroup's 64 positions. The window descriptors are computed before the first
+  // wgmma (a register written between two wgmma makes the compiler fence them).
+  auto issue = [&](int64_t t, float (&d)[BN / 2]) {
+    const int64_t f0 = t * kRingBm + wg * 64;
+    uint64_t da[9];
+#pragma unroll
+    for (int tap = 0; tap < 9; ++tap)
+      da[tap] = sw128_desc_at(a_base + ring_row(f0 + (tap / 3 - 1) * wp + (tap % 3 - 1)) * 128, a.phase != 0);
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) fence_operand(d[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int tap = 0; tap < 9; ++tap)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)  // +32 bytes = +2 in the descriptor's start field (no carry: start < 2^14)
+        wgmma_tile<T, BN>(d, da[tap] + 2 * kk, b_desc + static_cast<uint64_t>((tap * BN * 128 + kk * 32) >> 4));
+    wgmma_commit();
+  };
+  // Tile t's outputs (its wgmma complete) to y, inside positions only; d zeroed for the next tile.
+  auto store = [&](int64_t t, float (&d)[BN / 2]) {
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) fence_operand(d[i]);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t pos = t * kRingBm + wg * 64 + warp * 16 + (lane >> 2) + 8 * half;
+      if (pos >= f_total) continue;
+      const int64_t n = pos / plane;
+      const int rem = static_cast<int>(pos - n * plane), pp = rem / wp, qq = rem - pp * wp;
+      if (pp < 1 || pp > a.h || qq < 1 || qq > a.wd) continue;
+      T* out = y + ((n * a.h + pp - 1) * a.wd + qq - 1) * a.k + n0 + 2 * (lane & 3);
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+        *reinterpret_cast<uint32_t*>(out + 8 * j) = pack2<T>(d[4 * j + 2 * half], d[4 * j + 2 * half + 1]);
+    }
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+  };
+  // The filter slice (row tap * BN + k - n0) and tile t_begin's whole span; then per tile: its rows in, the next
+  // tile's rows on their way, its wgmma, its outputs.
+  for (int r = row0; r < 9 * BN; r += 32) {
+    const int tap = r / BN, kl = r - tap * BN;
+    cp_async16(b_base + sw128_offset(r, piece), w + ((static_cast<int64_t>(n0 + kl) * 9 + tap) * 64 + piece * 8), 16);
+  }
+  for (int r = row0; r < kRingBm + 2 * halo; r += 32) load_row(t_begin * kRingBm - halo + r);
+  cp_async_commit();
+  float acc[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();  // tile t's rows in for everyone; everyone's wgmma of tile t - 1 done (its rows reusable)
+    if (t + 1 < t_end) load_new_rows(t + 1);
+    cp_async_commit();
+    issue(t, acc);
+    wgmma_wait<0>();
+    store(t, acc);
+  }
+}
+
+template <class T, int BN>
+void* ring_kernel_t() {
+  return reinterpret_cast<void*>(&wgconv_ring_kernel<T, BN>);
+}
+
 using WgKernel = void (*)(const void*, const void*, void*, int, int, int, int, int);
 
 template <class T, int BM, int BN>
@@ -185,8 +316,8 @@ WgKernel wg_kernel_io(WgConvTile t) {
     case WgConvTile::M256N64: return wg_kernel_t<T, 256, 64>();
     case WgConvTile::M128N128: return wg_kernel_t<T, 128, 128>();
     case WgConvTile::M256N128: return wg_kernel_t<T, 256, 128>();
+    default: return nullptr;  // the ring tiles: ring_kernel
   }
-  return nullptr;
 }
 WgKernel wg_kernel(GpuDType io, WgConvTile t) {
   return io == GpuDType::F16 ? wg_kernel_io<__half>(t) : wg_kernel_io<__nv_bfloat16>(t);
@@ -194,7 +325,12 @@ WgKernel wg_kernel(GpuDType io, WgConvTile t) {
 
 void tile_dims(WgConvTile t, int* bm, int* bn) {
   *bm = t == WgConvTile::M256N64 || t == WgConvTile::M256N128 ? 256 : 128;
-  *bn = t == WgConvTile::M128N128 || t == WgConvTile::M256N128 ? 128 : 64;
+  *bn = t == WgConvTile::M128N128 || t == WgConvTile::M256N128 || t == WgConvTile::Ring128N128 ? 128 : 64;
+}
+
+void* ring_kernel(GpuDType io, int bn) {
+  if (io == GpuDType::F16) return bn == 64 ? ring_kernel_t<__half, 64>() : ring_kernel_t<__half, 128>();
+  return bn == 64 ? ring_kernel_t<__nv_bfloat16, 64>() : ring_kernel_t<__nv_bfloat16, 128>();
 }
 
 }  // namespace
@@ -205,9 +341,13 @@ const char* wgconv_tile_name(WgConvTile t) {
     case WgConvTile::M256N64: return "256x64";
     case WgConvTile::M128N128: return "128x128";
     case WgConvTile::M256N128: return "256x128";
+    case WgConvTile::Ring128N64: return "ring 128x64";
+    case WgConvTile::Ring128N128: return "ring 128x128";
   }
   return "?";
 }
+
+bool wgconv_tile_is_ring(WgConvTile t) { return t == WgConvTile::Ring128N64 || t == WgConvTile::Ring128N128; }
 
 bool wgconv_eligible(const Conv2dGeom& g, std::string* why) {
   auto no = [&](const std::string& s) {
@@ -254,11 +394,28 @@ Result<WgConvPlan> wgconv_plan(const Conv2dGeom& g, GpuDType io, WgConvTile tile
   if (g.k % p.bn != 0)
     return Error{ErrCode::NotSupported, "wgconv",
                  std::string("tile ") + wgconv_tile_name(tile) + " needs K % " + std::to_string(p.bn) + " == 0"};
+  p.grid_n = g.k / p.bn;
+  if (wgconv_tile_is_ring(tile)) {
+    if (g.c != 64) return Error{ErrCode::NotSupported, "wgconv", "the ring kernel takes C == 64: " + conv2d_geom_str(g)};
+    const int64_t halo = g.w + 3;
+    p.ring_rows = static_cast<int>((2 * kRingBm + 2 * halo + 7) / 8 * 8);
+    p.stages = 0;
+    p.smem_bytes = static_cast<size_t>(9 * p.bn + p.ring_rows + kMirror) * 128 + 1024;
+    if (p.smem_bytes > static_cast<size_t>(kMaxSmem))
+      return Error{ErrCode::NotSupported, "wgconv",
+                   std::string(wgconv_tile_name(tile)) + ": ring and filters need " + std::to_string(p.smem_bytes) +
+                       " B of shared memory, over the limit: " + conv2d_geom_str(g)};
+    int sms = 0;
+    TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    p.grid_m = std::max<int64_t>(1, sms / p.grid_n);
+    TRCTL_CUDA_TRY(cudaFuncSetAttribute(ring_kernel(io, p.bn), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(p.smem_bytes)));
+    return p;
+  }
   p.stages = wg_stages(p.bm, p.bn);
   p.smem_bytes = wg_smem(p.bm, p.bn);
   if (p.smem_bytes > static_cast<size_t>(kMaxSmem))
     return Error{ErrCode::Internal, "wgconv", "tile over the shared-memory limit"};
-  p.grid_n = g.k / p.bn;
   p.grid_m = (g.n * g.h * g.w + p.bm - 1) / p.bm;
   TRCTL_CUDA_TRY(cudaFuncSetAttribute(wg_kernel(io, tile),
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem_bytes)));
@@ -270,9 +427,21 @@ Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& p, const void* x, 
       reinterpret_cast<uintptr_t>(y) % 4 != 0)
     return Error{ErrCode::Internal, "wgconv", "x and w must be 16-byte aligned, y 4-byte aligned"};
   const int64_t ctas = p.grid_m * p.grid_n;
-  if (ctas >= (static_cast<int64_t>(1) << 31)) return Error{ErrCode::Internal, "wgconv", "grid too large"};
+  if (ctas >= (static_cast<int64_t>(1) << 31) || p.grid_m < 1)
+    return Error{ErrCode::Internal, "wgconv", "grid too large or empty"};
   const dim3 grid(static_cast<unsigned>(ctas));
   const Conv2dGeom& g = p.g;
+  if (wgconv_tile_is_ring(p.tile)) {
+    RingArgs a;
+    a.n_img = static_cast<int>(g.n), a.h = static_cast<int>(g.h), a.wd = static_cast<int>(g.w);
+    a.k = static_cast<int>(g.k), a.ring = p.ring_rows, a.n_tiles = static_cast<int>(p.grid_n);
+    const int64_t tiles = (g.n * (g.h + 2) * (g.w + 2) + kRingBm - 1) / kRingBm;
+    a.per_cta = (tiles + p.grid_m - 1) / p.grid_m;
+    a.phase = p.phase_from_start ? 1 : 0;
+    void* args[] = {const_cast<void*>(x), const_cast<void*>(w), y, &a};
+    TRCTL_CUDA_TRY(cudaLaunchKernel(ring_kernel(p.io, p.bn), grid, dim3(kThreads), args, p.smem_bytes, stream));
+    return ok_status();
+  }
   wg_kernel(p.io, p.tile)<<<grid, kThreads, p.smem_bytes, stream>>>(
       x, w, y, static_cast<int>(g.n), static_cast<int>(g.h), static_cast<int>(g.w), static_cast<int>(g.c),
       static_cast<int>(g.k));
