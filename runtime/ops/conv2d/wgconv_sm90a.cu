@@ -438,7 +438,10 @@ Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& p, const void* x, 
     const int64_t tiles = (g.n * (g.h + 2) * (g.w + 2) + kRingBm - 1) / kRingBm;
     a.per_cta = (tiles + p.grid_m - 1) / p.grid_m;
     a.phase = p.phase_from_start ? 1 : 0;
-    void* args[] = {const_cast<void*>(x), const_cast<void*>(w), y, &a};
+    const void* xa = x;
+    const void* wa = w;
+    void* ya = y;
+    void* args[] = {&xa, &wa, &ya, &a};  // pointers to the kernel's arguments
     TRCTL_CUDA_TRY(cudaLaunchKernel(ring_kernel(p.io, p.bn), grid, dim3(kThreads), args, p.smem_bytes, stream));
     return ok_status();
   }
