@@ -31,10 +31,11 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
          (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
 }
 
-// The same for a tile whose first row sits at row `phase` (0..7) of its 8-row swizzle atom (a window starting at
-// any row of a swizzled buffer): the matrix base offset (bits 49-51) carries the phase, as the PTX ISA's matrix
-// descriptor asks for a start address off the pattern's 1024-byte boundary. phase_from_start false leaves it 0
-// (the alternative reading: the swizzle taken from the address bits alone); the wgconv tests check which holds.
+// The same for a window starting at any row of a swizzled buffer (a 1024-byte-aligned buffer whose rows were
+// stored with piece j of row r at j ^ (r % 8)). Measured on the H200 (benchmarks/RESULTS.md run 60): wgmma takes
+// the swizzle phase from the address bits themselves, so the matrix base offset (bits 49-51) stays 0
+// (phase_from_start false); setting it to (start >> 7) % 8, one reading of the PTX ISA's descriptor, gives wrong
+// products. The flag stays for the test that checks which reading holds.
 __device__ __forceinline__ uint64_t sw128_desc_at(uint32_t saddr, bool phase_from_start) {
   const uint64_t phase = phase_from_start ? ((saddr >> 7) & 7u) : 0u;
   return sw128_desc(saddr) | (phase << 49);

@@ -121,7 +121,8 @@ TEST_CASE("wgconv forward matches the float64 direct conv (every tile, f16 and b
 // The ring kernel with fewer CTAs than tiles: each CTA walks a run of consecutive tiles through its ring (wrapping it
 // many times: the halo of a 224-wide plane is 227 rows, a tile 128), bitwise the one-tile-per-CTA run and close to
 // the float64 conv. When the descriptors' swizzle phase is wrong the outputs are wrong; the other reading of the
-// PTX descriptor (phase 0) is then tried and reported, to say which one the hardware follows.
+// PTX descriptor (base offset from the start address) is then tried and reported, to say which one the hardware
+// follows (run 60, H200: the default, base offset 0; the other reading gave wrong products).
 TEST_CASE("wgconv ring kernel walking many tiles per CTA matches the float64 conv and the one-tile run bitwise",
           "[kernel][wgconv][conv2d]") {
   CudaContext ctx = make_context();

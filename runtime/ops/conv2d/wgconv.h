@@ -52,7 +52,8 @@ struct WgConvPlan {
   int64_t grid_m = 0, grid_n = 0;  // tiled: pixel tiles x output-channel tiles (a 1-D grid of grid_m * grid_n CTAs);
                                    // ring: CTAs per output-channel tile (each a contiguous run of tiles) x tiles
   int ring_rows = 0;               // ring: rows of the ring (a multiple of 8; 64 mirror rows follow it)
-  bool phase_from_start = true;    // ring: the window descriptors' swizzle phase (wgmma_sm90a.cuh, sw128_desc_at)
+  bool phase_from_start = false;   // ring: the window descriptors' base offset (wgmma_sm90a.cuh, sw128_desc_at;
+                                   // false is what the hardware follows, run 60)
   size_t smem_bytes = 0;           // dynamic shared memory of one CTA (with 1 KiB of alignment slack)
 };
 
