@@ -1,8 +1,9 @@
 // The warpgroup tensor-core 3x3 conv forward on the GPU (runtime/ops/conv2d/wgconv.h: wgconv_plan,
 // wgconv_fwd_cuda) against the float64 direct conv (tests/gpu/stem_conv_ref.h), every CTA tile (the row-ring
-// kernel's where C == 64, and with each CTA walking many tiles through its ring), f16 and bf16, on
-// geometries whose pixel count is not a multiple of the tile (the last tile partly past the end), odd sizes, one
-// row or one column images, C = 64..192 (one to three channel chunks) and K = 64..256 (one to four channel tiles);
+// kernels' where C == 64, pixels as M or as N, and with each CTA walking many tiles through its ring), f16 and
+// bf16, on geometries whose pixel count is not a multiple of the tile (the last tile partly past the end), odd
+// sizes, one row or one column images, C = 64..192 (one to three channel chunks) and K = 64..256 (one to four
+// channel tiles);
 // nothing written past y; a rerun and a captured graph's replay bitwise equal to the eager run; the tiles bitwise
 // equal to each other (each output is one fixed-order fp32 sum whatever the tile); what the plan and the launch
 // refuse.
@@ -136,7 +137,7 @@ TEST_CASE("wgconv ring kernel walking many tiles per CTA matches the float64 con
     const StemInputs in = stem_inputs(g, true, ++seed);
     const StemRef ref = stem_ref(g, in, &pool);
     for (GpuDType t : {GpuDType::F16, GpuDType::BF16})
-      for (WgConvTile tile : {WgConvTile::Ring128N64, WgConvTile::Ring128N128}) {
+      for (WgConvTile tile : {WgConvTile::Ring128N64, WgConvTile::Ring128N128, WgConvTile::RingPx256N64}) {
         if (g.k % (tile == WgConvTile::Ring128N128 ? 128 : 64) != 0) continue;
         const std::string what = std::string("wgconv ") + wgconv_tile_name(tile) + " " + name + " " + gpu_dtype_name(t);
         INFO(what << ": " << conv2d_geom_str(g));

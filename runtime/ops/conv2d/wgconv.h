@@ -30,11 +30,14 @@ namespace trctl {
 // so each input row is loaded from L2 about once, and a tap is a shifted window of the ring (outputs on the
 // padding border are computed and dropped: 2/(W+2) of the work per side). The next tile's rows load while a tile's
 // wgmma run; its epilogue does not overlap them (one accumulator).
-enum class WgConvTile { M128N64, M256N64, M128N128, M256N128, Ring128N64, Ring128N128 };
+// RingPx256N64: the ring kernel with the roles swapped -- m64 = the 64 filters, n128 = a warpgroup's 128 positions
+// (tiles of 256) -- for less shared-memory operand traffic per tensor-core cycle (wgconv_sm90a.cu).
+enum class WgConvTile { M128N64, M256N64, M128N128, M256N128, Ring128N64, Ring128N128, RingPx256N64 };
 inline constexpr WgConvTile kWgConvTiles[] = {WgConvTile::M128N64,    WgConvTile::M256N64,
                                               WgConvTile::M128N128,   WgConvTile::M256N128,
-                                              WgConvTile::Ring128N64, WgConvTile::Ring128N128};
-const char* wgconv_tile_name(WgConvTile t);  // e.g. "128x64", "ring 128x64"
+                                              WgConvTile::Ring128N64, WgConvTile::Ring128N128,
+                                              WgConvTile::RingPx256N64};
+const char* wgconv_tile_name(WgConvTile t);  // e.g. "128x64", "ring 128x64", "ring px 256x64"
 bool wgconv_tile_is_ring(WgConvTile t);
 
 // True for a finished geometry it covers: 3x3, stride 1, padding 1, dilation 1, one group, C % 64 == 0,

@@ -173,42 +173,52 @@ __global__ void __launch_bounds__(kThreads, BM == 128 && BN == 64 ? 2 : 1)
   }
 }
 
-// ---- The row-ring kernel (C == 64; wgconv.h's Ring* tiles) ----
+// ---- The row-ring kernels (C == 64; wgconv.h's Ring* tiles) ----
 // Padded plane: Hp = H + 2, Wp = W + 2; position f = (n Hp + pp) Wp + qq over N Hp Wp positions; the input at f is
 // x[n][pp - 1][qq - 1] inside, 0 on the border. The output at every f is sum over taps (dr, ds) of
-// X[f + dr Wp + ds] . w[k][tap] (kept where f is inside). Tile t: positions [128 t, 128 t + 128); its span (the
-// rows its taps read) [128 t - halo, 128 t + 128 + halo), halo = Wp + 1; tile t + 1 adds the 128 rows
-// [128 t + 128 + halo, 128 t + 256 + halo). Position f lives in ring row f mod R; ring rows 0..63 are mirrored at
-// R..R+63, so a 64-row window starting at any ring row is contiguous. While tile t's wgmma run, tile t + 1's rows
-// load: R >= 2 * 128 + 2 halo keeps them off every row tile t reads.
-constexpr int kRingBm = 128;
-constexpr int kMirror = 64;
+// X[f + dr Wp + ds] . w[k][tap] (kept where f is inside). Tile t: positions [L t, L t + L) (L = 128, or 256 with
+// the pixels as N); its span (the rows its taps read) [L t - halo, L t + L + halo), halo = Wp + 1; tile t + 1 adds
+// the L rows [L t + L + halo, L t + 2 L + halo). Position f lives in ring row f mod R; ring rows 0..M-1 are
+// mirrored at R..R+M-1 (M: a warpgroup's window, L / 2), so a window starting at any ring row is contiguous. While
+// tile t's wgmma run, tile t + 1's rows load: R >= 2 L + 2 halo keeps them off every row tile t reads.
+// PXN false: m64nBNk16, A = a warpgroup's 64 positions (the window), B = the BN filters. PXN true (BN == 64):
+// m64n128k16 with the roles swapped, A = the 64 filters of a tap, B = the warpgroup's window of 128 positions --
+// 10 KiB of shared-memory operands per 64 tensor-core cycles instead of 4 KiB per 32 (run 60: the m64n64 form
+// is bound by shared-memory bandwidth); its epilogue pairs channels across lanes (lane ^ 4) for 4-byte stores.
+template <bool PXN>
+struct RingShape {
+  static constexpr int kTile = PXN ? 256 : 128;  // positions per tile
+  static constexpr int kWin = kTile / 2;         // positions per warpgroup = mirrored rows
+};
 
 struct RingArgs {
   int n_img, h, wd, k;
   int ring;           // R
   int n_tiles;        // output-channel tiles (K / BN)
   int64_t per_cta;    // tiles per CTA run
-  int phase;          // 1: window descriptors carry the swizzle phase (sw128_desc_at)
+  int phase;          // 1: window descriptors carry a base offset (sw128_desc_at; wrong on the H200, run 60)
 };
 
-template <class T, int BN>
+template <class T, int BN, bool PXN>
 __global__ void __launch_bounds__(kThreads, 1)
     wgconv_ring_kernel(const void* __restrict__ xv, const void* __restrict__ wv, void* __restrict__ yv,
                        RingArgs a) {
+  static_assert(!PXN || BN == 64, "pixels as N: one 64-filter m block");
+  constexpr int kTile = RingShape<PXN>::kTile, kWin = RingShape<PXN>::kWin;
+  constexpr int kAcc = PXN ? kWin / 2 : BN / 2;  // f32 accumulators per thread
   const T* __restrict__ x = static_cast<const T*>(xv);
   const T* __restrict__ w = static_cast<const T*>(wv);
   T* __restrict__ y = static_cast<T*>(yv);
   extern __shared__ uint8_t smem_raw[];
   const uint32_t b_base = (smem_addr(smem_raw) + 1023u) & ~1023u;  // 9 taps x BN filter rows
-  const uint32_t a_base = b_base + 9 * BN * 128;                    // R + 64 ring rows (1024-aligned: BN % 8 == 0)
+  const uint32_t a_base = b_base + 9 * BN * 128;                    // R + kWin ring rows (1024-aligned: BN % 8 == 0)
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int piece = tid & 7, row0 = tid >> 3;
   const int n0 = static_cast<int>(blockIdx.x % a.n_tiles) * BN;
   const int64_t run = blockIdx.x / a.n_tiles;
   const int hp = a.h + 2, wp = a.wd + 2, halo = wp + 1, ring = a.ring;
   const int64_t plane = static_cast<int64_t>(hp) * wp, f_total = plane * a.n_img;
-  const int64_t tiles = (f_total + kRingBm - 1) / kRingBm;
+  const int64_t tiles = (f_total + kTile - 1) / kTile;
   const int64_t t_begin = run * a.per_cta, t_end = t_begin + a.per_cta < tiles ? t_begin + a.per_cta : tiles;
   if (t_begin >= t_end) return;
 
@@ -232,48 +242,78 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int j = ring_row(pos);
     const T* s = inside ? x + src : x;
     cp_async16(a_base + sw128_offset(j, piece), s, inside ? 16 : 0);
-    if (j < kMirror) cp_async16(a_base + sw128_offset(j + ring, piece), s, inside ? 16 : 0);
+    if (j < kWin) cp_async16(a_base + sw128_offset(j + ring, piece), s, inside ? 16 : 0);
   };
-  auto load_new_rows = [&](int64_t t) {  // the 128 rows tile t adds to tile t - 1's span
+  auto load_new_rows = [&](int64_t t) {  // the kTile rows tile t adds to tile t - 1's span
 #pragma unroll
-    for (int i = 0; i < kRingBm / 32; ++i) load_row(t * kRingBm + halo + row0 + 32 * i);
+    for (int i = 0; i < kTile / 32; ++i) load_row(t * kTile + halo + row0 + 32 * i);
   };
-  // Tile t's 36 wgmma of this warpgroup's 64 positions. The window descriptors are computed before the first
-  // wgmma (a register written between two wgmma makes the compiler fence them).
-  auto issue = [&](int64_t t, float (&d)[BN / 2]) {
-    const int64_t f0 = t * kRingBm + wg * 64;
+  // Tile t's 36 wgmma of this warpgroup's window. The window descriptors are computed before the first wgmma (a
+  // register written between two wgmma makes the compiler fence them).
+  auto issue = [&](int64_t t, float (&d)[kAcc]) {
+    const int64_t f0 = t * kTile + wg * kWin;
     uint64_t da[9];
 #pragma unroll
     for (int tap = 0; tap < 9; ++tap)
       da[tap] = sw128_desc_at(a_base + ring_row(f0 + (tap / 3 - 1) * wp + (tap % 3 - 1)) * 128, a.phase != 0);
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) fence_operand(d[i]);
+    for (int i = 0; i < kAcc; ++i) fence_operand(d[i]);
     wgmma_fence();
 #pragma unroll
     for (int tap = 0; tap < 9; ++tap)
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk)  // +32 bytes = +2 in the descriptor's start field (no carry: start < 2^14)
-        wgmma_tile<T, BN>(d, da[tap] + 2 * kk, b_desc + static_cast<uint64_t>((tap * BN * 128 + kk * 32) >> 4));
+      for (int kk = 0; kk < 4; ++kk) {  // +32 bytes = +2 in the descriptor's start field (no carry: start < 2^14)
+        const uint64_t filt = b_desc + static_cast<uint64_t>((tap * BN * 128 + kk * 32) >> 4);
+        if constexpr (PXN)
+          wgmma_m64n128k16<T>(d, filt, da[tap] + 2 * kk);
+        else
+          wgmma_tile<T, BN>(d, da[tap] + 2 * kk, filt);
+      }
     wgmma_commit();
   };
+  // y offset of an inside position (its channel 0), or -1.
+  auto out_offset = [&](int64_t pos) -> int64_t {
+    if (pos >= f_total) return -1;
+    const int64_t n = pos / plane;
+    const int rem = static_cast<int>(pos - n * plane), pp = rem / wp, qq = rem - pp * wp;
+    if (pp < 1 || pp > a.h || qq < 1 || qq > a.wd) return -1;
+    return ((n * a.h + pp - 1) * a.wd + qq - 1) * a.k;
+  };
   // Tile t's outputs (its wgmma complete) to y, inside positions only; d zeroed for the next tile.
-  auto store = [&](int64_t t, float (&d)[BN / 2]) {
+  auto store = [&](int64_t t, float (&d)[kAcc]) {
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) fence_operand(d[i]);
+    for (int i = 0; i < kAcc; ++i) fence_operand(d[i]);
+    if constexpr (PXN) {
+      // Thread (warp, lane) holds filters r = 16 warp + lane / 4 (+ 8) at positions 8 j + 2 (lane % 4) (+ 1) of the
+      // window. Lanes lane and lane ^ 4 hold filters r and r ^ 1: the even one stores both at the even position,
+      // the odd one both at the odd position.
+      const bool odd = (lane >> 2) & 1;
+      const int ch = n0 + warp * 16 + (lane >> 2) - (odd ? 1 : 0);
+      const int64_t p0 = t * kTile + wg * kWin + 2 * (lane & 3) + (odd ? 1 : 0);
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int64_t pos = t * kRingBm + wg * 64 + warp * 16 + (lane >> 2) + 8 * half;
-      if (pos >= f_total) continue;
-      const int64_t n = pos / plane;
-      const int rem = static_cast<int>(pos - n * plane), pp = rem / wp, qq = rem - pp * wp;
-      if (pp < 1 || pp > a.h || qq < 1 || qq > a.wd) continue;
-      T* out = y + ((n * a.h + pp - 1) * a.wd + qq - 1) * a.k + n0 + 2 * (lane & 3);
+      for (int j = 0; j < kWin / 8; ++j) {
+        const int64_t off = out_offset(p0 + 8 * j);
 #pragma unroll
-      for (int j = 0; j < BN / 8; ++j)
-        *reinterpret_cast<uint32_t*>(out + 8 * j) = pack2<T>(d[4 * j + 2 * half], d[4 * j + 2 * half + 1]);
+        for (int half = 0; half < 2; ++half) {
+          const float c0 = d[4 * j + 2 * half], c1 = d[4 * j + 2 * half + 1];
+          const float got = __shfl_xor_sync(0xffffffffu, odd ? c0 : c1, 4);
+          if (off >= 0)
+            *reinterpret_cast<uint32_t*>(y + off + ch + 8 * half) = odd ? pack2<T>(got, c1) : pack2<T>(c0, got);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int64_t off = out_offset(t * kTile + wg * kWin + warp * 16 + (lane >> 2) + 8 * half);
+        if (off < 0) continue;
+        T* out = y + off + n0 + 2 * (lane & 3);
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+          *reinterpret_cast<uint32_t*>(out + 8 * j) = pack2<T>(d[4 * j + 2 * half], d[4 * j + 2 * half + 1]);
+      }
     }
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+    for (int i = 0; i < kAcc; ++i) d[i] = 0.0f;
   };
   // The filter slice (row tap * BN + k - n0) and tile t_begin's whole span; then per tile: its rows in, the next
   // tile's rows on their way, its wgmma, its outputs.
@@ -281,11 +321,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int tap = r / BN, kl = r - tap * BN;
     cp_async16(b_base + sw128_offset(r, piece), w + ((static_cast<int64_t>(n0 + kl) * 9 + tap) * 64 + piece * 8), 16);
   }
-  for (int r = row0; r < kRingBm + 2 * halo; r += 32) load_row(t_begin * kRingBm - halo + r);
+  for (int r = row0; r < kTile + 2 * halo; r += 32) load_row(t_begin * kTile - halo + r);
   cp_async_commit();
-  float acc[BN / 2];
+  float acc[kAcc];
 #pragma unroll
-  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
   for (int64_t t = t_begin; t < t_end; ++t) {
     cp_async_wait<0>();
     fence_proxy_async();
@@ -298,9 +338,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <class T, int BN>
+template <class T, int BN, bool PXN>
 void* ring_kernel_t() {
-  return reinterpret_cast<void*>(&wgconv_ring_kernel<T, BN>);
+  return reinterpret_cast<void*>(&wgconv_ring_kernel<T, BN, PXN>);
 }
 
 using WgKernel = void (*)(const void*, const void*, void*, int, int, int, int, int);
@@ -324,13 +364,20 @@ WgKernel wg_kernel(GpuDType io, WgConvTile t) {
 }
 
 void tile_dims(WgConvTile t, int* bm, int* bn) {
-  *bm = t == WgConvTile::M256N64 || t == WgConvTile::M256N128 ? 256 : 128;
+  *bm = t == WgConvTile::M256N64 || t == WgConvTile::M256N128 || t == WgConvTile::RingPx256N64 ? 256 : 128;
   *bn = t == WgConvTile::M128N128 || t == WgConvTile::M256N128 || t == WgConvTile::Ring128N128 ? 128 : 64;
 }
 
-void* ring_kernel(GpuDType io, int bn) {
-  if (io == GpuDType::F16) return bn == 64 ? ring_kernel_t<__half, 64>() : ring_kernel_t<__half, 128>();
-  return bn == 64 ? ring_kernel_t<__nv_bfloat16, 64>() : ring_kernel_t<__nv_bfloat16, 128>();
+void* ring_kernel(GpuDType io, WgConvTile t) {
+  const bool h = io == GpuDType::F16;
+  switch (t) {
+    case WgConvTile::Ring128N64: return h ? ring_kernel_t<__half, 64, false>() : ring_kernel_t<__nv_bfloat16, 64, false>();
+    case WgConvTile::Ring128N128:
+      return h ? ring_kernel_t<__half, 128, false>() : ring_kernel_t<__nv_bfloat16, 128, false>();
+    case WgConvTile::RingPx256N64:
+      return h ? ring_kernel_t<__half, 64, true>() : ring_kernel_t<__nv_bfloat16, 64, true>();
+    default: return nullptr;
+  }
 }
 
 }  // namespace
@@ -343,11 +390,14 @@ const char* wgconv_tile_name(WgConvTile t) {
     case WgConvTile::M256N128: return "256x128";
     case WgConvTile::Ring128N64: return "ring 128x64";
     case WgConvTile::Ring128N128: return "ring 128x128";
+    case WgConvTile::RingPx256N64: return "ring px 256x64";
   }
   return "?";
 }
 
-bool wgconv_tile_is_ring(WgConvTile t) { return t == WgConvTile::Ring128N64 || t == WgConvTile::Ring128N128; }
+bool wgconv_tile_is_ring(WgConvTile t) {
+  return t == WgConvTile::Ring128N64 || t == WgConvTile::Ring128N128 || t == WgConvTile::RingPx256N64;
+}
 
 bool wgconv_eligible(const Conv2dGeom& g, std::string* why) {
   auto no = [&](const std::string& s) {
@@ -397,10 +447,12 @@ Result<WgConvPlan> wgconv_plan(const Conv2dGeom& g, GpuDType io, WgConvTile tile
   p.grid_n = g.k / p.bn;
   if (wgconv_tile_is_ring(tile)) {
     if (g.c != 64) return Error{ErrCode::NotSupported, "wgconv", "the ring kernel takes C == 64: " + conv2d_geom_str(g)};
-    const int64_t halo = g.w + 3;
-    p.ring_rows = static_cast<int>((2 * kRingBm + 2 * halo + 7) / 8 * 8);
+    const bool pxn = tile == WgConvTile::RingPx256N64;
+    const int64_t halo = g.w + 3, len = pxn ? RingShape<true>::kTile : RingShape<false>::kTile;
+    const int64_t mirror = pxn ? RingShape<true>::kWin : RingShape<false>::kWin;
+    p.ring_rows = static_cast<int>((2 * len + 2 * halo + 7) / 8 * 8);
     p.stages = 0;
-    p.smem_bytes = static_cast<size_t>(9 * p.bn + p.ring_rows + kMirror) * 128 + 1024;
+    p.smem_bytes = static_cast<size_t>(9 * p.bn + p.ring_rows + mirror) * 128 + 1024;
     if (p.smem_bytes > static_cast<size_t>(kMaxSmem))
       return Error{ErrCode::NotSupported, "wgconv",
                    std::string(wgconv_tile_name(tile)) + ": ring and filters need " + std::to_string(p.smem_bytes) +
@@ -408,7 +460,7 @@ Result<WgConvPlan> wgconv_plan(const Conv2dGeom& g, GpuDType io, WgConvTile tile
     int sms = 0;
     TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     p.grid_m = std::max<int64_t>(1, sms / p.grid_n);
-    TRCTL_CUDA_TRY(cudaFuncSetAttribute(ring_kernel(io, p.bn), cudaFuncAttributeMaxDynamicSharedMemorySize,
+    TRCTL_CUDA_TRY(cudaFuncSetAttribute(ring_kernel(io, tile), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(p.smem_bytes)));
     return p;
   }
@@ -435,14 +487,15 @@ Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& p, const void* x, 
     RingArgs a;
     a.n_img = static_cast<int>(g.n), a.h = static_cast<int>(g.h), a.wd = static_cast<int>(g.w);
     a.k = static_cast<int>(g.k), a.ring = p.ring_rows, a.n_tiles = static_cast<int>(p.grid_n);
-    const int64_t tiles = (g.n * (g.h + 2) * (g.w + 2) + kRingBm - 1) / kRingBm;
+    const int64_t len = p.tile == WgConvTile::RingPx256N64 ? RingShape<true>::kTile : RingShape<false>::kTile;
+    const int64_t tiles = (g.n * (g.h + 2) * (g.w + 2) + len - 1) / len;
     a.per_cta = (tiles + p.grid_m - 1) / p.grid_m;
     a.phase = p.phase_from_start ? 1 : 0;
     const void* xa = x;
     const void* wa = w;
     void* ya = y;
     void* args[] = {&xa, &wa, &ya, &a};  // pointers to the kernel's arguments
-    TRCTL_CUDA_TRY(cudaLaunchKernel(ring_kernel(p.io, p.bn), grid, dim3(kThreads), args, p.smem_bytes, stream));
+    TRCTL_CUDA_TRY(cudaLaunchKernel(ring_kernel(p.io, p.tile), grid, dim3(kThreads), args, p.smem_bytes, stream));
     return ok_status();
   }
   wg_kernel(p.io, p.tile)<<<grid, kThreads, p.smem_bytes, stream>>>(
