@@ -185,6 +185,23 @@ __global__ void __launch_bounds__(kThreads, BM == 128 && BN == 64 ? 2 : 1)
 // m64n128k16 with the roles swapped, A = the 64 filters of a tap, B = the warpgroup's window of 128 positions --
 // 10 KiB of shared-memory operands per 64 tensor-core cycles instead of 4 KiB per 32 (run 60: the m64n64 form
 // is bound by shared-memory bandwidth); its epilogue pairs channels across lanes (lane ^ 4) for 4-byte stores.
+// A position of the padded plane as (image, padded row, padded column); pad_advance moves it d positions on.
+struct PadPos {
+  int n, pp, qq;
+};
+__device__ __forceinline__ PadPos pad_pos(int64_t pos, int wp, int64_t plane) {
+  const int64_t n = pos / plane;
+  const int rem = static_cast<int>(pos - n * plane), pp = rem / wp;
+  return {static_cast<int>(n), pp, rem - pp * wp};
+}
+__device__ __forceinline__ void pad_advance(PadPos& p, int d, int wp, int hp) {
+  p.qq += d;
+  while (p.qq >= wp) {
+    p.qq -= wp;
+    if (++p.pp == hp) p.pp = 0, ++p.n;
+  }
+}
+
 template <bool PXN>
 struct RingShape {
   static constexpr int kTile = PXN ? 256 : 128;  // positions per tile
@@ -227,26 +244,27 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t r = pos % ring;
     return static_cast<int>(r < 0 ? r + ring : r);
   };
-  // This thread's 16-byte piece of position pos into its ring row (and the mirror row).
-  auto load_row = [&](int64_t pos) {
-    bool inside = false;
-    int64_t src = 0;
-    if (pos >= 0 && pos < f_total) {
-      const int64_t n = pos / plane;
-      const int rem = static_cast<int>(pos - n * plane), pp = rem / wp, qq = rem - pp * wp;
-      if (pp >= 1 && pp <= a.h && qq >= 1 && qq <= a.wd) {
-        inside = true;
-        src = ((n * a.h + pp - 1) * a.wd + qq - 1) * 64 + piece * 8;
-      }
-    }
+  // This thread's 16-byte piece of position pos (at padded (n, pp, qq) when 0 <= pos < f_total) into its ring row
+  // and the mirror row.
+  auto load_row_at = [&](int64_t pos, const PadPos& pq) {
+    const bool inside = pos >= 0 && pos < f_total && pq.pp >= 1 && pq.pp <= a.h && pq.qq >= 1 && pq.qq <= a.wd;
+    const int64_t src = inside ? ((static_cast<int64_t>(pq.n) * a.h + pq.pp - 1) * a.wd + pq.qq - 1) * 64 + piece * 8 : 0;
     const int j = ring_row(pos);
-    const T* s = inside ? x + src : x;
+    const T* s = x + src;
     cp_async16(a_base + sw128_offset(j, piece), s, inside ? 16 : 0);
     if (j < kWin) cp_async16(a_base + sw128_offset(j + ring, piece), s, inside ? 16 : 0);
   };
-  auto load_new_rows = [&](int64_t t) {  // the kTile rows tile t adds to tile t - 1's span
+  auto load_row = [&](int64_t pos) { load_row_at(pos, pad_pos(pos < 0 ? 0 : pos, wp, plane)); };
+  // The kTile rows tile t adds to tile t - 1's span: one division, then steps of 32 positions.
+  auto load_new_rows = [&](int64_t t) {
+    int64_t pos = t * kTile + halo + row0;
+    PadPos pq = pad_pos(pos, wp, plane);
 #pragma unroll
-    for (int i = 0; i < kTile / 32; ++i) load_row(t * kTile + halo + row0 + 32 * i);
+    for (int i = 0; i < kTile / 32; ++i) {
+      load_row_at(pos, pq);
+      pos += 32;
+      pad_advance(pq, 32, wp, hp);
+    }
   };
   // Tile t's 36 wgmma of this warpgroup's window. The window descriptors are computed before the first wgmma (a
   // register written between two wgmma makes the compiler fence them).
@@ -271,13 +289,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     wgmma_commit();
   };
-  // y offset of an inside position (its channel 0), or -1.
-  auto out_offset = [&](int64_t pos) -> int64_t {
-    if (pos >= f_total) return -1;
-    const int64_t n = pos / plane;
-    const int rem = static_cast<int>(pos - n * plane), pp = rem / wp, qq = rem - pp * wp;
-    if (pp < 1 || pp > a.h || qq < 1 || qq > a.wd) return -1;
-    return ((n * a.h + pp - 1) * a.wd + qq - 1) * a.k;
+  // y offset of position pos (its channel 0) at padded (n, pp, qq), or -1 outside.
+  auto out_offset = [&](int64_t pos, const PadPos& pq) -> int64_t {
+    if (pos >= f_total || pq.pp < 1 || pq.pp > a.h || pq.qq < 1 || pq.qq > a.wd) return -1;
+    return ((static_cast<int64_t>(pq.n) * a.h + pq.pp - 1) * a.wd + pq.qq - 1) * a.k;
   };
   // Tile t's outputs (its wgmma complete) to y, inside positions only; d zeroed for the next tile.
   auto store = [&](int64_t t, float (&d)[kAcc]) {
@@ -289,10 +304,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       // the odd one both at the odd position.
       const bool odd = (lane >> 2) & 1;
       const int ch = n0 + warp * 16 + (lane >> 2) - (odd ? 1 : 0);
-      const int64_t p0 = t * kTile + wg * kWin + 2 * (lane & 3) + (odd ? 1 : 0);
+      int64_t pos = t * kTile + wg * kWin + 2 * (lane & 3) + (odd ? 1 : 0);
+      PadPos pq = pad_pos(pos, wp, plane);
 #pragma unroll
       for (int j = 0; j < kWin / 8; ++j) {
-        const int64_t off = out_offset(p0 + 8 * j);
+        const int64_t off = out_offset(pos, pq);
+        pos += 8;
+        pad_advance(pq, 8, wp, hp);
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const float c0 = d[4 * j + 2 * half], c1 = d[4 * j + 2 * half + 1];
@@ -304,7 +322,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int64_t off = out_offset(t * kTile + wg * kWin + warp * 16 + (lane >> 2) + 8 * half);
+        const int64_t pos = t * kTile + wg * kWin + warp * 16 + (lane >> 2) + 8 * half;
+        const int64_t off = out_offset(pos, pad_pos(pos, wp, plane));
         if (off < 0) continue;
         T* out = y + off + n0 + 2 * (lane & 3);
 #pragma unroll
