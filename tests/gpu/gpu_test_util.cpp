@@ -47,6 +47,14 @@ void memset_sync(void* dst, int value, size_t bytes) {
 
 void poison(const DevBuf& b) { memset_sync(b.get(), 0xFF, b.bytes()); }
 
+void check_tail_poisoned(const std::string& what, const DevBuf& b, size_t bytes, size_t tail) {
+  const std::vector<uint8_t> t = from_device<uint8_t>(static_cast<const char*>(b.get()) + bytes, tail);
+  size_t written = 0;
+  for (uint8_t v : t) written += v != 0xFF;
+  INFO(what << ": " << written << " of the " << tail << " bytes after the output written");
+  CHECK(written == 0);
+}
+
 void sync_ok(const CudaContext& ctx) { REQUIRE_CUDA(cudaStreamSynchronize(ctx.stream)); }
 
 // ---- conversions ----

@@ -102,6 +102,8 @@ void memset_sync(void* dst, int value, size_t bytes);
 
 // Every byte 0xFF: NaN for f32, f16 and bf16, -1 for int32. Synchronous (memset_sync).
 void poison(const DevBuf& b);
+// The `tail` bytes after the first `bytes` of a poisoned buffer still 0xFF: nothing stored past the output's end.
+void check_tail_poisoned(const std::string& what, const DevBuf& b, size_t bytes, size_t tail);
 // Waits for the stream; fails with the CUDA error (an asynchronous kernel fault shows up here).
 void sync_ok(const CudaContext& ctx);
 

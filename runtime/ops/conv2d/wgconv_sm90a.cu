@@ -1,13 +1,14 @@
-// The warpgroup tensor-core 3x3 convolution forward (wgconv.h): the kernel, its plan and launch. Compiled for sm_90a
-// alone (CMakeLists.txt: the *_sm90a.cu files), as wgmma needs.
+// The warpgroup tensor-core 3x3 convolution forward (wgconv.h): the tiled kernel, the row-ring kernels (further
+// down, with their own comment), their plan and launch. Compiled for sm_90a alone (CMakeLists.txt: the *_sm90a.cu
+// files), as wgmma needs.
 //
-// CTA: 256 threads = two warpgroups; tile BM output pixels x BN output channels; warpgroup g owns pixel rows
+// Tiled kernel. CTA: 256 threads = two warpgroups; tile BM output pixels x BN output channels; warpgroup g owns pixel rows
 // [g * BM/2, (g + 1) * BM/2) as BM/128 blocks of 64 (one m64nBNk16 accumulator each, BN/2 f32 per thread).
 // Reduction steps ("chunks"): it = tap * (C/64) + cc for tap 0..8 (r-major) and channel chunk cc; each stages
 //   A (BM x 64): pixel m's input at (p + tap/3 - 1, q + tap%3 - 1), channels [64 cc, 64 cc + 64), zero outside,
 //   B (BN x 64): w[k][tap][64 cc ..] for the tile's BN output channels,
 // 128-byte rows swizzled (wgmma_sm90a.cuh), through cp.async: thread t loads 16-byte piece t % 8 of rows
-// t / 8 + 32 j. Ring of S stages, loads issued S - 2 chunks ahead: at chunk it, after the barrier, every
+// t / 8 + 32 j. A circular buffer of S stages, loads issued S - 2 chunks ahead: at chunk it, after the barrier, every
 // warpgroup has waited for its wgmma of chunk it - 2 (wait_group 1 after each chunk's commit), so that chunk's
 // stage is free for chunk it + S - 2.
 #include <cuda_bf16.h>
@@ -28,8 +29,10 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxSmem = 227 * 1024;
 
-// Ring depth per tile: as many 24-48 KiB stages as keep the CTA within the limit, two CTAs per SM for 128x64.
-constexpr int wg_stages(int bm, int bn) { return bm == 128 && bn == 64 ? 4 : (bm + bn) * 128 * 5 <= 200 * 1024 ? 5 : 4; }
+// Stages per tile: as many 24-48 KiB stages as keep the CTA within the limit, two CTAs per SM for 128x64.
+constexpr int wg_stages(int bm, int bn) {
+  return bm == 128 && bn == 64 ? 4 : (bm + bn) * 128 * 5 <= 200 * 1024 ? 5 : 4;
+}
 constexpr size_t wg_smem(int bm, int bn) { return static_cast<size_t>(wg_stages(bm, bn)) * (bm + bn) * 128 + 1024; }
 
 template <class T>
@@ -110,7 +113,8 @@ __global__ void __launch_bounds__(kThreads, BM == 128 && BN == 64 ? 2 : 1)
     }
     const int wshift = tap * c + cc * 64;
 #pragma unroll
-    for (int j = 0; j < BR; ++j) cp_async16(sb + (row0 + 32 * j) * 128 + col, w + (b_off + 32 * j * 9 * c + wshift), 16);
+    for (int j = 0; j < BR; ++j)
+      cp_async16(sb + (row0 + 32 * j) * 128 + col, w + (b_off + 32 * j * 9 * c + wshift), 16);
   };
 
   float acc[WGM][BN / 2];
@@ -248,7 +252,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // and the mirror row.
   auto load_row_at = [&](int64_t pos, const PadPos& pq) {
     const bool inside = pos >= 0 && pos < f_total && pq.pp >= 1 && pq.pp <= a.h && pq.qq >= 1 && pq.qq <= a.wd;
-    const int64_t src = inside ? ((static_cast<int64_t>(pq.n) * a.h + pq.pp - 1) * a.wd + pq.qq - 1) * 64 + piece * 8 : 0;
+    const int64_t src =
+        inside ? ((static_cast<int64_t>(pq.n) * a.h + pq.pp - 1) * a.wd + pq.qq - 1) * 64 + piece * 8 : 0;
     const int j = ring_row(pos);
     const T* s = x + src;
     cp_async16(a_base + sw128_offset(j, piece), s, inside ? 16 : 0);
@@ -390,7 +395,8 @@ void tile_dims(WgConvTile t, int* bm, int* bn) {
 void* ring_kernel(GpuDType io, WgConvTile t) {
   const bool h = io == GpuDType::F16;
   switch (t) {
-    case WgConvTile::Ring128N64: return h ? ring_kernel_t<__half, 64, false>() : ring_kernel_t<__nv_bfloat16, 64, false>();
+    case WgConvTile::Ring128N64:
+      return h ? ring_kernel_t<__half, 64, false>() : ring_kernel_t<__nv_bfloat16, 64, false>();
     case WgConvTile::Ring128N128:
       return h ? ring_kernel_t<__half, 128, false>() : ring_kernel_t<__nv_bfloat16, 128, false>();
     case WgConvTile::RingPx256N64:
@@ -465,7 +471,8 @@ Result<WgConvPlan> wgconv_plan(const Conv2dGeom& g, GpuDType io, WgConvTile tile
                  std::string("tile ") + wgconv_tile_name(tile) + " needs K % " + std::to_string(p.bn) + " == 0"};
   p.grid_n = g.k / p.bn;
   if (wgconv_tile_is_ring(tile)) {
-    if (g.c != 64) return Error{ErrCode::NotSupported, "wgconv", "the ring kernel takes C == 64: " + conv2d_geom_str(g)};
+    if (g.c != 64)
+      return Error{ErrCode::NotSupported, "wgconv", "the ring kernel takes C == 64: " + conv2d_geom_str(g)};
     const bool pxn = tile == WgConvTile::RingPx256N64;
     const int64_t halo = g.w + 3, len = pxn ? RingShape<true>::kTile : RingShape<false>::kTile;
     const int64_t mirror = pxn ? RingShape<true>::kWin : RingShape<false>::kWin;
