@@ -60,6 +60,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // One line on the device and the libraries it runs with (run.json's "device", the run log): the CUDA backend's
+  // GPU, SMs, cuBLASLt and cuDNN versions as loaded; "" where there is nothing beyond name().
+  virtual std::string device_description() const { return ""; }
 
   // Raw bytes of a whole region (plan layout) <-> backend.
   virtual Status write_region(Region r, const std::vector<std::byte>& bytes) = 0;

@@ -26,6 +26,7 @@ const char* conv_algo_source(const ConvAlgoSources& s) {
 
 std::string run_facts_json(const RunFacts& f) {
   std::string s = "{\"backend\": " + json_quote(f.backend);
+  if (!f.device.empty()) s += ", \"device\": " + json_quote(f.device);
   if (f.has_conv) {
     const ConvAlgoSources& c = f.conv;
     s += ", \"conv_algorithms\": {\"source\": " + json_quote(conv_algo_source(c)) + ", \"cache\": " +
@@ -110,6 +111,7 @@ Result<RunFacts> run_facts_parse(const std::string& text, const std::string& pat
   if (!top.is_object()) return Error{ErrCode::Format, path, "run.json: expected one JSON object"};
   RunFacts f;
   if (const JsonNode* b = top.find("backend"); b && b->is_string()) f.backend = b->string;
+  if (const JsonNode* d = top.find("device"); d && d->is_string()) f.device = d->string;
   if (const JsonNode* mem = top.find("device_memory"); mem && !mem->is_null()) {
     if (!mem->is_object()) return Error{ErrCode::Format, path, "device_memory: expected an object"};
     const std::pair<const char*, int64_t*> sizes[] = {{"plan_bytes", &f.memory.plan},

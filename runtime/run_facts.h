@@ -70,6 +70,8 @@ struct RunMemory {
 // CUDA backend, once its resident data is uploaded).
 struct RunFacts {
   std::string backend;  // Backend::name(): "cpu" | "cuda"
+  std::string device;   // Backend::device_description(): the GPU, its SMs and the cuBLASLt / cuDNN versions
+                        // loaded (CUDA); "" where not recorded (the cpu backend, older run dirs)
   bool has_conv = false;
   ConvAlgoSources conv;
   bool has_memory = false;
@@ -77,9 +79,10 @@ struct RunFacts {
 };
 
 // run.json's text, one object:
-//   {"backend": "cuda", "conv_algorithms": {"source": "autotune cache", "cache": PATH, "cache_exists": true,
-//    "from_cache": 39, "from_heuristics": 0, "deterministic": true[, "bn_stats": {"mode": "auto", "fused": 5,
-//    "separate": 8, "fallback": 0, "fallback_reason": ""[, "apply": {"mode": "prologue", "folded": 4,
+//   {"backend": "cuda"[, "device": "NVIDIA H200, sm_90, 132 SMs, ..., cuDNN 91900"], "conv_algorithms":
+//    {"source": "autotune cache", "cache": PATH, "cache_exists": true, "from_cache": 39, "from_heuristics": 0,
+//    "deterministic": true[, "bn_stats": {"mode": "auto", "fused": 5, "separate": 8, "fallback": 0,
+//    "fallback_reason": ""[, "apply": {"mode": "prologue", "folded": 4,
 //    "fallback": 0, "fallback_reason": ""}]}]}  (bn_stats only when its mode is not "separate", apply likewise)
 //    "device_memory": {"plan_bytes": P, "amp_weight_copy_bytes": A, "workspace_bytes": W,
 //    "resident_data_bytes": D, "total_bytes": P + A + W + D}}

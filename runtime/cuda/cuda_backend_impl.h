@@ -68,6 +68,7 @@ class CudaBackend final : public Backend {
 
   Status init();
   std::string name() const override { return "cuda"; }
+  std::string device_description() const override { return cuda_context_describe(ctx_); }
   Status write_region(Region r, const std::vector<std::byte>& bytes) override;
   std::vector<std::byte> read_region(Region r) override;
   // Host-fed steps (datasets streamed from disk): load_batch copies a pinned batch into input slot A or B on a

@@ -251,11 +251,14 @@ BackendKind backend_of(const YAML::Node& train, const PlanFacts& plan, const Run
   return BackendKind::Unknown;
 }
 
-void add_backend_items(std::vector<RecipeItem>& r, const YAML::Node& train, BackendKind be) {
+// The device row names run.json's device description where the run recorded one (the GPU and the cuBLASLt / cuDNN
+// versions it ran with).
+void add_backend_items(std::vector<RecipeItem>& r, const YAML::Node& train, BackendKind be, const RunFacts* facts) {
   const std::string p = text(train, "precision");
   const bool cuda = be == BackendKind::Cuda, cpu = be == BackendKind::Cpu;
-  r.push_back({"device", cuda  ? "cuda backend"
-                         : cpu ? "cpu backend"
+  const std::string dev = facts && !facts->device.empty() ? ": " + facts->device : "";
+  r.push_back({"device", cuda  ? "cuda backend" + dev
+                         : cpu ? "cpu backend" + dev
                                : "not recorded (device: " + text(train, "device") + ")"});
   r.push_back({"precision", precision_text(p, be)});
   r.push_back({"tf32", p == "tf32" && !cpu ? (cuda ? "on" : "on (cuda backend)") : "off"});
@@ -344,7 +347,7 @@ std::vector<RecipeItem> items_of(const YAML::Node& y, const PlanFacts& plan, con
                                                                             " epochs and the last") +
                                  val_images + ", batch " + text(d, "val_batch_size") + ", transforms: " +
                                  transforms_text(d["val_transforms"])});
-  add_backend_items(r, t, be);
+  add_backend_items(r, t, be, facts);
   if (image_layers(m["layers"])) {
     r.push_back({"memory_format", "channels_last (NHWC)"});
     r.push_back({"conv_algorithms", conv_algorithms_text(t, be, facts)});

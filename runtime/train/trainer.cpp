@@ -440,6 +440,7 @@ struct RunSetup {
 RunFacts run_facts_of(const Backend& be) {
   RunFacts f;
   f.backend = be.name();
+  f.device = be.device_description();
   if (const ConvAlgoSources* conv = be.conv_algo_sources()) {
     f.has_conv = true;
     f.conv = *conv;
@@ -633,6 +634,7 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
   if (resident) {
     if (!(st = upload_data(*be, d)).ok()) return st.errors();
   }
+  if (std::string dev = be->device_description(); !dev.empty()) log.info("device: {}", dev);
   if (std::string mem = be->memory_report(); !mem.empty()) log.info("{}", mem);
   if (std::string conv = conv_algo_log(be->conv_algo_sources()); !conv.empty()) log.info("{}", conv);
   if (std::string bs = conv_bn_stats_log(be->conv_algo_sources()); !bs.empty()) log.info("{}", bs);

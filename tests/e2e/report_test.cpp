@@ -342,6 +342,10 @@ TEST_CASE("run.json's conv algorithm record says how many cuDNN plans came from 
         "cuDNN, any algorithm (train.deterministic: false), chosen at compile time: 39 of 39 plans from the autotune "
         "cache (measured by trctl bench --autotune)");
   CHECK(*recipe_find(rn.value(), "device") == "cuda backend");
+  f.device = "NVIDIA H200, sm_90, 132 SMs, cuDNN 91900";  // run.json's device description, where recorded
+  Result<std::vector<RecipeItem>> rd = recipe_from_trctl(spec_to_yaml(nondet.value()), "config.resolved.yaml", "", &f);
+  REQUIRE(rd.ok());
+  CHECK(*recipe_find(rd.value(), "device") == "cuda backend: NVIDIA H200, sm_90, 132 SMs, cuDNN 91900");
   // The cpu backend records no conv algorithms; run.json's backend settles device: auto.
   RunFacts cpu;
   cpu.backend = "cpu";

@@ -46,7 +46,7 @@ TEST_CASE("conv plans are counted per planned direction, by whether the cache he
   CHECK(std::string(conv_algo_source(none_cached)) == "heuristics");
 }
 
-TEST_CASE("run.json round-trips the backend and the conv algorithms' source", "[run_facts]") {
+TEST_CASE("run.json round-trips the backend, the device description and the conv algorithms' source", "[run_facts]") {
   RunFacts f;
   f.backend = "cuda";
   f.has_conv = true;
@@ -55,13 +55,16 @@ TEST_CASE("run.json round-trips the backend and the conv algorithms' source", "[
   f.conv.deterministic = false;
   f.conv.from_cache = 30;
   f.conv.from_heuristics = 9;
+  f.device = "NVIDIA H200, sm_90, 132 SMs, device 0, cuBLASLt workspace 32 MiB, cuBLASLt 130000, cuDNN 91900";
   const std::string text = run_facts_json(f);
+  CHECK_THAT(text, Catch::StartsWith("{\"backend\": \"cuda\", \"device\": \"NVIDIA H200, sm_90,"));
   CHECK_THAT(text, Catch::Contains("\"conv_algorithms\": {\"source\": \"mixed\""));
   CHECK_THAT(text, Catch::Contains("\"from_cache\": 30, \"from_heuristics\": 9, \"deterministic\": false"));
   Result<RunFacts> back = run_facts_parse(text, "run.json");
   INFO((back.ok() ? std::string() : back.error_text()));
   REQUIRE(back.ok());
   CHECK(back->backend == "cuda");
+  CHECK(back->device == f.device);
   REQUIRE(back->has_conv);
   CHECK(back->conv.cache == f.conv.cache);
   CHECK(back->conv.cache_exists);
@@ -75,6 +78,7 @@ TEST_CASE("run.json round-trips the backend and the conv algorithms' source", "[
   Result<RunFacts> c = run_facts_parse(run_facts_json(cpu), "run.json");
   REQUIRE(c.ok());
   CHECK(c->backend == "cpu");
+  CHECK(c->device.empty());
   CHECK_FALSE(c->has_conv);
 }
 
