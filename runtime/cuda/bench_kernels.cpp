@@ -406,16 +406,16 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
   constexpr VggLayer kLayers[] = {{224, 64, "vgg16 conv1_2"}, {112, 64, "vgg16 conv2_1", 128},
                                   {112, 128, "vgg16 conv2_2"}, {56, 256, "vgg16 conv3_2"}, {28, 512, "vgg16 conv4_2"}};
   for (const VggLayer& l : kLayers) {
-    Result<VggBenchConv> vc = vgg_bench_conv(b, l, false);
+    Result<VggBenchConv> vc = vgg_bench_conv(b, l, true);
     if (!vc.ok()) return vc.errors();
     const Conv2dGeom g = vc->g;
     const int64_t nx = g.n * g.h * g.w * g.c, ny = g.n * g.p * g.q * g.k, nw = g.k * g.r * g.s * g.c;
     const size_t wsb = std::max<size_t>(cudnn_conv_workspace_bytes(vc->legacy), 256);
-    DeviceBuffer x, w, y, ws;
-    for (auto [buf, bytes] : {std::pair{&x, nx * 2}, {&w, nw * 2}, {&y, ny * 2}})
+    DeviceBuffer x, w, wf, y, ws;
+    for (auto [buf, bytes] : {std::pair{&x, nx * 2}, {&w, nw * 2}, {&wf, nw * 2}, {&y, ny * 2}})
       TRCTL_CUDA_TRY(cudaMalloc(&buf->p, static_cast<size_t>(bytes)));
     TRCTL_CUDA_TRY(cudaMalloc(&ws.p, wsb));
-    for (auto [buf, n] : {std::pair{&x, nx}, {&w, nw}})
+    for (auto [buf, n] : {std::pair{&x, nx}, {&w, nw}, {&y, ny}})
       if (Status st = fill_f16(s, random, random_n, buf->p, n); !st.ok()) return st;
     const std::string n = std::string(l.name) + " fwd";
     Status st = b.add(n + " cudnn f16", vc->size, vc->flops, true, b.gemm_f16, [&] {
@@ -432,6 +432,27 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
       }
       st = b.add(n + " wgconv " + wgconv_tile_name(t) + " f16", vc->size, vc->flops, true, b.gemm_f16,
                  [&] { return wgconv_fwd_cuda(s, p.value(), x.p, w.p, y.p); });
+    }
+    if (!st.ok()) return st;
+    // The data gradient (dy = y's random values): cuDNN's against the forward kernels on the flipped filters (the
+    // flip, 0.04-0.3 MFLOP of copying, inside the timing); only the tiles the dgrad geometry takes.
+    const std::string nd = std::string(l.name) + " dgrad";
+    st = b.add(nd + " cudnn f16", vc->size, vc->flops, true, b.gemm_f16, [&] {
+      return cudnn_conv_dgrad(b.ctx.cudnn, s, vc->legacy, y.p, w.p, x.p, ws.p, wsb);
+    });
+    const Conv2dGeom gd = wgconv_dgrad_geom(g);
+    for (WgConvTile t : kWgConvTiles) {
+      if (!st.ok()) return st;
+      Result<WgConvPlan> p = wgconv_plan(gd, GpuDType::F16, t);
+      if (!p.ok()) {
+        if (p.errors().front().code != ErrCode::NotSupported) return p.errors();
+        continue;
+      }
+      const std::string row = nd + " wgconv " + wgconv_tile_name(t) + " f16";
+      st = b.add(row, vc->size, vc->flops, true, b.gemm_f16, [&]() -> Status {
+        if (Status f = wgconv_flip_filters_cuda(s, GpuDType::F16, w.p, g.k, g.c, wf.p); !f.ok()) return f;
+        return wgconv_fwd_cuda(s, p.value(), y.p, wf.p, x.p);
+      });
     }
     if (!st.ok()) return st;
   }

@@ -6,7 +6,7 @@
 // channel tiles);
 // nothing written past y; a rerun and a captured graph's replay bitwise equal to the eager run; the tiles bitwise
 // equal to each other (each output is one fixed-order fp32 sum whatever the tile); what the plan and the launch
-// refuse.
+// refuse; the data gradient through the same kernels with flipped filters.
 //
 // Inputs on the 1/64 grid (exact in f16 and bf16): every product and every fp32 partial sum is exact (at most
 // 9 * 192 terms of magnitude <= 1 on the 2^-12 grid: below 2^24 units), so y is the exact sum rounded once and the
@@ -167,6 +167,57 @@ TEST_CASE("wgconv ring kernel walking many tiles per CTA matches the float64 con
           check_tail(what + " runs", b);
         }
       }
+  }
+}
+
+// The data gradient: dy through the forward kernels with the flipped, transposed filters (wgconv_flip_filters_cuda)
+// against the float64 conv2d_grad_input_cpu, every tile the dgrad geometry takes (the ring ones where K == 64).
+TEST_CASE("wgconv data gradient (flipped filters through the forward kernels) matches the float64 input gradient",
+          "[kernel][wgconv][conv2d]") {
+  CudaContext ctx = make_context();
+  ThreadPool pool(0);
+  const std::pair<const char*, Conv2dGeom> cases[] = {
+      {"9x9 N=2 C=64 K=64", conv_geom(2, 9, 9, 64, 64, 3, 3, 1, 1, 1, 1)},
+      {"12x7 N=2 C=64 K=128", conv_geom(2, 12, 7, 64, 128, 3, 3, 1, 1, 1, 1)},
+      {"16x16 N=1 C=128 K=64", conv_geom(1, 16, 16, 128, 64, 3, 3, 1, 1, 1, 1)}};
+  uint64_t seed = 9500;
+  for (const auto& [name, g] : cases) {
+    const StemInputs in = stem_inputs(g, true, ++seed);
+    std::vector<double> ref(in.x.size()), mag(in.x.size());
+    {
+      const std::vector<double> dy = to_double(in.dy), w = to_double(in.w);
+      std::vector<double> ady(dy.size()), aw(w.size());
+      for (size_t i = 0; i < dy.size(); ++i) ady[i] = std::fabs(dy[i]);
+      for (size_t i = 0; i < w.size(); ++i) aw[i] = std::fabs(w[i]);
+      conv2d_grad_input_cpu<double>(g, dy.data(), w.data(), ref.data(), &pool);
+      conv2d_grad_input_cpu<double>(g, ady.data(), aw.data(), mag.data(), &pool);
+    }
+    const Conv2dGeom gd = wgconv_dgrad_geom(g);
+    REQUIRE(wgconv_eligible(gd, nullptr));
+    for (GpuDType t : {GpuDType::F16, GpuDType::BF16}) {
+      const DevBuf dy = to_device_as(t, in.dy), w = to_device_as(t, in.w);
+      const size_t dx_bytes = in.x.size() * gpu_dtype_size(t);
+      DevBuf wf(in.w.size() * gpu_dtype_size(t)), dx(dx_bytes + kTail);
+      REQUIRE_OK(wgconv_flip_filters_cuda(ctx.stream, t, w.get(), g.k, g.c, wf.get()));
+      for (WgConvTile tile : kWgConvTiles) {
+        const bool n128 = tile == WgConvTile::M128N128 || tile == WgConvTile::M256N128 ||
+                          tile == WgConvTile::Ring128N128;
+        if (gd.k % (n128 ? 128 : 64) != 0 || (wgconv_tile_is_ring(tile) && gd.c != 64)) continue;
+        const std::string what = std::string("wgconv dgrad ") + wgconv_tile_name(tile) + " " + name + " " +
+                                 gpu_dtype_name(t);
+        INFO(what << ": " << conv2d_geom_str(gd));
+        WgConvPlan plan;
+        if (!wg_plan(gd, t, tile, &plan)) return;
+        poison(dx);
+        REQUIRE_OK(wgconv_fwd_cuda(ctx.stream, plan, dy.get(), wf.get(), dx.get()));
+        sync_ok(ctx);
+        const double u = unit_roundoff(t);
+        std::vector<double> bound(ref.size());
+        for (size_t i = 0; i < bound.size(); ++i) bound[i] = 2 * u * mag[i] + u * std::fabs(ref[i]);
+        CHECK_RESULT(compare_close(what, to_double(from_device_as(t, dx.get(), in.x.size())), ref, bound, g.c));
+        check_tail_poisoned(what, dx, dx_bytes, kTail);
+      }
+    }
   }
 }
 

@@ -71,4 +71,12 @@ Result<WgConvPlan> wgconv_plan(const Conv2dGeom& g, GpuDType io, WgConvTile tile
 // capturable.
 Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& plan, const void* x, const void* w, void* y);
 
+// The data gradient through the same kernels: for a forward geometry g, dx (N, H, W, C) = conv(dy (N, H, W, K), w')
+// with w' (C, 3, 3, K), w'[c][r][s][k] = w[k][2 - r][2 - s][c] (the filters flipped and transposed, what
+// wgconv_flip_filters_cuda writes into K * 9 * C elements of scratch): plan wgconv_dgrad_geom(g) and run
+// wgconv_fwd_cuda(plan, dy, w', dx).
+Conv2dGeom wgconv_dgrad_geom(const Conv2dGeom& g);  // g with C and K swapped
+// w (K, 3, 3, C) -> w' (C, 3, 3, K) of type io (F16 or BF16, else Internal); capturable.
+Status wgconv_flip_filters_cuda(cudaStream_t stream, GpuDType io, const void* w, int64_t k, int64_t c, void* w_flipped);
+
 }  // namespace trctl

@@ -1,9 +1,9 @@
 // The warpgroup tensor-core 3x3 convolution forward (wgconv.h): the tiled kernel, the row-ring kernels (further
-// down, with their own comment), their plan and launch. Compiled for sm_90a alone (CMakeLists.txt: the *_sm90a.cu
+// down, with their own comment), their plan and launch, and the filter flip of the data gradient. Compiled for sm_90a alone (CMakeLists.txt: the *_sm90a.cu
 // files), as wgmma needs.
 //
-// Tiled kernel. CTA: 256 threads = two warpgroups; tile BM output pixels x BN output channels; warpgroup g owns pixel rows
-// [g * BM/2, (g + 1) * BM/2) as BM/128 blocks of 64 (one m64nBNk16 accumulator each, BN/2 f32 per thread).
+// Tiled kernel. CTA: 256 threads = two warpgroups; tile BM output pixels x BN output channels; warpgroup g owns
+// pixel rows [g * BM/2, (g + 1) * BM/2) as BM/128 blocks of 64 (one m64nBNk16 accumulator each, BN/2 f32 per thread).
 // Reduction steps ("chunks"): it = tap * (C/64) + cc for tap 0..8 (r-major) and channel chunk cc; each stages
 //   A (BM x 64): pixel m's input at (p + tap/3 - 1, q + tap%3 - 1), channels [64 cc, 64 cc + 64), zero outside,
 //   B (BN x 64): w[k][tap][64 cc ..] for the tile's BN output channels,
@@ -367,6 +367,16 @@ void* ring_kernel_t() {
   return reinterpret_cast<void*>(&wgconv_ring_kernel<T, BN, PXN>);
 }
 
+// w (K, 3, 3, C) -> wf (C, 3, 3, K), wf[c][r][s][k] = w[k][2 - r][2 - s][c]; one thread per element of wf (16-bit).
+__global__ void flip_filters_kernel(const uint16_t* __restrict__ w, uint16_t* __restrict__ wf, int64_t k, int64_t c) {
+  const int64_t total = k * 9 * c;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t kk = i % k, tap = (i / k) % 9, cc = i / (9 * k);
+    wf[i] = w[(kk * 9 + (8 - tap)) * c + cc];  // (2 - r, 2 - s) is tap 8 - (3 r + s)
+  }
+}
+
 using WgKernel = void (*)(const void*, const void*, void*, int, int, int, int, int);
 
 template <class T, int BM, int BN>
@@ -498,6 +508,25 @@ Result<WgConvPlan> wgconv_plan(const Conv2dGeom& g, GpuDType io, WgConvTile tile
   TRCTL_CUDA_TRY(cudaFuncSetAttribute(wg_kernel(io, tile),
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem_bytes)));
   return p;
+}
+
+Conv2dGeom wgconv_dgrad_geom(const Conv2dGeom& g) {
+  Conv2dGeom d = g;
+  d.c = g.k, d.k = g.c;
+  return d;
+}
+
+Status wgconv_flip_filters_cuda(cudaStream_t stream, GpuDType io, const void* w, int64_t k, int64_t c,
+                                void* w_flipped) {
+  if (io != GpuDType::F16 && io != GpuDType::BF16)
+    return Error{ErrCode::Internal, "wgconv", "filters to flip must be f16 or bf16"};
+  const int64_t total = k * 9 * c;
+  if (total <= 0) return ok_status();
+  const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 4096));
+  flip_filters_kernel<<<blocks, 256, 0, stream>>>(static_cast<const uint16_t*>(w), static_cast<uint16_t*>(w_flipped),
+                                                   k, c);
+  TRCTL_CUDA_TRY(cudaGetLastError());
+  return ok_status();
 }
 
 Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& p, const void* x, const void* w, void* y) {
