@@ -1,6 +1,6 @@
 // The warpgroup tensor-core 3x3 convolution forward (wgconv.h): the tiled kernel, the row-ring kernels (further
-// down, with their own comment), their plan and launch, and the filter flip of the data gradient. Compiled for sm_90a alone (CMakeLists.txt: the *_sm90a.cu
-// files), as wgmma needs.
+// down, with their own comment), their plan and launch, and the filter flip of the data gradient. Compiled for
+// sm_90a alone (CMakeLists.txt: the *_sm90a.cu files), as wgmma needs.
 //
 // Tiled kernel. CTA: 256 threads = two warpgroups; tile BM output pixels x BN output channels; warpgroup g owns
 // pixel rows [g * BM/2, (g + 1) * BM/2) as BM/128 blocks of 64 (one m64nBNk16 accumulator each, BN/2 f32 per thread).
