@@ -189,6 +189,7 @@ __global__ void __launch_bounds__(kThreads, BM == 128 && BN == 64 ? 2 : 1)
 // m64n128k16 with the roles swapped, A = the 64 filters of a tap, B = the warpgroup's window of 128 positions --
 // 10 KiB of shared-memory operands per 64 tensor-core cycles instead of 4 KiB per 32 (run 60: the m64n64 form
 // is bound by shared-memory bandwidth); its epilogue pairs channels across lanes (lane ^ 4) for 4-byte stores.
+
 // A position of the padded plane as (image, padded row, padded column); pad_advance moves it d positions on.
 struct PadPos {
   int n, pp, qq;
