@@ -90,9 +90,7 @@ TEST_CASE("wgconv forward matches the float64 direct conv (every tile, f16 and b
       const Buffers b = buffers(m.io, in);
       std::vector<uint8_t> first_tile;
       for (WgConvTile tile : kWgConvTiles) {
-        const bool n128 = tile == WgConvTile::M128N128 || tile == WgConvTile::M256N128 ||
-                          tile == WgConvTile::Ring128N128;
-        if (g.k % (n128 ? 128 : 64) != 0 || (wgconv_tile_is_ring(tile) && g.c != 64)) continue;
+        if (!wgconv_tile_fits(g, tile)) continue;
         const std::string what = std::string("wgconv ") + wgconv_tile_name(tile) + " " + name + " " +
                                  gpu_dtype_name(m.io);
         INFO(what << ": " << conv2d_geom_str(g));
@@ -132,7 +130,7 @@ TEST_CASE("wgconv ring kernel walking many tiles per CTA matches the float64 con
     const StemRef ref = stem_ref(g, in, &pool);
     for (GpuDType t : {GpuDType::F16, GpuDType::BF16})
       for (WgConvTile tile : {WgConvTile::Ring128N64, WgConvTile::Ring128N128, WgConvTile::RingPx256N64}) {
-        if (g.k % (tile == WgConvTile::Ring128N128 ? 128 : 64) != 0) continue;
+        if (!wgconv_tile_fits(g, tile)) continue;
         const std::string what = std::string("wgconv ") + wgconv_tile_name(tile) + " " + name + " " + gpu_dtype_name(t);
         INFO(what << ": " << conv2d_geom_str(g));
         WgConvPlan plan;
@@ -200,9 +198,7 @@ TEST_CASE("wgconv data gradient (flipped filters through the forward kernels) ma
       DevBuf wf(in.w.size() * gpu_dtype_size(t)), dx(dx_bytes + kTail);
       REQUIRE_OK(wgconv_flip_filters_cuda(ctx.stream, t, w.get(), g.k, g.c, wf.get()));
       for (WgConvTile tile : kWgConvTiles) {
-        const bool n128 = tile == WgConvTile::M128N128 || tile == WgConvTile::M256N128 ||
-                          tile == WgConvTile::Ring128N128;
-        if (gd.k % (n128 ? 128 : 64) != 0 || (wgconv_tile_is_ring(tile) && gd.c != 64)) continue;
+        if (!wgconv_tile_fits(gd, tile)) continue;
         const std::string what = std::string("wgconv dgrad ") + wgconv_tile_name(tile) + " " + name + " " +
                                  gpu_dtype_name(t);
         INFO(what << ": " << conv2d_geom_str(gd));

@@ -435,6 +435,12 @@ bool wgconv_tile_is_ring(WgConvTile t) {
   return t == WgConvTile::Ring128N64 || t == WgConvTile::Ring128N128 || t == WgConvTile::RingPx256N64;
 }
 
+bool wgconv_tile_fits(const Conv2dGeom& g, WgConvTile t) {
+  int bm = 0, bn = 0;
+  tile_dims(t, &bm, &bn);
+  return g.k % bn == 0 && (!wgconv_tile_is_ring(t) || g.c == 64);
+}
+
 bool wgconv_eligible(const Conv2dGeom& g, std::string* why) {
   auto no = [&](const std::string& s) {
     if (why) *why = s;
