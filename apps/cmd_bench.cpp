@@ -174,14 +174,15 @@ int cmd_bench_config(const BenchConfigArgs& a) {
 #endif
 }
 
-// trctl bench kernels [--json FILE]: every CUDA kernel against the card's measured ceilings.
-int cmd_bench_kernels(const std::string& json_path) {
+// trctl bench kernels [--only TEXT]... [--json FILE]: every CUDA kernel (or those --only names) against the card's
+// measured ceilings.
+int cmd_bench_kernels(const std::string& json_path, const std::vector<std::string>& only) {
 #if defined(TRCTL_HAVE_CUDA)
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "error: trctl bench kernels needs a CUDA device; none is present\n");
     return kExitBadInput;
   }
-  Result<std::vector<KernelBenchRow>> rows = cuda_bench_kernels();
+  Result<std::vector<KernelBenchRow>> rows = cuda_bench_kernels(only);
   if (!rows.ok()) return report_errors(rows.errors());
   std::cout << kernel_bench_table(rows.value());
   if (json_path.empty()) return 0;
@@ -190,6 +191,7 @@ int cmd_bench_kernels(const std::string& json_path) {
   return bench_write_json(json_path, r);
 #else
   (void)json_path;
+  (void)only;
   std::fprintf(stderr, "error: trctl bench kernels needs a CUDA build of trctl\n");
   return kExitBadInput;
 #endif

@@ -29,7 +29,8 @@ struct BenchConfigArgs {
 };
 int cmd_bench_config(const BenchConfigArgs& a);
 
-int cmd_bench_kernels(const std::string& json_path);
+// only: `--only TEXT` (repeatable): just the rows whose name contains one of them, and the ceilings.
+int cmd_bench_kernels(const std::string& json_path, const std::vector<std::string>& only = {});
 
 // `trctl bench compile CFG... [key=value...]`: items with '=' are overrides for every config.
 int cmd_bench_compile(const std::vector<std::string>& items, int reps, const std::string& json_path);

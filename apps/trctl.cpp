@@ -227,6 +227,10 @@ int main(int argc, char** argv) {
                     "training run settles to (default 3; 0: skip)")
       ->check(CLI::Range(0.0, 600.0));
   bench->add_option("--json", bc.json, "also write the results to this file (schema trctl-bench/1, docs/bench.md)");
+  std::vector<std::string> kernels_only;
+  bench->add_option("--only", kernels_only,
+                    "bench kernels: run just the rows whose name contains TEXT (repeatable; the ceilings always), "
+                    "e.g. --only wgconv");
   SpecArgs eval_a;
   std::string eval_weights;
   auto* eval = app.add_subcommand("eval", "loss, top-1 and top-5 of the validation set with a checkpoint's weights");
@@ -291,8 +295,12 @@ int main(int argc, char** argv) {
       bd.json = bc.json;
       return cmd_bench_data(bd);
     }
+    if (*bench && !kernels_only.empty() && bench_a.config != "kernels") {
+      std::fprintf(stderr, "error: --only applies to `trctl bench kernels`\n");
+      return 2;
+    }
     if (*bench && bench_a.config == "kernels" && bench_a.overrides.empty() && !bc.layers && !bc.autotune)
-      return cmd_bench_kernels(bc.json);
+      return cmd_bench_kernels(bc.json, kernels_only);
     if (*bench && bench_a.config == "compile")
       return cmd_bench_compile(bench_a.overrides, bench_reps ? bench_reps : 3, bc.json);
     if (*bench) {

@@ -12,7 +12,8 @@
 #             SAN_SKIP_CLEAN=FILE skips what a previous results.tsv calls clean, SAN_EXTRA="tool:args" adds arguments
 #   bench     trctl: configs/mlp_fmnist.yaml, 100 epochs on the GPU (EPOCHS to change)
 #   oom       a plan that does not fit the device must fail clearly (exit 2, region sizes)
-#   kernels   trctl bench kernels (every CUDA kernel against the card's measured ceilings), JSON too
+#   kernels   trctl bench kernels (every CUDA kernel against the card's measured ceilings), JSON too;
+#             KERNELS_ONLY: '|'-separated name parts, just those rows (`--only`), e.g. KERNELS_ONLY="wgconv|cudnn f16"
 #   probe     tools/probes/cudnn_bn_backward_probe (PROBE_CASES: d w a, or all): which cuDNN engines serve the
 #             batch-norm backward fusions and whether their outputs match a CPU reference (probe.txt)
 #   convprobe tools/probes/cudnn_conv_engine_probe (CONVPROBE_ARGS, default "--set vgg --deadline 200"): every
@@ -146,7 +147,12 @@ if has oom; then  # a plan larger than the device: a clear error with the region
 fi
 
 if has kernels; then
-  timeout 240 "$BIN/trctl" bench kernels --json "$OUT/bench_kernels.json" >"$OUT/bench_kernels.txt" 2>&1
+  ONLY=()
+  if [ -n "${KERNELS_ONLY:-}" ]; then
+    IFS='|' read -r -a parts <<<"$KERNELS_ONLY"
+    for p in "${parts[@]}"; do ONLY+=(--only "$p"); done
+  fi
+  timeout 240 "$BIN/trctl" bench kernels "${ONLY[@]}" --json "$OUT/bench_kernels.json" >"$OUT/bench_kernels.txt" 2>&1
   echo "trctl bench kernels: rc $?" >>"$SUM"
   cat "$OUT/bench_kernels.txt" >>"$SUM"
 fi

@@ -80,10 +80,25 @@ Status fill_random(void* p, size_t floats, uint32_t seed) {
 struct Bench {
   CudaContext& ctx;
   std::vector<KernelBenchRow> rows;
+  std::vector<std::string> only;  // `--only`: the rows whose name contains one of these (empty: every row)
   double copy_gbs = 0, gemm_f16 = 0, gemm_f32 = 0, gemm_tf32 = 0;
+
+  // Whether row `name` runs: every row without `--only`, else the ceilings (every row is set against them) and the
+  // rows whose name contains one of its strings.
+  bool wanted(const std::string& name) const {
+    if (only.empty() || name.rfind("ceiling:", 0) == 0) return true;
+    for (const std::string& o : only)
+      if (name.find(o) != std::string::npos) return true;
+    return false;
+  }
+  // A row without a timing (a path with no engine or not supported here), kept when wanted.
+  void note(KernelBenchRow r) {
+    if (wanted(r.name)) rows.push_back(std::move(r));
+  }
 
   Status add(const std::string& name, const std::string& size, double bytes_or_flops, bool flops, double ceiling,
              const std::function<Status()>& f) {
+    if (!wanted(name)) return ok_status();
     Result<double> us = time_us(ctx.stream, f);
     if (!us.ok()) return us.errors();
     KernelBenchRow r;
@@ -97,9 +112,11 @@ struct Bench {
     return ok_status();
   }
 
-  // D = A B for (m, n, k) square-ish; returns TFLOP/s.
+  // D = A B for (m, n, k) square-ish; returns TFLOP/s. record: a row named `name` against `ceiling` (< 0: the
+  // rate itself, for the ceiling rows); a row `--only` leaves out is not run (0 returned).
   Result<double> gemm_rate(GpuDType t, GemmMath math, int64_t m, int64_t n, int64_t k, void* a, void* b, void* d,
-                           bool record, const std::string& name) {
+                           bool record, const std::string& name, double ceiling = -1) {
+    if (record && !wanted(name)) return 0.0;
     GemmDesc desc;
     desc.m = m;
     desc.n = n;
@@ -119,7 +136,7 @@ struct Bench {
     const double tflops = 2.0 * m * n * k / (us.value() * 1e6);
     if (record) {
       KernelBenchRow r{name, std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k), "TFLOP/s",
-                       us.value(), tflops, 0};
+                       us.value(), tflops, ceiling < 0 ? tflops : ceiling};
       rows.push_back(r);
     }
     return tflops;
@@ -426,7 +443,7 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
       Result<WgConvPlan> p = wgconv_plan(g, GpuDType::F16, t);
       if (!p.ok()) {
         if (p.errors().front().code != ErrCode::NotSupported) return p.errors();
-        b.rows.push_back({n + " wgconv " + wgconv_tile_name(t) + ": not supported", vc->size, "TFLOP/s", 0.0, 0.0,
+        b.note({n + " wgconv " + wgconv_tile_name(t) + ": not supported", vc->size, "TFLOP/s", 0.0, 0.0,
                           b.gemm_f16});
         continue;
       }
@@ -509,7 +526,7 @@ Status bench_bn_apply_chain(Bench& b, const Conv2dGeom& g, const char* layer, co
       return r;
     });
   } else if (st.ok()) {
-    b.rows.push_back({n + " prologue: no cuDNN engine", size, "TFLOP/s", 0.0, 0.0, b.gemm_f16});
+    b.note({n + " prologue: no cuDNN engine", size, "TFLOP/s", 0.0, 0.0, b.gemm_f16});
   }
   // The weight gradient (dy = y): on the written y0 (legacy) and on relu(x * scale + shift) (graph (c)).
   const std::string nwg = std::string(layer) + " wgrad";
@@ -522,7 +539,7 @@ Status bench_bn_apply_chain(Bench& b, const Conv2dGeom& g, const char* layer, co
     st = b.add(nwg + " prologue (graph c) f16", size, flops, true, b.gemm_f16,
                [&] { return fused_wgrad_run(b.ctx.cudnn, s, wg.value(), a, ws.p, wsb); });
   } else if (st.ok()) {
-    b.rows.push_back({nwg + " prologue: no cuDNN engine", size, "TFLOP/s", 0.0, 0.0, b.gemm_f16});
+    b.note({nwg + " prologue: no cuDNN engine", size, "TFLOP/s", 0.0, 0.0, b.gemm_f16});
   }
   return st;
 }
@@ -574,7 +591,7 @@ Status bench_conv_bn_stats(Bench& b, const void* random, int64_t random_n) {
     });
     if (!st.ok()) return st;
     if (!fused.ok()) {  // no engine: a row that says so
-      b.rows.push_back({n + " fused: no cuDNN engine", size, "TFLOP/s", 0.0, 0.0, b.gemm_f16});
+      b.note({n + " fused: no cuDNN engine", size, "TFLOP/s", 0.0, 0.0, b.gemm_f16});
       continue;
     }
     FusedConvArgs a;
@@ -636,7 +653,7 @@ Status bench_conv_bn_bwd(Bench& b, const void* random, int64_t random_n) {
     });
     if (!st.ok()) return st;
     if (!fused.ok()) {  // no engine: a row that says so
-      b.rows.push_back({n + " fused: no cuDNN engine", size, "TFLOP/s", 0.0, 0.0, b.gemm_f16});
+      b.note({n + " fused: no cuDNN engine", size, "TFLOP/s", 0.0, 0.0, b.gemm_f16});
       continue;
     }
     FusedDgradArgs a;
@@ -656,10 +673,10 @@ Status bench_conv_bn_bwd(Bench& b, const void* random, int64_t random_n) {
 
 }  // namespace
 
-Result<std::vector<KernelBenchRow>> cuda_bench_kernels() {
+Result<std::vector<KernelBenchRow>> cuda_bench_kernels(const std::vector<std::string>& only) {
   Result<CudaContext> ctx = cuda_context_create(0);
   if (!ctx.ok()) return ctx.errors();
-  Bench b{ctx.value(), {}};
+  Bench b{ctx.value(), {}, only};
   const cudaStream_t s = b.ctx.stream;
   const int64_t n = int64_t{1} << 26;  // 64 Mi floats = 256 MiB per buffer: far beyond the 50 MiB L2
   DeviceBuffer x, y, m, v, g;
@@ -685,7 +702,6 @@ Result<std::vector<KernelBenchRow>> cuda_bench_kernels() {
     Result<double> r = b.gemm_rate(t, math, 4096, 4096, 4096, x.p, g.p, y.p, true, name);
     if (!r.ok()) return r.errors();
     (t == GpuDType::F16 ? b.gemm_f16 : math == GemmMath::FastTf32 ? b.gemm_tf32 : b.gemm_f32) = r.value();
-    b.rows.back().ceiling = r.value();
   }
 
   // Memory-bound kernels at 64 Mi elements.
@@ -766,9 +782,8 @@ Result<std::vector<KernelBenchRow>> cuda_bench_kernels() {
     for (auto [t, math, tag, ceil] : {std::make_tuple(GpuDType::F16, GemmMath::Default, "f16", b.gemm_f16),
                                       std::make_tuple(GpuDType::F32, GemmMath::Default, "f32", b.gemm_f32)}) {
       Result<double> r = b.gemm_rate(t, math, 200, dims[l + 1], dims[l], x.p, g.p, y.p, true,
-                                     std::string("mlp gemm fwd ") + tag + " fc" + std::to_string(l + 1));
+                                     std::string("mlp gemm fwd ") + tag + " fc" + std::to_string(l + 1), ceil);
       if (!r.ok()) return r.errors();
-      b.rows.back().ceiling = ceil;
     }
   if (Status cs = bench_stem_convs(b, x.p, n); !cs.ok()) return cs.errors();
   Pool2dGeom stem, vgg;

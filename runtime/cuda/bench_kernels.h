@@ -15,7 +15,8 @@ struct KernelBenchRow {
   double median_us = 0, achieved = 0, ceiling = 0;
 };
 
-Result<std::vector<KernelBenchRow>> cuda_bench_kernels();
+// only: run just the rows whose name contains one of these strings (and the ceilings); empty: every row.
+Result<std::vector<KernelBenchRow>> cuda_bench_kernels(const std::vector<std::string>& only = {});
 
 std::string kernel_bench_table(const std::vector<KernelBenchRow>& rows);
 // Adds "<kernel>/median_us" and "<kernel>/achieved" (GB/s or TFLOP/s) per row; the rows, with sizes and ceilings,

@@ -105,6 +105,16 @@ TEST_CASE("compile --dump prints the graph after a stage; an unknown stage exits
   CHECK(trctl("compile " + kConfig + " --dump=after:nothing").code == 2);
 }
 
+TEST_CASE("bench --only belongs to bench kernels: elsewhere it exits 2 saying so", "[cli]") {
+  Run r = trctl("bench compile " + kConfig + " --only wgconv");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--only applies to `trctl bench kernels`"));
+  // Without a GPU (or a CUDA build) bench kernels refuses as before, --only or not.
+  Run k = trctl("bench kernels --only wgconv");
+  CHECK(k.code == 2);
+  CHECK_THAT(k.err, Catch::Contains("trctl bench kernels needs a CUDA"));
+}
+
 TEST_CASE("export with a format other than safetensors says it is not supported and exits 2", "[cli][export]") {
   Run r = trctl("export " + temp_dir("nofmt").string() + " --format onnx -o x.onnx");
   CHECK(r.code == 2);
