@@ -451,6 +451,38 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
                  [&] { return wgconv_fwd_cuda(s, p.value(), x.p, w.p, y.p); });
     }
     if (!st.ok()) return st;
+    // The input's batch norm + ReLU then the conv (C = 64): the apply pass + cuDNN's conv against the ring kernels
+    // applying it while staging (WgConvPrologue).
+    if (g.c == 64) {
+      DeviceBuffer par, z;
+      TRCTL_CUDA_TRY(cudaMalloc(&par.p, 64 * 8 * sizeof(float)));
+      TRCTL_CUDA_TRY(cudaMalloc(&z.p, static_cast<size_t>(nx) * 2));
+      if (Status f = fill_random(par.p, 64 * 8, 21); !f.ok()) return f;
+      TRCTL_CUDA_TRY(cudaMemset(static_cast<float*>(par.p) + 5 * 64, 0, 64 * sizeof(float)));  // running var 0
+      const BnParams bp(static_cast<float*>(par.p), 64);
+      const std::string nb = std::string(l.name) + " bn+relu->conv";
+      const int64_t rows = g.n * g.h * g.w;
+      st = b.add(nb + " apply + cudnn f16", vc->size, vc->flops, true, b.gemm_f16, [&]() -> Status {
+        if (Status c = batchnorm_fwd_eval_cuda(s, x.p, GpuDType::F16, bp.gamma, bp.beta, bp.rm, bp.rv, z.p, rows, 64,
+                                               1e-5f, true);
+            !c.ok())
+          return c;
+        return cudnn_conv_fwd(b.ctx.cudnn, s, vc->legacy, z.p, w.p, nullptr, y.p, ws.p, wsb);
+      });
+      WgConvPrologue pro;
+      pro.gamma = bp.gamma, pro.beta = bp.beta, pro.mean = bp.mean, pro.invstd = bp.invstd;
+      for (WgConvTile t : {WgConvTile::Ring128N64, WgConvTile::Ring128N128, WgConvTile::RingPx256N64}) {
+        if (!st.ok()) return st;
+        Result<WgConvPlan> p = wgconv_plan(g, GpuDType::F16, t);
+        if (!p.ok()) {
+          if (p.errors().front().code != ErrCode::NotSupported) return p.errors();
+          continue;
+        }
+        st = b.add(nb + " wgconv " + wgconv_tile_name(t) + " prologue f16", vc->size, vc->flops, true, b.gemm_f16,
+                   [&] { return wgconv_fwd_cuda(s, p.value(), x.p, w.p, y.p, &pro); });
+      }
+      if (!st.ok()) return st;
+    }
     // The data gradient (dy = y's random values): cuDNN's against the forward kernels on the flipped filters (the
     // flip, 0.04-0.3 MFLOP of copying, inside the timing); only the tiles the dgrad geometry takes.
     const std::string nd = std::string(l.name) + " dgrad";

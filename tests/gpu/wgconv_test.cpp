@@ -6,7 +6,7 @@
 // channel tiles);
 // nothing written past y; a rerun and a captured graph's replay bitwise equal to the eager run; the tiles bitwise
 // equal to each other (each output is one fixed-order fp32 sum whatever the tile); what the plan and the launch
-// refuse; the data gradient through the same kernels with flipped filters.
+// refuse; the data gradient through the same kernels with flipped filters; the batch-norm prologue.
 //
 // Inputs on the 1/64 grid (exact in f16 and bf16): every product and every fp32 partial sum is exact (at most
 // 9 * 192 terms of magnitude <= 1 on the 2^-12 grid: below 2^24 units), so y is the exact sum rounded once and the
@@ -214,6 +214,80 @@ TEST_CASE("wgconv data gradient (flipped filters through the forward kernels) ma
         check_tail_poisoned(what, dx, dx_bytes, kTail);
       }
     }
+  }
+}
+
+// The batch-norm prologue of the ring kernels: conv(relu(bn(x))) with the apply done while staging equals,
+// bitwise, the plain kernel on the apply pass's output (emulated here with the same float operations as
+// bn_elem.cuh: x - mean, one fmaf with gamma * invstd and beta, the ReLU, one rounding), and is close to the float64
+// conv of that output; with and without the ReLU, f16 and bf16, runs of many tiles per CTA; a tiled plan refuses it.
+TEST_CASE("wgconv ring kernels apply the input's batch norm while staging it, bitwise the separate apply",
+          "[kernel][wgconv][conv2d]") {
+  CudaContext ctx = make_context();
+  ThreadPool pool(0);
+  const std::pair<const char*, Conv2dGeom> cases[] = {
+      {"5x224 N=1 C=64 K=64", conv_geom(1, 5, 224, 64, 64, 3, 3, 1, 1, 1, 1)},
+      {"9x11 N=3 C=64 K=128", conv_geom(3, 9, 11, 64, 128, 3, 3, 1, 1, 1, 1)}};
+  uint64_t seed = 9600;
+  for (const auto& [name, g] : cases) {
+    const StemInputs in = stem_inputs(g, true, ++seed);
+    Rng rng(seed);
+    const std::vector<float> gamma = rng.uniform_vec(64, 0.5f, 1.5f), beta = rng.uniform_vec(64, -0.5f, 0.5f),
+                             mean = rng.uniform_vec(64, -0.2f, 0.2f), invstd = rng.uniform_vec(64, 0.5f, 2.0f);
+    const DevBuf dg = to_device(gamma), db = to_device(beta), dm = to_device(mean), di = to_device(invstd);
+    for (GpuDType t : {GpuDType::F16, GpuDType::BF16})
+      for (bool relu : {true, false}) {
+        std::vector<float> act(in.x.size());  // the apply pass's output, as the io type stores it
+        for (size_t i = 0; i < act.size(); ++i) {
+          const size_t c = i % 64;
+          const float x = round_to(t, in.x[i]);
+          float v = std::fmaf(x - mean[c], gamma[c] * invstd[c], beta[c]);
+          if (relu) v = (v > 0.0f || v != v) ? v : 0.0f;
+          act[i] = round_to(t, v);
+        }
+        StemInputs ain = in;
+        ain.x = act;
+        const StemRef aref = stem_ref(g, ain, &pool);
+        const Buffers b = buffers(t, in), ba = buffers(t, ain);
+        WgConvPrologue pro;
+        pro.gamma = static_cast<const float*>(dg.get()), pro.beta = static_cast<const float*>(db.get());
+        pro.mean = static_cast<const float*>(dm.get()), pro.invstd = static_cast<const float*>(di.get());
+        pro.relu = relu;
+        for (WgConvTile tile : {WgConvTile::Ring128N64, WgConvTile::Ring128N128, WgConvTile::RingPx256N64}) {
+          if (!wgconv_tile_fits(g, tile)) continue;
+          const std::string what = std::string("wgconv prologue ") + wgconv_tile_name(tile) + " " + name + " " +
+                                   gpu_dtype_name(t) + (relu ? " relu" : "");
+          INFO(what << ": " << conv2d_geom_str(g));
+          WgConvPlan plan;
+          if (!wg_plan(g, t, tile, &plan)) return;
+          const std::vector<uint8_t> want = run(ctx, plan, ba);
+          for (int64_t runs : {plan.grid_m, int64_t{1}, int64_t{2}}) {
+            WgConvPlan p = plan;
+            p.grid_m = runs;
+            poison(b.y);
+            REQUIRE_OK(wgconv_fwd_cuda(ctx.stream, p, b.x.get(), b.w.get(), b.y.get(), &pro));
+            sync_ok(ctx);
+            const std::vector<uint8_t> got = from_device<uint8_t>(b.y.get(), b.y_bytes);
+            CHECK_RESULT(compare_bitwise(what + " in " + std::to_string(runs) + " runs", got.data(), want.data(),
+                                         b.y_bytes, 2));
+            check_tail(what, b);
+          }
+          const double u = unit_roundoff(t);
+          std::vector<double> bound(aref.y.size());
+          for (size_t i = 0; i < bound.size(); ++i) bound[i] = 2 * u * aref.y_mag[i] + u * std::fabs(aref.y[i]);
+          CHECK_RESULT(compare_close(what + " vs float64", to_double(from_device_as(t, b.y.get(), in.dy.size())),
+                                     aref.y, bound, g.k));
+        }
+      }
+    // A tiled plan does not take the prologue.
+    WgConvPlan tiled;
+    if (!wg_plan(g, GpuDType::F16, WgConvTile::M128N64, &tiled)) return;
+    const Buffers b = buffers(GpuDType::F16, in);
+    WgConvPrologue pro;
+    pro.gamma = pro.beta = pro.mean = pro.invstd = static_cast<const float*>(dg.get());
+    const Status st = wgconv_fwd_cuda(ctx.stream, tiled, b.x.get(), b.w.get(), b.y.get(), &pro);
+    REQUIRE_FALSE(st.ok());
+    CHECK(st.errors()[0].code == ErrCode::NotSupported);
   }
 }
 

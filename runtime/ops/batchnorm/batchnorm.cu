@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(512)
       for (int j = 0; j < V; ++j) {
         float v = apply_affine(to_f32(p[u].v[j]), k[j]);
         if (res) v += to_f32(q[u].v[j]);
-        if (relu) v = (v > 0.0f || v != v) ? v : 0.0f;  // NaN propagates, as torch.relu
+        if (relu) v = apply_relu(v);
         p[u].v[j] = from_f32<T>(v);
       }
       pack_store<V>(y + (r + u * kRowGroups) * c + col, p[u]);

@@ -1,7 +1,8 @@
 // Per-element batch-norm arithmetic that the batch-norm kernels (batchnorm_kernels.cuh) and kernels fusing a batch
 // norm's step into another op share (runtime/ops/conv2d/fewc_wgrad.cu computes the backward's dx while staging its
-// dy): ApplyConsts / apply_affine (the apply pass's affine), relu_kept (the fused ReLU's mask recomputed from x),
-// relu_grad_in (the backward's masked incoming gradient), BnBwdConsts / bn_bwd_dx (the backward's dx of one element).
+// dy; the wgmma conv's ring kernels apply its input's batch norm while staging it): ApplyConsts / apply_affine (the
+// apply pass's affine), apply_relu, relu_kept (the fused ReLU's mask recomputed from x), relu_grad_in (the
+// backward's masked incoming gradient), BnBwdConsts / bn_bwd_dx (the backward's dx of one element).
 // One definition each, so that a fused step's values are bitwise the batch norm's own. Internal linkage (an
 // anonymous namespace), device code only.
 #pragma once
@@ -31,6 +32,9 @@ __device__ __forceinline__ ApplyConsts apply_consts(int64_t ch, const float* __r
 __device__ __forceinline__ float apply_affine(float xf, const ApplyConsts& k) {
   return fmaf(xf - k.m, k.scale, k.shift);
 }
+
+// The apply pass's ReLU: v, or 0 where v <= 0; NaN propagates, as torch.relu.
+__device__ __forceinline__ float apply_relu(float v) { return (v > 0.0f || v != v) ? v : 0.0f; }
 
 // The fused ReLU's mask without reading its output: y > 0 for the y that bn_fwd_apply_kernel stored from x (no
 // residual), recomputed with the same float operations (x - mean, one fmaf with gamma * invstd and beta, rounding to

@@ -71,9 +71,22 @@ struct WgConvPlan {
 // more tiles; the launch computes the runs from it.
 Result<WgConvPlan> wgconv_plan(const Conv2dGeom& g, GpuDType io, WgConvTile tile);
 
-// x, w 16-byte aligned, y 4-byte aligned (Internal error otherwise). Allocates nothing, does not synchronize:
-// capturable.
-Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& plan, const void* x, const void* w, void* y);
+// The batch-norm apply (+ ReLU) of the conv's input, folded into a ring kernel's staging: the conv reads
+// relu?((x - mean) * (gamma * invstd) + beta) of each input element as its row lands -- bitwise what the batch
+// norm's apply pass would have stored (the same arithmetic: runtime/ops/batchnorm/bn_elem.cuh) -- and zeros for the
+// padding, as a conv of the stored output would. All four (C) f32, training constants (save_mean, save_invstd).
+struct WgConvPrologue {
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+  const float* mean = nullptr;
+  const float* invstd = nullptr;
+  bool relu = true;
+};
+
+// x, w 16-byte aligned, y 4-byte aligned (Internal error otherwise). prologue: nullptr, or (a ring plan only, else
+// NotSupported) x's batch norm applied while staging it. Allocates nothing, does not synchronize: capturable.
+Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& plan, const void* x, const void* w, void* y,
+                       const WgConvPrologue* prologue = nullptr);
 
 // The data gradient through the same kernels: for a forward geometry g, dx (N, H, W, C) = conv(dy (N, H, W, K), w')
 // with w' (C, 3, 3, K), w'[c][r][s][k] = w[k][2 - r][2 - s][c] (the filters flipped and transposed, what

@@ -20,7 +20,9 @@
 #include <type_traits>
 
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_utils.cuh"
 #include "runtime/cuda/wgmma_sm90a.cuh"
+#include "runtime/ops/batchnorm/bn_elem.cuh"
 #include "runtime/ops/conv2d/wgconv.h"
 
 namespace trctl {
@@ -219,6 +221,7 @@ struct RingArgs {
   int n_tiles;        // output-channel tiles (K / BN)
   int64_t per_cta;    // tiles per CTA run
   int phase;          // 1: window descriptors carry a base offset (sw128_desc_at; wrong on the H200, run 60)
+  WgConvPrologue pro;  // gamma null: none
 };
 
 template <class T, int BN, bool PXN>
@@ -268,6 +271,47 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < kTile / 32; ++i) {
       load_row_at(pos, pq);
+      pos += 32;
+      pad_advance(pq, 32, wp, hp);
+    }
+  };
+  // The batch-norm prologue (a.pro.gamma set): this thread's 8 channels' constants, and the transform of a piece
+  // it loaded itself and has waited for (inside positions only: the padding stays 0), mirror copy included.
+  const bool bn = a.pro.gamma != nullptr;
+  ApplyConsts kc[8];
+  if (bn) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      kc[e] = apply_consts(piece * 8 + e, a.pro.gamma, a.pro.beta, a.pro.mean, a.pro.invstd, false, 0.0f, nullptr);
+  }
+  auto transform_row_at = [&](int64_t pos, const PadPos& pq) {
+    if (!(pos >= 0 && pos < f_total && pq.pp >= 1 && pq.pp <= a.h && pq.qq >= 1 && pq.qq <= a.wd)) return;
+    const int j = ring_row(pos);
+    uint4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(a_base + sw128_offset(j, piece)));
+    T* e = reinterpret_cast<T*>(&v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      float f = apply_affine(to_f32(e[i]), kc[i]);
+      if (a.pro.relu) f = apply_relu(f);
+      e[i] = from_f32<T>(f);
+    }
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a_base + sw128_offset(j, piece)), "r"(v.x),
+                 "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+    if (j < kWin)
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a_base + sw128_offset(j + ring, piece)),
+                   "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                   : "memory");
+  };
+  auto transform_new_rows = [&](int64_t t) {  // the rows load_new_rows(t) loaded
+    int64_t pos = t * kTile + halo + row0;
+    PadPos pq = pad_pos(pos, wp, plane);
+#pragma unroll
+    for (int i = 0; i < kTile / 32; ++i) {
+      transform_row_at(pos, pq);
       pos += 32;
       pad_advance(pq, 32, wp, hp);
     }
@@ -353,6 +397,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
   for (int64_t t = t_begin; t < t_end; ++t) {
     cp_async_wait<0>();
+    if (bn) {  // this thread's own pieces of the rows tile t adds (or, first, of its whole span)
+      if (t == t_begin) {
+        for (int r = row0; r < kTile + 2 * halo; r += 32) {
+          const int64_t pos = t_begin * kTile - halo + r;
+          transform_row_at(pos, pad_pos(pos < 0 ? 0 : pos, wp, plane));
+        }
+      } else {
+        transform_new_rows(t);
+      }
+    }
     fence_proxy_async();
     __syncthreads();  // tile t's rows in for everyone; everyone's wgmma of tile t - 1 done (its rows reusable)
     if (t + 1 < t_end) load_new_rows(t + 1);
@@ -536,7 +590,13 @@ Status wgconv_flip_filters_cuda(cudaStream_t stream, GpuDType io, const void* w,
   return ok_status();
 }
 
-Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& p, const void* x, const void* w, void* y) {
+Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& p, const void* x, const void* w, void* y,
+                       const WgConvPrologue* prologue) {
+  if (prologue && !wgconv_tile_is_ring(p.tile))
+    return Error{ErrCode::NotSupported, "wgconv",
+                 std::string("the batch-norm prologue needs a ring tile, not ") + wgconv_tile_name(p.tile)};
+  if (prologue && (!prologue->gamma || !prologue->beta || !prologue->mean || !prologue->invstd))
+    return Error{ErrCode::Internal, "wgconv", "a prologue needs gamma, beta, mean and invstd"};
   if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(y) % 4 != 0)
     return Error{ErrCode::Internal, "wgconv", "x and w must be 16-byte aligned, y 4-byte aligned"};
@@ -553,6 +613,7 @@ Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& p, const void* x, 
     const int64_t tiles = (g.n * (g.h + 2) * (g.w + 2) + len - 1) / len;
     a.per_cta = (tiles + p.grid_m - 1) / p.grid_m;
     a.phase = p.phase_from_start ? 1 : 0;
+    if (prologue) a.pro = *prologue;
     const void* xa = x;
     const void* wa = w;
     void* ya = y;
