@@ -263,14 +263,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     cp_async16(a_base + sw128_offset(j, piece), s, inside ? 16 : 0);
     if (j < kWin) cp_async16(a_base + sw128_offset(j + ring, piece), s, inside ? 16 : 0);
   };
-  auto load_row = [&](int64_t pos) { load_row_at(pos, pad_pos(pos < 0 ? 0 : pos, wp, plane)); };
-  // The kTile rows tile t adds to tile t - 1's span: one division, then steps of 32 positions.
-  auto load_new_rows = [&](int64_t t) {
+  // f(pos, padded position) for each of this thread's rows of tile t_begin's whole span ...
+  auto each_span_row = [&](auto&& f) {
+    for (int r = row0; r < kTile + 2 * halo; r += 32) {
+      const int64_t pos = t_begin * kTile - halo + r;
+      f(pos, pad_pos(pos < 0 ? 0 : pos, wp, plane));
+    }
+  };
+  // ... and of the kTile rows tile t adds to tile t - 1's span (one division, then steps of 32 positions).
+  auto each_new_row = [&](int64_t t, auto&& f) {
     int64_t pos = t * kTile + halo + row0;
     PadPos pq = pad_pos(pos, wp, plane);
 #pragma unroll
     for (int i = 0; i < kTile / 32; ++i) {
-      load_row_at(pos, pq);
+      f(pos, pq);
       pos += 32;
       pad_advance(pq, 32, wp, hp);
     }
@@ -305,16 +311,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a_base + sw128_offset(j + ring, piece)),
                    "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                    : "memory");
-  };
-  auto transform_new_rows = [&](int64_t t) {  // the rows load_new_rows(t) loaded
-    int64_t pos = t * kTile + halo + row0;
-    PadPos pq = pad_pos(pos, wp, plane);
-#pragma unroll
-    for (int i = 0; i < kTile / 32; ++i) {
-      transform_row_at(pos, pq);
-      pos += 32;
-      pad_advance(pq, 32, wp, hp);
-    }
   };
   // Tile t's 36 wgmma of this warpgroup's window. The window descriptors are computed before the first wgmma (a
   // register written between two wgmma makes the compiler fence them).
@@ -390,7 +386,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int tap = r / BN, kl = r - tap * BN;
     cp_async16(b_base + sw128_offset(r, piece), w + ((static_cast<int64_t>(n0 + kl) * 9 + tap) * 64 + piece * 8), 16);
   }
-  for (int r = row0; r < kTile + 2 * halo; r += 32) load_row(t_begin * kTile - halo + r);
+  each_span_row(load_row_at);
   cp_async_commit();
   float acc[kAcc];
 #pragma unroll
@@ -398,18 +394,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t t = t_begin; t < t_end; ++t) {
     cp_async_wait<0>();
     if (bn) {  // this thread's own pieces of the rows tile t adds (or, first, of its whole span)
-      if (t == t_begin) {
-        for (int r = row0; r < kTile + 2 * halo; r += 32) {
-          const int64_t pos = t_begin * kTile - halo + r;
-          transform_row_at(pos, pad_pos(pos < 0 ? 0 : pos, wp, plane));
-        }
-      } else {
-        transform_new_rows(t);
-      }
+      if (t == t_begin)
+        each_span_row(transform_row_at);
+      else
+        each_new_row(t, transform_row_at);
     }
     fence_proxy_async();
     __syncthreads();  // tile t's rows in for everyone; everyone's wgmma of tile t - 1 done (its rows reusable)
-    if (t + 1 < t_end) load_new_rows(t + 1);
+    if (t + 1 < t_end) each_new_row(t + 1, load_row_at);
     cp_async_commit();
     issue(t, acc);
     wgmma_wait<0>();
