@@ -480,6 +480,16 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
         }
         st = b.add(nb + " wgconv " + wgconv_tile_name(t) + " prologue f16", vc->size, vc->flops, true, b.gemm_f16,
                    [&] { return wgconv_fwd_cuda(s, p.value(), x.p, w.p, y.p, &pro); });
+        if (st.ok() && t == WgConvTile::RingPx256N64) {  // + y's statistics from the epilogue
+          DeviceBuffer sws, sums;  // sums: (2, K) f32 -- bp's are C = 64 wide
+          const size_t swsb = wgconv_stats_workspace_bytes(p.value());
+          TRCTL_CUDA_TRY(cudaMalloc(&sws.p, swsb));
+          TRCTL_CUDA_TRY(cudaMalloc(&sums.p, static_cast<size_t>(g.k) * 2 * sizeof(float)));
+          WgConvStats so;
+          so.sum = static_cast<float*>(sums.p), so.sqsum = so.sum + g.k, so.ws = sws.p, so.ws_bytes = swsb;
+          st = b.add(nb + "+stats wgconv " + wgconv_tile_name(t) + " prologue f16", vc->size, vc->flops, true,
+                     b.gemm_f16, [&] { return wgconv_fwd_cuda(s, p.value(), x.p, w.p, y.p, &pro, &so); });
+        }
       }
       if (!st.ok()) return st;
     }

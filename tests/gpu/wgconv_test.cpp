@@ -6,7 +6,8 @@
 // channel tiles);
 // nothing written past y; a rerun and a captured graph's replay bitwise equal to the eager run; the tiles bitwise
 // equal to each other (each output is one fixed-order fp32 sum whatever the tile); what the plan and the launch
-// refuse; the data gradient through the same kernels with flipped filters; the batch-norm prologue.
+// refuse; the data gradient through the same kernels with flipped filters; the batch-norm prologue; the statistics
+// epilogue.
 //
 // Inputs on the 1/64 grid (exact in f16 and bf16): every product and every fp32 partial sum is exact (at most
 // 9 * 192 terms of magnitude <= 1 on the 2^-12 grid: below 2^24 units), so y is the exact sum rounded once and the
@@ -289,6 +290,87 @@ TEST_CASE("wgconv ring kernels apply the input's batch norm while staging it, bi
     REQUIRE_FALSE(st.ok());
     CHECK(st.errors()[0].code == ErrCode::NotSupported);
   }
+}
+
+// The statistics epilogue (RingPx256N64): per-channel sum and sum of squares of y as stored, against float64 sums
+// of the y read back (fp32 per thread: within 1e-5 of the sum of magnitudes), bitwise again on a rerun, close with
+// fewer CTAs (other partials), and together with the prologue; other tiles and a short workspace refuse it.
+TEST_CASE("wgconv ring px statistics epilogue sums y as stored per channel, deterministically",
+          "[kernel][wgconv][conv2d]") {
+  CudaContext ctx = make_context();
+  const std::pair<const char*, Conv2dGeom> cases[] = {
+      {"9x11 N=2 C=64 K=128", conv_geom(2, 9, 11, 64, 128, 3, 3, 1, 1, 1, 1)},
+      {"5x224 N=1 C=64 K=64", conv_geom(1, 5, 224, 64, 64, 3, 3, 1, 1, 1, 1)}};
+  uint64_t seed = 9700;
+  for (const auto& [name, g] : cases)
+    for (GpuDType t : {GpuDType::F16, GpuDType::BF16}) {
+      const std::string what = std::string("wgconv stats ") + name + " " + gpu_dtype_name(t);
+      INFO(what << ": " << conv2d_geom_str(g));
+      const StemInputs in = stem_inputs(g, true, ++seed);
+      WgConvPlan plan;
+      if (!wg_plan(g, t, WgConvTile::RingPx256N64, &plan)) return;
+      const Buffers b = buffers(t, in);
+      DevBuf sums(static_cast<size_t>(g.k) * 2 * sizeof(float)), ws(wgconv_stats_workspace_bytes(plan));
+      WgConvStats st;
+      st.sum = static_cast<float*>(sums.get()), st.sqsum = st.sum + g.k, st.ws = ws.get(), st.ws_bytes = ws.bytes();
+      auto run_stats = [&](const WgConvPlan& p, const WgConvPrologue* pro) {
+        poison(b.y);
+        poison(sums);
+        REQUIRE_OK(wgconv_fwd_cuda(ctx.stream, p, b.x.get(), b.w.get(), b.y.get(), pro, &st));
+        sync_ok(ctx);
+        return from_device<float>(sums.get(), static_cast<size_t>(g.k) * 2);
+      };
+      // The sums against float64 sums of the y just stored.
+      auto check_sums = [&](const std::string& tag, const std::vector<float>& got) {
+        const std::vector<float> y = from_device_as(t, b.y.get(), in.dy.size());
+        std::vector<double> ref_s(g.k), ref_q(g.k), mag_s(g.k);
+        for (size_t i = 0; i < y.size(); ++i) {
+          const size_t c = i % g.k;
+          ref_s[c] += y[i], ref_q[c] += static_cast<double>(y[i]) * y[i], mag_s[c] += std::fabs(y[i]);
+        }
+        int bad = 0;
+        for (int64_t c = 0; c < g.k; ++c) {
+          const bool ok = std::fabs(got[c] - ref_s[c]) <= 1e-5 * mag_s[c] + 1e-6 &&
+                          std::fabs(got[g.k + c] - ref_q[c]) <= 1e-5 * ref_q[c] + 1e-6;
+          if (!ok && bad++ < 4)
+            WARN(what << tag << " channel " << c << ": sum " << got[c] << " vs " << ref_s[c] << ", sqsum "
+                      << got[g.k + c] << " vs " << ref_q[c]);
+        }
+        CHECK(bad == 0);
+      };
+      const std::vector<float> got = run_stats(plan, nullptr);
+      check_sums("", got);
+      const std::vector<float> again = run_stats(plan, nullptr);
+      CHECK_RESULT(compare_bitwise(what + " rerun", again.data(), got.data(), got.size() * sizeof(float), 4));
+      WgConvPlan one = plan;
+      one.grid_m = 1;
+      const std::vector<float> single = run_stats(one, nullptr);
+      for (int64_t c = 0; c < 2 * g.k; ++c) CHECK(std::fabs(single[c] - got[c]) <= 1e-5 * std::fabs(got[c]) + 1e-4);
+      // With the batch-norm prologue (constant per-channel parameters).
+      const std::vector<float> par(64, 0.75f);
+      const DevBuf dp = to_device(par);
+      WgConvPrologue pro;
+      pro.gamma = pro.beta = pro.mean = pro.invstd = static_cast<const float*>(dp.get());
+      check_sums(" with the prologue", run_stats(plan, &pro));
+    }
+  // Refusals: another tile; a short workspace.
+  const Conv2dGeom g = conv_geom(2, 9, 11, 64, 64, 3, 3, 1, 1, 1, 1);
+  const StemInputs in = stem_inputs(g, true, 9790);
+  const Buffers b = buffers(GpuDType::F16, in);
+  WgConvPlan ring, px;
+  if (!wg_plan(g, GpuDType::F16, WgConvTile::Ring128N64, &ring)) return;
+  if (!wg_plan(g, GpuDType::F16, WgConvTile::RingPx256N64, &px)) return;
+  DevBuf sums(64 * 2 * sizeof(float)), ws(wgconv_stats_workspace_bytes(px));
+  WgConvStats st;
+  st.sum = static_cast<float*>(sums.get()), st.sqsum = st.sum + 64, st.ws = ws.get(), st.ws_bytes = ws.bytes();
+  const Status other = wgconv_fwd_cuda(ctx.stream, ring, b.x.get(), b.w.get(), b.y.get(), nullptr, &st);
+  REQUIRE_FALSE(other.ok());
+  CHECK(other.errors()[0].code == ErrCode::NotSupported);
+  st.ws_bytes -= 4;
+  const Status shrt = wgconv_fwd_cuda(ctx.stream, px, b.x.get(), b.w.get(), b.y.get(), nullptr, &st);
+  REQUIRE_FALSE(shrt.ok());
+  CHECK(shrt.errors()[0].code == ErrCode::Internal);
+  sync_ok(ctx);
 }
 
 TEST_CASE("wgconv forward replayed from a captured CUDA graph equals the eager run bitwise",

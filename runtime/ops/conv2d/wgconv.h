@@ -83,10 +83,24 @@ struct WgConvPrologue {
   bool relu = true;
 };
 
+// y's per-channel batch statistics from the epilogue (RingPx256N64 only): sum[k] and sqsum[k] (f32) over the
+// N*H*W outputs of channel k as rounded to io and stored. Each thread adds its own outputs in f32 in its tile
+// order, the 4 lanes of a channel row and then the two warpgroups combine in a fixed order into a per-CTA partial
+// (grid_m x K x 2 f32 in ws), and a second kernel adds the partials in float64 in run order: deterministic for the
+// plan's grid.
+struct WgConvStats {
+  float* sum = nullptr;    // (K)
+  float* sqsum = nullptr;  // (K)
+  void* ws = nullptr;      // wgconv_stats_workspace_bytes
+  size_t ws_bytes = 0;
+};
+size_t wgconv_stats_workspace_bytes(const WgConvPlan& plan);
+
 // x, w 16-byte aligned, y 4-byte aligned (Internal error otherwise). prologue: nullptr, or (a ring plan only, else
-// NotSupported) x's batch norm applied while staging it. Allocates nothing, does not synchronize: capturable.
+// NotSupported) x's batch norm applied while staging it. stats: nullptr, or (RingPx256N64 only, else NotSupported;
+// a short workspace is an Internal error) y's statistics. Allocates nothing, does not synchronize: capturable.
 Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& plan, const void* x, const void* w, void* y,
-                       const WgConvPrologue* prologue = nullptr);
+                       const WgConvPrologue* prologue = nullptr, const WgConvStats* stats = nullptr);
 
 // The data gradient through the same kernels: for a forward geometry g, dx (N, H, W, C) = conv(dy (N, H, W, K), w')
 // with w' (C, 3, 3, K), w'[c][r][s][k] = w[k][2 - r][2 - s][c] (the filters flipped and transposed, what

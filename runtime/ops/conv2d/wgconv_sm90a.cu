@@ -222,6 +222,7 @@ struct RingArgs {
   int64_t per_cta;    // tiles per CTA run
   int phase;          // 1: window descriptors carry a base offset (sw128_desc_at; wrong on the H200, run 60)
   WgConvPrologue pro;  // gamma null: none
+  float* stats_ws;     // PXN: the per-CTA statistics partials (runs x K x 2), or null
 };
 
 template <class T, int BN, bool PXN>
@@ -245,7 +246,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t plane = static_cast<int64_t>(hp) * wp, f_total = plane * a.n_img;
   const int64_t tiles = (f_total + kTile - 1) / kTile;
   const int64_t t_begin = run * a.per_cta, t_end = t_begin + a.per_cta < tiles ? t_begin + a.per_cta : tiles;
-  if (t_begin >= t_end) return;
+  const bool stats = PXN && a.stats_ws != nullptr;
+  if (t_begin >= t_end) {  // no tile: a zero partial
+    if (stats && tid < BN)
+      a.stats_ws[(run * a.k + n0 + tid) * 2] = a.stats_ws[(run * a.k + n0 + tid) * 2 + 1] = 0.0f;
+    return;
+  }
 
   const uint64_t b_desc = sw128_desc(b_base);  // + (byte offset >> 4) for a tap and k step
   auto ring_row = [&](int64_t pos) {
@@ -341,6 +347,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     return ((static_cast<int64_t>(pq.n) * a.h + pq.pp - 1) * a.wd + pq.qq - 1) * a.k;
   };
   // Tile t's outputs (its wgmma complete) to y, inside positions only; d zeroed for the next tile.
+  float st_sum[2] = {0.0f, 0.0f}, st_sq[2] = {0.0f, 0.0f};  // PXN statistics of filters r and r + 8
   auto store = [&](int64_t t, float (&d)[kAcc]) {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) fence_operand(d[i]);
@@ -357,12 +364,22 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int64_t off = out_offset(pos, pq);
         pos += 8;
         pad_advance(pq, 8, wp, hp);
+        // The statistics count this thread's own two positions of the pair where inside: the even one is the even
+        // lane's stored position, the odd one the odd lane's.
+        const bool in_mine = off >= 0;
+        const bool in_other = __shfl_xor_sync(0xffffffffu, in_mine ? 1 : 0, 4) != 0;
+        const bool in0 = odd ? in_other : in_mine, in1 = odd ? in_mine : in_other;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const float c0 = d[4 * j + 2 * half], c1 = d[4 * j + 2 * half + 1];
           const float got = __shfl_xor_sync(0xffffffffu, odd ? c0 : c1, 4);
           if (off >= 0)
             *reinterpret_cast<uint32_t*>(y + off + ch + 8 * half) = odd ? pack2<T>(got, c1) : pack2<T>(c0, got);
+          if (stats) {
+            const float v0 = to_f32(from_f32<T>(c0)), v1 = to_f32(from_f32<T>(c1));
+            if (in0) st_sum[half] += v0, st_sq[half] += v0 * v0;
+            if (in1) st_sum[half] += v1, st_sq[half] += v1 * v1;
+          }
         }
       }
     } else {
@@ -407,6 +424,44 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<0>();
     store(t, acc);
   }
+  if (stats) {  // the 4 lanes of a filter row, then the two warpgroups, into this CTA's partial
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int m = 1; m <= 2; m <<= 1) {
+        st_sum[half] += __shfl_xor_sync(0xffffffffu, st_sum[half], m);
+        st_sq[half] += __shfl_xor_sync(0xffffffffu, st_sq[half], m);
+      }
+    __syncthreads();  // every wgmma done: the filter rows' shared memory is free
+    float* red = reinterpret_cast<float*>(smem_raw + (b_base - smem_addr(smem_raw)));  // (2 warpgroups, 64, 2)
+    if ((lane & 3) == 0)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int f = warp * 16 + (lane >> 2) + 8 * half;
+        red[(wg * 64 + f) * 2] = st_sum[half];
+        red[(wg * 64 + f) * 2 + 1] = st_sq[half];
+      }
+    __syncthreads();
+    if (tid < BN) {
+      float* out = a.stats_ws + (run * a.k + n0 + tid) * 2;
+      out[0] = red[tid * 2] + red[(64 + tid) * 2];
+      out[1] = red[tid * 2 + 1] + red[(64 + tid) * 2 + 1];
+    }
+  }
+}
+
+// sum[k], sqsum[k] = the runs' partials (runs x K x 2) added in run order in float64.
+__global__ void wgconv_stats_finalize_kernel(const float* __restrict__ part, int64_t runs, int k, float* sum,
+                                             float* sqsum) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= k) return;
+  double s = 0.0, q = 0.0;
+  for (int64_t r = 0; r < runs; ++r) {
+    s += part[(r * k + c) * 2];
+    q += part[(r * k + c) * 2 + 1];
+  }
+  sum[c] = static_cast<float>(s);
+  sqsum[c] = static_cast<float>(q);
 }
 
 template <class T, int BN, bool PXN>
@@ -582,13 +637,22 @@ Status wgconv_flip_filters_cuda(cudaStream_t stream, GpuDType io, const void* w,
   return ok_status();
 }
 
+size_t wgconv_stats_workspace_bytes(const WgConvPlan& p) {
+  return static_cast<size_t>(p.grid_m) * static_cast<size_t>(p.g.k) * 2 * sizeof(float);
+}
+
 Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& p, const void* x, const void* w, void* y,
-                       const WgConvPrologue* prologue) {
+                       const WgConvPrologue* prologue, const WgConvStats* stats) {
   if (prologue && !wgconv_tile_is_ring(p.tile))
     return Error{ErrCode::NotSupported, "wgconv",
                  std::string("the batch-norm prologue needs a ring tile, not ") + wgconv_tile_name(p.tile)};
   if (prologue && (!prologue->gamma || !prologue->beta || !prologue->mean || !prologue->invstd))
     return Error{ErrCode::Internal, "wgconv", "a prologue needs gamma, beta, mean and invstd"};
+  if (stats && p.tile != WgConvTile::RingPx256N64)
+    return Error{ErrCode::NotSupported, "wgconv",
+                 std::string("the statistics epilogue needs the ring px tile, not ") + wgconv_tile_name(p.tile)};
+  if (stats && (!stats->sum || !stats->sqsum || !stats->ws || stats->ws_bytes < wgconv_stats_workspace_bytes(p)))
+    return Error{ErrCode::Internal, "wgconv", "statistics need sum, sqsum and wgconv_stats_workspace_bytes of ws"};
   if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(y) % 4 != 0)
     return Error{ErrCode::Internal, "wgconv", "x and w must be 16-byte aligned, y 4-byte aligned"};
@@ -606,11 +670,17 @@ Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& p, const void* x, 
     a.per_cta = (tiles + p.grid_m - 1) / p.grid_m;
     a.phase = p.phase_from_start ? 1 : 0;
     if (prologue) a.pro = *prologue;
+    a.stats_ws = stats ? static_cast<float*>(stats->ws) : nullptr;
     const void* xa = x;
     const void* wa = w;
     void* ya = y;
     void* args[] = {&xa, &wa, &ya, &a};  // pointers to the kernel's arguments
     TRCTL_CUDA_TRY(cudaLaunchKernel(ring_kernel(p.io, p.tile), grid, dim3(kThreads), args, p.smem_bytes, stream));
+    if (stats) {
+      wgconv_stats_finalize_kernel<<<static_cast<unsigned>((g.k + 127) / 128), 128, 0, stream>>>(
+          static_cast<const float*>(stats->ws), p.grid_m, static_cast<int>(g.k), stats->sum, stats->sqsum);
+      TRCTL_CUDA_TRY(cudaGetLastError());
+    }
     return ok_status();
   }
   wg_kernel(p.io, p.tile)<<<grid, kThreads, p.smem_bytes, stream>>>(
