@@ -1,8 +1,8 @@
 // Internal to the *_sm90a.cu files (compiled for sm_90a alone): Hopper's warpgroup MMA (wgmma) and what feeding
-// it from shared memory takes -- the 128-byte-swizzle matrix descriptor, the async-proxy fence, cp.async with zero
-// fill. K-major operands only: each row (an A row = an output pixel, a B row = an output channel) is 64 16-bit
-// elements = 128 bytes; 8 rows form a 1024-byte swizzle atom in which the 16-byte piece j of row r sits at piece
-// j ^ (r % 8). Tiles start on 1024-byte boundaries; a 16-element k step inside the row is +32 bytes on the start.
+// it from shared memory takes -- the 128-byte-swizzle matrix descriptor, the async-proxy fence (cp.async itself:
+// cp_async.cuh). K-major operands only: each row (an A row = an output pixel, a B row = an output channel) is 64
+// 16-bit elements = 128 bytes; 8 rows form a 1024-byte swizzle atom in which the 16-byte piece j of row r sits at
+// piece j ^ (r % 8). Tiles start on 1024-byte boundaries; a 16-element k step inside the row is +32 bytes on the start.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -10,12 +10,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "runtime/cuda/cp_async.cuh"
+
 namespace trctl {
 namespace {
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 // Where the 16-byte piece `piece` (0..7) of row `row` of a swizzled K-major tile lives, in bytes from the tile.
 __device__ __forceinline__ uint32_t sw128_offset(int row, int piece) {
@@ -41,15 +39,6 @@ __device__ __forceinline__ uint64_t sw128_desc_at(uint32_t saddr, bool phase_fro
   return sw128_desc(saddr) | (phase << 49);
 }
 
-// 16 bytes global -> shared, bypassing L1; src_bytes 0 writes zeros and reads nothing.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int Pending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
-}
 // This thread's shared-memory writes (cp.async included, once waited for) visible to the async proxy wgmma reads
 // through; a CTA barrier after it makes everyone's visible.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }

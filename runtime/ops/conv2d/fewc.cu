@@ -79,8 +79,7 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
 
   // This lane's ldmatrix.x4 row of column tiles (0, 1) at step 0 (tiles j, j + 1: + 8 j rows): matrix lane / 8
   // = (tile (lane / 16), half of the 16-element step (lane / 8) % 2), row lane % 8.
-  const uint32_t bbase = static_cast<uint32_t>(__cvta_generic_to_shared(
-      wsm + ((lane >> 4) * 8 + (lane & 7)) * a.w_stride + ((lane >> 3) & 1) * 8));
+  const uint32_t bbase = smem_addr(wsm + ((lane >> 4) * 8 + (lane & 7)) * a.w_stride + ((lane >> 3) & 1) * 8);
   // Bit 2 sg (2 sg + 1) set when this lane's tap sg * 4 + t / 2 (+ 2) lies inside the filter (s < S).
   uint32_t in_mask = 0;
   for (int sg = 0; sg < a.sg; ++sg)

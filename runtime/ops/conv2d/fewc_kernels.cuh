@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "core/util/error.h"
+#include "runtime/cuda/cp_async.cuh"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/ops/conv2d/conv2d.h"
 #include "runtime/ops/conv2d/fewc.h"
@@ -130,14 +131,6 @@ __device__ __forceinline__ void load_patch(const uint16_t* __restrict__ xn, cons
     }
   }
 }
-
-// cp.async of 16 bytes global -> shared, bypassing L1; src_bytes 0 writes 16 zero bytes (nothing is read).
-__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gsrc, int src_bytes = 16) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(gsrc), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 // The pipelined patch (pg.vec only): prefetch_patch_rows starts copying the in-image input rows of the patch of
 // output rows p0.. of image xn, as they are, into raw (rows, W * C) with cp.async (rows outside the image are

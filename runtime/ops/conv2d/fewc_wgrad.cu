@@ -57,7 +57,7 @@ struct FewcWgradArgs {
 };
 
 __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* row_addr) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(row_addr));
+  const uint32_t a = smem_addr(row_addr);
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
