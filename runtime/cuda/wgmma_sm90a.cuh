@@ -51,6 +51,12 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 // Pins an accumulator register at this point of the program (the compiler may not move its reads or writes across).
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+// ... every register of an accumulator fragment.
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) fence_operand(d[i]);
+}
 
 // d (64 x 64 f32, the m64n64 accumulator fragment) += A (64x16, descriptor a) * B (16x64, descriptor b).
 template <class T>

@@ -139,9 +139,7 @@ __global__ void __launch_bounds__(kThreads, BM == 128 && BN == 64 ? 2 : 1)
     cp_async_commit();
     const uint32_t sa = sbase + (it % S) * STAGE, sb = sa + A_BYTES;
 #pragma unroll
-    for (int mb = 0; mb < WGM; ++mb)
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) fence_operand(acc[mb][i]);
+    for (int mb = 0; mb < WGM; ++mb) fence_operands(acc[mb]);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -153,15 +151,11 @@ __global__ void __launch_bounds__(kThreads, BM == 128 && BN == 64 ? 2 : 1)
     wgmma_commit();
     wgmma_wait<1>();
 #pragma unroll
-    for (int mb = 0; mb < WGM; ++mb)
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) fence_operand(acc[mb][i]);
+    for (int mb = 0; mb < WGM; ++mb) fence_operands(acc[mb]);
   }
   wgmma_wait<0>();
 #pragma unroll
-  for (int mb = 0; mb < WGM; ++mb)
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) fence_operand(acc[mb][i]);
+  for (int mb = 0; mb < WGM; ++mb) fence_operands(acc[mb]);
 
   // Epilogue: the m64nBN fragment -- thread (warp, lane) holds rows 16 warp + lane / 4 (+ 8), columns
   // 8 j + 2 (lane % 4) (+ 1) in registers 4 j + {0, 1} (+ {2, 3} for the row + 8).
@@ -326,8 +320,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int tap = 0; tap < 9; ++tap)
       da[tap] = sw128_desc_at(a_base + ring_row(f0 + (tap / 3 - 1) * wp + (tap % 3 - 1)) * 128, a.phase != 0);
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) fence_operand(d[i]);
+    fence_operands(d);
     wgmma_fence();
 #pragma unroll
     for (int tap = 0; tap < 9; ++tap)
@@ -349,8 +342,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Tile t's outputs (its wgmma complete) to y, inside positions only; d zeroed for the next tile.
   float st_sum[2] = {0.0f, 0.0f}, st_sq[2] = {0.0f, 0.0f};  // PXN statistics of filters r and r + 8
   auto store = [&](int64_t t, float (&d)[kAcc]) {
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) fence_operand(d[i]);
+    fence_operands(d);
     if constexpr (PXN) {
       // Thread (warp, lane) holds filters r = 16 warp + lane / 4 (+ 8) at positions 8 j + 2 (lane % 4) (+ 1) of the
       // window. Lanes lane and lane ^ 4 hold filters r and r ^ 1: the even one stores both at the even position,
@@ -464,9 +456,11 @@ __global__ void wgconv_stats_finalize_kernel(const float* __restrict__ part, int
   sqsum[c] = static_cast<float>(q);
 }
 
+using RingKernel = void (*)(const void*, const void*, void*, RingArgs);
+
 template <class T, int BN, bool PXN>
-void* ring_kernel_t() {
-  return reinterpret_cast<void*>(&wgconv_ring_kernel<T, BN, PXN>);
+RingKernel ring_kernel_t() {
+  return &wgconv_ring_kernel<T, BN, PXN>;
 }
 
 // w (K, 3, 3, C) -> wf (C, 3, 3, K), wf[c][r][s][k] = w[k][2 - r][2 - s][c]; one thread per element of wf (16-bit).
@@ -504,7 +498,7 @@ void tile_dims(WgConvTile t, int* bm, int* bn) {
   *bn = t == WgConvTile::M128N128 || t == WgConvTile::M256N128 || t == WgConvTile::Ring128N128 ? 128 : 64;
 }
 
-void* ring_kernel(GpuDType io, WgConvTile t) {
+RingKernel ring_kernel(GpuDType io, WgConvTile t) {
   const bool h = io == GpuDType::F16;
   switch (t) {
     case WgConvTile::Ring128N64:
@@ -515,6 +509,14 @@ void* ring_kernel(GpuDType io, WgConvTile t) {
       return h ? ring_kernel_t<__half, 64, true>() : ring_kernel_t<__nv_bfloat16, 64, true>();
     default: return nullptr;
   }
+}
+
+// A ring tile's positions per tile and per warpgroup window (RingShape of its kernel).
+int ring_tile_len(WgConvTile t) {
+  return t == WgConvTile::RingPx256N64 ? RingShape<true>::kTile : RingShape<false>::kTile;
+}
+int ring_window(WgConvTile t) {
+  return t == WgConvTile::RingPx256N64 ? RingShape<true>::kWin : RingShape<false>::kWin;
 }
 
 }  // namespace
@@ -584,19 +586,16 @@ Result<WgConvPlan> wgconv_plan(const Conv2dGeom& g, GpuDType io, WgConvTile tile
   p.io = io;
   p.tile = tile;
   tile_dims(tile, &p.bm, &p.bn);
-  if (g.k % p.bn != 0)
+  if (!wgconv_tile_fits(g, tile))
     return Error{ErrCode::NotSupported, "wgconv",
-                 std::string("tile ") + wgconv_tile_name(tile) + " needs K % " + std::to_string(p.bn) + " == 0"};
+                 std::string("tile ") + wgconv_tile_name(tile) + " needs K % " + std::to_string(p.bn) + " == 0" +
+                     (wgconv_tile_is_ring(tile) ? " and C == 64" : "") + ": " + conv2d_geom_str(g)};
   p.grid_n = g.k / p.bn;
   if (wgconv_tile_is_ring(tile)) {
-    if (g.c != 64)
-      return Error{ErrCode::NotSupported, "wgconv", "the ring kernel takes C == 64: " + conv2d_geom_str(g)};
-    const bool pxn = tile == WgConvTile::RingPx256N64;
-    const int64_t halo = g.w + 3, len = pxn ? RingShape<true>::kTile : RingShape<false>::kTile;
-    const int64_t mirror = pxn ? RingShape<true>::kWin : RingShape<false>::kWin;
-    p.ring_rows = static_cast<int>((2 * len + 2 * halo + 7) / 8 * 8);
+    const int64_t halo = g.w + 3;
+    p.ring_rows = static_cast<int>((2 * ring_tile_len(tile) + 2 * halo + 7) / 8 * 8);
     p.stages = 0;
-    p.smem_bytes = static_cast<size_t>(9 * p.bn + p.ring_rows + mirror) * 128 + 1024;
+    p.smem_bytes = static_cast<size_t>(9 * p.bn + p.ring_rows + ring_window(tile)) * 128 + 1024;
     if (p.smem_bytes > static_cast<size_t>(kMaxSmem))
       return Error{ErrCode::NotSupported, "wgconv",
                    std::string(wgconv_tile_name(tile)) + ": ring and filters need " + std::to_string(p.smem_bytes) +
@@ -665,17 +664,13 @@ Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& p, const void* x, 
     RingArgs a;
     a.n_img = static_cast<int>(g.n), a.h = static_cast<int>(g.h), a.wd = static_cast<int>(g.w);
     a.k = static_cast<int>(g.k), a.ring = p.ring_rows, a.n_tiles = static_cast<int>(p.grid_n);
-    const int64_t len = p.tile == WgConvTile::RingPx256N64 ? RingShape<true>::kTile : RingShape<false>::kTile;
-    const int64_t tiles = (g.n * (g.h + 2) * (g.w + 2) + len - 1) / len;
+    const int64_t len = ring_tile_len(p.tile), tiles = (g.n * (g.h + 2) * (g.w + 2) + len - 1) / len;
     a.per_cta = (tiles + p.grid_m - 1) / p.grid_m;
     a.phase = p.phase_from_start ? 1 : 0;
     if (prologue) a.pro = *prologue;
     a.stats_ws = stats ? static_cast<float*>(stats->ws) : nullptr;
-    const void* xa = x;
-    const void* wa = w;
-    void* ya = y;
-    void* args[] = {&xa, &wa, &ya, &a};  // pointers to the kernel's arguments
-    TRCTL_CUDA_TRY(cudaLaunchKernel(ring_kernel(p.io, p.tile), grid, dim3(kThreads), args, p.smem_bytes, stream));
+    ring_kernel(p.io, p.tile)<<<grid, kThreads, p.smem_bytes, stream>>>(x, w, y, a);
+    TRCTL_CUDA_TRY(cudaGetLastError());
     if (stats) {
       wgconv_stats_finalize_kernel<<<static_cast<unsigned>((g.k + 127) / 128), 128, 0, stream>>>(
           static_cast<const float*>(stats->ws), p.grid_m, static_cast<int>(g.k), stats->sum, stats->sqsum);
