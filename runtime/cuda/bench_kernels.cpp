@@ -415,9 +415,28 @@ Result<VggBenchConv> vgg_bench_conv(Bench& b, const VggLayer& l, bool need_dgrad
   return v;
 }
 
-// VGG16-BN's 3x3 forward convolutions (batch 256, f16; conv2_1 is the 64 -> 128 one): cuDNN's legacy algorithm
-// (heuristics, non-deterministic allowed) against trctl's wgmma conv (wgconv.h) with each kernel and CTA tile;
-// "not supported" rows for a tile the layer or the device does not take.
+// f(tile, plan) for each of `tiles` that wgconv plans for g (f16). A tile it does not take (NotSupported) gets a
+// "<unsupported> <tile>: not supported" row when `unsupported` is not empty, else is skipped; other errors return.
+template <class F>
+Status each_wgconv_plan(Bench& b, const Conv2dGeom& g, const std::vector<WgConvTile>& tiles,
+                        const std::string& unsupported, const std::string& size, F&& f) {
+  for (WgConvTile t : tiles) {
+    Result<WgConvPlan> p = wgconv_plan(g, GpuDType::F16, t);
+    if (!p.ok()) {
+      if (p.errors().front().code != ErrCode::NotSupported) return p.errors();
+      if (!unsupported.empty())
+        b.note({unsupported + " " + wgconv_tile_name(t) + ": not supported", size, "TFLOP/s", 0.0, 0.0, b.gemm_f16});
+      continue;
+    }
+    if (Status st = f(t, p.value()); !st.ok()) return st;
+  }
+  return ok_status();
+}
+
+// VGG16-BN's 3x3 convolutions (batch 256, f16; conv2_1 is the 64 -> 128 one), cuDNN's legacy algorithm (heuristics,
+// non-deterministic allowed) against trctl's wgmma conv (wgconv.h) with each kernel and CTA tile: the forward
+// ("not supported" rows for a tile the layer or the device does not take), the input's batch norm + ReLU then the
+// conv (C = 64: the ring kernels' prologue, RingPx256N64 with the statistics too), and the data gradient.
 Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
   const cudaStream_t s = b.ctx.stream;
   constexpr VggLayer kLayers[] = {{224, 64, "vgg16 conv1_2"}, {112, 64, "vgg16 conv2_1", 128},
@@ -438,18 +457,12 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
     Status st = b.add(n + " cudnn f16", vc->size, vc->flops, true, b.gemm_f16, [&] {
       return cudnn_conv_fwd(b.ctx.cudnn, s, vc->legacy, x.p, w.p, nullptr, y.p, ws.p, wsb);
     });
-    for (WgConvTile t : kWgConvTiles) {
-      if (!st.ok()) return st;
-      Result<WgConvPlan> p = wgconv_plan(g, GpuDType::F16, t);
-      if (!p.ok()) {
-        if (p.errors().front().code != ErrCode::NotSupported) return p.errors();
-        b.note({n + " wgconv " + wgconv_tile_name(t) + ": not supported", vc->size, "TFLOP/s", 0.0, 0.0,
-                          b.gemm_f16});
-        continue;
-      }
-      st = b.add(n + " wgconv " + wgconv_tile_name(t) + " f16", vc->size, vc->flops, true, b.gemm_f16,
-                 [&] { return wgconv_fwd_cuda(s, p.value(), x.p, w.p, y.p); });
-    }
+    const std::vector<WgConvTile> all(std::begin(kWgConvTiles), std::end(kWgConvTiles));
+    if (st.ok())
+      st = each_wgconv_plan(b, g, all, n + " wgconv", vc->size, [&](WgConvTile t, const WgConvPlan& p) {
+        return b.add(n + " wgconv " + wgconv_tile_name(t) + " f16", vc->size, vc->flops, true, b.gemm_f16,
+                     [&] { return wgconv_fwd_cuda(s, p, x.p, w.p, y.p); });
+      });
     if (!st.ok()) return st;
     // The input's batch norm + ReLU then the conv (C = 64): the apply pass + cuDNN's conv against the ring kernels
     // applying it while staging (WgConvPrologue).
@@ -471,26 +484,22 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
       });
       WgConvPrologue pro;
       pro.gamma = bp.gamma, pro.beta = bp.beta, pro.mean = bp.mean, pro.invstd = bp.invstd;
-      for (WgConvTile t : {WgConvTile::Ring128N64, WgConvTile::Ring128N128, WgConvTile::RingPx256N64}) {
-        if (!st.ok()) return st;
-        Result<WgConvPlan> p = wgconv_plan(g, GpuDType::F16, t);
-        if (!p.ok()) {
-          if (p.errors().front().code != ErrCode::NotSupported) return p.errors();
-          continue;
-        }
-        st = b.add(nb + " wgconv " + wgconv_tile_name(t) + " prologue f16", vc->size, vc->flops, true, b.gemm_f16,
-                   [&] { return wgconv_fwd_cuda(s, p.value(), x.p, w.p, y.p, &pro); });
-        if (st.ok() && t == WgConvTile::RingPx256N64) {  // + y's statistics from the epilogue
-          DeviceBuffer sws, sums;  // sums: (2, K) f32 -- bp's are C = 64 wide
-          const size_t swsb = wgconv_stats_workspace_bytes(p.value());
+      const std::vector<WgConvTile> rings = {WgConvTile::Ring128N64, WgConvTile::Ring128N128,
+                                             WgConvTile::RingPx256N64};
+      if (st.ok())
+        st = each_wgconv_plan(b, g, rings, "", vc->size, [&](WgConvTile t, const WgConvPlan& p) -> Status {
+          Status r = b.add(nb + " wgconv " + wgconv_tile_name(t) + " prologue f16", vc->size, vc->flops, true,
+                           b.gemm_f16, [&] { return wgconv_fwd_cuda(s, p, x.p, w.p, y.p, &pro); });
+          if (!r.ok() || t != WgConvTile::RingPx256N64) return r;
+          DeviceBuffer sws, sums;  // + y's statistics from the epilogue; sums: (2, K) f32 -- bp's are C = 64 wide
+          const size_t swsb = wgconv_stats_workspace_bytes(p);
           TRCTL_CUDA_TRY(cudaMalloc(&sws.p, swsb));
           TRCTL_CUDA_TRY(cudaMalloc(&sums.p, static_cast<size_t>(g.k) * 2 * sizeof(float)));
           WgConvStats so;
           so.sum = static_cast<float*>(sums.p), so.sqsum = so.sum + g.k, so.ws = sws.p, so.ws_bytes = swsb;
-          st = b.add(nb + "+stats wgconv " + wgconv_tile_name(t) + " prologue f16", vc->size, vc->flops, true,
-                     b.gemm_f16, [&] { return wgconv_fwd_cuda(s, p.value(), x.p, w.p, y.p, &pro, &so); });
-        }
-      }
+          return b.add(nb + "+stats wgconv " + wgconv_tile_name(t) + " prologue f16", vc->size, vc->flops, true,
+                       b.gemm_f16, [&] { return wgconv_fwd_cuda(s, p, x.p, w.p, y.p, &pro, &so); });
+        });
       if (!st.ok()) return st;
     }
     // The data gradient (dy = y's random values): cuDNN's against the forward kernels on the flipped filters (the
@@ -499,20 +508,15 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
     st = b.add(nd + " cudnn f16", vc->size, vc->flops, true, b.gemm_f16, [&] {
       return cudnn_conv_dgrad(b.ctx.cudnn, s, vc->legacy, y.p, w.p, x.p, ws.p, wsb);
     });
-    const Conv2dGeom gd = wgconv_dgrad_geom(g);
-    for (WgConvTile t : kWgConvTiles) {
-      if (!st.ok()) return st;
-      Result<WgConvPlan> p = wgconv_plan(gd, GpuDType::F16, t);
-      if (!p.ok()) {
-        if (p.errors().front().code != ErrCode::NotSupported) return p.errors();
-        continue;
-      }
-      const std::string row = nd + " wgconv " + wgconv_tile_name(t) + " f16";
-      st = b.add(row, vc->size, vc->flops, true, b.gemm_f16, [&]() -> Status {
-        if (Status f = wgconv_flip_filters_cuda(s, GpuDType::F16, w.p, g.k, g.c, wf.p); !f.ok()) return f;
-        return wgconv_fwd_cuda(s, p.value(), y.p, wf.p, x.p);
+    if (st.ok())
+      st = each_wgconv_plan(b, wgconv_dgrad_geom(g), all, "", vc->size, [&](WgConvTile t, const WgConvPlan& p) {
+        return b.add(nd + " wgconv " + wgconv_tile_name(t) + " f16", vc->size, vc->flops, true, b.gemm_f16,
+                     [&]() -> Status {
+                       if (Status f = wgconv_flip_filters_cuda(s, GpuDType::F16, w.p, g.k, g.c, wf.p); !f.ok())
+                         return f;
+                       return wgconv_fwd_cuda(s, p, y.p, wf.p, x.p);
+                     });
       });
-    }
     if (!st.ok()) return st;
   }
   return ok_status();
