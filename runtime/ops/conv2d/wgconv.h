@@ -30,7 +30,7 @@ namespace trctl {
 // positions; the input rows live in a ring that keeps the 2 (W + 2) + 2 rows of halo shared by consecutive tiles,
 // so each input row is loaded from L2 about once, and a tap is a shifted window of the ring (outputs on the
 // padding border are computed and dropped: 2/(W+2) of the work per side). The next tile's rows load while a tile's
-// wgmma run; its epilogue does not overlap them (one accumulator).
+// wgmma run, and the two warpgroups ping-pong: one stores its outputs while the other's wgmma run.
 // RingPx256N64: the ring kernel with the roles swapped -- m64 = the 64 filters, n128 = a warpgroup's 128 positions
 // (tiles of 256) -- for less shared-memory operand traffic per tensor-core cycle (wgconv_sm90a.cu).
 enum class WgConvTile { M128N64, M256N64, M128N128, M256N128, Ring128N64, Ring128N128, RingPx256N64 };
@@ -58,7 +58,7 @@ struct WgConvPlan {
   int bm = 128, bn = 64, stages = 4;
   int64_t grid_m = 0, grid_n = 0;  // tiled: pixel tiles x output-channel tiles (a 1-D grid of grid_m * grid_n CTAs);
                                    // ring: CTAs per output-channel tile (each a contiguous run of tiles) x tiles
-  int ring_rows = 0;               // ring: rows of the ring (a multiple of 8; 64 mirror rows follow it)
+  int ring_rows = 0;               // ring: rows of the ring (a power of two; a window of mirror rows follow it)
   bool phase_from_start = false;   // ring: the window descriptors' base offset (wgmma_sm90a.cuh, sw128_desc_at;
                                    // false is what the hardware follows, run 60)
   size_t smem_bytes = 0;           // dynamic shared memory of one CTA (with 1 KiB of alignment slack)

@@ -190,10 +190,9 @@ __global__ void __launch_bounds__(kThreads, BM == 128 && BN == 64 ? 2 : 1)
 struct PadPos {
   int n, pp, qq;
 };
-__device__ __forceinline__ PadPos pad_pos(int64_t pos, int wp, int64_t plane) {
-  const int64_t n = pos / plane;
-  const int rem = static_cast<int>(pos - n * plane), pp = rem / wp;
-  return {static_cast<int>(n), pp, rem - pp * wp};
+__device__ __forceinline__ PadPos pad_pos(int pos, int wp, int plane) {
+  const int n = pos / plane, rem = pos - n * plane, pp = rem / wp;
+  return {n, pp, rem - pp * wp};
 }
 __device__ __forceinline__ void pad_advance(PadPos& p, int d, int wp, int hp) {
   p.qq += d;
@@ -211,9 +210,9 @@ struct RingShape {
 
 struct RingArgs {
   int n_img, h, wd, k;
-  int ring;           // R
+  int ring;           // R, a power of two (a ring row is a position's low bits)
   int n_tiles;        // output-channel tiles (K / BN)
-  int64_t per_cta;    // tiles per CTA run
+  int per_cta;        // tiles per CTA run
   int phase;          // 1: window descriptors carry a base offset (sw128_desc_at; wrong on the H200, run 60)
   WgConvPrologue pro;  // gamma null: none
   float* stats_ws;     // PXN: the per-CTA statistics partials (runs x K x 2), or null
@@ -235,11 +234,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int piece = tid & 7, row0 = tid >> 3;
   const int n0 = static_cast<int>(blockIdx.x % a.n_tiles) * BN;
-  const int64_t run = blockIdx.x / a.n_tiles;
-  const int hp = a.h + 2, wp = a.wd + 2, halo = wp + 1, ring = a.ring;
-  const int64_t plane = static_cast<int64_t>(hp) * wp, f_total = plane * a.n_img;
-  const int64_t tiles = (f_total + kTile - 1) / kTile;
-  const int64_t t_begin = run * a.per_cta, t_end = t_begin + a.per_cta < tiles ? t_begin + a.per_cta : tiles;
+  // Positions, pixels and element offsets fit in int: wgconv_eligible bounds x and y below 2^31 elements, and with
+  // C == 64 the padded plane holds under 2^29 positions.
+  const int run = static_cast<int>(blockIdx.x) / a.n_tiles;
+  const int hp = a.h + 2, wp = a.wd + 2, halo = wp + 1;
+  const unsigned ring_mask = static_cast<unsigned>(a.ring) - 1u;
+  const int plane = hp * wp, f_total = plane * a.n_img;
+  const int tiles = (f_total + kTile - 1) / kTile;
+  const int t_begin = run * a.per_cta, t_end = t_begin + a.per_cta < tiles ? t_begin + a.per_cta : tiles;
   const bool stats = PXN && a.stats_ws != nullptr;
   if (t_begin >= t_end) {  // no tile: a zero partial
     if (stats && tid < BN)
@@ -248,31 +250,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   const uint64_t b_desc = sw128_desc(b_base);  // + (byte offset >> 4) for a tap and k step
-  auto ring_row = [&](int64_t pos) {
-    const int64_t r = pos % ring;
-    return static_cast<int>(r < 0 ? r + ring : r);
-  };
+  auto ring_row = [&](int pos) { return static_cast<int>(static_cast<unsigned>(pos) & ring_mask); };
   // This thread's 16-byte piece of position pos (at padded (n, pp, qq) when 0 <= pos < f_total) into its ring row
   // and the mirror row.
-  auto load_row_at = [&](int64_t pos, const PadPos& pq) {
+  auto load_row_at = [&](int pos, const PadPos& pq) {
     const bool inside = pos >= 0 && pos < f_total && pq.pp >= 1 && pq.pp <= a.h && pq.qq >= 1 && pq.qq <= a.wd;
-    const int64_t src =
-        inside ? ((static_cast<int64_t>(pq.n) * a.h + pq.pp - 1) * a.wd + pq.qq - 1) * 64 + piece * 8 : 0;
+    const int src = inside ? ((pq.n * a.h + pq.pp - 1) * a.wd + pq.qq - 1) * 64 + piece * 8 : 0;
     const int j = ring_row(pos);
     const T* s = x + src;
     cp_async16(a_base + sw128_offset(j, piece), s, inside ? 16 : 0);
-    if (j < kWin) cp_async16(a_base + sw128_offset(j + ring, piece), s, inside ? 16 : 0);
+    if (j < kWin) cp_async16(a_base + sw128_offset(j + a.ring, piece), s, inside ? 16 : 0);
   };
   // f(pos, padded position) for each of this thread's rows of tile t_begin's whole span ...
   auto each_span_row = [&](auto&& f) {
     for (int r = row0; r < kTile + 2 * halo; r += 32) {
-      const int64_t pos = t_begin * kTile - halo + r;
+      const int pos = t_begin * kTile - halo + r;
       f(pos, pad_pos(pos < 0 ? 0 : pos, wp, plane));
     }
   };
   // ... and of the kTile rows tile t adds to tile t - 1's span (one division, then steps of 32 positions).
-  auto each_new_row = [&](int64_t t, auto&& f) {
-    int64_t pos = t * kTile + halo + row0;
+  auto each_new_row = [&](int t, auto&& f) {
+    int pos = t * kTile + halo + row0;
     PadPos pq = pad_pos(pos, wp, plane);
 #pragma unroll
     for (int i = 0; i < kTile / 32; ++i) {
@@ -290,7 +288,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int e = 0; e < 8; ++e)
       kc[e] = apply_consts(piece * 8 + e, a.pro.gamma, a.pro.beta, a.pro.mean, a.pro.invstd, false, 0.0f, nullptr);
   }
-  auto transform_row_at = [&](int64_t pos, const PadPos& pq) {
+  auto transform_row_at = [&](int pos, const PadPos& pq) {
     if (!(pos >= 0 && pos < f_total && pq.pp >= 1 && pq.pp <= a.h && pq.qq >= 1 && pq.qq <= a.wd)) return;
     const int j = ring_row(pos);
     uint4 v;
@@ -308,14 +306,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                  "r"(v.y), "r"(v.z), "r"(v.w)
                  : "memory");
     if (j < kWin)
-      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a_base + sw128_offset(j + ring, piece)),
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a_base + sw128_offset(j + a.ring, piece)),
                    "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                    : "memory");
   };
   // Tile t's 36 wgmma of this warpgroup's window. The window descriptors are computed before the first wgmma (a
   // register written between two wgmma makes the compiler fence them).
-  auto issue = [&](int64_t t, float (&d)[kAcc]) {
-    const int64_t f0 = t * kTile + wg * kWin;
+  auto issue = [&](int t, float (&d)[kAcc]) {
+    const int f0 = t * kTile + wg * kWin;
     uint64_t da[9];
 #pragma unroll
     for (int tap = 0; tap < 9; ++tap)
@@ -335,13 +333,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_commit();
   };
   // y offset of position pos (its channel 0) at padded (n, pp, qq), or -1 outside.
-  auto out_offset = [&](int64_t pos, const PadPos& pq) -> int64_t {
+  auto out_offset = [&](int pos, const PadPos& pq) -> int {
     if (pos >= f_total || pq.pp < 1 || pq.pp > a.h || pq.qq < 1 || pq.qq > a.wd) return -1;
-    return ((static_cast<int64_t>(pq.n) * a.h + pq.pp - 1) * a.wd + pq.qq - 1) * a.k;
+    return ((pq.n * a.h + pq.pp - 1) * a.wd + pq.qq - 1) * a.k;
   };
   // Tile t's outputs (its wgmma complete) to y, inside positions only; d zeroed for the next tile.
   float st_sum[2] = {0.0f, 0.0f}, st_sq[2] = {0.0f, 0.0f};  // PXN statistics of filters r and r + 8
-  auto store = [&](int64_t t, float (&d)[kAcc]) {
+  auto store = [&](int t, float (&d)[kAcc]) {
     fence_operands(d);
     if constexpr (PXN) {
       // Thread (warp, lane) holds filters r = 16 warp + lane / 4 (+ 8) at positions 8 j + 2 (lane % 4) (+ 1) of the
@@ -349,11 +347,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       // the odd one both at the odd position.
       const bool odd = (lane >> 2) & 1;
       const int ch = n0 + warp * 16 + (lane >> 2) - (odd ? 1 : 0);
-      int64_t pos = t * kTile + wg * kWin + 2 * (lane & 3) + (odd ? 1 : 0);
+      int pos = t * kTile + wg * kWin + 2 * (lane & 3) + (odd ? 1 : 0);
       PadPos pq = pad_pos(pos, wp, plane);
 #pragma unroll
       for (int j = 0; j < kWin / 8; ++j) {
-        const int64_t off = out_offset(pos, pq);
+        const int off = out_offset(pos, pq);
         pos += 8;
         pad_advance(pq, 8, wp, hp);
         // The statistics count this thread's own two positions of the pair where inside: the even one is the even
@@ -377,8 +375,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int64_t pos = t * kTile + wg * kWin + warp * 16 + (lane >> 2) + 8 * half;
-        const int64_t off = out_offset(pos, pad_pos(pos, wp, plane));
+        const int pos = t * kTile + wg * kWin + warp * 16 + (lane >> 2) + 8 * half;
+        const int off = out_offset(pos, pad_pos(pos, wp, plane));
         if (off < 0) continue;
         T* out = y + off + n0 + 2 * (lane & 3);
 #pragma unroll
@@ -393,14 +391,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   // tile's rows on their way, its wgmma, its outputs.
   for (int r = row0; r < 9 * BN; r += 32) {
     const int tap = r / BN, kl = r - tap * BN;
-    cp_async16(b_base + sw128_offset(r, piece), w + ((static_cast<int64_t>(n0 + kl) * 9 + tap) * 64 + piece * 8), 16);
+    cp_async16(b_base + sw128_offset(r, piece), w + (((n0 + kl) * 9 + tap) * 64 + piece * 8), 16);
   }
   each_span_row(load_row_at);
   cp_async_commit();
   float acc[kAcc];
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-  for (int64_t t = t_begin; t < t_end; ++t) {
+  // Ping-pong: warpgroup 0 stores tile t right after its wgmma, warpgroup 1 stores tile t - 1 after the barrier of
+  // tile t, before issuing tile t's wgmma -- so one warpgroup's epilogue runs while the other's wgmma keep the
+  // tensor cores busy, instead of both storing at once with the tensor cores idle. At the barrier both have waited
+  // for their wgmma of tile t - 1, so tile t - 1's rows are free for tile t + 1's loads, issued once tile t's
+  // wgmma are (the address arithmetic overlaps them).
+  for (int t = t_begin; t < t_end; ++t) {
     cp_async_wait<0>();
     if (bn) {  // this thread's own pieces of the rows tile t adds (or, first, of its whole span)
       if (t == t_begin)
@@ -410,12 +413,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     fence_proxy_async();
     __syncthreads();  // tile t's rows in for everyone; everyone's wgmma of tile t - 1 done (its rows reusable)
+    if (wg == 1 && t > t_begin) store(t - 1, acc);
+    issue(t, acc);
     if (t + 1 < t_end) each_new_row(t + 1, load_row_at);
     cp_async_commit();
-    issue(t, acc);
     wgmma_wait<0>();
-    store(t, acc);
+    if (wg == 0) store(t, acc);
   }
+  if (wg == 1) store(t_end - 1, acc);
   if (stats) {  // the 4 lanes of a filter row, then the two warpgroups, into this CTA's partial
 #pragma unroll
     for (int half = 0; half < 2; ++half)
@@ -593,7 +598,9 @@ Result<WgConvPlan> wgconv_plan(const Conv2dGeom& g, GpuDType io, WgConvTile tile
   p.grid_n = g.k / p.bn;
   if (wgconv_tile_is_ring(tile)) {
     const int64_t halo = g.w + 3;
-    p.ring_rows = static_cast<int>((2 * ring_tile_len(tile) + 2 * halo + 7) / 8 * 8);
+    // A power of two of at least two tiles and both halos: a position's ring row is its low bits.
+    p.ring_rows = 8;
+    while (p.ring_rows < 2 * ring_tile_len(tile) + 2 * halo) p.ring_rows *= 2;
     p.stages = 0;
     p.smem_bytes = static_cast<size_t>(9 * p.bn + p.ring_rows + ring_window(tile)) * 128 + 1024;
     if (p.smem_bytes > static_cast<size_t>(kMaxSmem))
@@ -665,7 +672,7 @@ Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& p, const void* x, 
     a.n_img = static_cast<int>(g.n), a.h = static_cast<int>(g.h), a.wd = static_cast<int>(g.w);
     a.k = static_cast<int>(g.k), a.ring = p.ring_rows, a.n_tiles = static_cast<int>(p.grid_n);
     const int64_t len = ring_tile_len(p.tile), tiles = (g.n * (g.h + 2) * (g.w + 2) + len - 1) / len;
-    a.per_cta = (tiles + p.grid_m - 1) / p.grid_m;
+    a.per_cta = static_cast<int>((tiles + p.grid_m - 1) / p.grid_m);
     a.phase = p.phase_from_start ? 1 : 0;
     if (prologue) a.pro = *prologue;
     a.stats_ws = stats ? static_cast<float*>(stats->ws) : nullptr;
