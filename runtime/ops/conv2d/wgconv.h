@@ -40,8 +40,8 @@ inline constexpr WgConvTile kWgConvTiles[] = {WgConvTile::M128N64,    WgConvTile
                                               WgConvTile::RingPx256N64};
 const char* wgconv_tile_name(WgConvTile t);  // e.g. "128x64", "ring 128x64", "ring px 256x64"
 bool wgconv_tile_is_ring(WgConvTile t);
-// Whether the tile's shape takes an eligible geometry: K a multiple of its output-channel width, C == 64 for a ring
-// tile (the plan may still refuse it for shared memory).
+// Whether the tile's shape takes an eligible geometry: K a multiple of its output-channel width, C == 64 and W >= 6
+// for a ring tile (the plan may still refuse it for shared memory).
 bool wgconv_tile_fits(const Conv2dGeom& g, WgConvTile t);
 
 // True for a finished geometry it covers: 3x3, stride 1, padding 1, dilation 1, one group, C % 64 == 0,

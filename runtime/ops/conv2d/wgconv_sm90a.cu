@@ -48,6 +48,14 @@ __device__ __forceinline__ uint32_t pack2(float a, float b) {
   }
 }
 
+// *p = v where `on` (a predicated store: no branch around it).
+__device__ __forceinline__ void st_global_b32_if(bool on, void* p, uint32_t v) {
+  asm volatile(
+      "{\n .reg .pred q;\n setp.ne.b32 q, %0, 0;\n @q st.global.b32 [%1], %2;\n}\n" ::"r"(static_cast<int>(on)),
+      "l"(p), "r"(v)
+      : "memory");
+}
+
 template <class T, int BN>
 __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint64_t a, uint64_t b) {
   if constexpr (BN == 64)
@@ -194,6 +202,14 @@ __device__ __forceinline__ PadPos pad_pos(int pos, int wp, int plane) {
   const int n = pos / plane, rem = pos - n * plane, pp = rem / wp;
   return {n, pp, rem - pp * wp};
 }
+// The same for d <= W + 2 (at most one row wrap; the ring plans need W >= 6 for d = 8).
+__device__ __forceinline__ void pad_step(PadPos& p, int d, int wp, int hp) {
+  p.qq += d;
+  if (p.qq >= wp) {
+    p.qq -= wp;
+    if (++p.pp == hp) p.pp = 0, ++p.n;
+  }
+}
 __device__ __forceinline__ void pad_advance(PadPos& p, int d, int wp, int hp) {
   p.qq += d;
   while (p.qq >= wp) {
@@ -218,11 +234,12 @@ struct RingArgs {
   float* stats_ws;     // PXN: the per-CTA statistics partials (runs x K x 2), or null
 };
 
-template <class T, int BN, bool PXN>
+template <class T, int BN, bool PXN, bool ST>
 __global__ void __launch_bounds__(kThreads, 1)
     wgconv_ring_kernel(const void* __restrict__ xv, const void* __restrict__ wv, void* __restrict__ yv,
                        RingArgs a) {
   static_assert(!PXN || BN == 64, "pixels as N: one 64-filter m block");
+  static_assert(PXN || !ST, "statistics: the pixels-as-N kernel only");
   constexpr int kTile = RingShape<PXN>::kTile, kWin = RingShape<PXN>::kWin;
   constexpr int kAcc = PXN ? kWin / 2 : BN / 2;  // f32 accumulators per thread
   const T* __restrict__ x = static_cast<const T*>(xv);
@@ -242,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int plane = hp * wp, f_total = plane * a.n_img;
   const int tiles = (f_total + kTile - 1) / kTile;
   const int t_begin = run * a.per_cta, t_end = t_begin + a.per_cta < tiles ? t_begin + a.per_cta : tiles;
-  const bool stats = PXN && a.stats_ws != nullptr;
+  constexpr bool stats = ST;  // a.stats_ws set
   if (t_begin >= t_end) {  // no tile: a zero partial
     if (stats && tid < BN)
       a.stats_ws[(run * a.k + n0 + tid) * 2] = a.stats_ws[(run * a.k + n0 + tid) * 2 + 1] = 0.0f;
@@ -332,56 +349,53 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     wgmma_commit();
   };
-  // y offset of position pos (its channel 0) at padded (n, pp, qq), or -1 outside.
-  auto out_offset = [&](int pos, const PadPos& pq) -> int {
-    if (pos >= f_total || pq.pp < 1 || pq.pp > a.h || pq.qq < 1 || pq.qq > a.wd) return -1;
-    return ((pq.n * a.h + pq.pp - 1) * a.wd + pq.qq - 1) * a.k;
-  };
-  // Tile t's outputs (its wgmma complete) to y, inside positions only; d zeroed for the next tile.
+  // Tile t's outputs (its wgmma complete) to y, inside positions only; d zeroed for the next tile. Branch-free per
+  // output (predicated stores) so the lane exchanges stay in converged code.
   float st_sum[2] = {0.0f, 0.0f}, st_sq[2] = {0.0f, 0.0f};  // PXN statistics of filters r and r + 8
   auto store = [&](int t, float (&d)[kAcc]) {
     fence_operands(d);
     if constexpr (PXN) {
-      // Thread (warp, lane) holds filters r = 16 warp + lane / 4 (+ 8) at positions 8 j + 2 (lane % 4) (+ 1) of the
-      // window. Lanes lane and lane ^ 4 hold filters r and r ^ 1: the even one stores both at the even position,
-      // the odd one both at the odd position.
+      // Thread (warp, lane) holds filters r = 16 warp + lane / 4 (+ 8) at the position pair 8 j + 2 (lane % 4)
+      // (+ 1) of the window. Lanes lane and lane ^ 4 hold filters r and r ^ 1: the even one stores both at the even
+      // position, the odd one both at the odd position. The odd position is the next column of the even one's row
+      // (inside where that row is and the even column is below W) or, after the row's last column, the padding.
       const bool odd = (lane >> 2) & 1;
       const int ch = n0 + warp * 16 + (lane >> 2) - (odd ? 1 : 0);
-      int pos = t * kTile + wg * kWin + 2 * (lane & 3) + (odd ? 1 : 0);
+      int pos = t * kTile + wg * kWin + 2 * (lane & 3);  // the pair's even position
       PadPos pq = pad_pos(pos, wp, plane);
 #pragma unroll
       for (int j = 0; j < kWin / 8; ++j) {
-        const int off = out_offset(pos, pq);
-        pos += 8;
-        pad_advance(pq, 8, wp, hp);
-        // The statistics count this thread's own two positions of the pair where inside: the even one is the even
-        // lane's stored position, the odd one the odd lane's.
-        const bool in_mine = off >= 0;
-        const bool in_other = __shfl_xor_sync(0xffffffffu, in_mine ? 1 : 0, 4) != 0;
-        const bool in0 = odd ? in_other : in_mine, in1 = odd ? in_mine : in_other;
+        const bool row_in = pos < f_total && pq.pp >= 1 && pq.pp <= a.h;
+        const bool in0 = row_in && pq.qq >= 1 && pq.qq <= a.wd, in1 = row_in && pq.qq < a.wd;
+        const int off = (((pq.n * a.h + pq.pp - 1) * a.wd + pq.qq - 1) + (odd ? 1 : 0)) * a.k + ch;
+        const bool mine = odd ? in1 : in0;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const float c0 = d[4 * j + 2 * half], c1 = d[4 * j + 2 * half + 1];
           const float got = __shfl_xor_sync(0xffffffffu, odd ? c0 : c1, 4);
-          if (off >= 0)
-            *reinterpret_cast<uint32_t*>(y + off + ch + 8 * half) = odd ? pack2<T>(got, c1) : pack2<T>(c0, got);
-          if (stats) {
+          st_global_b32_if(mine, y + off + 8 * half, odd ? pack2<T>(got, c1) : pack2<T>(c0, got));
+          if constexpr (ST) {
             const float v0 = to_f32(from_f32<T>(c0)), v1 = to_f32(from_f32<T>(c1));
-            if (in0) st_sum[half] += v0, st_sq[half] += v0 * v0;
-            if (in1) st_sum[half] += v1, st_sq[half] += v1 * v1;
+            st_sum[half] += (in0 ? v0 : 0.0f) + (in1 ? v1 : 0.0f);
+            st_sq[half] += (in0 ? v0 * v0 : 0.0f) + (in1 ? v1 * v1 : 0.0f);
           }
         }
+        pos += 8;
+        pad_step(pq, 8, wp, hp);
       }
     } else {
+      // Thread (warp, lane) holds positions 16 warp + lane / 4 (+ 8) of the window, filters 8 j + 2 (lane % 4) (+ 1).
+      int pos = t * kTile + wg * kWin + warp * 16 + (lane >> 2);
+      PadPos pq = pad_pos(pos, wp, plane);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int pos = t * kTile + wg * kWin + warp * 16 + (lane >> 2) + 8 * half;
-        const int off = out_offset(pos, pad_pos(pos, wp, plane));
-        if (off < 0) continue;
-        T* out = y + off + n0 + 2 * (lane & 3);
+        const bool in = pos < f_total && pq.pp >= 1 && pq.pp <= a.h && pq.qq >= 1 && pq.qq <= a.wd;
+        T* out = y + (((pq.n * a.h + pq.pp - 1) * a.wd + pq.qq - 1) * a.k + n0 + 2 * (lane & 3));
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j)
-          *reinterpret_cast<uint32_t*>(out + 8 * j) = pack2<T>(d[4 * j + 2 * half], d[4 * j + 2 * half + 1]);
+          st_global_b32_if(in, out + 8 * j, pack2<T>(d[4 * j + 2 * half], d[4 * j + 2 * half + 1]));
+        pos += 8;
+        pad_step(pq, 8, wp, hp);
       }
     }
 #pragma unroll
@@ -463,9 +477,9 @@ __global__ void wgconv_stats_finalize_kernel(const float* __restrict__ part, int
 
 using RingKernel = void (*)(const void*, const void*, void*, RingArgs);
 
-template <class T, int BN, bool PXN>
+template <class T, int BN, bool PXN, bool ST = false>
 RingKernel ring_kernel_t() {
-  return &wgconv_ring_kernel<T, BN, PXN>;
+  return &wgconv_ring_kernel<T, BN, PXN, ST>;
 }
 
 // w (K, 3, 3, C) -> wf (C, 3, 3, K), wf[c][r][s][k] = w[k][2 - r][2 - s][c]; one thread per element of wf (16-bit).
@@ -503,7 +517,7 @@ void tile_dims(WgConvTile t, int* bm, int* bn) {
   *bn = t == WgConvTile::M128N128 || t == WgConvTile::M256N128 || t == WgConvTile::Ring128N128 ? 128 : 64;
 }
 
-RingKernel ring_kernel(GpuDType io, WgConvTile t) {
+RingKernel ring_kernel(GpuDType io, WgConvTile t, bool stats = false) {
   const bool h = io == GpuDType::F16;
   switch (t) {
     case WgConvTile::Ring128N64:
@@ -511,6 +525,7 @@ RingKernel ring_kernel(GpuDType io, WgConvTile t) {
     case WgConvTile::Ring128N128:
       return h ? ring_kernel_t<__half, 128, false>() : ring_kernel_t<__nv_bfloat16, 128, false>();
     case WgConvTile::RingPx256N64:
+      if (stats) return h ? ring_kernel_t<__half, 64, true, true>() : ring_kernel_t<__nv_bfloat16, 64, true, true>();
       return h ? ring_kernel_t<__half, 64, true>() : ring_kernel_t<__nv_bfloat16, 64, true>();
     default: return nullptr;
   }
@@ -546,7 +561,7 @@ bool wgconv_tile_is_ring(WgConvTile t) {
 bool wgconv_tile_fits(const Conv2dGeom& g, WgConvTile t) {
   int bm = 0, bn = 0;
   tile_dims(t, &bm, &bn);
-  return g.k % bn == 0 && (!wgconv_tile_is_ring(t) || g.c == 64);
+  return g.k % bn == 0 && (!wgconv_tile_is_ring(t) || (g.c == 64 && g.w >= 6));
 }
 
 bool wgconv_eligible(const Conv2dGeom& g, std::string* why) {
@@ -594,7 +609,7 @@ Result<WgConvPlan> wgconv_plan(const Conv2dGeom& g, GpuDType io, WgConvTile tile
   if (!wgconv_tile_fits(g, tile))
     return Error{ErrCode::NotSupported, "wgconv",
                  std::string("tile ") + wgconv_tile_name(tile) + " needs K % " + std::to_string(p.bn) + " == 0" +
-                     (wgconv_tile_is_ring(tile) ? " and C == 64" : "") + ": " + conv2d_geom_str(g)};
+                     (wgconv_tile_is_ring(tile) ? ", C == 64 and W >= 6" : "") + ": " + conv2d_geom_str(g)};
   p.grid_n = g.k / p.bn;
   if (wgconv_tile_is_ring(tile)) {
     const int64_t halo = g.w + 3;
@@ -610,8 +625,10 @@ Result<WgConvPlan> wgconv_plan(const Conv2dGeom& g, GpuDType io, WgConvTile tile
     int sms = 0;
     TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     p.grid_m = std::max<int64_t>(1, sms / p.grid_n);
-    TRCTL_CUDA_TRY(cudaFuncSetAttribute(ring_kernel(io, tile), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(p.smem_bytes)));
+    for (bool st : {false, true})
+      if (RingKernel k = ring_kernel(io, tile, st); k)
+        TRCTL_CUDA_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(p.smem_bytes)));
     return p;
   }
   p.stages = wg_stages(p.bm, p.bn);
@@ -676,7 +693,7 @@ Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& p, const void* x, 
     a.phase = p.phase_from_start ? 1 : 0;
     if (prologue) a.pro = *prologue;
     a.stats_ws = stats ? static_cast<float*>(stats->ws) : nullptr;
-    ring_kernel(p.io, p.tile)<<<grid, kThreads, p.smem_bytes, stream>>>(x, w, y, a);
+    ring_kernel(p.io, p.tile, stats != nullptr)<<<grid, kThreads, p.smem_bytes, stream>>>(x, w, y, a);
     TRCTL_CUDA_TRY(cudaGetLastError());
     if (stats) {
       wgconv_stats_finalize_kernel<<<static_cast<unsigned>((g.k + 127) / 128), 128, 0, stream>>>(
