@@ -41,6 +41,9 @@ struct ConvAlgoSources {
   // (runtime/ops/conv2d/fewc_bn_grad.h; train.conv_fewc: on under AMP): their third pass is skipped. run.json holds
   // it when > 0.
   int bn_grad_folded = 0;
+  // Data gradients on trctl's wgmma ring kernel (train.conv_wgconv: dgrad), per node of every program; run.json
+  // holds it when > 0.
+  int wgconv_dgrad = 0;
   // train.conv_bn_backward: the mode in effect (effective_conv_bn_backward: "separate" or "fused"; auto resolved)
   // and, unless separate, the batch norms + ReLU whose backward reductions a convolution's data gradient computed
   // (fused: cuDNN's dgrad + ReLU backward + BN-backward-weights graph), separate ones (not a pair it serves) and

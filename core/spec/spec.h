@@ -211,6 +211,14 @@ enum class ConvS2d { On, Forward, Off };
 // bitwise the batch norm's own dx), off = the conv_s2d / conv_im2col / cuDNN paths. The same convolution up to
 // summation order; a performance switch, no effect on the CPU backend.
 enum class ConvFewc { On, Forward, Off };
+// trctl's Hopper wgmma convolution (runtime/ops/conv2d/wgconv.h, compiled for sm_90a) under AMP on the CUDA backend:
+// dgrad = the data gradient of every 3x3/1 convolution with 64 output channels whose ring px kernel fits
+// (wgconv_dgrad_ring_eligible, runtime/ops/conv2d/wgconv_rule.h: VGG16-BN's conv1_2, ResNet's layer1 3x3s) runs
+// on it instead of cuDNN (on the H200 at VGG's conv1_2, 224² x 64, batch 256: 2,242 µs against cuDNN's 2,586,
+// RESULTS.md run 61); such a data gradient is then no train.conv_bn_backward pair. off (the default) = cuDNN.
+// Deterministic (one fixed summation order); the same gradient up to summation order. A GPU other than compute
+// capability 9.0 refuses the plan ("not supported"); no effect under fp32/tf32 or on the CPU backend.
+enum class ConvWgconv { Off, Dgrad };
 // Where a training batch norm that reads a convolution's output gets its batch statistics on the CUDA backend under
 // AMP: separate = trctl's statistics pass over the conv output (bitwise reproducible); fused = every eligible conv ->
 // batch norm pair (a cuDNN-routed conv, groups 1, no bias, unpadded channels) runs cuDNN's runtime-fusion conv +
@@ -262,6 +270,7 @@ struct TrainSpec {
   ConvIm2col conv_im2col = ConvIm2col::Forward;  // YAML conv_im2col: on | forward | off
   ConvS2d conv_s2d = ConvS2d::Forward;           // YAML conv_s2d: on | forward | off
   ConvFewc conv_fewc = ConvFewc::On;             // YAML conv_fewc: on | forward | off
+  ConvWgconv conv_wgconv = ConvWgconv::Off;      // YAML conv_wgconv: off | dgrad
   ConvBnStats conv_bn_stats = ConvBnStats::Auto;      // YAML conv_bn_stats: separate | fused | auto
   ConvBnApply conv_bn_apply = ConvBnApply::Separate;  // YAML conv_bn_apply: separate | prologue
   ConvBnBackward conv_bn_backward = ConvBnBackward::Auto;  // YAML conv_bn_backward: separate | fused | auto
@@ -333,6 +342,7 @@ const char* to_string(DeviceKind d);
 const char* to_string(ConvIm2col c);
 const char* to_string(ConvS2d c);
 const char* to_string(ConvFewc c);
+const char* to_string(ConvWgconv c);
 const char* to_string(ConvBnStats c);
 const char* to_string(ConvBnApply c);
 const char* to_string(ConvBnBackward c);

@@ -131,6 +131,13 @@ const char* to_string(ConvFewc c) {
   }
   return "?";
 }
+const char* to_string(ConvWgconv c) {
+  switch (c) {
+    case ConvWgconv::Off: return "off";
+    case ConvWgconv::Dgrad: return "dgrad";
+  }
+  return "?";
+}
 const char* to_string(ConvBnBackward c) {
   switch (c) {
     case ConvBnBackward::Separate: return "separate";
@@ -383,6 +390,8 @@ std::string spec_to_yaml(const Spec& spec) {
     y += std::string("  conv_s2d: ") + to_string(spec.train.conv_s2d) + "\n";
   if (spec.train.conv_fewc != ConvFewc::On)  // only when not the default: older specs keep their hash
     y += std::string("  conv_fewc: ") + to_string(spec.train.conv_fewc) + "\n";
+  if (spec.train.conv_wgconv != ConvWgconv::Off)  // likewise
+    y += std::string("  conv_wgconv: ") + to_string(spec.train.conv_wgconv) + "\n";
   // Only when not the default (auto since RESULTS.md run 58): specs without the key keep their hash, and now mean
   // auto; an explicit separate is written.
   if (spec.train.conv_bn_stats != ConvBnStats::Auto)

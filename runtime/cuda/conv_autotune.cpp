@@ -687,10 +687,12 @@ Status conv_autotune_spec(const Compiled& c, const std::string& path, bool engin
       if (!conv_node_operands(n, &x, &w)) continue;
       d.g = conv2d_geom_of(c.graph, n, x, w);
       // What the backend plans for this direction (runtime/ops/conv2d/conv_route.h, CudaBackend::planned_geom):
-      // nothing for im2col + GEMM or the few-channel kernel (a data gradient still is measured), else the cuDNN
-      // plan's geometry (space-to-depth's stride-1 one, or C padded to a multiple of 8 under AMP), so its key is
-      // found.
-      if (const ConvRoute r = conv_route(route, n.op, d.g); r == ConvRoute::Im2col || r == ConvRoute::Fewc) continue;
+      // nothing for im2col + GEMM, the few-channel kernel (a data gradient still is measured) or a wgconv data
+      // gradient, else the cuDNN plan's geometry (space-to-depth's stride-1 one, or C padded to a multiple of 8
+      // under AMP), so its key is found.
+      if (const ConvRoute r = conv_route(route, n.op, d.g);
+          r == ConvRoute::Im2col || r == ConvRoute::Fewc || r == ConvRoute::Wgconv)
+        continue;
       d.g = conv_plan_geom(route, n.op, d.g);
       if (!seen.insert(autotune_key(none, ConvDir::Fwd, d)).second) continue;
       if (Status st = autotune_one(ctx.value().cudnn, d, cache.value(), size_t{256} << 20, engines, report); !st)

@@ -22,6 +22,7 @@
 #include "runtime/ops/conv2d/conv_bn_stats.h"
 #include "runtime/ops/conv2d/fewc_bn_grad.h"
 #include "runtime/ops/conv2d/fewc_cuda.h"
+#include "runtime/ops/conv2d/wgconv.h"
 #include "runtime/ops/amp/amp_cuda.h"
 #include "runtime/ops/batchnorm/batchnorm_cuda.h"
 #include "runtime/ops/augment/augment_cuda.h"
@@ -150,6 +151,11 @@ class CudaBackend final : public Backend {
   bool fewc_node(const Node& n) const;
   Status plan_fewc(const Node& n);
   Status lower_fewc_conv_node(const Node& n, std::vector<Launch>& out);
+  // Data gradients on trctl's wgmma ring kernel under AMP (train.conv_wgconv: dgrad, wgconv_dgrad_ring_eligible):
+  // the filters flipped into conv_ws_, then the forward kernel on dY (runtime/cuda/cuda_lower_wgconv.cpp).
+  bool wgconv_node(const Node& n) const;
+  Status plan_wgconv(const Node& n);
+  Status lower_wgconv_conv_node(const Node& n, std::vector<Launch>& out);
   // train.conv_bn_stats (fused / auto): the conv -> training batch norm pairs whose conv runs cuDNN's conv + genstats
   // graph and whose batch norm finalizes its statistics from the sums; planned at the end of plan_cnn.
   Status plan_conv_bn_stats();
@@ -210,6 +216,7 @@ class CudaBackend final : public Backend {
   std::map<std::string, Im2colConvPlan> im2col_;  // by im2col_key; their cols and Wc live in conv_ws_
   std::map<std::string, FewcConvPlan> fewc_;          // forwards, by geometry key (conv_key)
   std::map<std::string, FewcWgradPlan> fewc_wgrad_;   // weight gradients (partials in conv_ws_), likewise
+  std::map<std::string, WgConvPlan> wgconv_;          // data gradients, by the forward's conv_key (flip in conv_ws_)
   // The batch norms whose backward dx the few-channel weight gradient computes (fewc_bn_grad_choose), by dx;
   // their weight gradients' plans are fewc_wgrad_'s "bn " + conv_key entries.
   std::map<ValueId, FewcBnGradFold> fewc_bn_grad_;

@@ -93,12 +93,16 @@ Status CudaBackend::plan_cnn() {
   conv_sources_.bn_grad_folded = static_cast<int>(fewc_bn_grad_.size());
   for (const Program& p : c_.graph.programs)
     for (const Node& n : p.nodes)
-      if (n.op == OpKind::Conv2dGradInput) dgrad_keys.insert(conv_key(planned_geom(n)));
+      if (n.op == OpKind::Conv2dGradInput && !wgconv_node(n)) dgrad_keys.insert(conv_key(planned_geom(n)));
   for (const Program& p : c_.graph.programs)
     for (const Node& n : p.nodes) {
       if (is_conv(n.op) && !pointwise_conv(n)) {  // pointwise ones are cuBLASLt GEMMs (plan_gemms)
         if (fewc_node(n)) {  // trctl's kernel: no cuDNN plan (nor a count in conv_sources_)
           if (Status st = plan_fewc(n); !st.ok()) return st;
+          continue;
+        }
+        if (wgconv_node(n)) {  // trctl's wgmma data gradient: no cuDNN plan (counted: conv_sources_.wgconv_dgrad)
+          if (Status st = plan_wgconv(n); !st.ok()) return st;
           continue;
         }
         if (im2col_node(n)) {  // im2col + GEMM: no cuDNN plan (nor a count in conv_sources_), like the 1x1 GEMMs
@@ -359,6 +363,7 @@ Status CudaBackend::lowp_wgrad_supported(const Node& n) const {
 
 Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
   if (fewc_node(n)) return lower_fewc_conv_node(n, out);
+  if (wgconv_node(n)) return lower_wgconv_conv_node(n, out);
   if (s2d_node(n)) return lower_s2d_conv_node(n, out);
   if (im2col_node(n)) return lower_im2col_conv_node(n, out);
   const CudnnConvPlan* plan = conv_plan(n);

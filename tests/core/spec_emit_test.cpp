@@ -332,3 +332,15 @@ TEST_CASE("train.conv_fewc is written only when not the default 'on', so older s
     CHECK(back.value().train.conv_fewc == m);
   }
 }
+
+TEST_CASE("train.conv_wgconv is written only when not the default 'off', so older specs keep their checkpoint hash") {
+  Spec s = complex_spec();
+  s.train.conv_wgconv = ConvWgconv::Off;
+  CHECK(spec_to_yaml(s).find("conv_wgconv") == std::string::npos);
+  s.train.conv_wgconv = ConvWgconv::Dgrad;
+  const std::string y = spec_to_yaml(s);
+  CHECK(y.find("  conv_wgconv: dgrad\n") != std::string::npos);
+  Result<Spec> back = spec_parse(y, "emitted.yaml");
+  REQUIRE(back.ok());
+  CHECK(back.value().train.conv_wgconv == ConvWgconv::Dgrad);
+}

@@ -441,6 +441,20 @@ TEST_CASE("run.json's conv -> batch norm statistics counts (train.conv_bn_stats)
   REQUIRE_FALSE(bad_grad.ok());
   CHECK_THAT(bad_grad.error_text(), Catch::Contains("conv_algorithms.bn_grad_folded"));
   CHECK_THAT(with_grad, !Catch::Contains("bn_backward"));  // train.conv_bn_backward: separate writes none
+  CHECK(back3->conv.wgconv_dgrad == 0);
+  CHECK_THAT(with_grad, !Catch::Contains("wgconv_dgrad"));  // written only when a data gradient ran on wgconv
+  f.conv.wgconv_dgrad = 2;
+  const std::string with_wg = run_facts_json(f);
+  CHECK_THAT(with_wg, Catch::Contains("\"wgconv_dgrad\": 2"));
+  Result<RunFacts> back_wg = run_facts_parse(with_wg, "run.json");
+  REQUIRE(back_wg.ok());
+  CHECK(back_wg->conv.wgconv_dgrad == 2);
+  Result<RunFacts> bad_wg = run_facts_parse(
+      R"({"backend": "cuda", "conv_algorithms": {"from_cache": 0, "from_heuristics": 1, "wgconv_dgrad": -1}})",
+      "run.json");
+  REQUIRE_FALSE(bad_wg.ok());
+  CHECK_THAT(bad_wg.error_text(), Catch::Contains("conv_algorithms.wgconv_dgrad"));
+  f.conv.wgconv_dgrad = 0;
   CHECK_THAT(with_grad, !Catch::Contains("graph_engines"));  // written only when a plan runs a graph-API config
   f.conv.graph_engines = 3;
   const std::string with_engines = run_facts_json(f);

@@ -4,6 +4,7 @@
 #include "runtime/ops/conv2d/fewc.h"
 #include "runtime/ops/conv2d/im2col.h"
 #include "runtime/ops/conv2d/s2d.h"
+#include "runtime/ops/conv2d/wgconv_rule.h"
 
 namespace trctl {
 
@@ -13,10 +14,13 @@ ConvRouteOptions conv_route_options(const Spec& spec) {
   o.im2col = spec.train.conv_im2col;
   o.s2d = spec.train.conv_s2d;
   o.fewc = spec.train.conv_fewc;
+  o.wgconv = spec.train.conv_wgconv;
   return o;
 }
 
 ConvRoute conv_route(const ConvRouteOptions& o, OpKind op, const Conv2dGeom& g) {
+  if (o.lowp && op == OpKind::Conv2dGradInput && o.wgconv == ConvWgconv::Dgrad && wgconv_dgrad_ring_eligible(g))
+    return ConvRoute::Wgconv;
   if (!o.lowp || (op != OpKind::Conv2d && op != OpKind::Conv2dGradWeight)) return ConvRoute::Cudnn;
   const bool fwd = op == OpKind::Conv2d;
   if (fwd ? o.fewc != ConvFewc::Off && fewc_conv_eligible(g) : o.fewc == ConvFewc::On && fewc_wgrad_eligible(g))
@@ -30,7 +34,7 @@ ConvRoute conv_route(const ConvRouteOptions& o, OpKind op, const Conv2dGeom& g) 
 Conv2dGeom conv_plan_geom(const ConvRouteOptions& o, OpKind op, const Conv2dGeom& g) {
   const ConvRoute r = conv_route(o, op, g);
   if (r == ConvRoute::S2d) return s2d_conv_geom(g);
-  if (r == ConvRoute::Fewc) return g;  // no cuDNN plan
+  if (r == ConvRoute::Fewc || r == ConvRoute::Wgconv) return g;  // no cuDNN plan
   Conv2dGeom p = g;
   if (o.lowp && op != OpKind::Conv2dGradWeight && g.groups == 1 && g.c % 8 != 0) p.c = (g.c + 7) / 8 * 8;
   return p;

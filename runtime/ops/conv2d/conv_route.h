@@ -14,6 +14,7 @@ enum class ConvRoute {
   Im2col,  // im2col + cuBLASLt GEMM, no cuDNN plan (runtime/cuda/im2col_conv.h)
   S2d,     // space-to-depth + a cuDNN plan of conv_plan_geom = s2d_conv_geom (runtime/cuda/s2d_conv.h)
   Fewc,    // trctl's few-channel tensor-core implicit GEMM, no cuDNN plan (runtime/ops/conv2d/fewc_cuda.h)
+  Wgconv,  // a data gradient on trctl's wgmma ring kernel, no cuDNN plan (runtime/ops/conv2d/wgconv.h)
 };
 
 struct ConvRouteOptions {
@@ -21,10 +22,12 @@ struct ConvRouteOptions {
   ConvIm2col im2col = ConvIm2col::Forward;
   ConvS2d s2d = ConvS2d::Forward;
   ConvFewc fewc = ConvFewc::On;
+  ConvWgconv wgconv = ConvWgconv::Off;
 };
 ConvRouteOptions conv_route_options(const Spec& spec);
 
-// op: Conv2d, Conv2dGradInput or Conv2dGradWeight; g: the real geometry. Under AMP, the few-channel kernel for
+// op: Conv2d, Conv2dGradInput or Conv2dGradWeight; g: the real geometry. Under AMP, wgconv for the data gradient
+// of a wgconv_dgrad_ring_eligible conv when conv_wgconv is dgrad; the few-channel kernel for
 // fewc_conv_eligible convs' forward unless conv_fewc is off, and for fewc_wgrad_eligible ones' weight gradient when
 // it is on; else space-to-depth for s2d_conv_eligible convs (forward unless conv_s2d is off, weight gradient when
 // on), else im2col for im2col_conv_eligible ones (forward unless conv_im2col is off, weight gradient when on), else

@@ -1,12 +1,13 @@
 // conv_route / conv_plan_geom (runtime/ops/conv2d/conv_route.h): the ResNet stem (7x7/2, C=3), VGG's stem (3x3/1,
 // C=3) and an ordinary conv (3x3/1, C=64) under fp32 and AMP with every conv_im2col / conv_s2d / conv_fewc setting,
 // each direction's route and the geometry of its cuDNN plan: the few-channel kernel (conv_fewc) first, then
-// space-to-depth, im2col and cuDNN as before when it is off.
+// space-to-depth, im2col and cuDNN as before when it is off; and the data gradients conv_wgconv routes to wgconv.
 #include <catch2/catch.hpp>
 
 #include "runtime/ops/conv2d/conv_route.h"
 #include "runtime/ops/conv2d/fewc.h"
 #include "runtime/ops/conv2d/s2d.h"
+#include "runtime/ops/conv2d/wgconv_rule.h"
 #include "tests/support/conv_geom.h"
 
 using namespace trctl;
@@ -151,4 +152,40 @@ TEST_CASE("conv_route: the weight gradient takes the few-channel kernel only wit
       CHECK(conv_route(on, kWgrad, kStem) == stride2_wgrad);
       CHECK(conv_route(on, kWgrad, kWide) == ConvRoute::Cudnn);
     }
+}
+
+TEST_CASE("conv_route: conv_wgconv dgrad sends exactly the data gradients the ring px kernel takes to wgconv, only "
+          "under AMP",
+          "[conv_route][wgconv]") {
+  const Conv2dGeom conv1_2 = conv_geom(256, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1);  // VGG16-BN's features_3
+  const Conv2dGeom conv2_1 = conv_geom(256, 112, 112, 64, 128, 3, 3, 1, 1, 1, 1);  // K = 128: its dgrad has C = 128
+  const Conv2dGeom layer1 = conv_geom(256, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1);     // ResNet-50's layer1 3x3
+  const Conv2dGeom narrow = conv_geom(4, 8, 5, 64, 64, 3, 3, 1, 1, 1, 1);        // W = 5 < 6
+  const Conv2dGeom strided = conv_geom(4, 16, 16, 64, 64, 3, 3, 2, 2, 1, 1);
+  const Conv2dGeom wide = conv_geom(1, 8, 600, 64, 64, 3, 3, 1, 1, 1, 1);  // ring + filters over 227 KiB
+  CHECK(wgconv_dgrad_ring_eligible(conv1_2));
+  CHECK(wgconv_dgrad_ring_eligible(layer1));
+  CHECK(wgconv_dgrad_ring_eligible(kWide));
+  CHECK_FALSE(wgconv_dgrad_ring_eligible(conv2_1));
+  CHECK_FALSE(wgconv_dgrad_ring_eligible(narrow));
+  CHECK_FALSE(wgconv_dgrad_ring_eligible(strided));
+  CHECK_FALSE(wgconv_dgrad_ring_eligible(wide));
+  CHECK_FALSE(wgconv_dgrad_ring_eligible(kVggConv0));  // C = 3
+  // The ring at 224^2: 2 tiles of 256 and 2 (W + 3) halo rows = 966 -> 1024 rows; 216 KiB with the filters.
+  CHECK(wgconv_ring_rows(conv1_2, kWgconvPxTile) == 1024);
+  CHECK(wgconv_ring_smem_bytes(conv1_2, 64, kWgconvPxTile, kWgconvPxWindow) == (576 + 1024 + 128) * 128 + 1024);
+
+  ConvRouteOptions o = opts(true, ConvIm2col::Forward, ConvS2d::Forward, ConvFewc::On);
+  for (const Conv2dGeom& g : {conv1_2, layer1, conv2_1, narrow, strided, wide})
+    CHECK(conv_route(o, kDgrad, g) == ConvRoute::Cudnn);  // off: the default
+  o.wgconv = ConvWgconv::Dgrad;
+  for (const Conv2dGeom& g : {conv1_2, layer1, kWide}) {
+    CHECK(conv_route(o, kDgrad, g) == ConvRoute::Wgconv);
+    CHECK(conv_plan_geom(o, kDgrad, g).c == g.c);  // no cuDNN plan: the real geometry
+    CHECK(conv_route(o, kFwd, g) == ConvRoute::Cudnn);   // the forward and the weight gradient stay
+    CHECK(conv_route(o, kWgrad, g) == ConvRoute::Cudnn);
+  }
+  for (const Conv2dGeom& g : {conv2_1, narrow, strided, wide}) CHECK(conv_route(o, kDgrad, g) == ConvRoute::Cudnn);
+  o.lowp = false;  // fp32 / tf32: the kernel takes f16 or bf16
+  CHECK(conv_route(o, kDgrad, conv1_2) == ConvRoute::Cudnn);
 }

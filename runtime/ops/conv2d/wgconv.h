@@ -9,8 +9,10 @@
 // 128-byte swizzle wgmma reads, through cp.async in a circular buffer of stages, and each warpgroup runs m64nBNk16
 // wgmma on its BM/2 rows (the ring kernels below stage differently). The layer shapes it exists for: VGG16's 3x3
 // layers at 224^2 x 64 and 112^2, where cuDNN's kernels run at 56-80 % of the tensor-core ceiling and the batch-norm
-// passes around them could be fused in. A bench kernel for now (`trctl bench kernels`' "wgconv" rows against
-// cuDNN): run 60 measured the tiled and ring kernels 1.5-1.9x slower than cuDNN, so the backend routes nothing here.
+// passes around them could be fused in. `trctl bench kernels`' "wgconv" rows time it against cuDNN: the tiled
+// kernel is 1.3-1.8x slower at every VGG layer; the ring px kernel (C == 64) matches cuDNN's forward at VGG's
+// conv1_2 and beats its data gradient there (RESULTS.md run 61). The backend routes the data gradients the ring px
+// kernel takes to it with train.conv_wgconv: dgrad (conv_route.h); nothing else.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -19,6 +21,7 @@
 #include "core/util/error.h"
 #include "runtime/cuda/gpu_dtype.h"
 #include "runtime/ops/conv2d/conv2d.h"
+#include "runtime/ops/conv2d/wgconv_rule.h"  // wgconv_eligible, the ring kernels' shared memory
 
 namespace trctl {
 
@@ -44,9 +47,6 @@ bool wgconv_tile_is_ring(WgConvTile t);
 // for a ring tile (the plan may still refuse it for shared memory).
 bool wgconv_tile_fits(const Conv2dGeom& g, WgConvTile t);
 
-// True for a finished geometry it covers: 3x3, stride 1, padding 1, dilation 1, one group, C % 64 == 0,
-// K % 64 == 0, H and W below 32768, and x and y each below 2^31 elements. *why (may be nullptr) says what is not.
-bool wgconv_eligible(const Conv2dGeom& g, std::string* why);
 
 // The tile a plan takes unless told: K % 128 == 0 -> 128x128, else 128x64.
 WgConvTile wgconv_default_tile(const Conv2dGeom& g);

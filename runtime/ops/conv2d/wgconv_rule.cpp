@@ -1,0 +1,42 @@
+// wgconv_eligible, the ring kernels' shared memory and the data-gradient rule: see wgconv_rule.h.
+#include "runtime/ops/conv2d/wgconv_rule.h"
+
+namespace trctl {
+
+bool wgconv_eligible(const Conv2dGeom& g, std::string* why) {
+  auto no = [&](const std::string& s) {
+    if (why) *why = s;
+    return false;
+  };
+  if (g.r != 3 || g.s != 3 || g.stride_h != 1 || g.stride_w != 1 || g.pad_h != 1 || g.pad_w != 1 || g.dil_h != 1 ||
+      g.dil_w != 1)
+    return no("not a 3x3 stride-1 padding-1 undilated conv");
+  if (g.groups != 1) return no("grouped");
+  if (g.c % 64 != 0 || g.k % 64 != 0) return no("C and K must be multiples of 64");
+  if (g.p != g.h || g.q != g.w) return no("output size differs from the input's");
+  if (g.h >= 32768 || g.w >= 32768) return no("H or W of 32768 or more");
+  const int64_t lim = static_cast<int64_t>(1) << 31;
+  if (g.n * g.h * g.w * g.c >= lim || g.n * g.h * g.w * g.k >= lim || g.k * 9 * g.c >= lim)
+    return no("a tensor of 2^31 elements or more");
+  return true;
+}
+
+int64_t wgconv_ring_rows(const Conv2dGeom& g, int tile_len) {
+  const int64_t need = 2 * static_cast<int64_t>(tile_len) + 2 * (g.w + 3);
+  int64_t rows = 8;
+  while (rows < need) rows *= 2;
+  return rows;
+}
+
+int64_t wgconv_ring_smem_bytes(const Conv2dGeom& g, int bn, int tile_len, int window) {
+  return (9 * static_cast<int64_t>(bn) + wgconv_ring_rows(g, tile_len) + window) * 128 + 1024;
+}
+
+bool wgconv_dgrad_ring_eligible(const Conv2dGeom& g) {
+  Conv2dGeom d = g;
+  d.c = g.k, d.k = g.c;
+  return wgconv_eligible(d, nullptr) && d.c == 64 && d.w >= 6 &&
+         wgconv_ring_smem_bytes(d, 64, kWgconvPxTile, kWgconvPxWindow) <= kWgconvMaxSmemBytes;
+}
+
+}  // namespace trctl

@@ -1,0 +1,31 @@
+// The rule that says which convolutions wgconv (runtime/ops/conv2d/wgconv.h, the Hopper wgmma 3x3 conv) covers and
+// the shared memory of its ring kernels: plain C++ (no CUDA), so the route (conv_route.h) and the CPU tests use the
+// same arithmetic as the plan on the device.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "runtime/ops/conv2d/conv2d.h"
+
+namespace trctl {
+
+// True for a finished geometry wgconv covers: 3x3, stride 1, padding 1, dilation 1, one group, C % 64 == 0,
+// K % 64 == 0, H and W below 32768, and x and y each below 2^31 elements. *why (may be nullptr) says what is not.
+bool wgconv_eligible(const Conv2dGeom& g, std::string* why);
+
+constexpr int64_t kWgconvMaxSmemBytes = 227 * 1024;  // an H100/H200 CTA's opt-in dynamic shared memory
+constexpr int kWgconvPxTile = 256;                   // the ring px kernel: positions per tile ...
+constexpr int kWgconvPxWindow = 128;                 // ... and per warpgroup (its mirrored rows)
+
+// A ring kernel over the padded plane of g with tiles of `tile_len` positions: the ring's rows (a power of two of
+// at least two tiles and both halos, 2 (W + 3) rows) and the CTA's dynamic shared memory (`bn` filters x 9 taps,
+// the ring and `window` mirror rows of 128 bytes, plus 1 KiB of alignment slack).
+int64_t wgconv_ring_rows(const Conv2dGeom& g, int tile_len);
+int64_t wgconv_ring_smem_bytes(const Conv2dGeom& g, int bn, int tile_len, int window);
+
+// Whether the data gradient of the forward conv g runs on the ring px kernel (wgconv_dgrad_geom: C and K swapped):
+// that geometry wgconv_eligible, its C (g's K) == 64, W >= 6, and ring + filters within kWgconvMaxSmemBytes.
+// train.conv_wgconv: dgrad routes exactly these (conv_route.h).
+bool wgconv_dgrad_ring_eligible(const Conv2dGeom& g);
+
+}  // namespace trctl

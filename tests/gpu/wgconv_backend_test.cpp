@@ -1,0 +1,83 @@
+// train.conv_wgconv: dgrad on the CUDA backend (CudaBackend::lower_wgconv_conv_node): the data gradient of a
+// 64 -> 64 3x3/1 conv runs trctl's wgmma ring kernel on flipped filters instead of cuDNN -- counted in
+// conv_algo_sources() (run.json's conv_algorithms.wgconv_dgrad) per backward program, none with the default off or
+// under fp32; from the same weights and batch, one step's loss bitwise equal to off's (the forward is the same),
+// the conv's own weight gradient bitwise equal (it does not read dX), the gradients upstream of dX (the first batch
+// norm's, the stem's) within 1e-2 norm-wise (dX rounded to f16 from another fp32 summation order: ~2^-11 relative
+// per element; a wrong flip or transpose is off by O(1)), and two backends of one seed bitwise equal.
+// The net: VGG16-BN's first two layers in small (an RGB stem to 64 channels, batch norm + ReLU, a 64 -> 64 conv).
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "tests/gpu/backend_step_util.h"
+#include "tests/support/weights_diff.h"
+
+using namespace trctl;
+using namespace trctl::gputest;
+
+namespace {
+
+const char* kYaml = R"(
+seed: 13
+data:
+  dataset: synthetic
+  synthetic: {train_size: 64, val_size: 32, height: 20, width: 24, channels: 3, classes: 10}
+  batch_size: 16
+  val_batch_size: 16
+model:
+  layers:
+    - {type: conv2d, name: stem, out_channels: 64, kernel_size: 3, padding: 1, bias: false}
+    - {type: batch_norm, name: bn0}
+    - {type: relu, name: relu0}
+    - {type: conv2d, name: conv1, out_channels: 64, kernel_size: 3, padding: 1, bias: false}
+    - {type: batch_norm, name: bn1}
+    - {type: relu, name: relu1}
+    - {type: global_avg_pool, name: gap}
+    - {type: linear, name: fc, out_features: 10}
+optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
+train: {epochs: 2, precision: fp16, device: cuda}
+run: {progress: off}
+)";
+
+Spec spec_of(const std::vector<std::string>& overrides) {
+  Result<Spec> s = spec_parse(kYaml, "wgconv_backend.yaml", overrides);
+  INFO((s.ok() ? std::string() : s.error_text()));
+  REQUIRE(s.ok());
+  return s.value();
+}
+
+}  // namespace
+
+TEST_CASE("train.conv_wgconv dgrad runs the 64-channel data gradient on wgconv: counted, repeatable, and the same "
+          "gradients as cuDNN's (fp16 AMP)",
+          "[gpu][backend][cnn][wgconv]") {
+  const BuiltBackend wg = build_backend(spec_of({"train.conv_wgconv=dgrad"})),
+                     wg2 = build_backend(spec_of({"train.conv_wgconv=dgrad"})),
+                     off = build_backend(spec_of({}));
+  const int backward = backward_programs(*wg.c);
+  REQUIRE(backward >= 1);
+  CHECK(wg.be->conv_algo_sources()->wgconv_dgrad == backward);  // conv1's dgrad; the stem's dX is never computed
+  CHECK(off.be->conv_algo_sources()->wgconv_dgrad == 0);
+  const int64_t sample = 20 * 24 * 3;
+  const double lw = one_train_step(wg, sample), lw2 = one_train_step(wg2, sample), lo = one_train_step(off, sample);
+  CHECK(lw == lw2);
+  CHECK(lw == lo);  // the same forward
+  const std::vector<float> gw = floats_of(wg.be->read_region(Region::Grads)),
+                           gw2 = floats_of(wg2.be->read_region(Region::Grads)),
+                           go = floats_of(off.be->read_region(Region::Grads));
+  CHECK(gw == gw2);  // one seed: bitwise
+  CHECK(value_slice(*wg.c, gw, "conv1.weight.grad") == value_slice(*off.c, go, "conv1.weight.grad"));
+  for (const char* name : {"stem.weight.grad", "bn0.weight.grad", "bn0.bias.grad"}) {
+    const double r = testing::rel_diff(value_slice(*wg.c, gw, name), value_slice(*off.c, go, name));
+    INFO(name << ": relative difference " << r << " to cuDNN's data gradient");
+    CHECK(r < 1e-2);
+    CHECK(r > 0.0);  // another summation order: not the cuDNN path by accident
+  }
+}
+
+TEST_CASE("train.conv_wgconv dgrad does nothing under fp32 (the kernel takes f16 or bf16)", "[gpu][backend][wgconv]") {
+  const BuiltBackend b = build_backend(spec_of({"train.conv_wgconv=dgrad", "train.precision=fp32"}));
+  CHECK(b.be->conv_algo_sources()->wgconv_dgrad == 0);
+}
