@@ -3,8 +3,10 @@
 // conv_algo_sources() (run.json's conv_algorithms.wgconv_dgrad) per backward program, none with the default off or
 // under fp32; from the same weights and batch, one step's loss bitwise equal to off's (the forward is the same),
 // the conv's own weight gradient bitwise equal (it does not read dX), the gradients upstream of dX (the first batch
-// norm's, the stem's) within 1e-2 norm-wise (dX rounded to f16 from another fp32 summation order: ~2^-11 relative
-// per element; a wrong flip or transpose is off by O(1)), and two backends of one seed bitwise equal.
+// norm's, the stem's) within 1e-2 norm-wise (a wrong flip or transpose is off by O(1); run 61 on an H100 found them
+// bitwise equal to cuDNN's: its data-gradient kernel sums the taps and channel steps in the same order), and two
+// backends of one seed bitwise equal. That the route is taken is what the count says; `[wgconv]` checks the kernel's
+// data gradient against float64.
 // The net: VGG16-BN's first two layers in small (an RGB stem to 64 channels, batch norm + ReLU, a 64 -> 64 conv).
 #include <catch2/catch.hpp>
 
@@ -73,7 +75,6 @@ TEST_CASE("train.conv_wgconv dgrad runs the 64-channel data gradient on wgconv: 
     const double r = testing::rel_diff(value_slice(*wg.c, gw, name), value_slice(*off.c, go, name));
     INFO(name << ": relative difference " << r << " to cuDNN's data gradient");
     CHECK(r < 1e-2);
-    CHECK(r > 0.0);  // another summation order: not the cuDNN path by accident
   }
 }
 
