@@ -288,15 +288,24 @@ __global__ void __launch_bounds__(kThreads, 1)
       f(pos, pad_pos(pos < 0 ? 0 : pos, wp, plane));
     }
   };
-  // ... and of the kTile rows tile t adds to tile t - 1's span (one division, then steps of 32 positions).
-  auto each_new_row = [&](int t, auto&& f) {
-    int pos = t * kTile + halo + row0;
-    PadPos pq = pad_pos(pos, wp, plane);
+  // A walk over the padded plane: a position and its (image, padded row, padded column), moved by steps (the
+  // division is paid once per CTA, not per tile).
+  struct Cursor {
+    int pos;
+    PadPos pq;
+  };
+  auto cursor_at = [&](int pos) { return Cursor{pos, pad_pos(pos, wp, plane)}; };
+  auto cursor_move = [&](Cursor& c, int d) {
+    c.pos += d;
+    pad_advance(c.pq, d, wp, hp);
+  };
+  // ... and of the kTile rows tile t adds to tile t - 1's span, c at its first (this thread's row t kTile + halo +
+  // row0): c ends at tile t + 1's.
+  auto each_new_row = [&](Cursor& c, auto&& f) {
 #pragma unroll
     for (int i = 0; i < kTile / 32; ++i) {
-      f(pos, pq);
-      pos += 32;
-      pad_advance(pq, 32, wp, hp);
+      f(c.pos, c.pq);
+      cursor_move(c, 32);
     }
   };
   // The batch-norm prologue (a.pro.gamma set): this thread's 8 channels' constants, and the transform of a piece
@@ -355,8 +364,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Tile t's outputs (its wgmma complete) to y, inside positions only; d zeroed for the next tile. Branch-free per
   // output (predicated stores) so the lane exchanges stay in converged code.
   float st_sum[2] = {0.0f, 0.0f}, st_sq[2] = {0.0f, 0.0f};  // PXN statistics of filters r and r + 8
-  auto store = [&](int t, float (&d)[kAcc]) {
+  // This warpgroup's next tile's first position of this thread (tiles are stored in order).
+  Cursor out_at = cursor_at(t_begin * kTile + wg * kWin + (PXN ? 2 * (lane & 3) : warp * 16 + (lane >> 2)));
+  auto store = [&](float (&d)[kAcc]) {
     fence_operands(d);
+    int& pos = out_at.pos;
+    PadPos& pq = out_at.pq;
     if constexpr (PXN) {
       // Thread (warp, lane) holds filters r = 16 warp + lane / 4 (+ 8) at the position pair 8 j + 2 (lane % 4)
       // (+ 1) of the window. Lanes lane and lane ^ 4 hold filters r and r ^ 1: the even one stores both at the even
@@ -364,8 +377,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       // (inside where that row is and the even column is below W) or, after the row's last column, the padding.
       const bool odd = (lane >> 2) & 1;
       const int ch = n0 + warp * 16 + (lane >> 2) - (odd ? 1 : 0);
-      int pos = t * kTile + wg * kWin + 2 * (lane & 3);  // the pair's even position
-      PadPos pq = pad_pos(pos, wp, plane);
 #pragma unroll
       for (int j = 0; j < kWin / 8; ++j) {
         const bool row_in = pos < f_total && pq.pp >= 1 && pq.pp <= a.h;
@@ -388,8 +399,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     } else {
       // Thread (warp, lane) holds positions 16 warp + lane / 4 (+ 8) of the window, filters 8 j + 2 (lane % 4) (+ 1).
-      int pos = t * kTile + wg * kWin + warp * 16 + (lane >> 2);
-      PadPos pq = pad_pos(pos, wp, plane);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const bool in = pos < f_total && pq.pp >= 1 && pq.pp <= a.h && pq.qq >= 1 && pq.qq <= a.wd;
@@ -401,6 +410,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         pad_step(pq, 8, wp, hp);
       }
     }
+    cursor_move(out_at, kTile - (PXN ? kWin : 16));  // the pair walk covered kWin positions, the row walk 16
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) d[i] = 0.0f;
   };
@@ -420,24 +430,25 @@ __global__ void __launch_bounds__(kThreads, 1)
   // tensor cores busy, instead of both storing at once with the tensor cores idle. At the barrier both have waited
   // for their wgmma of tile t - 1, so tile t - 1's rows are free for tile t + 1's loads, issued once tile t's
   // wgmma are (the address arithmetic overlaps them).
+  Cursor load_at = cursor_at((t_begin + 1) * kTile + halo + row0), bn_at = load_at;  // tile t_begin + 1's rows
   for (int t = t_begin; t < t_end; ++t) {
     cp_async_wait<0>();
     if (bn) {  // this thread's own pieces of the rows tile t adds (or, first, of its whole span)
       if (t == t_begin)
         each_span_row(transform_row_at);
       else
-        each_new_row(t, transform_row_at);
+        each_new_row(bn_at, transform_row_at);
     }
     fence_proxy_async();
     __syncthreads();  // tile t's rows in for everyone; everyone's wgmma of tile t - 1 done (its rows reusable)
-    if (wg == 1 && t > t_begin) store(t - 1, acc);
+    if (wg == 1 && t > t_begin) store(acc);  // tile t - 1
     issue(t, acc);
-    if (t + 1 < t_end) each_new_row(t + 1, load_row_at);
+    if (t + 1 < t_end) each_new_row(load_at, load_row_at);
     cp_async_commit();
     wgmma_wait<0>();
-    if (wg == 0) store(t, acc);
+    if (wg == 0) store(acc);  // tile t
   }
-  if (wg == 1) store(t_end - 1, acc);
+  if (wg == 1) store(acc);  // tile t_end - 1
   if (stats) {  // the 4 lanes of a filter row, then the two warpgroups, into this CTA's partial
 #pragma unroll
     for (int half = 0; half < 2; ++half)
