@@ -24,6 +24,14 @@ struct BuiltBackend {
   std::unique_ptr<Backend> be;
 };
 
+// yaml (a test's spec text, named `name` in messages) with overrides, parsed; the test fails on a parse error.
+inline Spec parsed_spec(const char* yaml, const char* name, const std::vector<std::string>& overrides) {
+  Result<Spec> s = spec_parse(yaml, name, overrides);
+  INFO((s.ok() ? std::string() : s.error_text()));
+  REQUIRE(s.ok());
+  return s.value();
+}
+
 inline BuiltBackend build_backend(const Spec& s) {
   BuiltBackend b;
   b.c = std::make_unique<Compiled>(testing::compile_amp(s));

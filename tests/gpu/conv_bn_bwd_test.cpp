@@ -50,10 +50,7 @@ run: {progress: off}
 )";
 
 Spec spec_of(const std::vector<std::string>& overrides) {
-  Result<Spec> s = spec_parse(kYaml, "conv_bn_bwd.yaml", overrides);
-  INFO((s.ok() ? std::string() : s.error_text()));
-  REQUIRE(s.ok());
-  return s.value();
+  return parsed_spec(kYaml, "conv_bn_bwd.yaml", overrides);
 }
 
 }  // namespace

@@ -45,10 +45,7 @@ run: {progress: off}
 )";
 
 Spec spec_of(const std::vector<std::string>& overrides) {
-  Result<Spec> s = spec_parse(kYaml, "fewc_bn_grad.yaml", overrides);
-  INFO((s.ok() ? std::string() : s.error_text()));
-  REQUIRE(s.ok());
-  return s.value();
+  return parsed_spec(kYaml, "fewc_bn_grad.yaml", overrides);
 }
 
 }  // namespace

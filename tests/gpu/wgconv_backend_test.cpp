@@ -44,10 +44,7 @@ run: {progress: off}
 )";
 
 Spec spec_of(const std::vector<std::string>& overrides) {
-  Result<Spec> s = spec_parse(kYaml, "wgconv_backend.yaml", overrides);
-  INFO((s.ok() ? std::string() : s.error_text()));
-  REQUIRE(s.ok());
-  return s.value();
+  return parsed_spec(kYaml, "wgconv_backend.yaml", overrides);
 }
 
 }  // namespace
