@@ -436,7 +436,8 @@ Status each_wgconv_plan(Bench& b, const Conv2dGeom& g, const std::vector<WgConvT
 // VGG16-BN's 3x3 convolutions (batch 256, f16; conv2_1 is the 64 -> 128 one), cuDNN's legacy algorithm (heuristics,
 // non-deterministic allowed) against trctl's wgmma conv (wgconv.h) with each kernel and CTA tile: the forward
 // ("not supported" rows for a tile the layer or the device does not take), the input's batch norm + ReLU then the
-// conv (C = 64: the ring kernels' prologue, RingPx256N64 with the statistics too), and the data gradient.
+// conv (C = 64: the ring kernels' prologue, RingPx256N64 with the statistics too, and with the activation written
+// out as well), and the data gradient.
 Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
   const cudaStream_t s = b.ctx.stream;
   constexpr VggLayer kLayers[] = {{224, 64, "vgg16 conv1_2"}, {112, 64, "vgg16 conv2_1", 128},
@@ -497,8 +498,14 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
           TRCTL_CUDA_TRY(cudaMalloc(&sums.p, static_cast<size_t>(g.k) * 2 * sizeof(float)));
           WgConvStats so;
           so.sum = static_cast<float*>(sums.p), so.sqsum = so.sum + g.k, so.ws = sws.p, so.ws_bytes = swsb;
-          return b.add(nb + "+stats wgconv " + wgconv_tile_name(t) + " prologue f16", vc->size, vc->flops, true,
-                       b.gemm_f16, [&] { return wgconv_fwd_cuda(s, p, x.p, w.p, y.p, &pro, &so); });
+          r = b.add(nb + "+stats wgconv " + wgconv_tile_name(t) + " prologue f16", vc->size, vc->flops, true,
+                    b.gemm_f16, [&] { return wgconv_fwd_cuda(s, p, x.p, w.p, y.p, &pro, &so); });
+          if (!r.ok()) return r;
+          // The whole forward layer chain in one kernel: the activation written out too (for the weight gradient).
+          WgConvPrologue pa = pro;
+          pa.act_out = z.p;
+          return b.add(nb + "+stats wgconv " + wgconv_tile_name(t) + " prologue+act f16", vc->size, vc->flops, true,
+                       b.gemm_f16, [&] { return wgconv_fwd_cuda(s, p, x.p, w.p, y.p, &pa, &so); });
         });
       if (!st.ok()) return st;
     }

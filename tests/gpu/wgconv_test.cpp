@@ -220,7 +220,8 @@ TEST_CASE("wgconv data gradient (flipped filters through the forward kernels) ma
 // bitwise, the plain kernel on the apply pass's output (emulated here with the same float operations as
 // bn_elem.cuh: x - mean, one fmaf with gamma * invstd and beta, the ReLU, one rounding), and is close to the float64
 // conv of that output; with and without the ReLU, f16 and bf16, runs of many tiles per CTA; a tiled plan refuses it.
-TEST_CASE("wgconv ring kernels apply the input's batch norm while staging it, bitwise the separate apply",
+TEST_CASE("wgconv ring kernels apply the input's batch norm while staging it, bitwise the separate apply (and write "
+          "that activation out when asked)",
           "[kernel][wgconv][conv2d]") {
   CudaContext ctx = make_context();
   ThreadPool pool(0);
@@ -274,6 +275,26 @@ TEST_CASE("wgconv ring kernels apply the input's batch norm while staging it, bi
           const double u = unit_roundoff(t);
           check_stem_close(what + " vs float64", 2 * u, 1e-2, u, from_device_as(t, b.y.get(), in.dy.size()), aref.y,
                            aref.y_mag, g.k);
+          // The activation written out too: bitwise the apply pass's output, y unchanged, in one and several runs.
+          const size_t x_bytes = in.x.size() * gpu_dtype_size(t);
+          DevBuf act_out(x_bytes + kTail);
+          WgConvPrologue pa = pro;
+          pa.act_out = act_out.get();
+          const std::vector<uint8_t> want_act = from_device<uint8_t>(ba.x.get(), x_bytes);
+          for (int64_t runs : {plan.grid_m, int64_t{3}}) {
+            WgConvPlan p = plan;
+            p.grid_m = runs;
+            poison(b.y);
+            poison(act_out);
+            REQUIRE_OK(wgconv_fwd_cuda(ctx.stream, p, b.x.get(), b.w.get(), b.y.get(), &pa));
+            sync_ok(ctx);
+            const std::vector<uint8_t> got = from_device<uint8_t>(b.y.get(), b.y_bytes),
+                                       got_act = from_device<uint8_t>(act_out.get(), x_bytes);
+            const std::string r = " in " + std::to_string(runs) + " runs";
+            CHECK_RESULT(compare_bitwise(what + " +act y" + r, got.data(), want.data(), b.y_bytes, 2));
+            CHECK_RESULT(compare_bitwise(what + " +act activation" + r, got_act.data(), want_act.data(), x_bytes, 2));
+            check_tail_poisoned(what + " +act", act_out, x_bytes, kTail);
+          }
         }
       }
     // A tiled plan does not take the prologue.

@@ -81,6 +81,10 @@ struct WgConvPrologue {
   const float* mean = nullptr;
   const float* invstd = nullptr;
   bool relu = true;
+  // When set (N, H, W, C of io, 16-byte aligned, not x): the transformed input is written there too -- bitwise the
+  // apply pass's output, so a weight gradient can read it while the apply pass itself is gone. Rows that two CTAs'
+  // spans share are written by both, with the same bits.
+  void* act_out = nullptr;
 };
 
 // y's per-channel batch statistics from the epilogue (RingPx256N64 only): sum[k] and sqsum[k] (f32) over the

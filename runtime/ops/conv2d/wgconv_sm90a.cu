@@ -338,6 +338,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a_base + sw128_offset(j + a.ring, piece)),
                    "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                    : "memory");
+    if (a.pro.act_out)  // the same element of the (N, H, W, 64) activation
+      *reinterpret_cast<uint4*>(static_cast<T*>(a.pro.act_out) +
+                                (((pq.n * a.h + pq.pp - 1) * a.wd + pq.qq - 1) * 64 + piece * 8)) = v;
   };
   // Tile t's 36 wgmma of this warpgroup's window. The window descriptors are computed before the first wgmma (a
   // register written between two wgmma makes the compiler fence them).
@@ -665,6 +668,9 @@ Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& p, const void* x, 
                  std::string("the batch-norm prologue needs a ring tile, not ") + wgconv_tile_name(p.tile)};
   if (prologue && (!prologue->gamma || !prologue->beta || !prologue->mean || !prologue->invstd))
     return Error{ErrCode::Internal, "wgconv", "a prologue needs gamma, beta, mean and invstd"};
+  if (prologue && prologue->act_out &&
+      (prologue->act_out == x || reinterpret_cast<uintptr_t>(prologue->act_out) % 16 != 0))
+    return Error{ErrCode::Internal, "wgconv", "a prologue's act_out must be 16-byte aligned and not x"};
   if (stats && p.tile != WgConvTile::RingPx256N64)
     return Error{ErrCode::NotSupported, "wgconv",
                  std::string("the statistics epilogue needs the ring px tile, not ") + wgconv_tile_name(p.tile)};
