@@ -285,6 +285,24 @@ TEST_CASE("conv_bn_bwd_choose on ResNet-50: the first batch norm of each bottlen
   }
 }
 
+// train.conv_wgconv: dgrad takes layer1's three 3x3 data gradients (64 output channels, 56x56) to wgconv: they are
+// no longer cuDNN data gradients, so graph (d) cannot serve them (RESULTS.md run 61: 16 -> 13 fused pairs).
+TEST_CASE("conv_bn_bwd_choose on ResNet-50 with conv_wgconv dgrad leaves out the data gradients wgconv runs",
+          "[conv_bn_stats][wgconv]") {
+  const Compiled c = compile_amp(testing::config_spec(
+      "resnet50.yaml", {"data.synthetic.train_size=512", "data.synthetic.val_size=256", "train.deterministic=false",
+                        "train.precision=fp16", "train.conv_bn_backward=fused", "train.conv_wgconv=dgrad"}));
+  const ConvBnBwdChoice ch = conv_bn_bwd_choose(c.graph, c.plan, c.spec, fewc_bn_grad_choose(c.graph, c.spec));
+  const int p = programs_with(c.graph, OpKind::BatchNormGrad);
+  CHECK(static_cast<int>(ch.fuse.size()) == 13 * p);
+  for (const ConvBnBwdPair& pr : ch.fuse) {
+    const Node& d = c.graph.programs[pr.program].nodes[pr.dgrad];
+    INFO(d.name);
+    CHECK(d.name.find("conv2.grad_input") != std::string::npos);
+    CHECK(d.name.find("layer1") == std::string::npos);
+  }
+}
+
 // A frozen batch norm (model.freeze: its gamma and beta): autodiff still writes dgamma and dbeta, as unused fp32
 // activations defined at the batch norm's backward; graph (d) would write them one node early, into storage the
 // plan may have given the data gradient's input. Such a pair stays separate unless memplan_early_write_safe says
