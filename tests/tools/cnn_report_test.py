@@ -13,20 +13,10 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tool_check import ROOT, check, finish
+
 CONFIG = os.path.join(ROOT, "configs", "vgg16bn.yaml")
 OVERRIDES = ["train.device=cuda", "train.epochs=3", "data.synthetic.train_size=6400", "data.synthetic.val_size=512"]
-failures = []
-
-
-def check(name, ok, detail=""):
-    print("%s: %s" % ("ok  " if ok else "FAIL", name))
-    if not ok:
-        failures.append(name)
-        if detail:
-            print("  " + detail.replace("\n", "\n  "))
-
-
 def run(cmd, cwd=None):
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, cwd=cwd)
     return p.returncode, p.stdout, p.stderr
@@ -136,8 +126,7 @@ def main(argv):
               "`torch_vgg16bn/torch_eager.json run 1`" in md, md)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failed" % len(failures) if failures else "all ok")
-    return 1 if failures else 0
+    return finish("all ok")
 
 
 if __name__ == "__main__":

@@ -8,17 +8,9 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tool_check import ROOT, check, finish
+
 TOOL = os.path.join(ROOT, "tools", "roofline.py")
-failures = []
-
-
-def check(name, ok, detail=""):
-    print("%s: %s" % ("ok  " if ok else "FAIL", name))
-    if not ok:
-        failures.append(name)
-        if detail:
-            print("  " + detail.replace("\n", "\n  "))
 
 
 def main():
@@ -54,8 +46,7 @@ def main():
             f.write("{\"schema\": 1}")
         r = subprocess.run([sys.executable, TOOL, bad], capture_output=True, text=True)
         check("not a layers result: exit 2, file named", r.returncode == 2 and "bad.json" in r.stderr, r.stderr)
-    print("%d failed" % len(failures) if failures else "all passed")
-    return 1 if failures else 0
+    return finish()
 
 
 if __name__ == "__main__":

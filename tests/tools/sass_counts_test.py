@@ -7,17 +7,9 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tool_check import ROOT, check, finish
+
 TOOL = os.path.join(ROOT, "tools", "sass_counts.py")
-failures = []
-
-
-def check(name, ok, detail=""):
-    print("%s: %s" % ("ok  " if ok else "FAIL", name))
-    if not ok:
-        failures.append(name)
-        if detail:
-            print("  " + detail.replace("\n", "\n  "))
 
 
 CSV = '''"Kernel Name","k(int)",
@@ -66,11 +58,8 @@ def main():
         check("not an export: exit 2 naming the file", r.returncode == 2 and "bad.csv" in r.stderr, r.stderr)
         r = run([os.path.join(d, "missing.csv")])
         check("a missing file: exit 2", r.returncode == 2 and "missing.csv" in r.stderr, r.stderr)
-    if failures:
-        print("%d check(s) failed" % len(failures))
-        sys.exit(1)
-    print("all checks passed")
+    return finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
