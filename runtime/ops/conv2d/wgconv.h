@@ -43,7 +43,7 @@ inline constexpr WgConvTile kWgConvTiles[] = {WgConvTile::M128N64,    WgConvTile
                                               WgConvTile::RingPx256N64};
 const char* wgconv_tile_name(WgConvTile t);  // e.g. "128x64", "ring 128x64", "ring px 256x64"
 bool wgconv_tile_is_ring(WgConvTile t);
-// Whether the tile's shape takes an eligible geometry: K a multiple of its output-channel width, C == 64 and W >= 6
+// Whether the tile's shape takes an eligible geometry: K a multiple of its output-channel width, wgconv_ring_fits
 // for a ring tile (the plan may still refuse it for shared memory).
 bool wgconv_tile_fits(const Conv2dGeom& g, WgConvTile t);
 
@@ -108,9 +108,8 @@ Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& plan, const void* 
 
 // The data gradient through the same kernels: for a forward geometry g, dx (N, H, W, C) = conv(dy (N, H, W, K), w')
 // with w' (C, 3, 3, K), w'[c][r][s][k] = w[k][2 - r][2 - s][c] (the filters flipped and transposed, what
-// wgconv_flip_filters_cuda writes into K * 9 * C elements of scratch): plan wgconv_dgrad_geom(g) and run
-// wgconv_fwd_cuda(plan, dy, w', dx).
-Conv2dGeom wgconv_dgrad_geom(const Conv2dGeom& g);  // g with C and K swapped
+// wgconv_flip_filters_cuda writes into K * 9 * C elements of scratch): plan wgconv_dgrad_geom(g) (wgconv_rule.h)
+// and run wgconv_fwd_cuda(plan, dy, w', dx).
 // w (K, 3, 3, C) -> w' (C, 3, 3, K) of type io (F16 or BF16, else Internal); capturable.
 Status wgconv_flip_filters_cuda(cudaStream_t stream, GpuDType io, const void* w, int64_t k, int64_t c, void* w_flipped);
 

@@ -1,4 +1,5 @@
-// wgconv_eligible, the ring kernels' shared memory and the data-gradient rule: see wgconv_rule.h.
+// wgconv_eligible, the ring kernels' shape rule and shared memory, the data-gradient geometry and rule: see
+// wgconv_rule.h.
 #include "runtime/ops/conv2d/wgconv_rule.h"
 
 namespace trctl {
@@ -21,6 +22,14 @@ bool wgconv_eligible(const Conv2dGeom& g, std::string* why) {
   return true;
 }
 
+bool wgconv_ring_fits(const Conv2dGeom& g) { return g.c == 64 && g.w >= 6; }
+
+Conv2dGeom wgconv_dgrad_geom(const Conv2dGeom& g) {
+  Conv2dGeom d = g;
+  d.c = g.k, d.k = g.c;
+  return d;
+}
+
 int64_t wgconv_ring_rows(const Conv2dGeom& g, int tile_len) {
   const int64_t need = 2 * static_cast<int64_t>(tile_len) + 2 * (g.w + 3);
   int64_t rows = 8;
@@ -33,9 +42,8 @@ int64_t wgconv_ring_smem_bytes(const Conv2dGeom& g, int bn, int tile_len, int wi
 }
 
 bool wgconv_dgrad_ring_eligible(const Conv2dGeom& g) {
-  Conv2dGeom d = g;
-  d.c = g.k, d.k = g.c;
-  return wgconv_eligible(d, nullptr) && d.c == 64 && d.w >= 6 &&
+  const Conv2dGeom d = wgconv_dgrad_geom(g);
+  return wgconv_eligible(d, nullptr) && wgconv_ring_fits(d) &&
          wgconv_ring_smem_bytes(d, 64, kWgconvPxTile, kWgconvPxWindow) <= kWgconvMaxSmemBytes;
 }
 

@@ -17,6 +17,14 @@ constexpr int64_t kWgconvMaxSmemBytes = 227 * 1024;  // an H100/H200 CTA's opt-i
 constexpr int kWgconvPxTile = 256;                   // the ring px kernel: positions per tile ...
 constexpr int kWgconvPxWindow = 128;                 // ... and per warpgroup (its mirrored rows)
 
+// The ring kernels' own shape rule: C == 64 (a position is one 128-byte row) and W >= 6 (their epilogues step 8
+// positions with at most one row wrap).
+bool wgconv_ring_fits(const Conv2dGeom& g);
+
+// The data gradient's geometry for a forward geometry g: C and K swapped (the forward kernels run it on flipped,
+// transposed filters: wgconv.h).
+Conv2dGeom wgconv_dgrad_geom(const Conv2dGeom& g);
+
 // A ring kernel over the padded plane of g with tiles of `tile_len` positions: the ring's rows (a power of two of
 // at least two tiles and both halos, 2 (W + 3) rows) and the CTA's dynamic shared memory (`bn` filters x 9 taps,
 // the ring and `window` mirror rows of 128 bytes, plus 1 KiB of alignment slack).
@@ -24,7 +32,7 @@ int64_t wgconv_ring_rows(const Conv2dGeom& g, int tile_len);
 int64_t wgconv_ring_smem_bytes(const Conv2dGeom& g, int bn, int tile_len, int window);
 
 // Whether the data gradient of the forward conv g runs on the ring px kernel (wgconv_dgrad_geom: C and K swapped):
-// that geometry wgconv_eligible, its C (g's K) == 64, W >= 6, and ring + filters within kWgconvMaxSmemBytes.
+// that geometry wgconv_eligible and wgconv_ring_fits (g's K == 64), and ring + filters within kWgconvMaxSmemBytes.
 // train.conv_wgconv: dgrad routes exactly these (conv_route.h).
 bool wgconv_dgrad_ring_eligible(const Conv2dGeom& g);
 

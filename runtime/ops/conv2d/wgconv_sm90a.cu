@@ -262,20 +262,25 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int plane = hp * wp, f_total = plane * a.n_img;
   const int tiles = (f_total + kTile - 1) / kTile;
   const int t_begin = run * a.per_cta, t_end = t_begin + a.per_cta < tiles ? t_begin + a.per_cta : tiles;
-  constexpr bool stats = ST;  // a.stats_ws set
   if (t_begin >= t_end) {  // no tile: a zero partial
-    if (stats && tid < BN)
+    if (ST && tid < BN)
       a.stats_ws[(run * a.k + n0 + tid) * 2] = a.stats_ws[(run * a.k + n0 + tid) * 2 + 1] = 0.0f;
     return;
   }
 
   const uint64_t b_desc = sw128_desc(b_base);  // + (byte offset >> 4) for a tap and k step
   auto ring_row = [&](int pos) { return static_cast<int>(static_cast<unsigned>(pos) & ring_mask); };
+  // Whether position pos (at padded (n, pp, qq)) is a pixel of the image rather than padding, and which pixel of
+  // the (N, H, W) plane it is (x's, y's and the activation's row index).
+  auto inside_at = [&](int pos, const PadPos& pq) {
+    return pos >= 0 && pos < f_total && pq.pp >= 1 && pq.pp <= a.h && pq.qq >= 1 && pq.qq <= a.wd;
+  };
+  auto pixel_of = [&](const PadPos& pq) { return (pq.n * a.h + pq.pp - 1) * a.wd + pq.qq - 1; };
   // This thread's 16-byte piece of position pos (at padded (n, pp, qq) when 0 <= pos < f_total) into its ring row
   // and the mirror row.
   auto load_row_at = [&](int pos, const PadPos& pq) {
-    const bool inside = pos >= 0 && pos < f_total && pq.pp >= 1 && pq.pp <= a.h && pq.qq >= 1 && pq.qq <= a.wd;
-    const int src = inside ? ((pq.n * a.h + pq.pp - 1) * a.wd + pq.qq - 1) * 64 + piece * 8 : 0;
+    const bool inside = inside_at(pos, pq);
+    const int src = inside ? pixel_of(pq) * 64 + piece * 8 : 0;
     const int j = ring_row(pos);
     const T* s = x + src;
     cp_async16(a_base + sw128_offset(j, piece), s, inside ? 16 : 0);
@@ -318,7 +323,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       kc[e] = apply_consts(piece * 8 + e, a.pro.gamma, a.pro.beta, a.pro.mean, a.pro.invstd, false, 0.0f, nullptr);
   }
   auto transform_row_at = [&](int pos, const PadPos& pq) {
-    if (!(pos >= 0 && pos < f_total && pq.pp >= 1 && pq.pp <= a.h && pq.qq >= 1 && pq.qq <= a.wd)) return;
+    if (!inside_at(pos, pq)) return;
     const int j = ring_row(pos);
     uint4 v;
     asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
@@ -339,8 +344,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                    "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                    : "memory");
     if (a.pro.act_out)  // the same element of the (N, H, W, 64) activation
-      *reinterpret_cast<uint4*>(static_cast<T*>(a.pro.act_out) +
-                                (((pq.n * a.h + pq.pp - 1) * a.wd + pq.qq - 1) * 64 + piece * 8)) = v;
+      *reinterpret_cast<uint4*>(static_cast<T*>(a.pro.act_out) + (pixel_of(pq) * 64 + piece * 8)) = v;
   };
   // Tile t's 36 wgmma of this warpgroup's window. The window descriptors are computed before the first wgmma (a
   // register written between two wgmma makes the compiler fence them).
@@ -384,7 +388,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < kWin / 8; ++j) {
         const bool row_in = pos < f_total && pq.pp >= 1 && pq.pp <= a.h;
         const bool in0 = row_in && pq.qq >= 1 && pq.qq <= a.wd, in1 = row_in && pq.qq < a.wd;
-        const int off = (((pq.n * a.h + pq.pp - 1) * a.wd + pq.qq - 1) + (odd ? 1 : 0)) * a.k + ch;
+        const int off = (pixel_of(pq) + (odd ? 1 : 0)) * a.k + ch;
         const bool mine = odd ? in1 : in0;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -404,8 +408,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Thread (warp, lane) holds positions 16 warp + lane / 4 (+ 8) of the window, filters 8 j + 2 (lane % 4) (+ 1).
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const bool in = pos < f_total && pq.pp >= 1 && pq.pp <= a.h && pq.qq >= 1 && pq.qq <= a.wd;
-        T* out = y + (((pq.n * a.h + pq.pp - 1) * a.wd + pq.qq - 1) * a.k + n0 + 2 * (lane & 3));
+        const bool in = inside_at(pos, pq);
+        T* out = y + (pixel_of(pq) * a.k + n0 + 2 * (lane & 3));
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j)
           st_global_b32_if(in, out + 8 * j, pack2<T>(d[4 * j + 2 * half], d[4 * j + 2 * half + 1]));
@@ -452,7 +456,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (wg == 0) store(acc);  // tile t
   }
   if (wg == 1) store(acc);  // tile t_end - 1
-  if (stats) {  // the 4 lanes of a filter row, then the two warpgroups, into this CTA's partial
+  if constexpr (ST) {  // the 4 lanes of a filter row, then the two warpgroups, into this CTA's partial
 #pragma unroll
     for (int half = 0; half < 2; ++half)
 #pragma unroll
@@ -578,7 +582,7 @@ bool wgconv_tile_is_ring(WgConvTile t) {
 bool wgconv_tile_fits(const Conv2dGeom& g, WgConvTile t) {
   int bm = 0, bn = 0;
   tile_dims(t, &bm, &bn);
-  return g.k % bn == 0 && (!wgconv_tile_is_ring(t) || (g.c == 64 && g.w >= 6));
+  return g.k % bn == 0 && (!wgconv_tile_is_ring(t) || wgconv_ring_fits(g));
 }
 
 WgConvTile wgconv_default_tile(const Conv2dGeom& g) {
@@ -636,12 +640,6 @@ Result<WgConvPlan> wgconv_plan(const Conv2dGeom& g, GpuDType io, WgConvTile tile
   TRCTL_CUDA_TRY(cudaFuncSetAttribute(wg_kernel(io, tile),
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem_bytes)));
   return p;
-}
-
-Conv2dGeom wgconv_dgrad_geom(const Conv2dGeom& g) {
-  Conv2dGeom d = g;
-  d.c = g.k, d.k = g.c;
-  return d;
 }
 
 Status wgconv_flip_filters_cuda(cudaStream_t stream, GpuDType io, const void* w, int64_t k, int64_t c,
