@@ -59,6 +59,18 @@ std::vector<std::byte> params_init(const Compiled& c, uint64_t seed) {
 
 namespace trctl {
 
+bool is_conv_op(OpKind k) {
+  return k == OpKind::Conv2d || k == OpKind::Conv2dGradInput || k == OpKind::Conv2dGradWeight;
+}
+
+std::pair<ValueId, ValueId> conv_operands(const Node& n) {
+  switch (n.op) {
+    case OpKind::Conv2dGradInput: return {n.out[0], n.in[1]};
+    case OpKind::Conv2dGradWeight: return {n.in[1], n.out[0]};
+    default: return {n.in[0], n.in[1]};
+  }
+}
+
 Conv2dGeom conv2d_geom_of(const Graph& gr, const Node& n, ValueId x, ValueId w) {
   const Shape &xs = gr.values[x].shape, &ws = gr.values[w].shape;
   Conv2dGeom g;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/ckpt/checkpoint.h"  // TrainState
@@ -167,6 +168,10 @@ std::vector<std::byte> buffers_init(const Compiled& c);
 // Geometry of a Conv2d (or its gradient) node: x the (N,H,W,C) input value, w the (K,R,S,C/g) weight value. A
 // node whose geometry the compiler accepted always has one (else: std::logic_error, an internal invariant).
 Conv2dGeom conv2d_geom_of(const Graph& g, const Node& n, ValueId x, ValueId w);
+// Whether k is a convolution or one of its gradients, and the (x, w) conv2d_geom_of takes for such a node:
+// Conv2d (X, W), Conv2dGradInput (dY, W) -> dX, Conv2dGradWeight (dY, X) -> dW.
+bool is_conv_op(OpKind k);
+std::pair<ValueId, ValueId> conv_operands(const Node& n);
 // Geometry of a pooling node over the (N,H,W,C) input value x.
 Pool2dGeom pool2d_geom_of(const Graph& g, const Node& n, ValueId x);
 // The beta a training batch norm's backward (BatchNormGrad: dY, X, gamma, save_mean, ...) recomputes its fused

@@ -513,17 +513,6 @@ Status autotune_one(cudnnHandle_t h, const ConvDesc& d, AutotuneCache& cache, si
   return st;
 }
 
-// (x, w) of a conv node or its gradients, as CudaBackend::plan_cnn takes them (runtime/cuda/cuda_lower_cnn.cpp):
-// Conv2d (X, W), Conv2dGradInput (dY, W) -> dX, Conv2dGradWeight (dY, X) -> dW.
-bool conv_node_operands(const Node& n, ValueId* x, ValueId* w) {
-  switch (n.op) {
-    case OpKind::Conv2d: *x = n.in[0], *w = n.in[1]; return true;
-    case OpKind::Conv2dGradInput: *x = n.out[0], *w = n.in[1]; return true;
-    case OpKind::Conv2dGradWeight: *x = n.in[1], *w = n.out[0]; return true;
-    default: return false;
-  }
-}
-
 }  // namespace
 
 Result<AutotuneDevice> autotune_device_current() {
@@ -683,8 +672,8 @@ Status conv_autotune_spec(const Compiled& c, const std::string& path, bool engin
   std::set<std::string> seen;  // geometries already measured
   for (const Program& p : c.graph.programs)
     for (const Node& n : p.nodes) {
-      ValueId x = 0, w = 0;
-      if (!conv_node_operands(n, &x, &w)) continue;
+      if (!is_conv_op(n.op)) continue;
+      const auto [x, w] = conv_operands(n);  // as CudaBackend::plan_cnn takes them
       d.g = conv2d_geom_of(c.graph, n, x, w);
       // What the backend plans for this direction (runtime/ops/conv2d/conv_route.h, CudaBackend::planned_geom):
       // nothing for im2col + GEMM, the few-channel kernel (a data gradient still is measured) or a wgconv data

@@ -49,6 +49,10 @@ static_assert(sizeof(DeviceState) <= static_cast<size_t>(kHyperBytes), "DeviceSt
 
 using Launch = std::function<Status()>;
 
+// A conv geometry as a plan-map key: every shape and attribute a plan depends on (runtime/cuda/cuda_lower_cnn.cpp;
+// the wgconv plans too, cuda_lower_wgconv.cpp).
+std::string conv_key(const Conv2dGeom& g);
+
 OpKind gemm_role(const Node& n);
 
 struct SplitData {

@@ -22,9 +22,7 @@
 #include "runtime/ops/pool/pool_cuda.h"
 
 namespace trctl::cuda_detail {
-namespace {
 
-// The conv's geometry as a map key: every shape and attribute that the plan depends on.
 std::string conv_key(const Conv2dGeom& g) {
   const int64_t f[] = {g.n, g.h, g.w, g.c, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w,
                        g.dil_h, g.dil_w, g.groups};
@@ -33,18 +31,6 @@ std::string conv_key(const Conv2dGeom& g) {
   return k;
 }
 
-bool is_conv(OpKind k) { return k == OpKind::Conv2d || k == OpKind::Conv2dGradInput || k == OpKind::Conv2dGradWeight; }
-
-// (x, w) of a conv node or its gradients: Conv2d (X, W), Conv2dGradInput (dY, W) -> dX, Conv2dGradWeight (dY, X) -> dW.
-std::pair<ValueId, ValueId> conv_operands(const Node& n) {
-  switch (n.op) {
-    case OpKind::Conv2dGradInput: return {n.out[0], n.in[1]};
-    case OpKind::Conv2dGradWeight: return {n.in[1], n.out[0]};
-    default: return {n.in[0], n.in[1]};
-  }
-}
-
-}  // namespace
 
 // How a (non-pointwise) conv node runs and the geometry of its cuDNN plan: runtime/ops/conv2d/conv_route.h, the
 // rule `trctl bench --autotune` measures by. cuDNN runs a convolution over 3 input channels (an RGB stem) with FMA
@@ -96,7 +82,7 @@ Status CudaBackend::plan_cnn() {
       if (n.op == OpKind::Conv2dGradInput && !wgconv_node(n)) dgrad_keys.insert(conv_key(planned_geom(n)));
   for (const Program& p : c_.graph.programs)
     for (const Node& n : p.nodes) {
-      if (is_conv(n.op) && !pointwise_conv(n)) {  // pointwise ones are cuBLASLt GEMMs (plan_gemms)
+      if (is_conv_op(n.op) && !pointwise_conv(n)) {  // pointwise ones are cuBLASLt GEMMs (plan_gemms)
         if (fewc_node(n)) {  // trctl's kernel: no cuDNN plan (nor a count in conv_sources_)
           if (Status st = plan_fewc(n); !st.ok()) return st;
           continue;

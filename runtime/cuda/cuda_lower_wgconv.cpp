@@ -11,10 +11,12 @@ namespace trctl::cuda_detail {
 
 bool CudaBackend::wgconv_node(const Node& n) const { return conv_route_of(n) == ConvRoute::Wgconv; }
 
-// A Conv2dGradInput node (dY, W -> dX): the forward geometry is dX's and W's. Counted per node of every program.
+// A Conv2dGradInput node (dY, W -> dX): the forward geometry is dX's and W's (conv_operands). Counted per node of
+// every program.
 Status CudaBackend::plan_wgconv(const Node& n) {
-  const Conv2dGeom g = conv2d_geom_of(c_.graph, n, n.out[0], n.in[1]);
-  const std::string key = conv2d_geom_str(g);
+  const auto [x, w] = conv_operands(n);
+  const Conv2dGeom g = conv2d_geom_of(c_.graph, n, x, w);
+  const std::string key = conv_key(g);
   if (!wgconv_.count(key)) {
     Result<WgConvPlan> plan = wgconv_plan(wgconv_dgrad_geom(g), act_type(), WgConvTile::RingPx256N64);
     if (!plan.ok()) return plan.errors();  // NotSupported off compute capability 9.0: says so
@@ -30,8 +32,9 @@ Status CudaBackend::lower_wgconv_conv_node(const Node& n, std::vector<Launch>& o
     return Error{ErrCode::Internal, "cuda backend", "wgconv runs data gradients only, not " + n.name};
   if (n.attrs.accumulate)  // pass_fuse_grad_accumulate fuses only pointwise ones, which are GEMMs
     return Error{ErrCode::Internal, "cuda backend", "a wgconv dgrad with a fused gradient sum: " + n.name};
-  const Conv2dGeom g = conv2d_geom_of(c_.graph, n, n.out[0], n.in[1]);
-  auto it = wgconv_.find(conv2d_geom_str(g));
+  const auto [xv, wv] = conv_operands(n);
+  const Conv2dGeom g = conv2d_geom_of(c_.graph, n, xv, wv);
+  auto it = wgconv_.find(conv_key(g));
   if (it == wgconv_.end()) return Error{ErrCode::Internal, "cuda backend", "no wgconv plan for " + n.name};
   const WgConvPlan* plan = &it->second;
   const cudaStream_t s = ctx_.stream;
