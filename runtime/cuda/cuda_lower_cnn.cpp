@@ -31,7 +31,6 @@ std::string conv_key(const Conv2dGeom& g) {
   return k;
 }
 
-
 // How a (non-pointwise) conv node runs and the geometry of its cuDNN plan: runtime/ops/conv2d/conv_route.h, the
 // rule `trctl bench --autotune` measures by. cuDNN runs a convolution over 3 input channels (an RGB stem) with FMA
 // kernels, an order of magnitude slower than over 8 with tensor cores: under AMP the forward and data gradient pad
