@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <vector>
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_context.h"
@@ -311,6 +312,29 @@ Status bench_stem_convs(Bench& b, const void* random, int64_t random_n) {
       st = b.add(n + " wgrad fewc f16", size, flops, true, ceil, [&] {
         return fewc_conv_wgrad_cuda(s, wp.value(), dy.p, x.p, static_cast<float*>(dw.p), fws.p, fwsb);
       });
+      // The batch norm's dx folded in (fewc_bn_grad.h; VGG16-BN's features_1): g = dy, the batch norm's input = y,
+      // per-channel gamma 1, mean 0, invstd 1, dgamma = dbeta = 0.1 and the ReLU mask recomputed (beta 0).
+      Result<FewcWgradPlan> bp = fewc_wgrad_plan(g, GpuDType::F16, true);
+      if (st.ok() && bp.ok()) {
+        DeviceBuffer prm, bws;
+        std::vector<float> host(static_cast<size_t>(6 * g.k), 0.0f);
+        std::fill(host.begin(), host.begin() + g.k, 1.0f);                 // gamma
+        std::fill(host.begin() + 2 * g.k, host.begin() + 3 * g.k, 1.0f);   // invstd
+        std::fill(host.begin() + 3 * g.k, host.begin() + 5 * g.k, 0.1f);   // dgamma, dbeta
+        TRCTL_CUDA_TRY(cudaMalloc(&prm.p, host.size() * 4));
+        TRCTL_CUDA_TRY(cudaMemcpy(prm.p, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+        const size_t bwsb = fewc_wgrad_workspace_bytes(bp.value());
+        TRCTL_CUDA_TRY(cudaMalloc(&bws.p, bwsb));
+        const float* pf = static_cast<const float*>(prm.p);
+        FewcBnGradIn bn;
+        bn.g = dy.p;
+        bn.x = y.p;
+        bn.gamma = pf, bn.mean = pf + g.k, bn.invstd = pf + 2 * g.k, bn.dgamma = pf + 3 * g.k;
+        bn.dbeta = pf + 4 * g.k, bn.relu_beta = pf + 5 * g.k;
+        st = b.add(n + " wgrad fewc+bn dx f16", size, flops, true, ceil, [&] {
+          return fewc_conv_wgrad_cuda(s, bp.value(), nullptr, x.p, static_cast<float*>(dw.p), bws.p, bwsb, &bn);
+        });
+      }
     }
     if (!st.ok()) return st;
   }

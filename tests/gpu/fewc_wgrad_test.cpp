@@ -269,7 +269,7 @@ TEST_CASE("fewc weight gradient with the batch-norm prologue equals the batch no
                                      from_device<float>(dg.get(), k).data(), k * 4, 4));
         CHECK_RESULT(compare_bitwise("bn bwd without dx: dbeta " + tag, from_device<float>(db2.get(), k).data(),
                                      from_device<float>(db.get(), k).data(), k * 4, 4));
-        // The prologue's plan (one CTA per SM), and the plain plan on the same grid: the same partial sums.
+        // The prologue's plan (its own residency), and the plain plan on the same grid: the same partial sums.
         Result<FewcWgradPlan> bp = fewc_wgrad_plan(g, t, true);
         REQUIRE_OK(bp);
         REQUIRE(bp.value().bn);

@@ -53,7 +53,7 @@ FewcWgradTiling fewc_wgrad_tiling(const Conv2dGeom& g) {
   w.t.raw_elems = (g.w * g.c) % 8 == 0 ? w.t.patch_rows * g.w * g.c : 0;  // 16-byte rows: always pipelined
   if (w.patches == 2) w.odd_pad = ((64 - (2 * patch) % 128 + 128) % 128) / 2;  // patch is a multiple of 8 elements
   w.smem_bytes = 2 * (w.patches * patch + w.odd_pad + 2 * w.t.tp * w.t.mt * 16 * w.dy_stride + w.t.raw_elems + 8);
-  const int64_t x_bytes = 2 * (2 * w.t.tp * w.t.mt * 16 * w.dy_stride);  // x's two staging buffers, as dy's
+  const int64_t x_bytes = 2 * (w.t.tp * w.t.mt * 16 * g.k);  // x's one staging buffer, rows of K (unpadded)
   const int64_t groups_sums = 4 * (w.tgroups - 1) * g.k * 16 * w.t.ksteps;
   w.bn_smem_bytes = std::max<int64_t>(w.smem_bytes + x_bytes + 5 * g.k * 4, groups_sums);
   w.smem_bytes = std::max<int64_t>(w.smem_bytes, groups_sums);

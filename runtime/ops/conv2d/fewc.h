@@ -70,9 +70,10 @@ struct FewcWgradTiling {
   int64_t smem_bytes = 0;  // patches x patch (rounded up to 8 elements) + odd_pad + 2 x staged dy + raw_elems + a zero
                            // row of 8,
                            // at least the groups' fp32 sums at the end ((tgroups - 1) x K x 16 ksteps)
-  int64_t bn_smem_bytes = 0;  // with the batch-norm prologue (fewc_cuda.h's FewcBnGradIn): 2 x staged x (the batch
-                              // norm's input, laid out as dy) after the dy buffers, and the (5, K) f32 constants
-                              // after the zero row; at least the groups' sums
+  int64_t bn_smem_bytes = 0;  // with the batch-norm prologue (fewc_cuda.h's FewcBnGradIn): one staged x (the batch
+                              // norm's input, tile pixels x K, unpadded) after the dy buffers, and the (5, K) f32
+                              // constants after the zero row; at least the groups' sums. VGG's conv0: 109,552 B,
+                              // two CTAs per SM
 };
 FewcWgradTiling fewc_wgrad_tiling(const Conv2dGeom& g);
 

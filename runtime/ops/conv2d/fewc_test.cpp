@@ -215,6 +215,11 @@ TEST_CASE("fewc weight-gradient rule: the forward's and K = 64; its tiling for t
   CHECK(v.smem_bytes == 2 * (2 * 3 * 228 * 4 + 48 + 2 * 14 * 16 * 72 + 3 * 224 * 3 + 8));
   CHECK(v.smem_bytes <= kFewcMaxSmemBytes);
   CHECK(v.smem_bytes >= 4 * 3 * 64 * 48);  // three groups' sums at the end
+  // With the batch-norm prologue: one staging buffer of x (224 pixels x 64, unpadded) and the (5, K) f32 constants
+  // on top: still two CTAs per SM.
+  CHECK(v.bn_smem_bytes == v.smem_bytes + 2 * 224 * 64 + 5 * 64 * 4);
+  CHECK(v.bn_smem_bytes == 109552);
+  CHECK(v.bn_smem_bytes <= kFewcMaxSmemBytes);
   // A 1x1 conv: one step, up to 8 groups of one warp, but no more groups than the task's 2 x 2 tiles; rows of
   // 17 x 2 elements are not pipelined (no raw rows); 2 x 36 patch columns.
   const FewcWgradTiling o = fewc_wgrad_tiling(conv_geom(2, 9, 17, 2, 64, 1, 1, 1, 1, 0, 0));

@@ -17,9 +17,12 @@
 // second kernel sums the partials in CTA order and scatters them into dW (K, R, S, C) (taps s >= S and channels
 // >= C dropped). The grid is fixed by the plan: deterministic.
 // With the batch-norm prologue (BNP; fewc_cuda.h's FewcBnGradIn) the staged "dy" is the batch norm's incoming
-// gradient g, x (the batch norm's input) is staged beside it, and once both are in, the block rewrites each staged
-// 8-channel piece of an in-range pixel into the batch norm's dx with bn_elem.cuh's relu_grad_in and bn_bwd_dx and the
-// per-channel BnBwdConsts computed once per CTA: the values batchnorm_bwd_cuda would have stored, bitwise.
+// gradient g, x (the batch norm's input) is staged beside it in one buffer (rows of K, unpadded: it is read once,
+// right after it lands, and the next task's copy is issued only after that), and once both are in, the block
+// rewrites each staged 8-channel piece of an in-range pixel into the batch norm's dx with bn_elem.cuh's relu_grad_in
+// and bn_bwd_dx and the per-channel BnBwdConsts computed once per CTA: the values batchnorm_bwd_cuda would have
+// stored, bitwise. The single x buffer keeps VGG's conv0 at two CTAs per SM (fewc.h), so one CTA's prologue runs
+// while the other's copies land or its MMAs run.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -63,18 +66,19 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* row_
                : "r"(a));
 }
 
-// cp.async of the task's pixels of src (N, P, Q, K: dy, or BNP's x) into dys (tile pixel i: output row
-// p0 + i / (16 MT), column i % (16 MT)); pixels past P or Q are zero-filled.
-__device__ __forceinline__ void stage_dy(const FewcWgradArgs& a, const uint16_t* src, int task, uint16_t* dys) {
+// cp.async of the task's pixels of src (N, P, Q, K: dy, or BNP's x) into dys, stride elements per pixel (tile pixel
+// i: output row p0 + i / (16 MT), column i % (16 MT)); pixels past P or Q are zero-filled.
+__device__ __forceinline__ void stage_dy(const FewcWgradArgs& a, const uint16_t* src, int task, uint16_t* dys,
+                                         int stride) {
   const int n = task / a.row_tasks, p0 = (task - n * a.row_tasks) * a.tp;
   const int row_pieces = a.mt * 16 * (kWgradK / 8);  // per output row of the task
   for (int pl = 0; pl < a.tp; ++pl) {
     const uint16_t* src_row = src + (static_cast<int64_t>(n) * a.p + p0 + pl) * a.q * kWgradK;
-    uint16_t* dst_row = dys + pl * a.mt * 16 * a.dy_stride;
+    uint16_t* dst_row = dys + pl * a.mt * 16 * stride;
     for (int ci = static_cast<int>(threadIdx.x); ci < row_pieces; ci += static_cast<int>(blockDim.x)) {
       const int q = ci >> 3, ck = ci & 7;
       const bool in = p0 + pl < a.p && q < a.q;
-      cp_async16(dst_row + q * a.dy_stride + ck * 8, in ? src_row + q * kWgradK + ck * 8 : src, in ? 16 : 0);
+      cp_async16(dst_row + q * stride + ck * 8, in ? src_row + q * kWgradK + ck * 8 : src, in ? 16 : 0);
     }
   }
 }
@@ -83,8 +87,8 @@ __device__ __forceinline__ void stage_dy(const FewcWgradArgs& a, const uint16_t*
 // rows.
 __device__ __forceinline__ void prefetch_task(const FewcWgradArgs& a, const PatchGeom& pg, int task, uint16_t* dys,
                                               uint16_t* xs, uint16_t* raw) {
-  stage_dy(a, a.dy, task, dys);
-  if (xs) stage_dy(a, a.bn_x, task, xs);
+  stage_dy(a, a.dy, task, dys, a.dy_stride);
+  if (xs) stage_dy(a, a.bn_x, task, xs, kWgradK);
   if (a.pipe) {
     const int n = task / a.row_tasks;
     prefetch_patch_rows(a.x + static_cast<int64_t>(n) * a.h * a.w_in * a.c, pg, (task - n * a.row_tasks) * a.tp,
@@ -94,25 +98,29 @@ __device__ __forceinline__ void prefetch_task(const FewcWgradArgs& a, const Patc
 }
 
 // BNP: the staged g of the task's in-range pixels (p0 + pl < P, q < Q; the others stay 0) rewritten into the batch
-// norm's dx in place, from the staged x and the (5, K) constants bnc (m, a, mg, k, b rows), by the whole block.
+// norm's dx in place, from the staged x (rows of K) and the (5, K) constants bnc (m, a, mg, k, b rows), by the whole
+// block. Within a row, channel ch = 8 ck + e sits at e * 8 + ck: a thread's 8 channels are fixed (blockDim is a
+// multiple of 8, so its ck is tid & 7), and for each e the lanes read 8 consecutive words -- conflict-free, where
+// channel order costs a 2-way conflict per load (5 loads per element).
 template <class T>
 __device__ __forceinline__ void bn_dx_in_place(const FewcWgradArgs& a, int p0, uint16_t* dys, const uint16_t* xs,
                                                const float* bnc) {
   const int row_px = a.mt * 16, pieces = a.tp * row_px * (kWgradK / 8);
   const bool recompute = a.relu_beta != nullptr;
   for (int i = static_cast<int>(threadIdx.x); i < pieces; i += static_cast<int>(blockDim.x)) {
-    const int px = i >> 3, ck = i & 7, pl = px / row_px, q = px - pl * row_px;
+    const int px = i >> 3, ck = i & 7;
+    int pl = 0, q = px;  // px = pl * row_px + q, pl < TP <= 2: no division
+    while (q >= row_px) q -= row_px, ++pl;
     if (p0 + pl >= a.p || q >= a.q) continue;
     uint16_t gv[8], xv[8];
     const uint4 gq = *reinterpret_cast<const uint4*>(dys + px * a.dy_stride + ck * 8);
-    const uint4 xq = *reinterpret_cast<const uint4*>(xs + px * a.dy_stride + ck * 8);
+    const uint4 xq = *reinterpret_cast<const uint4*>(xs + px * kWgradK + ck * 8);
     memcpy(gv, &gq, 16);
     memcpy(xv, &xq, 16);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      const int ch = ck * 8 + e;
-      const BnBwdConsts k{bnc[ch], bnc[kWgradK + ch], bnc[2 * kWgradK + ch], bnc[3 * kWgradK + ch],
-                          bnc[4 * kWgradK + ch]};
+      const float* c = bnc + e * 8 + ck;
+      const BnBwdConsts k{c[0], c[kWgradK], c[2 * kWgradK], c[3 * kWgradK], c[4 * kWgradK]};
       const T xt = t_of(xv[e], T{});
       const float gin = relu_grad_in<T>(t_of(gv[e], T{}), xt, xt, recompute, false, k.m, k.a, k.b);
       gv[e] = bits_of_t(bn_bwd_dx<T>(gin, xt, k));
@@ -135,17 +143,18 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
   const bool shifted = a.stride == 1;               // FewcWgradTiling::patches == 2
   uint16_t* odd = patch + patch_elems + a.odd_pad;  // stride 1: odd[i] = patch[i + 4] (one pixel further)
   uint16_t* dys0 = shifted ? odd + patch_elems : odd;  // 2 x (tile_px, dy_stride)
-  uint16_t* xs0 = dys0 + 2 * tile_px * a.dy_stride;  // BNP: 2 x (tile_px, dy_stride) of x
-  uint16_t* raw = xs0 + (BNP ? 2 * tile_px * a.dy_stride : 0);  // (patch_rows, W * C)
+  uint16_t* xs = dys0 + 2 * tile_px * a.dy_stride;  // BNP: (tile_px, K) of x, one buffer
+  uint16_t* raw = xs + (BNP ? tile_px * kWgradK : 0);  // (patch_rows, W * C)
   uint16_t* zero_row = raw + a.raw_elems;            // 8 zeros: B rows of pixels past Q
-  float* bnc = reinterpret_cast<float*>(zero_row + 8);  // BNP: (5, K) m, a, mg, k, b
+  float* bnc = reinterpret_cast<float*>(zero_row + 8);  // BNP: (5, K) m, a, mg, k, b in bn_dx_in_place's order
   if (tid < 8) zero_row[tid] = 0;
   if constexpr (BNP) {  // written before the task loop's first barrier, read after it
     const float inv_n = 1.0f / static_cast<float>(a.bn_rows);  // as bn_bwd_apply_kernel computes it
     for (int ch = tid; ch < kWgradK; ch += static_cast<int>(blockDim.x)) {
       const BnBwdConsts k = bn_bwd_consts(ch, a.gamma, a.mean, a.invstd, a.dgamma, a.dbeta, a.relu_beta, inv_n);
-      bnc[ch] = k.m, bnc[kWgradK + ch] = k.a, bnc[2 * kWgradK + ch] = k.mg, bnc[3 * kWgradK + ch] = k.k;
-      bnc[4 * kWgradK + ch] = k.b;
+      const int at = (ch & 7) * 8 + (ch >> 3);  // channel 8 ck + e at e * 8 + ck
+      bnc[at] = k.m, bnc[kWgradK + at] = k.a, bnc[2 * kWgradK + at] = k.mg, bnc[3 * kWgradK + at] = k.k;
+      bnc[4 * kWgradK + at] = k.b;
     }
   }
 
@@ -173,7 +182,7 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
 
   const PatchGeom pg{a.h, a.w_in, a.c, a.stride, a.pad_h, a.pad_w, a.patch_rows, a.patch_cols, a.vec != 0};
   zero_patch(pg, patch);  // ordered before the first patch write by the task loop's first barrier
-  if (static_cast<int>(blockIdx.x) < a.tasks) prefetch_task(a, pg, blockIdx.x, dys0, BNP ? xs0 : nullptr, raw);
+  if (static_cast<int>(blockIdx.x) < a.tasks) prefetch_task(a, pg, blockIdx.x, dys0, BNP ? xs : nullptr, raw);
   const int tiles = a.tp * a.mt;
   int buf = 0;
   for (int task = blockIdx.x; task < a.tasks; task += gridDim.x, buf ^= 1) {
@@ -184,12 +193,11 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
       scatter_patch(raw, pg, p0, patch);
     else
       load_patch(a.x + static_cast<int64_t>(n) * a.h * a.w_in * a.c, pg, p0, patch);
-    if constexpr (BNP)
-      bn_dx_in_place<T>(a, p0, dys0 + buf * tile_px * a.dy_stride, xs0 + buf * tile_px * a.dy_stride, bnc);
-    __syncthreads();  // the patch (and BNP's dx) is complete and raw is free
+    if constexpr (BNP) bn_dx_in_place<T>(a, p0, dys0 + buf * tile_px * a.dy_stride, xs, bnc);
+    __syncthreads();  // the patch (and BNP's dx) is complete; raw and BNP's x buffer are free
     if (task + static_cast<int>(gridDim.x) < a.tasks)
       prefetch_task(a, pg, task + static_cast<int>(gridDim.x), dys0 + (buf ^ 1) * tile_px * a.dy_stride,
-                    BNP ? xs0 + (buf ^ 1) * tile_px * a.dy_stride : nullptr, raw);
+                    BNP ? xs : nullptr, raw);
     if (shifted) {
       // odd := the patch one pixel (4 elements, 8 bytes) further; its last pixel is never read (fewc.h).
       const uint2* src = reinterpret_cast<const uint2*>(patch);
