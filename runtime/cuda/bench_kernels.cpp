@@ -387,6 +387,20 @@ Status bench_bn_pool(Bench& b, const void* random, int64_t random_n, Pool2dGeom 
       return batchnorm_bwd_pool_cuda(s, dy.p, ix, x.p, GpuDType::F16, gamma, beta, mean, invstd, dx.p, dgamma,
                                      dbeta, g, ws.p, wsb, mode);
     });
+  // Tiling windows: the forward also writing the x elements at the argmax, and the backward's statistics over the
+  // pooled pixels (what training runs there since run 62).
+  if (st.ok() && pool2d_windows_tile(g)) {
+    DeviceBuffer xa;
+    TRCTL_CUDA_TRY(cudaMalloc(&xa.p, static_cast<size_t>(ny) * 2));
+    st = b.add(n + " fwd fused +x at argmax f16", size, fwd_bytes + 2.0 * ny, false, b.copy_gbs, [&] {
+      return batchnorm_fwd_train_pool_cuda(s, x.p, GpuDType::F16, gamma, beta, y.p, ix, mean, invstd, rm, rv, g, eps,
+                                           mom, true, ws.p, wsb, nullptr, {}, xa.p);
+    });
+    if (st.ok()) st = b.add(n + " bwd fused (pooled statistics) f16", size, bwd_bytes, false, b.copy_gbs, [&] {
+      return batchnorm_bwd_pool_cuda(s, dy.p, ix, x.p, GpuDType::F16, gamma, beta, mean, invstd, dx.p, dgamma, dbeta,
+                                     g, ws.p, wsb, BnPoolGather::kAuto, xa.p);
+    });
+  }
   if (st.ok()) st = b.add(n + " bwd unfused f16", size, bwd_bytes, false, b.copy_gbs, [&]() -> Status {
     if (Status f = maxpool2d_bwd_idx_cuda(s, g, dy.p, ix, full_dy.p, GpuDType::F16); !f.ok()) return f;
     return batchnorm_bwd_cuda(s, full_dy.p, x.p, nullptr, GpuDType::F16, gamma, mean, invstd, dx.p, dgamma, dbeta,

@@ -88,6 +88,7 @@ CudaBackend::~CudaBackend() {
   TRCTL_CUDA_WARN(cudaFree(conv_ws_));
   TRCTL_CUDA_WARN(cudaFree(bn_ws_));
   TRCTL_CUDA_WARN(cudaFree(conv_bn_sums_mem_));
+  TRCTL_CUDA_WARN(cudaFree(pool_xa_mem_));
   TRCTL_CUDA_WARN(cudaFree(bn_bwd_eq_));
   TRCTL_CUDA_WARN(cudaFree(lowp_dw_));
   TRCTL_CUDA_WARN(cudaFree(bias_ws_));

@@ -164,6 +164,7 @@ class CudaBackend final : public Backend {
   // graph and whose batch norm finalizes its statistics from the sums; planned at the end of plan_cnn.
   Status plan_conv_bn_stats();
   Status plan_conv_bn_bwd();  // train.conv_bn_backward (after plan_conv_bn_stats; may grow conv_ws_bytes_)
+  Status plan_pool_xa();      // pool_xa_ for every fused batch norm + pool backward over tiling windows
   BnSums conv_bn_sums(ValueId conv_out) const;  // the pair's sums, or none
   Status lower_batch_norm_node(const Node& n, std::vector<Launch>& out);
   Status bn_param_grads_supported(const Node& n) const;  // dgamma, dbeta go to the parameters' own gradient slots
@@ -242,6 +243,11 @@ class CudaBackend final : public Backend {
   std::map<ValueId, ConvBnBwdPair> conv_bn_bwd_;
   float* bn_bwd_eq_ = nullptr;
   float* conv_bn_sums_mem_ = nullptr;                 // one allocation for all of them
+  // Fused batch norm + ReLU + max pool over tiling windows: the x element at each window's argmax (pooled shape,
+  // act dtype), written by the training forward and read by the backward's pooled statistics
+  // (batchnorm_bwd_pool_cuda's x_at_max), by the batch norm's input X; one allocation (pool_xa_mem_).
+  std::map<ValueId, void*> pool_xa_;
+  void* pool_xa_mem_ = nullptr;
   void *s2d_z_ = nullptr, *s2d_w_ = nullptr;      // space-to-depth scratch: z (N, Hz, Wz, Cz), w2 (K, R2, S2, Cz)
   size_t s2d_z_bytes_ = 0, s2d_w_bytes_ = 0;      // (io dtype; the largest of all s2d convs)
   std::vector<Launch> warm_;                    // cuDNN calls run once before capture (module loading)

@@ -9,7 +9,9 @@
 // blocks (2x2/2 pools, and a 3x3/2 pad 1 stem pool) trained 20 fp32 steps on CUDA vs the CPU.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/compiler.h"
@@ -255,6 +257,109 @@ TEST_CASE("fused batch norm + ReLU + max pool backward: every gather mode gives 
           check_bitwise("dbeta" + m, db, first_db, 4);
         }
       }
+}
+
+TEST_CASE("fused batch norm + ReLU + max pool: the x elements at the argmax, and the backward's pooled statistics",
+          "[gpu][kernel][batchnorm][bnpool]") {
+  // Tiling windows only: the forward with x_at_max writes y and idx bitwise as without and each window's x element at
+  // its argmax; the backward's statistics over the pooled pixels hold the same terms as the full-resolution pass in
+  // another order (dgamma, dbeta within float rounding of it, and dx within a rounding of the io type), bitwise
+  // repeatable; over overlapping windows both launchers refuse x_at_max.
+  CudaContext ctx = make_context();
+  Rng rng(95);
+  for (GpuDType t : kTypes)
+    for (const Geo& g : {Geo{2, 4, 4, 5, 2, 2, 0}, Geo{3, 6, 10, 64, 2, 2, 0}, Geo{2, 28, 28, 256, 2, 2, 0},
+                         Geo{1, 56, 56, 128, 2, 2, 0}, Geo{2, 12, 12, 33, 3, 3, 0}})
+      for (int64_t off : {int64_t{0}, int64_t{1}}) {
+        const std::string tag = tag_of(t, g, off);
+        INFO(tag);
+        const size_t es = t == GpuDType::F32 ? 4 : 2;
+        const Data d = make_data(rng, t, g, false);
+        View x(t, d.x, off), dyp(t, d.dyp, off), y(t, g.pooled(), off), y2(t, g.pooled(), off), xa(t, g.pooled(), off);
+        View dx(t, g.full(), off), dx2(t, g.full(), off);
+        DevBuf idx(static_cast<size_t>(g.pooled()) + 16), idx2(static_cast<size_t>(g.pooled()) + 16);
+        DevBuf gamma = to_device(d.gamma), beta = to_device(d.beta), rm = to_device(d.rm), rv = to_device(d.rv);
+        DevBuf mean(g.c * 4), invstd(g.c * 4), dg(g.c * 4), db(g.c * 4), dg2(g.c * 4), db2(g.c * 4);
+        DevBuf ws(batchnorm_workspace_bytes(g.rows(), g.c));
+        const Pool2dGeom pg = g.pool();
+        const float *ga = gamma.as<float>(), *be = beta.as<float>();
+        REQUIRE_OK(batchnorm_fwd_train_pool_cuda(ctx.stream, x.p, t, ga, be, y.p, idx.as<uint8_t>(), mean.as<float>(),
+                                                 invstd.as<float>(), rm.as<float>(), rv.as<float>(), pg, kEps,
+                                                 kMomentum, true, ws.get(), ws.bytes()));
+        REQUIRE_OK(batchnorm_fwd_train_pool_cuda(ctx.stream, x.p, t, ga, be, y2.p, idx2.as<uint8_t>(),
+                                                 mean.as<float>(), invstd.as<float>(), rm.as<float>(), rv.as<float>(),
+                                                 pg, kEps, kMomentum, true, ws.get(), ws.bytes(), nullptr, {}, xa.p));
+        sync_ok(ctx);
+        check_bitwise("pooled y with x_at_max " + tag, bytes_of(y2.p, g.pooled() * es), bytes_of(y.p, g.pooled() * es),
+                      es);
+        const std::vector<uint8_t> ib = bytes_of(idx.get(), g.pooled());
+        check_bitwise("argmax with x_at_max " + tag, bytes_of(idx2.get(), g.pooled()), ib, 1);
+        const std::vector<float> xv = from_device_as(t, x.p, g.full()), xav = from_device_as(t, xa.p, g.pooled());
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < g.pooled(); ++i) {
+          const int64_t ch = i % g.c, pix = i / g.c, q = pix % pg.q, p = (pix / pg.q) % pg.p, b = pix / (pg.q * pg.p);
+          const int64_t r = ib[i] / g.k, s = ib[i] % g.k;
+          const float want = xv[((b * g.h + p * g.k + r) * g.w + q * g.k + s) * g.c + ch];
+          if (std::memcmp(&want, &xav[i], 4) != 0) ++wrong;
+        }
+        CHECK(wrong == 0);
+        for (BnPoolGather mode : {BnPoolGather::kAuto, BnPoolGather::kTwice, BnPoolGather::kWindowDx}) {
+          const std::string m = " mode " + std::to_string(static_cast<int>(mode)) + " " + tag;
+          REQUIRE_OK(batchnorm_bwd_pool_cuda(ctx.stream, dyp.p, idx.as<uint8_t>(), x.p, t, ga, be, mean.as<float>(),
+                                             invstd.as<float>(), dx.p, dg.as<float>(), db.as<float>(), pg, ws.get(),
+                                             ws.bytes(), mode));
+          const std::vector<float> ref_dx = from_device_as(t, dx.p, g.full());
+          const std::vector<float> ref_dg = from_device<float>(dg.get(), g.c), ref_db = from_device<float>(db.get(), g.c);
+          std::vector<std::vector<uint8_t>> runs;
+          for (int rep = 0; rep < 2; ++rep) {
+            for (const DevBuf* b : {&dg2, &db2}) poison(*b);
+            poison(dx2.buf);
+            REQUIRE_OK(batchnorm_bwd_pool_cuda(ctx.stream, dyp.p, idx.as<uint8_t>(), x.p, t, ga, be, mean.as<float>(),
+                                               invstd.as<float>(), dx2.p, dg2.as<float>(), db2.as<float>(), pg,
+                                               ws.get(), ws.bytes(), mode, xa.p));
+            sync_ok(ctx);
+            runs.push_back(bytes_of(dx2.p, g.full() * es));
+            const std::vector<uint8_t> sums = bytes_of(dg2.get(), g.c * 4), sums_b = bytes_of(db2.get(), g.c * 4);
+            runs.back().insert(runs.back().end(), sums.begin(), sums.end());
+            runs.back().insert(runs.back().end(), sums_b.begin(), sums_b.end());
+          }
+          check_bitwise("pooled statistics rerun" + m, runs[1], runs[0], 1);
+          const std::vector<float> got_dg = from_device<float>(dg2.get(), g.c), got_db = from_device<float>(db2.get(), g.c);
+          const std::vector<float> got_dx = from_device_as(t, dx2.p, g.full());
+          // The sums: the same terms in another order -- float rounding only (a wrong mask or pixel moves them by
+          // whole terms, O(1)).
+          double scale = 1.0;
+          for (int64_t ch = 0; ch < g.c; ++ch)
+            scale = std::max({scale, std::fabs(static_cast<double>(ref_dg[ch])), std::fabs(static_cast<double>(ref_db[ch]))});
+          const double sum_tol = 2e-4 * scale + 1e-6 * static_cast<double>(g.rows());
+          for (int64_t ch = 0; ch < g.c; ++ch) {
+            CHECK(std::fabs(static_cast<double>(got_dg[ch]) - ref_dg[ch]) <= sum_tol);
+            CHECK(std::fabs(static_cast<double>(got_db[ch]) - ref_db[ch]) <= sum_tol);
+          }
+          const double rel = t == GpuDType::F32 ? 1e-4 : (t == GpuDType::F16 ? 4e-3 : 2e-2);
+          double worst = 0;
+          for (int64_t i = 0; i < g.full(); ++i)
+            worst = std::max(worst, std::fabs(static_cast<double>(got_dx[i]) - ref_dx[i]) /
+                                        (std::fabs(static_cast<double>(ref_dx[i])) + 1e-2));
+          INFO("worst relative dx difference " << worst << m);
+          CHECK(worst <= rel);
+        }
+      }
+  // Overlapping windows: no x at the argmax.
+  const Geo g{2, 8, 8, 64, 3, 2, 1};
+  const Pool2dGeom pg = g.pool();
+  DevBuf x(g.full() * 2), y(g.pooled() * 2), xa(g.pooled() * 2), idx(g.pooled() + 16), dx(g.full() * 2);
+  DevBuf gamma(g.c * 4), beta(g.c * 4), mean(g.c * 4), invstd(g.c * 4), ws(batchnorm_workspace_bytes(g.rows(), g.c));
+  const Status f = batchnorm_fwd_train_pool_cuda(ctx.stream, x.get(), GpuDType::F16, gamma.as<float>(),
+                                                 beta.as<float>(), y.get(), idx.as<uint8_t>(), mean.as<float>(),
+                                                 invstd.as<float>(), nullptr, nullptr, pg, kEps, kMomentum, true,
+                                                 ws.get(), ws.bytes(), nullptr, {}, xa.get());
+  CHECK_FALSE(f.ok());
+  const Status b = batchnorm_bwd_pool_cuda(ctx.stream, y.get(), idx.as<uint8_t>(), x.get(), GpuDType::F16,
+                                           gamma.as<float>(), beta.as<float>(), mean.as<float>(), invstd.as<float>(),
+                                           dx.get(), mean.as<float>(), invstd.as<float>(), pg, ws.get(), ws.bytes(),
+                                           BnPoolGather::kAuto, xa.get());
+  CHECK_FALSE(b.ok());
 }
 
 TEST_CASE("fused batch norm + ReLU + max pool vector and scalar paths agree bitwise", "[gpu][kernel][bnpool]") {

@@ -90,12 +90,15 @@ Status batchnorm_bwd_cuda(cudaStream_t s, const void* dy, const void* x, const v
 // 2x2/2) or overlapping ones (ResNet's stem 3x3/2 pad 1), max pool semantics as maxpool2d_fwd_cpu. The training
 // forward writes only the pooled y t and the argmax idx u8 (offset in the nominal window, 8-byte aligned), bitwise
 // what batchnorm_fwd_train_cuda + maxpool2d_fwd_idx_cuda give (the statistics and running statistics are the same
-// passes); relu as there. sums: as batchnorm_fwd_train_cuda's.
+// passes); relu as there. sums: as batchnorm_fwd_train_cuda's. x_at_max (g.n,g.p,g.q,g.c) t, nullable, tiling
+// windows only (else an argument error): each window's x element at its argmax, per channel (bitwise x there) --
+// what the backward's pooled statistics read instead of x (batchnorm_bwd_pool_cuda).
 Status batchnorm_fwd_train_pool_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma,
                                      const float* beta, void* y, uint8_t* idx, float* save_mean, float* save_invstd,
                                      float* running_mean, float* running_var, const Pool2dGeom& g, float eps,
                                      float momentum, bool relu, void* workspace, size_t workspace_bytes,
-                                     const float* prebias = nullptr, const BnSums& sums = {});
+                                     const float* prebias = nullptr, const BnSums& sums = {},
+                                     void* x_at_max = nullptr);
 // Eval forward with the fused pool: the pooled y (g.n,g.p,g.q,g.c) of batchnorm_fwd_eval_cuda + maxpool2d_fwd_cuda.
 Status batchnorm_fwd_eval_pool_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma, const float* beta,
                                     const float* running_mean, const float* running_var, void* y,
@@ -114,11 +117,16 @@ Status batchnorm_fwd_eval_pool_cuda(cudaStream_t s, const void* x, GpuDType t, c
 // last one per pooled pixel (each window's dy and argmax loaded once, its four dx written together); kAuto picks
 // what bench kernels measured fastest for the geometry (batchnorm_pool.cu). All give bitwise the same dx. n*h*w
 // and n*p*q < 2^31; dx aliases neither x nor dy_pooled.
+// x_at_max (tiling windows; the forward's, nullable): the first pass -- dgamma and dbeta -- runs over the pooled
+// pixels alone, on dy_pooled and x_at_max: an element that is no window's argmax has gradient exactly 0 and adds
+// nothing, so the sums hold the same terms in another order (deterministic, not bitwise the full-resolution pass;
+// the last pass, dx, as `gather` says; kPoolThenDense ignores x_at_max). It reads 2 pooled tensors where the full-resolution pass reads x, dy_pooled
+// and idx (VGG's pool1: 0.8 GB against 2.2 GB at batch 256).
 enum class BnPoolGather { kAuto, kTwice, kOnceStored, kPoolThenDense, kWindowDx };
 Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint8_t* idx, const void* x, GpuDType t,
                                const float* gamma, const float* beta, const float* save_mean,
                                const float* save_invstd, void* dx, float* dgamma, float* dbeta, const Pool2dGeom& g,
                                void* workspace, size_t workspace_bytes,
-                               BnPoolGather gather = BnPoolGather::kAuto);
+                               BnPoolGather gather = BnPoolGather::kAuto, const void* x_at_max = nullptr);
 
 }  // namespace trctl

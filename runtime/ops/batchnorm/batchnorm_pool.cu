@@ -43,6 +43,7 @@ struct WindowMax {
       }
     }
   }
+  __device__ __forceinline__ int offset(int j) const { return at[j]; }  // channel j's argmax offset
   template <class I>
   __device__ __forceinline__ void store(T* y, uint8_t* idx, I i) const {
     Pack<T, V> out;
@@ -88,6 +89,7 @@ struct WindowMax<__half, V> {
       at[j] = (o2 & m) | (at[j] & ~m);
     }
   }
+  __device__ __forceinline__ int offset(int j) const { return static_cast<int>((at[j >> 1] >> ((j & 1) * 16)) & 0xFFFFu); }
   template <class I>
   __device__ __forceinline__ void store(__half* y, uint8_t* idx, I i) const {
     Pack<__half, V> out;
@@ -142,9 +144,11 @@ struct WindowMax<__half, 1> : WindowMax<float, 1> {
 // mean_shift). KH, KW > 0: the window known at compile time (VGG's 2x2; kh, kw must equal them): its KH*KW loads
 // are all issued before the first is used (with the run-time loops each load waited for the previous take); the
 // comparisons keep the same order, so the results are bitwise those of the run-time loops.
+// xa (same shape as y, nullable): per channel, the window's x element at the argmax (from the loaded packs when KH,
+// KW are known, else loaded again), for the backward's pooled statistics.
 template <class T, int V, class I, int KH = 0, int KW = 0>
 __global__ void __launch_bounds__(256)
-    bn_pool_apply_kernel(const T* __restrict__ x, T* __restrict__ y, uint8_t* __restrict__ idx,
+    bn_pool_apply_kernel(const T* __restrict__ x, T* __restrict__ y, uint8_t* __restrict__ idx, T* __restrict__ xa,
                          const float* __restrict__ gamma, const float* __restrict__ beta,
                          const float* __restrict__ mean, const float* __restrict__ inv_or_var, bool var_not_invstd,
                          float eps, bool relu, const float* __restrict__ mean_shift, int64_t n, int64_t h, int64_t w,
@@ -178,12 +182,37 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
         for (int s = 0; s < KW; ++s) mx.take(v[r][s], r * KW + s, k, relu);
       }
+      if (xa) {
+        Pack<T, V> xo;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const int o = mx.offset(j);
+          T e = v[0][0].v[j];
+#pragma unroll
+          for (int r = 0; r < KH; ++r) {
+#pragma unroll
+            for (int s = 0; s < KW; ++s)
+              if (r * KW + s == o) e = v[r][s].v[j];
+          }
+          xo.v[j] = e;
+        }
+        pack_store<V>(xa + static_cast<int64_t>(i) * V, xo);
+      }
     } else {
       const T* xw = x + ((static_cast<int64_t>(b) * h + static_cast<int64_t>(p) * kh) * w +
                          static_cast<int64_t>(q) * kw) * c + c0;
       for (int r = 0; r < kh; ++r) {
         for (int s = 0; s < kw; ++s)
           mx.take(pack_load<V>(xw + (static_cast<int64_t>(r) * w + s) * c), r * kw + s, k, relu);
+      }
+      if (xa) {
+        Pack<T, V> xo;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const int o = mx.offset(j);
+          xo.v[j] = xw[(static_cast<int64_t>(o / kw) * w + o % kw) * c + j];
+        }
+        pack_store<V>(xa + static_cast<int64_t>(i) * V, xo);
       }
     }
     mx.store(y, idx, i);
@@ -544,34 +573,37 @@ bool fused_pool_geom_ok(const Pool2dGeom& g) {
 
 // The fused max pool's forward launch over x (n,h,w,c) -> y, idx (n,p,q,c): the tiling kernel when the windows
 // tile x, else the general one; 32-bit indices when they fit.
+// xa (tiling windows only, nullable): the x elements at the argmax (bn_pool_apply_kernel).
 template <class T>
 Status bn_pool_apply_launch(cudaStream_t s, const Pool2dGeom& g, const void* x, void* y, uint8_t* idx,
                             const float* gamma, const float* beta, const float* mean, const float* inv_or_var,
-                            bool var_not_invstd, float eps, bool relu, const float* mean_shift) {
+                            bool var_not_invstd, float eps, bool relu, const float* mean_shift, void* xa = nullptr) {
   const bool tiled = pool2d_windows_tile(g);
+  TRCTL_CUDA_ARG_CHECK(!xa || tiled, "bn_pool_apply_launch: x at the argmax needs tiling windows");
   auto launch = [&](auto vw) {
     constexpr int V = decltype(vw)::value;
     const int64_t items = g.n * g.p * g.q * (g.c / V);
     const T* xs = static_cast<const T*>(x);
     T* ys = static_cast<T*>(y);
+    T* xas = static_cast<T*>(xa);
     const int kh = static_cast<int>(g.kh), kw = static_cast<int>(g.kw);
     const bool small = std::max(g.n * g.h * g.w, g.n * g.p * g.q) * g.c < (int64_t{1} << 30);
     if (tiled) {
       if constexpr (V == kVec16<T>) {  // VGG's 2x2 windows, specialised on the 16-byte path
         if (small && kh == 2 && kw == 2) {
           bn_pool_apply_kernel<T, V, int32_t, 2, 2><<<elementwise_grid(items), kElementwiseBlock, 0, s>>>(
-              xs, ys, idx, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g.n, g.h, g.w, g.c,
+              xs, ys, idx, xas, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g.n, g.h, g.w, g.c,
               kh, kw);
           return TRCTL_CUDA_LAUNCH_STATUS("bn_pool_apply_kernel (2x2)");
         }
       }
       if (small)
         bn_pool_apply_kernel<T, V, int32_t><<<elementwise_grid(items), kElementwiseBlock, 0, s>>>(
-            xs, ys, idx, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g.n, g.h, g.w, g.c, kh,
+            xs, ys, idx, xas, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g.n, g.h, g.w, g.c, kh,
             kw);
       else
         bn_pool_apply_kernel<T, V, int64_t><<<elementwise_grid(items), kElementwiseBlock, 0, s>>>(
-            xs, ys, idx, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g.n, g.h, g.w, g.c, kh,
+            xs, ys, idx, xas, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g.n, g.h, g.w, g.c, kh,
             kw);
       return TRCTL_CUDA_LAUNCH_STATUS("bn_pool_apply_kernel");
     }
@@ -591,9 +623,9 @@ Status bn_pool_apply_launch(cudaStream_t s, const Pool2dGeom& g, const void* x, 
     return TRCTL_CUDA_LAUNCH_STATUS("bn_pool_window_apply_kernel");
   };
   constexpr int kV16 = kVec16<T>;
-  if (g.c % kV16 == 0 && gpu_aligned(16, x, y))  // idx: 8-byte aligned (the launchers check)
+  if (g.c % kV16 == 0 && gpu_aligned(16, x, y, xa))  // idx: 8-byte aligned (the launchers check)
     return launch(std::integral_constant<int, kV16>{});
-  if (g.c % 2 == 0 && gpu_aligned(2 * sizeof(T), x, y)) return launch(std::integral_constant<int, 2>{});
+  if (g.c % 2 == 0 && gpu_aligned(2 * sizeof(T), x, y, xa)) return launch(std::integral_constant<int, 2>{});
   return launch(std::integral_constant<int, 1>{});
 }
 
@@ -603,7 +635,7 @@ Status batchnorm_fwd_train_pool_cuda(cudaStream_t s, const void* x, GpuDType t, 
                                      const float* beta, void* y, uint8_t* idx, float* save_mean, float* save_invstd,
                                      float* running_mean, float* running_var, const Pool2dGeom& g, float eps,
                                      float momentum, bool relu, void* workspace, size_t workspace_bytes,
-                                     const float* prebias, const BnSums& sums) {
+                                     const float* prebias, const BnSums& sums, void* x_at_max) {
   TRCTL_CUDA_ARG_CHECK(fused_pool_geom_ok(g), "batchnorm_fwd_train_pool_cuda: unfinished Pool2dGeom, a window over "
                                               "256 elements, a stride past the kernel or c >= 2^31");
   const int64_t rows = g.n * g.h * g.w, c = g.c;
@@ -614,12 +646,15 @@ Status batchnorm_fwd_train_pool_cuda(cudaStream_t s, const void* x, GpuDType t, 
   TRCTL_CUDA_ARG_CHECK(workspace && workspace_bytes >= batchnorm_workspace_bytes(rows, c),
                        "batchnorm_fwd_train_pool_cuda: workspace missing or smaller than batchnorm_workspace_bytes");
   TRCTL_CUDA_ARG_CHECK(!sums.sum == !sums.sqsum, "batchnorm_fwd_train_pool_cuda: BnSums with one of sum, sqsum null");
+  TRCTL_CUDA_ARG_CHECK(!x_at_max || pool2d_windows_tile(g),
+                       "batchnorm_fwd_train_pool_cuda: x at the argmax needs tiling windows");
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     Status st = bn_fwd_train_stats<T>(s, static_cast<const T*>(x), sums, rows, c, workspace, eps, momentum,
                                       save_mean, save_invstd, running_mean, running_var, prebias);  // as unfused
     if (!st) return st;
-    return bn_pool_apply_launch<T>(s, g, x, y, idx, gamma, beta, save_mean, save_invstd, false, eps, relu, nullptr);
+    return bn_pool_apply_launch<T>(s, g, x, y, idx, gamma, beta, save_mean, save_invstd, false, eps, relu, nullptr,
+                                   x_at_max);
   });
 }
 
@@ -642,7 +677,8 @@ Status batchnorm_fwd_eval_pool_cuda(cudaStream_t s, const void* x, GpuDType t, c
 Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint8_t* idx, const void* x, GpuDType t,
                                const float* gamma, const float* beta, const float* save_mean,
                                const float* save_invstd, void* dx, float* dgamma, float* dbeta, const Pool2dGeom& g,
-                               void* workspace, size_t workspace_bytes, BnPoolGather gather) {
+                               void* workspace, size_t workspace_bytes, BnPoolGather gather,
+                               const void* x_at_max) {
   TRCTL_CUDA_ARG_CHECK(fused_pool_geom_ok(g), "batchnorm_bwd_pool_cuda: unfinished Pool2dGeom, a window over 256 "
                                               "elements, a stride past the kernel or c >= 2^31");
   const int64_t rows = g.n * g.h * g.w, c = g.c;
@@ -652,6 +688,8 @@ Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint
                        "batchnorm_bwd_pool_cuda: null pointer");
   TRCTL_CUDA_ARG_CHECK(gpu_aligned(8, idx), "batchnorm_bwd_pool_cuda: idx not 8-byte aligned");
   TRCTL_CUDA_ARG_CHECK(dx != x && dx != dy_pooled, "batchnorm_bwd_pool_cuda: dx aliases x or dy");
+  TRCTL_CUDA_ARG_CHECK(!x_at_max || pool2d_windows_tile(g),
+                       "batchnorm_bwd_pool_cuda: x at the argmax needs tiling windows");
   TRCTL_CUDA_ARG_CHECK(workspace && workspace_bytes >= batchnorm_workspace_bytes(rows, c),
                        "batchnorm_bwd_pool_cuda: workspace missing or smaller than batchnorm_workspace_bytes");
   auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
@@ -675,6 +713,16 @@ Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint
     if (tiled) {
       const TiledPoolGrad<T> gs{dy, idx, u32(g.h * g.w), u32(g.w), u32(g.kh), u32(g.kw), u32(g.p * g.q), u32(g.q),
                                 u32(g.h)};
+      if (x_at_max) {  // dgamma, dbeta over the pooled pixels (dy_pooled, x_at_max), then the dx pass alone
+        Status st = bn_bwd_launch<T>(s, DenseGrad<T>{dy}, x_at_max, nullptr, gamma, save_mean, save_invstd, nullptr,
+                                     dgamma, dbeta, g.n * g.p * g.q, c, workspace, beta);
+        if (!st) return st;
+        if (gather == BnPoolGather::kWindowDx && g.kh == 2 && g.kw == 2)
+          return bn_bwd_window_dx_launch<T>(s, g, dy, idx, static_cast<const T*>(x), gamma, beta, save_mean,
+                                            save_invstd, dgamma, dbeta, static_cast<T*>(dx));
+        return bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
+                                nullptr, beta, nullptr, false);
+      }
       if (gather == BnPoolGather::kWindowDx && g.kh == 2 && g.kw == 2) {  // passes 1-2 decode, then per window
         Status st = bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, nullptr, dgamma, dbeta, rows,
                                      c, workspace, beta);
