@@ -36,6 +36,8 @@ std::string run_facts_json(const RunFacts& f) {
     if (c.graph_engines > 0) s += ", \"graph_engines\": " + std::to_string(c.graph_engines);
     if (c.bn_grad_folded > 0) s += ", \"bn_grad_folded\": " + std::to_string(c.bn_grad_folded);
     if (c.wgconv_dgrad > 0) s += ", \"wgconv_dgrad\": " + std::to_string(c.wgconv_dgrad);
+    if (c.wgconv_fwd > 0) s += ", \"wgconv_fwd\": " + std::to_string(c.wgconv_fwd);
+    if (c.wgconv_bn_folded > 0) s += ", \"wgconv_bn_folded\": " + std::to_string(c.wgconv_bn_folded);
     if (c.bn_bwd_mode != "separate")
       s += ", \"bn_backward\": {\"mode\": " + json_quote(c.bn_bwd_mode) + ", \"fused\": " +
            std::to_string(c.bn_bwd_fused) + ", \"separate\": " + std::to_string(c.bn_bwd_separate) +
@@ -144,8 +146,11 @@ Result<RunFacts> run_facts_parse(const std::string& text, const std::string& pat
     return Error{ErrCode::Format, path, "conv_algorithms.graph_engines: expected a count (an integer >= 0)"};
   if (conv->find("bn_grad_folded") && !count_of(*conv, "bn_grad_folded", &f.conv.bn_grad_folded))
     return Error{ErrCode::Format, path, "conv_algorithms.bn_grad_folded: expected a count (an integer >= 0)"};
-  if (conv->find("wgconv_dgrad") && !count_of(*conv, "wgconv_dgrad", &f.conv.wgconv_dgrad))
-    return Error{ErrCode::Format, path, "conv_algorithms.wgconv_dgrad: expected a count (an integer >= 0)"};
+  for (auto [key, out] : {std::pair{"wgconv_dgrad", &f.conv.wgconv_dgrad}, {"wgconv_fwd", &f.conv.wgconv_fwd},
+                          {"wgconv_bn_folded", &f.conv.wgconv_bn_folded}})
+    if (conv->find(key) && !count_of(*conv, key, out))
+      return Error{ErrCode::Format, path,
+                   std::string("conv_algorithms.") + key + ": expected a count (an integer >= 0)"};
   if (const JsonNode* bb = conv->find("bn_backward"); bb && !bb->is_null()) {  // train.conv_bn_backward, likewise
     ConvAlgoSources& c = f.conv;
     Status st = fusion_record_of(*bb, "conv_algorithms.bn_backward", path,

@@ -135,6 +135,8 @@ const char* to_string(ConvWgconv c) {
   switch (c) {
     case ConvWgconv::Off: return "off";
     case ConvWgconv::Dgrad: return "dgrad";
+    case ConvWgconv::Fwd: return "fwd";
+    case ConvWgconv::Both: return "both";
   }
   return "?";
 }

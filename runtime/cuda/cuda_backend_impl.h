@@ -156,7 +156,9 @@ class CudaBackend final : public Backend {
   Status plan_fewc(const Node& n);
   Status lower_fewc_conv_node(const Node& n, std::vector<Launch>& out);
   // Data gradients on trctl's wgmma ring kernel under AMP (train.conv_wgconv: dgrad, wgconv_dgrad_ring_eligible):
-  // the filters flipped into conv_ws_, then the forward kernel on dY (runtime/cuda/cuda_lower_wgconv.cpp).
+  // the filters flipped into conv_ws_, then the forward kernel on dY; forwards (fwd, wgconv_fwd_ring_eligible), with
+  // their statistics epilogue for a conv_bn_stats pair and a folded batch norm's apply as their prologue
+  // (runtime/cuda/cuda_lower_wgconv.cpp).
   bool wgconv_node(const Node& n) const;
   Status plan_wgconv(const Node& n);
   Status lower_wgconv_conv_node(const Node& n, std::vector<Launch>& out);
@@ -221,7 +223,12 @@ class CudaBackend final : public Backend {
   std::map<std::string, Im2colConvPlan> im2col_;  // by im2col_key; their cols and Wc live in conv_ws_
   std::map<std::string, FewcConvPlan> fewc_;          // forwards, by geometry key (conv_key)
   std::map<std::string, FewcWgradPlan> fewc_wgrad_;   // weight gradients (partials in conv_ws_), likewise
-  std::map<std::string, WgConvPlan> wgconv_;          // data gradients, by the forward's conv_key (flip in conv_ws_)
+  std::map<std::string, WgConvPlan> wgconv_;          // data gradients, by the forward's conv_key (flip in conv_ws_);
+                                                      // forwards by "fwd " + conv_key
+  struct WgFold {  // a batch norm whose apply + ReLU its consumer wgconv forward runs (wgconv_bn_apply_choose)
+    ValueId x = kNoValue, gamma = kNoValue, beta = kNoValue, mean = kNoValue, invstd = kNoValue;
+  };
+  std::map<ValueId, WgFold> wg_fold_;                 // by the batch norm's output y (the conv writes it)
   // The batch norms whose backward dx the few-channel weight gradient computes (fewc_bn_grad_choose), by dx;
   // their weight gradients' plans are fewc_wgrad_'s "bn " + conv_key entries.
   std::map<ValueId, FewcBnGradFold> fewc_bn_grad_;

@@ -86,7 +86,7 @@ Status CudaBackend::plan_cnn() {
           if (Status st = plan_fewc(n); !st.ok()) return st;
           continue;
         }
-        if (wgconv_node(n)) {  // trctl's wgmma data gradient: no cuDNN plan (counted: conv_sources_.wgconv_dgrad)
+        if (wgconv_node(n)) {  // trctl's wgmma kernel: no cuDNN plan (counted: conv_sources_.wgconv_dgrad / _fwd)
           if (Status st = plan_wgconv(n); !st.ok()) return st;
           continue;
         }
@@ -142,6 +142,12 @@ Status CudaBackend::plan_cnn() {
   if (Status st = plan_conv_bn_stats(); !st.ok()) return st;  // may grow conv_ws_bytes_
   if (Status st = plan_conv_bn_bwd(); !st.ok()) return st;    // likewise
   if (Status st = plan_pool_xa(); !st.ok()) return st;
+  // train.conv_wgconv fwd: batch norms whose apply + ReLU their wgconv consumer runs (its prologue writes y).
+  for (const ConvBnApplyFold& f : wgconv_bn_apply_choose(c_.graph, c_.spec)) {
+    const Node& bn = c_.graph.programs[f.program].nodes[f.bn];
+    wg_fold_[f.y] = WgFold{f.x, bn.in[1], bn.in[2], bn.out[1], bn.out[2]};
+    ++conv_sources_.wgconv_bn_folded;
+  }
   if (conv_ws_bytes_ > 0) TRCTL_CUDA_TRY(cudaMalloc(&conv_ws_, conv_ws_bytes_));
   if (bn_ws_bytes_ > 0) TRCTL_CUDA_TRY(cudaMalloc(&bn_ws_, bn_ws_bytes_));
   if (lowp() && max_dw > 0) TRCTL_CUDA_TRY(cudaMalloc(&lowp_dw_, static_cast<size_t>(max_dw) * 2));
@@ -236,6 +242,16 @@ Status CudaBackend::plan_conv_bn_stats() {
         continue;
       }
       conv_ws_bytes_ = std::max(conv_ws_bytes_, fewc_stats_workspace_bytes(it->second));
+      planned.fuse.push_back(pr);
+      ++conv_sources_.bn_stats_fused;
+      continue;
+    }
+    if (pr.route == ConvRoute::Wgconv) {  // train.conv_wgconv fwd: the ring px kernel's statistics epilogue
+      auto it = wgconv_.find("fwd " + conv_key(pr.g));
+      if (it == wgconv_.end())
+        return Error{ErrCode::Internal, "cuda backend",
+                     "no wgconv plan for " + c_.graph.programs[pr.program].nodes[pr.conv].name};
+      conv_ws_bytes_ = std::max(conv_ws_bytes_, wgconv_stats_workspace_bytes(it->second));
       planned.fuse.push_back(pr);
       ++conv_sources_.bn_stats_fused;
       continue;
@@ -687,6 +703,13 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
     float *rm = f32(n.in[3]), *rv = f32(n.in[4]), *sm = f32(n.out[1]), *si = f32(n.out[2]);
     void* y = at(n.out[0]);
     const BnSums sums = conv_bn_sums(n.in[0]);  // train.conv_bn_stats: from the conv's genstats
+    if (wg_fold_.count(n.out[0])) {  // train.conv_wgconv fwd: the consumer applies and writes y; statistics only
+      out.push_back([=] {
+        return batchnorm_fwd_train_consts_cuda(s, x, act, gamma, beta, sm, si, rm, rv, rows, c, eps, momentum, ws, wsb,
+                                               prebias, sums, nullptr, GpuDType::F32);
+      });
+      return ok_status();
+    }
     if (auto fold = bn_fold_.find(n.out[0]); fold != bn_fold_.end()) {  // train.conv_bn_apply: prologue
       void* consts = fold->second.consts;  // the consumer conv applies relu(x * scale + shift); y is not written
       out.push_back([=] {

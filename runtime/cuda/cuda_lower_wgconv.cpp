@@ -1,8 +1,15 @@
-// CudaBackend's data gradients on trctl's wgmma ring kernel (train.conv_wgconv: dgrad; runtime/ops/conv2d/wgconv.h):
-// which nodes (conv_route's rule), their plans (one per forward geometry, on wgconv_dgrad_geom) and their launches:
-// the filters W (K, 3, 3, C) of the AMP weight copy flipped and transposed into W' (C, 3, 3, K) in conv_ws_ (the
-// step's launches run one after another, so the shared workspace is free), then dX (N, H, W, C) = the forward kernel
-// on dY (N, H, W, K) and W'. Deterministic: one fixed summation order per element.
+// CudaBackend's convolutions on trctl's wgmma ring kernel (train.conv_wgconv; runtime/ops/conv2d/wgconv.h): which
+// nodes (conv_route's rule), their plans (RingPx256N64; a data gradient's on wgconv_dgrad_geom of its forward
+// geometry, a forward's on its own) and their launches.
+// - Data gradients (dgrad, both): the filters W (K, 3, 3, C) of the AMP weight copy flipped and transposed into
+//   W' (C, 3, 3, K) in conv_ws_ (the step's launches run one after another, so the shared workspace is free), then
+//   dX (N, H, W, C) = the forward kernel on dY (N, H, W, K) and W'.
+// - Forwards (fwd, both): Y = conv(X, W); for a conv_bn_stats pair (route Wgconv) Y's per-channel sum and sum of
+//   squares from the epilogue into the pair's buffer (partials in conv_ws_); for a batch norm folded into it
+//   (wg_fold_: X is that batch norm's output y) the kernel reads the batch norm's input x, applies the normalisation
+//   + ReLU with the batch norm's saved mean and invstd as each row lands and writes the result to y (bitwise the
+//   apply pass's output) while the batch norm itself computes its statistics alone.
+// Deterministic: one fixed summation order per element; the statistics are fixed for the plan's grid.
 #include <algorithm>
 
 #include "runtime/cuda/cuda_backend_impl.h"
@@ -11,16 +18,25 @@ namespace trctl::cuda_detail {
 
 bool CudaBackend::wgconv_node(const Node& n) const { return conv_route_of(n) == ConvRoute::Wgconv; }
 
-// A Conv2dGradInput node (dY, W -> dX): the forward geometry is dX's and W's (conv_operands). Counted per node of
-// every program.
+// A Conv2dGradInput node (dY, W -> dX): the forward geometry is dX's and W's (conv_operands); a Conv2d node (X, W ->
+// Y). Counted per node of every program.
 Status CudaBackend::plan_wgconv(const Node& n) {
   const auto [x, w] = conv_operands(n);
   const Conv2dGeom g = conv2d_geom_of(c_.graph, n, x, w);
-  const std::string key = conv_key(g);
+  const bool fwd = n.op == OpKind::Conv2d;
+  if (fwd && n.in.size() != 2)  // conv_route sees the geometry only; a bias is folded into a batch norm, or here
+    return Error{ErrCode::NotSupported, "cuda backend",
+                 "train.conv_wgconv: the wgmma forward takes no bias, and " + n.name +
+                     " has one not folded into a batch norm; set train.conv_wgconv to off or dgrad"};
+  const std::string key = (fwd ? "fwd " : "") + conv_key(g);
   if (!wgconv_.count(key)) {
-    Result<WgConvPlan> plan = wgconv_plan(wgconv_dgrad_geom(g), act_type(), WgConvTile::RingPx256N64);
+    Result<WgConvPlan> plan = wgconv_plan(fwd ? g : wgconv_dgrad_geom(g), act_type(), WgConvTile::RingPx256N64);
     if (!plan.ok()) return plan.errors();  // NotSupported off compute capability 9.0: says so
     wgconv_.emplace(key, plan.value());
+  }
+  if (fwd) {
+    ++conv_sources_.wgconv_fwd;
+    return ok_status();
   }
   ++conv_sources_.wgconv_dgrad;
   conv_ws_bytes_ = std::max(conv_ws_bytes_, static_cast<size_t>(g.k * 9 * g.c) * gpu_dtype_size(act_type()));
@@ -28,24 +44,53 @@ Status CudaBackend::plan_wgconv(const Node& n) {
 }
 
 Status CudaBackend::lower_wgconv_conv_node(const Node& n, std::vector<Launch>& out) {
-  if (n.op != OpKind::Conv2dGradInput)
-    return Error{ErrCode::Internal, "cuda backend", "wgconv runs data gradients only, not " + n.name};
+  if (n.op != OpKind::Conv2dGradInput && n.op != OpKind::Conv2d)
+    return Error{ErrCode::Internal, "cuda backend", "wgconv runs forwards and data gradients only, not " + n.name};
   if (n.attrs.accumulate)  // pass_fuse_grad_accumulate fuses only pointwise ones, which are GEMMs
-    return Error{ErrCode::Internal, "cuda backend", "a wgconv dgrad with a fused gradient sum: " + n.name};
+    return Error{ErrCode::Internal, "cuda backend", "a wgconv conv with a fused gradient sum: " + n.name};
   const auto [xv, wv] = conv_operands(n);
   const Conv2dGeom g = conv2d_geom_of(c_.graph, n, xv, wv);
-  auto it = wgconv_.find(conv_key(g));
+  const bool fwd = n.op == OpKind::Conv2d;
+  auto it = wgconv_.find((fwd ? "fwd " : "") + conv_key(g));
   if (it == wgconv_.end()) return Error{ErrCode::Internal, "cuda backend", "no wgconv plan for " + n.name};
   const WgConvPlan* plan = &it->second;
   const cudaStream_t s = ctx_.stream;
   const GpuDType io = act_type();
-  const void* dy = at(n.in[0]);
   const void* w = weight_ptr(n.in[1]);
-  void* dx = at(n.out[0]);
-  void* wf = conv_ws_;
-  const int64_t k = g.k, c = g.c;
-  out.push_back([=] { return wgconv_flip_filters_cuda(s, io, w, k, c, wf); });
-  out.push_back([=] { return wgconv_fwd_cuda(s, *plan, dy, wf, dx); });  // no lazy setup: nothing to warm
+  void* y = at(n.out[0]);
+  if (!fwd) {
+    const void* dy = at(n.in[0]);
+    void* wf = conv_ws_;
+    const int64_t k = g.k, c = g.c;
+    out.push_back([=] { return wgconv_flip_filters_cuda(s, io, w, k, c, wf); });
+    out.push_back([=] { return wgconv_fwd_cuda(s, *plan, dy, wf, y); });  // no lazy setup: nothing to warm
+    return ok_status();
+  }
+  const void* x = at(n.in[0]);
+  bool has_prologue = false, has_stats = false;
+  WgConvPrologue prologue;
+  if (auto fold = wg_fold_.find(n.in[0]); fold != wg_fold_.end()) {  // X is a folded batch norm's y
+    auto f32 = [&](ValueId v) { return reinterpret_cast<const float*>(at(v)); };
+    x = at(fold->second.x);
+    prologue.gamma = f32(fold->second.gamma);
+    prologue.beta = f32(fold->second.beta);
+    prologue.mean = f32(fold->second.mean);
+    prologue.invstd = f32(fold->second.invstd);
+    prologue.relu = true;
+    prologue.act_out = at(n.in[0]);
+    has_prologue = true;
+  }
+  WgConvStats stats;
+  if (const BnSums sums = conv_bn_sums(n.out[0]); sums.sum) {  // a conv_bn_stats pair routed here
+    stats.sum = const_cast<float*>(sums.sum);
+    stats.sqsum = const_cast<float*>(sums.sqsum);
+    stats.ws = conv_ws_;
+    stats.ws_bytes = conv_ws_bytes_;
+    has_stats = true;
+  }
+  out.push_back([=] {  // prologue and stats captured by value
+    return wgconv_fwd_cuda(s, *plan, x, w, y, has_prologue ? &prologue : nullptr, has_stats ? &stats : nullptr);
+  });
   return ok_status();
 }
 

@@ -306,7 +306,10 @@ std::string conv_algorithms_text(const YAML::Node& train, BackendKind be, const 
     s += "; " + std::to_string(c.bn_grad_folded) +
          " batch norms' backward dx computed in the few-channel weight gradient";
   if (c.wgconv_dgrad > 0)
-    s += "; " + std::to_string(c.wgconv_dgrad) + " data gradients on trctl's wgmma kernel (train.conv_wgconv: dgrad)";
+    s += "; " + std::to_string(c.wgconv_dgrad) + " data gradients on trctl's wgmma kernel (train.conv_wgconv)";
+  if (c.wgconv_fwd > 0)
+    s += "; " + std::to_string(c.wgconv_fwd) + " forward convolutions on trctl's wgmma kernel (train.conv_wgconv), " +
+         std::to_string(c.wgconv_bn_folded) + " batch norms' apply in their prologue";
   if (c.bn_bwd_mode != "separate")
     s += "; " + std::to_string(c.bn_bwd_fused) + " batch norms' backward reductions in cuDNN's data-gradient " +
          "epilogue (train.conv_bn_backward: " + c.bn_bwd_mode + ")";

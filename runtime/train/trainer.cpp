@@ -644,8 +644,11 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
              conv->bn_bwd_mode, conv->bn_bwd_fused, conv->bn_bwd_separate, conv->bn_bwd_fallback,
              conv->bn_bwd_fallback > 0 ? " (first: " + conv->bn_bwd_fallback_reason + ")" : std::string());
   if (const ConvAlgoSources* conv = be->conv_algo_sources(); conv && conv->wgconv_dgrad > 0)
-    log.info("data gradients on trctl's wgmma kernel (train.conv_wgconv: dgrad): {} (per program)",
-             conv->wgconv_dgrad);
+    log.info("data gradients on trctl's wgmma kernel (train.conv_wgconv): {} (per program)", conv->wgconv_dgrad);
+  if (const ConvAlgoSources* conv = be->conv_algo_sources(); conv && conv->wgconv_fwd > 0)
+    log.info("forward convolutions on trctl's wgmma kernel (train.conv_wgconv): {} (per program), {} batch norms' "
+             "apply folded into their prologue",
+             conv->wgconv_fwd, conv->wgconv_bn_folded);
   if (const ConvAlgoSources* conv = be->conv_algo_sources(); conv && conv->bn_grad_folded > 0)
     log.info("batch-norm backward dx computed in the few-channel weight gradient: {} batch norms (third pass skipped)",
              conv->bn_grad_folded);

@@ -455,6 +455,20 @@ TEST_CASE("run.json's conv -> batch norm statistics counts (train.conv_bn_stats)
   REQUIRE_FALSE(bad_wg.ok());
   CHECK_THAT(bad_wg.error_text(), Catch::Contains("conv_algorithms.wgconv_dgrad"));
   f.conv.wgconv_dgrad = 0;
+  CHECK_THAT(with_grad, !Catch::Contains("wgconv_fwd"));  // train.conv_wgconv fwd / both only
+  f.conv.wgconv_fwd = 1;
+  f.conv.wgconv_bn_folded = 1;
+  const std::string with_fwd = run_facts_json(f);
+  CHECK_THAT(with_fwd, Catch::Contains("\"wgconv_fwd\": 1") && Catch::Contains("\"wgconv_bn_folded\": 1"));
+  Result<RunFacts> back_fwd = run_facts_parse(with_fwd, "run.json");
+  REQUIRE(back_fwd.ok());
+  CHECK((back_fwd->conv.wgconv_fwd == 1 && back_fwd->conv.wgconv_bn_folded == 1));
+  Result<RunFacts> bad_fwd = run_facts_parse(
+      R"({"backend": "cuda", "conv_algorithms": {"from_cache": 0, "from_heuristics": 1, "wgconv_bn_folded": "x"}})",
+      "run.json");
+  REQUIRE_FALSE(bad_fwd.ok());
+  CHECK_THAT(bad_fwd.error_text(), Catch::Contains("conv_algorithms.wgconv_bn_folded"));
+  f.conv.wgconv_fwd = f.conv.wgconv_bn_folded = 0;
   CHECK_THAT(with_grad, !Catch::Contains("graph_engines"));  // written only when a plan runs a graph-API config
   f.conv.graph_engines = 3;
   const std::string with_engines = run_facts_json(f);

@@ -10,6 +10,7 @@
 // The net: VGG16-BN's first two layers in small (an RGB stem to 64 channels, batch norm + ReLU, a 64 -> 64 conv).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -78,4 +79,41 @@ TEST_CASE("train.conv_wgconv dgrad runs the 64-channel data gradient on wgconv: 
 TEST_CASE("train.conv_wgconv dgrad does nothing under fp32 (the kernel takes f16 or bf16)", "[gpu][backend][wgconv]") {
   const BuiltBackend b = build_backend(spec_of({"train.conv_wgconv=dgrad", "train.precision=fp32"}));
   CHECK(b.be->conv_algo_sources()->wgconv_dgrad == 0);
+}
+
+// train.conv_wgconv: fwd -- conv1's forward on the ring px kernel, bn0's apply + ReLU folded into its prologue
+// (bn0 computes its statistics alone; the conv writes bn0's output for the weight gradient) and, with the statistics
+// fusion in effect (deterministic false), bn1's sums from the conv's epilogue. Against off: the loss within fp16
+// rounding (the conv sums in another order), every gradient within 1e-2 norm-wise (a wrong prologue, a missing
+// activation write or wrong sums are off by O(1)); two backends of one seed bitwise equal; counted per program.
+TEST_CASE("train.conv_wgconv fwd runs the 64-channel forward on wgconv with the batch norm folded into its prologue: "
+          "counted, repeatable, the same gradients as cuDNN's (fp16 AMP)",
+          "[gpu][backend][cnn][wgconv]") {
+  for (const char* det : {"train.deterministic=true", "train.deterministic=false"}) {
+    INFO(det);
+    const BuiltBackend wg = build_backend(spec_of({"train.conv_wgconv=fwd", det})),
+                       wg2 = build_backend(spec_of({"train.conv_wgconv=fwd", det})),
+                       off = build_backend(spec_of({det}));
+    const int backward = backward_programs(*wg.c);
+    REQUIRE(backward >= 1);
+    const ConvAlgoSources* src = wg.be->conv_algo_sources();
+    CHECK(src->wgconv_fwd >= backward);  // conv1 of every program that runs it (training and eval)
+    CHECK(src->wgconv_bn_folded == backward);
+    CHECK(src->wgconv_dgrad == 0);
+    CHECK(off.be->conv_algo_sources()->wgconv_fwd == 0);
+    const int64_t sample = 20 * 24 * 3;
+    const double lw = one_train_step(wg, sample), lw2 = one_train_step(wg2, sample), lo = one_train_step(off, sample);
+    CHECK(lw == lw2);
+    CHECK(std::abs(lw - lo) <= 1e-3 * std::abs(lo));
+    const std::vector<float> gw = floats_of(wg.be->read_region(Region::Grads)),
+                             gw2 = floats_of(wg2.be->read_region(Region::Grads)),
+                             go = floats_of(off.be->read_region(Region::Grads));
+    CHECK(gw == gw2);  // one seed: bitwise
+    for (const char* name : {"conv1.weight.grad", "bn1.weight.grad", "bn1.bias.grad", "stem.weight.grad",
+                             "bn0.weight.grad", "bn0.bias.grad", "fc.weight.grad"}) {
+      const double r = testing::rel_diff(value_slice(*wg.c, gw, name), value_slice(*off.c, go, name));
+      INFO(name << ": relative difference " << r << " to cuDNN's forward and the apply pass");
+      CHECK(r < 1e-2);
+    }
+  }
 }

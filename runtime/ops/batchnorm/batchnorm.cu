@@ -102,8 +102,7 @@ Status batchnorm_fwd_train_consts_cuda(cudaStream_t s, const void* x, GpuDType t
                                        const BnSums& sums, void* scale_shift, GpuDType affine) {
   TRCTL_CUDA_ARG_CHECK(rows >= 2, "batchnorm_fwd_train_consts_cuda: rows < 2");
   TRCTL_CUDA_ARG_CHECK(c >= 1 && c < (int64_t{1} << 31), "batchnorm_fwd_train_consts_cuda: c outside [1, 2^31)");
-  TRCTL_CUDA_ARG_CHECK(x && gamma && beta && save_mean && save_invstd && scale_shift,
-                       "batchnorm_fwd_train_consts_cuda: null pointer");
+  TRCTL_CUDA_ARG_CHECK(x && gamma && beta && save_mean && save_invstd, "batchnorm_fwd_train_consts_cuda: null pointer");
   TRCTL_CUDA_ARG_CHECK(affine != GpuDType::BF16, "batchnorm_fwd_train_consts_cuda: affine must be F16 or F32");
   TRCTL_CUDA_ARG_CHECK(!sums.sum == !sums.sqsum, "batchnorm_fwd_train_consts_cuda: BnSums with one of sum, sqsum null");
   TRCTL_CUDA_ARG_CHECK(sums.sum || (workspace && workspace_bytes >= batchnorm_workspace_bytes(rows, c)),
@@ -113,7 +112,7 @@ Status batchnorm_fwd_train_consts_cuda(cudaStream_t s, const void* x, GpuDType t
     return bn_fwd_train_stats<T>(s, static_cast<const T*>(x), sums, rows, c, workspace, eps, momentum, save_mean,
                                  save_invstd, running_mean, running_var, prebias);
   });
-  if (!st) return st;
+  if (!st || !scale_shift) return st;  // no scale_shift: the statistics alone
   const unsigned grid = static_cast<unsigned>((c + 255) / 256);
   if (affine == GpuDType::F16)
     bn_affine_consts_kernel<__half><<<grid, 256, 0, s>>>(gamma, beta, save_mean, save_invstd, c,

@@ -47,7 +47,8 @@ Status batchnorm_fwd_train_cuda(cudaStream_t s, const void* x, GpuDType t, const
 // prologue: train.conv_bn_apply): the statistics (from sums when given, else the pass over x), the finalize and the
 // running statistics exactly as batchnorm_fwd_train_cuda, then per channel scale = gamma * invstd and shift =
 // beta - mean * scale in fp32, rounded to `affine` (F16 or F32) into scale_shift (2, c): row 0 scale, row 1 shift.
-// The consumer computes relu(x * scale + shift); y is not written.
+// The consumer computes relu(x * scale + shift); y is not written. scale_shift nullptr: the statistics alone (a
+// consumer that applies the batch norm from save_mean and save_invstd itself: wgconv's prologue, train.conv_wgconv).
 Status batchnorm_fwd_train_consts_cuda(cudaStream_t s, const void* x, GpuDType t, const float* gamma,
                                        const float* beta, float* save_mean, float* save_invstd, float* running_mean,
                                        float* running_var, int64_t rows, int64_t c, float eps, float momentum,

@@ -30,12 +30,13 @@ ConvBnStatsChoice conv_bn_stats_choose(const Graph& graph, const Spec& spec) {
                          conv_plan_geom(ro, OpKind::Conv2d, g).c == g.c && g.groups == 1 &&
                          g.k % 8 == 0;  // sum and sqsum (K) f32 each 16-byte aligned in the pair's buffer
       const bool fewc = !pointwise_conv(conv) && route == ConvRoute::Fewc;  // K in {16, 32, 64}
-      const bool eligible = conv.in.size() == 2 && (cudnn || fewc);
+      const bool wg = !pointwise_conv(conv) && route == ConvRoute::Wgconv;  // K == 64
+      const bool eligible = conv.in.size() == 2 && (cudnn || fewc || wg);
       if (!eligible || (mode == ConvBnStats::Auto && g.p * g.q < kConvBnStatsAutoMinPixels)) {
         ++out.separate;
         continue;
       }
-      out.fuse.push_back({static_cast<int>(pi), it->second, conv.out[0], g, fewc ? ConvRoute::Fewc : ConvRoute::Cudnn});
+      out.fuse.push_back({static_cast<int>(pi), it->second, conv.out[0], g, route});
     }
   }
   return out;
@@ -93,6 +94,51 @@ std::vector<ConvBnApplyFold> conv_bn_apply_choose(const Graph& graph, const Spec
       bool alive = bn_grad > f.conv;
       for (size_t wg : f.wgrads) alive = alive && bn_grad > wg;
       if (ok && have_conv && alive) out.push_back(std::move(f));
+    }
+  }
+  return out;
+}
+
+std::vector<ConvBnApplyFold> wgconv_bn_apply_choose(const Graph& graph, const Spec& spec) {
+  std::vector<ConvBnApplyFold> out;
+  if (!wgconv_routes_fwd(spec.train.conv_wgconv)) return out;
+  const ConvRouteOptions ro = conv_route_options(spec);
+  for (size_t pi = 0; pi < graph.programs.size(); ++pi) {
+    const Program& p = graph.programs[pi];
+    auto wgconv_fwd = [&](const Node& conv) {
+      return !pointwise_conv(conv) &&
+             conv_route(ro, OpKind::Conv2d, conv2d_geom_of(graph, conv, conv.in[0], conv.in[1])) == ConvRoute::Wgconv;
+    };
+    for (size_t bi = 0; bi < p.nodes.size(); ++bi) {
+      const Node& bn = p.nodes[bi];
+      if (bn.op != OpKind::BatchNorm || !bn.attrs.relu || bn.attrs.residual || bn.attrs.pool) continue;
+      const ValueId y = bn.out[0];
+      if (y == p.input || y == p.logits || y == p.loss || y == p.label) continue;
+      ConvBnApplyFold f;
+      f.program = static_cast<int>(pi);
+      f.bn = bi;
+      f.x = bn.in[0];
+      f.y = y;
+      size_t bn_grad = 0;  // the batch norm's backward (0: none seen)
+      for (size_t ni = 0; ni < p.nodes.size(); ++ni) {
+        const Node& n = p.nodes[ni];
+        if (n.op == OpKind::BatchNormGrad && n.in.size() > 3 && n.in[1] == f.x && n.in[3] == bn.out[1]) bn_grad = ni;
+      }
+      // y's first reader after the batch norm: the consumer conv (as X), routed to wgconv. Every later reader reads y
+      // as the conv's kernel wrote it.
+      bool ok = false;
+      for (size_t ni = bi + 1; ni < p.nodes.size(); ++ni) {
+        const Node& n = p.nodes[ni];
+        bool reads = false;
+        for (ValueId v : n.in) reads = reads || v == y;
+        if (!reads) continue;
+        ok = n.op == OpKind::Conv2d && n.in.size() == 2 && n.in[0] == y && n.in[1] != y && wgconv_fwd(n);
+        f.conv = ni;
+        break;
+      }
+      for (size_t ni = 0; ni < bi && ok; ++ni)  // nothing reads y before the batch norm writes it (a loop-carried use)
+        for (ValueId v : p.nodes[ni].in) ok = ok && v != y;
+      if (ok && bn_grad > f.conv) out.push_back(std::move(f));
     }
   }
   return out;

@@ -15,8 +15,9 @@
 namespace trctl {
 
 // One pair to fuse: the Conv2d node (index in its program) whose output y (N, P, Q, K) a BatchNorm node of the
-// same program normalises; g its real (finished) geometry; route: Cudnn (cuDNN's conv + genstats graph) or Fewc
-// (trctl's few-channel forward with the statistics in its epilogue, runtime/ops/conv2d/fewc_cuda.h).
+// same program normalises; g its real (finished) geometry; route: Cudnn (cuDNN's conv + genstats graph), Fewc
+// (trctl's few-channel forward with the statistics in its epilogue, runtime/ops/conv2d/fewc_cuda.h) or Wgconv (the
+// ring px forward with its statistics epilogue, runtime/ops/conv2d/wgconv.h; train.conv_wgconv fwd or both).
 struct ConvBnStatsPair {
   int program = 0;
   size_t conv = 0;
@@ -40,7 +41,8 @@ constexpr int64_t kConvBnStatsAutoMinPixels = 28 * 28;
 // precision fp32 / tf32: none, nothing counted) a candidate is fused when the conv, without a bias input, is either
 // one the CUDA backend runs as a plain cuDNN convolution: not pointwise (those are cuBLASLt GEMMs), routed to cuDNN
 // (conv_route: not fewc / im2col / s2d), planned on its real channels (no AMP channel padding), with groups 1 and
-// K % 8 == 0 (the sums' alignment); or one routed to the few-channel kernel (an RGB stem: route Fewc). Under auto
+// K % 8 == 0 (the sums' alignment); or one routed to the few-channel kernel (an RGB stem: route Fewc) or to wgconv
+// (route Wgconv). Under auto
 // its output also needs at least kConvBnStatsAutoMinPixels pixels per image. Every other candidate counts as
 // separate.
 ConvBnStatsChoice conv_bn_stats_choose(const Graph& graph, const Spec& spec);
@@ -64,6 +66,14 @@ struct ConvBnApplyFold {
 // gradients: the memory plan keeps x alive only to its last reader, and the folded readers read x in y's place.
 std::vector<ConvBnApplyFold> conv_bn_apply_choose(const Graph& graph, const Spec& spec,
                                                   const ConvBnStatsChoice& stats);
+
+// train.conv_wgconv fwd or both (AMP: the route's precisions, fp16 and bf16): every BatchNorm node with a fused
+// ReLU, no residual and no fused pool, whose output y is not a named value, nothing reads before it, whose first
+// reader after it is a Conv2d without bias routed to wgconv (as X, not W), and whose backward (reading x) comes after
+// that conv. Independent of train.conv_bn_stats (the conv's own statistics epilogue is a pair of that choice). The batch norm then computes its statistics alone; the conv applies the normalisation + ReLU to x's rows as
+// they land (its prologue) and writes the normalised rows to y -- bitwise the apply pass's output -- so every later
+// reader of y (the conv's weight gradient) is unchanged. x stays alive to the backward. `wgrads` is left empty.
+std::vector<ConvBnApplyFold> wgconv_bn_apply_choose(const Graph& graph, const Spec& spec);
 
 // A training batch norm + ReLU's backward whose reductions the preceding convolution data gradient computes
 // (train.conv_bn_backward fused or auto; cuDNN's dgrad + ReLU backward + BN-backward-weights graph): that

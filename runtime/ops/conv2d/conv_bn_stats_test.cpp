@@ -303,6 +303,52 @@ TEST_CASE("conv_bn_bwd_choose on ResNet-50 with conv_wgconv dgrad leaves out the
   }
 }
 
+TEST_CASE("train.conv_wgconv fwd: VGG16-BN's conv1_2 routes to wgconv with its statistics pair, and features_1's apply "
+          "folds into it; ResNet-50 folds layer1's three bn1",
+          "[conv_bn_stats][wgconv]") {
+  for (bool det : {false, true}) {  // the fold does not need the statistics fusion (deterministic: none)
+    INFO("deterministic " << det);
+    std::vector<std::string> o = {"data.synthetic.train_size=512", "data.synthetic.val_size=256",
+                                  "train.precision=fp16", "train.conv_wgconv=fwd"};
+    o.push_back(det ? "train.deterministic=true" : "train.deterministic=false");
+    const Compiled c = compile_amp(testing::config_spec("vgg16bn.yaml", o));
+    const int p = programs_with(c.graph, OpKind::BatchNorm);
+    REQUIRE(p >= 1);
+    const ConvBnStatsChoice stats = conv_bn_stats_choose(c.graph, c.spec);
+    int wg_pairs = 0;
+    for (const ConvBnStatsPair& pr : stats.fuse)
+      if (pr.route == ConvRoute::Wgconv) {
+        ++wg_pairs;
+        CHECK(c.graph.programs[pr.program].nodes[pr.conv].name == "features_3");
+      }
+    CHECK(wg_pairs == (det ? 0 : p));  // the statistics pair needs conv_bn_stats in effect
+    const std::vector<ConvBnApplyFold> folds = wgconv_bn_apply_choose(c.graph, c.spec);
+    CHECK(static_cast<int>(folds.size()) == p);
+    for (const ConvBnApplyFold& f : folds) {
+      const Program& prog = c.graph.programs[f.program];
+      const Node &bn = prog.nodes[f.bn], &conv = prog.nodes[f.conv];
+      CHECK(bn.name == "features_1+features_2");
+      CHECK(conv.name == "features_3");
+      CHECK((bn.in[0] == f.x && bn.out[0] == f.y && conv.in[0] == f.y));
+      CHECK(f.wgrads.empty());
+    }
+    Spec off = c.spec;
+    off.train.conv_wgconv = ConvWgconv::Dgrad;
+    CHECK(wgconv_bn_apply_choose(c.graph, off).empty());
+  }
+  const Compiled r = compile_amp(testing::config_spec(
+      "resnet50.yaml", {"data.synthetic.train_size=512", "data.synthetic.val_size=256", "train.precision=fp16",
+                        "train.conv_wgconv=both"}));
+  const std::vector<ConvBnApplyFold> folds = wgconv_bn_apply_choose(r.graph, r.spec);
+  CHECK(static_cast<int>(folds.size()) == 3 * programs_with(r.graph, OpKind::BatchNorm));
+  for (const ConvBnApplyFold& f : folds) {
+    const Node& conv = r.graph.programs[f.program].nodes[f.conv];
+    INFO(conv.name);
+    CHECK(conv.name.find("layer1") != std::string::npos);
+    CHECK(conv.name.find("conv2") != std::string::npos);
+  }
+}
+
 // A frozen batch norm (model.freeze: its gamma and beta): autodiff still writes dgamma and dbeta, as unused fp32
 // activations defined at the batch norm's backward; graph (d) would write them one node early, into storage the
 // plan may have given the data gradient's input. Such a pair stays separate unless memplan_early_write_safe says

@@ -19,7 +19,9 @@ ConvRouteOptions conv_route_options(const Spec& spec) {
 }
 
 ConvRoute conv_route(const ConvRouteOptions& o, OpKind op, const Conv2dGeom& g) {
-  if (o.lowp && op == OpKind::Conv2dGradInput && o.wgconv == ConvWgconv::Dgrad && wgconv_dgrad_ring_eligible(g))
+  if (o.lowp && op == OpKind::Conv2dGradInput && wgconv_routes_dgrad(o.wgconv) && wgconv_dgrad_ring_eligible(g))
+    return ConvRoute::Wgconv;
+  if (o.lowp && op == OpKind::Conv2d && wgconv_routes_fwd(o.wgconv) && wgconv_fwd_ring_eligible(g))
     return ConvRoute::Wgconv;
   if (!o.lowp || (op != OpKind::Conv2d && op != OpKind::Conv2dGradWeight)) return ConvRoute::Cudnn;
   const bool fwd = op == OpKind::Conv2d;

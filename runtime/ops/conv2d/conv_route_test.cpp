@@ -189,3 +189,35 @@ TEST_CASE("conv_route: conv_wgconv dgrad sends exactly the data gradients the ri
   o.lowp = false;  // fp32 / tf32: the kernel takes f16 or bf16
   CHECK(conv_route(o, kDgrad, conv1_2) == ConvRoute::Cudnn);
 }
+
+TEST_CASE("conv_route: conv_wgconv fwd sends exactly the forwards the ring px kernel takes (C = K = 64) to wgconv, "
+          "both adds the data gradients, only under AMP",
+          "[conv_route][wgconv]") {
+  const Conv2dGeom conv1_2 = conv_geom(256, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1);  // VGG16-BN's features_3
+  const Conv2dGeom conv2_1 = conv_geom(256, 112, 112, 64, 128, 3, 3, 1, 1, 1, 1);  // K = 128: cuDNN is faster
+  const Conv2dGeom conv2_2 = conv_geom(256, 112, 112, 128, 128, 3, 3, 1, 1, 1, 1);  // C = 128: no ring
+  const Conv2dGeom layer1 = conv_geom(256, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1);
+  const Conv2dGeom narrow = conv_geom(4, 8, 5, 64, 64, 3, 3, 1, 1, 1, 1);
+  const Conv2dGeom strided = conv_geom(4, 16, 16, 64, 64, 3, 3, 2, 2, 1, 1);
+  const Conv2dGeom wide = conv_geom(1, 8, 600, 64, 64, 3, 3, 1, 1, 1, 1);
+  for (const Conv2dGeom& g : {conv1_2, layer1}) CHECK(wgconv_fwd_ring_eligible(g));
+  for (const Conv2dGeom& g : {conv2_1, conv2_2, narrow, strided, wide}) CHECK_FALSE(wgconv_fwd_ring_eligible(g));
+  ConvRouteOptions o = opts(true, ConvIm2col::Forward, ConvS2d::Forward, ConvFewc::On);
+  o.wgconv = ConvWgconv::Fwd;
+  for (const Conv2dGeom& g : {conv1_2, layer1}) {
+    CHECK(conv_route(o, kFwd, g) == ConvRoute::Wgconv);
+    CHECK(conv_plan_geom(o, kFwd, g).c == g.c);  // no cuDNN plan
+    CHECK(conv_route(o, kDgrad, g) == ConvRoute::Cudnn);  // fwd alone: the data gradient stays
+    CHECK(conv_route(o, kWgrad, g) == ConvRoute::Cudnn);
+  }
+  for (const Conv2dGeom& g : {conv2_1, conv2_2, narrow, strided, wide}) CHECK(conv_route(o, kFwd, g) == ConvRoute::Cudnn);
+  o.wgconv = ConvWgconv::Both;
+  CHECK(conv_route(o, kFwd, conv1_2) == ConvRoute::Wgconv);
+  CHECK(conv_route(o, kDgrad, conv1_2) == ConvRoute::Wgconv);
+  CHECK(conv_route(o, kWgrad, conv1_2) == ConvRoute::Cudnn);
+  o.wgconv = ConvWgconv::Dgrad;
+  CHECK(conv_route(o, kFwd, conv1_2) == ConvRoute::Cudnn);
+  o.wgconv = ConvWgconv::Fwd;
+  o.lowp = false;
+  CHECK(conv_route(o, kFwd, conv1_2) == ConvRoute::Cudnn);
+}

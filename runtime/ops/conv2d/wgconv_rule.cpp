@@ -47,4 +47,9 @@ bool wgconv_dgrad_ring_eligible(const Conv2dGeom& g) {
          wgconv_ring_smem_bytes(d, 64, kWgconvPxTile, kWgconvPxWindow) <= kWgconvMaxSmemBytes;
 }
 
+bool wgconv_fwd_ring_eligible(const Conv2dGeom& g) {
+  return wgconv_eligible(g, nullptr) && wgconv_ring_fits(g) && g.k == 64 &&
+         wgconv_ring_smem_bytes(g, 64, kWgconvPxTile, kWgconvPxWindow) <= kWgconvMaxSmemBytes;
+}
+
 }  // namespace trctl

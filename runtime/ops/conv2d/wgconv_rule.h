@@ -36,4 +36,9 @@ int64_t wgconv_ring_smem_bytes(const Conv2dGeom& g, int bn, int tile_len, int wi
 // train.conv_wgconv: dgrad routes exactly these (conv_route.h).
 bool wgconv_dgrad_ring_eligible(const Conv2dGeom& g);
 
+// Whether the forward conv g runs on the ring px kernel: wgconv_eligible, wgconv_ring_fits (C == 64), K == 64 (with
+// K = 128 the ring px kernel is slower than cuDNN: VGG's conv2_1, RESULTS.md run 62) and ring + filters within
+// kWgconvMaxSmemBytes. train.conv_wgconv: fwd routes exactly these.
+bool wgconv_fwd_ring_eligible(const Conv2dGeom& g);
+
 }  // namespace trctl
