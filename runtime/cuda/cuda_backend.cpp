@@ -957,14 +957,14 @@ void CudaBackend::reset_metrics() {
   }
 }
 
-// What trctl allocated (the arena at the plan's size, the AMP weight copy, cuDNN / batch-norm / loss workspaces,
-// the resident datasets), and the device's used memory including the CUDA context and library handles.
+// What trctl allocated (the arena at the plan's size, the AMP weight copy, cuDNN / batch-norm / loss workspaces and
+// the fused pools' x at the argmax (pool_xa_), the resident datasets), and the device's used memory including the CUDA context and library handles.
 bool CudaBackend::device_memory(RunMemory* out) const {
   RunMemory m;
   for (const SplitData& sd : split_)
     m.resident_data += static_cast<int64_t>(sd.n) * 4 * 2 + (sd.uploaded ? static_cast<int64_t>(sd.bytes) : 0);
   size_t ws = conv_ws_bytes_ + bn_ws_bytes_ + bias_ws_bytes_ + ctx_.workspace_bytes +
-              static_cast<size_t>(2 * pad_x_elems_ + pad_w_elems_) * 2 + s2d_z_bytes_ + s2d_w_bytes_;
+              static_cast<size_t>(2 * pad_x_elems_ + pad_w_elems_) * 2 + s2d_z_bytes_ + s2d_w_bytes_ + pool_xa_bytes_;
   for (size_t b : ce_ws_bytes_) ws += b;
   for (const auto& [v, sums] : conv_bn_sums_) ws += static_cast<size_t>(c_.graph.values[v].shape.dims.back()) * 8;
   for (const auto& [v, fold] : bn_fold_) ws += static_cast<size_t>(fold.c) * 4;  // (2, C) f16 scale and shift

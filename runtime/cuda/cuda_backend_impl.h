@@ -255,6 +255,7 @@ class CudaBackend final : public Backend {
   // (batchnorm_bwd_pool_cuda's x_at_max), by the batch norm's input X; one allocation (pool_xa_mem_).
   std::map<ValueId, void*> pool_xa_;
   void* pool_xa_mem_ = nullptr;
+  size_t pool_xa_bytes_ = 0;  // counted in device_memory's workspaces
   void *s2d_z_ = nullptr, *s2d_w_ = nullptr;      // space-to-depth scratch: z (N, Hz, Wz, Cz), w2 (K, R2, S2, Cz)
   size_t s2d_z_bytes_ = 0, s2d_w_bytes_ = 0;      // (io dtype; the largest of all s2d convs)
   std::vector<Launch> warm_;                    // cuDNN calls run once before capture (module loading)

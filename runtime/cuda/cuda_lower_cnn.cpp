@@ -776,6 +776,7 @@ Status CudaBackend::plan_pool_xa() {
   for (const auto& [x, b] : want) bytes += (b + 255) / 256 * 256;
   if (bytes == 0) return ok_status();
   TRCTL_CUDA_TRY(cudaMalloc(&pool_xa_mem_, bytes));
+  pool_xa_bytes_ = bytes;
   char* at_byte = static_cast<char*>(pool_xa_mem_);
   for (const auto& [x, b] : want) {
     pool_xa_[x] = at_byte;
