@@ -1,6 +1,7 @@
 // conv_bn_stats_choose (see conv_bn_stats.h).
 #include "runtime/ops/conv2d/conv_bn_stats.h"
 
+#include <cstdint>
 #include <map>
 
 #include "core/passes/passes.h"
@@ -8,6 +9,31 @@
 #include "runtime/ops/conv2d/conv_route.h"
 
 namespace trctl {
+
+namespace {
+
+// A training batch norm + ReLU (no residual, no fused pool) of program pi whose output y is not a named value: a
+// candidate for both apply folds. Fills f's program, bn, x and y and returns the index of its backward (the
+// BatchNormGrad reading x and its save_mean; 0: none seen), or -1 for a node that is no candidate.
+int64_t apply_fold_candidate(const Program& p, size_t pi, size_t bi, ConvBnApplyFold* f) {
+  const Node& bn = p.nodes[bi];
+  if (bn.op != OpKind::BatchNorm || !bn.attrs.relu || bn.attrs.residual || bn.attrs.pool) return -1;
+  const ValueId y = bn.out[0];
+  if (y == p.input || y == p.logits || y == p.loss || y == p.label) return -1;
+  f->program = static_cast<int>(pi);
+  f->bn = bi;
+  f->x = bn.in[0];
+  f->y = y;
+  int64_t bn_grad = 0;
+  for (size_t ni = 0; ni < p.nodes.size(); ++ni) {
+    const Node& n = p.nodes[ni];
+    if (n.op == OpKind::BatchNormGrad && n.in.size() > 3 && n.in[1] == f->x && n.in[3] == bn.out[1])
+      bn_grad = static_cast<int64_t>(ni);
+  }
+  return bn_grad;
+}
+
+}  // namespace
 
 ConvBnStatsChoice conv_bn_stats_choose(const Graph& graph, const Spec& spec) {
   ConvBnStatsChoice out;
@@ -57,20 +83,11 @@ std::vector<ConvBnApplyFold> conv_bn_apply_choose(const Graph& graph, const Spec
     };
     for (size_t bi = 0; bi < p.nodes.size(); ++bi) {
       const Node& bn = p.nodes[bi];
-      if (bn.op != OpKind::BatchNorm || !bn.attrs.relu || bn.attrs.residual || bn.attrs.pool) continue;
-      const ValueId y = bn.out[0];
-      if (y == p.input || y == p.logits || y == p.loss || y == p.label) continue;
       ConvBnApplyFold f;
-      f.program = static_cast<int>(pi);
-      f.bn = bi;
-      f.x = bn.in[0];
-      f.y = y;
+      const int64_t bn_grad = apply_fold_candidate(p, pi, bi, &f);
+      if (bn_grad < 0) continue;
+      const ValueId y = f.y;
       bool ok = true, have_conv = false;
-      size_t bn_grad = 0;  // the batch norm's backward (0: none seen)
-      for (size_t ni = 0; ni < p.nodes.size() && ok; ++ni) {
-        const Node& n = p.nodes[ni];
-        if (n.op == OpKind::BatchNormGrad && n.in.size() > 3 && n.in[1] == f.x && n.in[3] == bn.out[1]) bn_grad = ni;
-      }
       for (size_t ni = 0; ni < p.nodes.size() && ok; ++ni) {
         const Node& n = p.nodes[ni];
         for (size_t k = 0; k < n.in.size() && ok; ++k) {
@@ -91,8 +108,8 @@ std::vector<ConvBnApplyFold> conv_bn_apply_choose(const Graph& graph, const Spec
       // x, which the consumer and its weight gradients read in y's place, is kept alive by the memory plan only up
       // to its last reader in the graph: the batch norm's backward must come after all of them (no backward, e.g.
       // a frozen prefix: x's memory may be reused before the weight gradient reads it).
-      bool alive = bn_grad > f.conv;
-      for (size_t wg : f.wgrads) alive = alive && bn_grad > wg;
+      bool alive = bn_grad > static_cast<int64_t>(f.conv);
+      for (size_t wg : f.wgrads) alive = alive && bn_grad > static_cast<int64_t>(wg);
       if (ok && have_conv && alive) out.push_back(std::move(f));
     }
   }
@@ -110,20 +127,10 @@ std::vector<ConvBnApplyFold> wgconv_bn_apply_choose(const Graph& graph, const Sp
              conv_route(ro, OpKind::Conv2d, conv2d_geom_of(graph, conv, conv.in[0], conv.in[1])) == ConvRoute::Wgconv;
     };
     for (size_t bi = 0; bi < p.nodes.size(); ++bi) {
-      const Node& bn = p.nodes[bi];
-      if (bn.op != OpKind::BatchNorm || !bn.attrs.relu || bn.attrs.residual || bn.attrs.pool) continue;
-      const ValueId y = bn.out[0];
-      if (y == p.input || y == p.logits || y == p.loss || y == p.label) continue;
       ConvBnApplyFold f;
-      f.program = static_cast<int>(pi);
-      f.bn = bi;
-      f.x = bn.in[0];
-      f.y = y;
-      size_t bn_grad = 0;  // the batch norm's backward (0: none seen)
-      for (size_t ni = 0; ni < p.nodes.size(); ++ni) {
-        const Node& n = p.nodes[ni];
-        if (n.op == OpKind::BatchNormGrad && n.in.size() > 3 && n.in[1] == f.x && n.in[3] == bn.out[1]) bn_grad = ni;
-      }
+      const int64_t bn_grad = apply_fold_candidate(p, pi, bi, &f);
+      if (bn_grad < 0) continue;
+      const ValueId y = f.y;
       // y's first reader after the batch norm: the consumer conv (as X), routed to wgconv. Every later reader reads y
       // as the conv's kernel wrote it.
       bool ok = false;
@@ -138,7 +145,7 @@ std::vector<ConvBnApplyFold> wgconv_bn_apply_choose(const Graph& graph, const Sp
       }
       for (size_t ni = 0; ni < bi && ok; ++ni)  // nothing reads y before the batch norm writes it (a loop-carried use)
         for (ValueId v : p.nodes[ni].in) ok = ok && v != y;
-      if (ok && bn_grad > f.conv) out.push_back(std::move(f));
+      if (ok && bn_grad > static_cast<int64_t>(f.conv)) out.push_back(std::move(f));
     }
   }
   return out;
