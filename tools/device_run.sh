@@ -44,6 +44,7 @@
 #   autotune  trctl bench CFG --autotune for each of CNN_MODELS (the cache in $TRCTL_AUTOTUNE_CACHE, used by the
 #             stages after it; without this stage runs use cuDNN's heuristics); AUTOTUNE_ARGS: more flags (e.g.
 #             --legacy-only: no graph-API engine configs), AUTOTUNE_TIMEOUT (s, default 240)
+#   (CLOCK_LOG=1 logs the SM clock and power during kernels and layers: see clock_log_start below)
 #   layers    trctl bench CFG --layers for each of LAYER_MODELS (default: mlp, then CNN_MODELS; LAYER_VARIANTS: '|'-
 #             separated override sets each CNN is profiled with too, e.g. "train.conv_bn_stats=auto" with
 #             CNN_EXTRA="train.deterministic=false"): per-node times of
@@ -89,6 +90,23 @@ echo "device run $(date -u +%FT%TZ), binaries of $(cat .device/COMMIT 2>/dev/nul
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv >>"$SUM" 2>&1
 echo "cudnn: $(ldd "$BIN/trctl" | grep -o 'libcudnn.so[^ ]* => [^ ]*')" >>"$SUM"
 has() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
+# CLOCK_LOG=1: the SM clock, power draw and clock-event reasons every 50 ms (nvidia-smi) while the kernels and layers
+# stages run, into /tmp/prof/clocks_<stage>.csv (in prof.tar.gz), with the stage's mean clock and power in the
+# summary -- to tell a kernel's speed from the clock it ran at (RESULTS.md run 62: our kernels ran 10-15 % slower
+# inside `bench --layers` than in `bench kernels`, cuDNN's not).
+clock_log_start() {
+  [ "${CLOCK_LOG:-0}" = 1 ] || return 0
+  mkdir -p /tmp/prof
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
+    --format=csv,noheader,nounits -lms 50 >"/tmp/prof/clocks_$1.csv" 2>&1 &
+  CLOCK_PID=$!
+}
+clock_log_stop() {
+  [ "${CLOCK_LOG:-0}" = 1 ] || return 0
+  kill "$CLOCK_PID" 2>/dev/null; wait "$CLOCK_PID" 2>/dev/null
+  awk -F', ' -v tag="$1" 'NF >= 3 && $2 + 0 > 0 { n++; c += $2; p += $3 } END { if (n) printf "clocks during %s: %d samples, mean SM %.0f MHz, mean power %.0f W\n", tag, n, c / n, p / n }' \
+    "/tmp/prof/clocks_$1.csv" >>"$SUM"
+}
 has_regress() { has regress && case " ${REGRESS_SUITES:-mlp cnn data kernels layers} " in *" $1 "*) return 0 ;; esac; return 1; }
 
 if has tests && [ "${TEST_SPLIT:-0}" = 1 ] && [ -z "${TEST_FILTER:-}" ]; then
@@ -152,8 +170,11 @@ if has kernels; then
     IFS='|' read -r -a parts <<<"$KERNELS_ONLY"
     for p in "${parts[@]}"; do ONLY+=(--only "$p"); done
   fi
+  clock_log_start kernels
   timeout 240 "$BIN/trctl" bench kernels "${ONLY[@]}" --json "$OUT/bench_kernels.json" >"$OUT/bench_kernels.txt" 2>&1
-  echo "trctl bench kernels: rc $?" >>"$SUM"
+  rc=$?
+  clock_log_stop kernels
+  echo "trctl bench kernels: rc $rc" >>"$SUM"
   cat "$OUT/bench_kernels.txt" >>"$SUM"
 fi
 if has probe; then
@@ -210,15 +231,18 @@ if has layers; then
     if [ "$m" != mlp ] && [ -n "${LAYER_VARIANTS:-}" ]; then IFS='|' read -r -a extra <<<"$LAYER_VARIANTS"; variants+=("${extra[@]}"); fi
     for v in "${variants[@]}"; do
       tag="$m${v:+_$(echo "$v" | tr -c 'A-Za-z0-9_=.\n' '_' | tr '=' '-')}"
+      clock_log_start "layers_$tag"
       timeout 240 "$BIN/trctl" bench "$cfg" --layers --reps ${LAYER_REPS:-10} $data_args $v \
         --json "/tmp/prof/layers_$tag.json" >"/tmp/prof/layers_$tag.txt" 2>&1
-      echo "trctl layers $m${v:+ ($v)}: rc $?" >>"$SUM"
+      rc=$?
+      clock_log_stop "layers_$tag"
+      echo "trctl layers $m${v:+ ($v)}: rc $rc" >>"$SUM"
       # the replay next to the node sum, then the op kinds by time
       grep -E 'step \(captured|^graph replay vs|^sustained|^graph launch|^  ' "/tmp/prof/layers_$tag.txt" | head -n 19 | sed 's/^/    /' >>"$SUM"
     done
   done
 fi
-if has autotune || has layers; then tar czf "$OUT/prof.tar.gz" -C /tmp prof; fi
+if has autotune || has layers || [ "${CLOCK_LOG:-0}" = 1 ]; then tar czf "$OUT/prof.tar.gz" -C /tmp prof; fi
 
 if has epochlen; then
   rm -rf /tmp/epochlen && mkdir -p /tmp/epochlen
