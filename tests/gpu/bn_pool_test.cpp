@@ -5,8 +5,10 @@
 // batchnorm_bwd_cuda with the mask recomputed from x: dx, dgamma, dbeta); f32/f16/bf16; tiling windows (VGG-like
 // 2x2/2 shapes at small N, 3x3/3) and general ones (ResNet's stem 3x3/2 pad 1 on even and odd sizes, 3x3/1 pad 1,
 // 2x2/1, 2x2/2 on odd sizes, 3x3/2), odd channel counts, inputs with ties and a NaN channel, vector and scalar
-// (misaligned) paths; capture and replay; the launchers' geometry checks; then small CNNs of conv-BN-ReLU-pool
-// blocks (2x2/2 pools, and a 3x3/2 pad 1 stem pool) trained 20 fp32 steps on CUDA vs the CPU.
+// (misaligned) paths; capture and replay; the launchers' geometry checks; the x elements at the argmax and the
+// backward's pooled statistics (tiling windows; within rounding of the full-resolution pass, not bitwise); then
+// small CNNs of conv-BN-ReLU-pool blocks (2x2/2 pools, and a 3x3/2 pad 1 stem pool) trained 20 fp32 steps on CUDA
+// vs the CPU.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
