@@ -104,7 +104,8 @@ clock_log_start() {
 clock_log_stop() {
   [ "${CLOCK_LOG:-0}" = 1 ] || return 0
   kill "$CLOCK_PID" 2>/dev/null; wait "$CLOCK_PID" 2>/dev/null
-  awk -F', ' -v tag="$1" 'NF >= 3 && $2 + 0 > 0 { n++; c += $2; p += $3 } END { if (n) printf "clocks during %s: %d samples, mean SM %.0f MHz, mean power %.0f W\n", tag, n, c / n, p / n }' \
+  awk -F', ' -v tag="$1" 'NF >= 3 && $2 + 0 > 0 { n++; c += $2; p += $3 }
+    END { if (n) printf "clocks during %s: %d samples, mean SM %.0f MHz, mean power %.0f W\n", tag, n, c / n, p / n }' \
     "/tmp/prof/clocks_$1.csv" >>"$SUM"
 }
 has_regress() { has regress && case " ${REGRESS_SUITES:-mlp cnn data kernels layers} " in *" $1 "*) return 0 ;; esac; return 1; }

@@ -958,7 +958,8 @@ void CudaBackend::reset_metrics() {
 }
 
 // What trctl allocated (the arena at the plan's size, the AMP weight copy, cuDNN / batch-norm / loss workspaces and
-// the fused pools' x at the argmax (pool_xa_), the resident datasets), and the device's used memory including the CUDA context and library handles.
+// the fused pools' x at the argmax (pool_xa_), the resident datasets), and the device's used memory including the
+// CUDA context and library handles.
 bool CudaBackend::device_memory(RunMemory* out) const {
   RunMemory m;
   for (const SplitData& sd : split_)

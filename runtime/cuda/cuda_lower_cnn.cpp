@@ -762,7 +762,8 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
 // tile X (VGG's 2x2/2 pools): one buffer of the pooled shape each, in one allocation (VGG16-BN at batch 256: 0.78
 // GB). The backward's first pass then sums over the pooled pixels (batchnorm_bwd_pool_cuda's x_at_max).
 Status CudaBackend::plan_pool_xa() {
-  std::vector<std::pair<ValueId, size_t>> want;  // X, bytes
+  std::vector<std::pair<ValueId, size_t>> want;  // X, its buffer's offset in the allocation
+  size_t bytes = 0;
   for (const Program& p : c_.graph.programs)
     for (const Node& n : p.nodes) {
       if (n.op != OpKind::BatchNormGrad || !n.attrs.pool || n.in.size() < 2) continue;
@@ -770,18 +771,14 @@ Status CudaBackend::plan_pool_xa() {
       const Pool2dGeom pg = pool2d_geom_of(c_.graph, n, x);
       if (!pool2d_windows_tile(pg) || pool_xa_.count(x)) continue;
       pool_xa_[x] = nullptr;
-      want.emplace_back(x, static_cast<size_t>(pg.n * pg.p * pg.q * pg.c) * gpu_dtype_size(act_type()));
+      want.emplace_back(x, bytes);
+      bytes += static_cast<size_t>(
+          align_up(pg.n * pg.p * pg.q * pg.c * static_cast<int64_t>(gpu_dtype_size(act_type()))));
     }
-  size_t bytes = 0;
-  for (const auto& [x, b] : want) bytes += (b + 255) / 256 * 256;
   if (bytes == 0) return ok_status();
   TRCTL_CUDA_TRY(cudaMalloc(&pool_xa_mem_, bytes));
   pool_xa_bytes_ = bytes;
-  char* at_byte = static_cast<char*>(pool_xa_mem_);
-  for (const auto& [x, b] : want) {
-    pool_xa_[x] = at_byte;
-    at_byte += (b + 255) / 256 * 256;
-  }
+  for (const auto& [x, offset] : want) pool_xa_[x] = static_cast<char*>(pool_xa_mem_) + offset;
   return ok_status();
 }
 

@@ -311,7 +311,8 @@ TEST_CASE("fused batch norm + ReLU + max pool: the x elements at the argmax, and
                                              invstd.as<float>(), dx.p, dg.as<float>(), db.as<float>(), pg, ws.get(),
                                              ws.bytes(), mode));
           const std::vector<float> ref_dx = from_device_as(t, dx.p, g.full());
-          const std::vector<float> ref_dg = from_device<float>(dg.get(), g.c), ref_db = from_device<float>(db.get(), g.c);
+          const std::vector<float> ref_dg = from_device<float>(dg.get(), g.c);
+          const std::vector<float> ref_db = from_device<float>(db.get(), g.c);
           std::vector<std::vector<uint8_t>> runs;
           for (int rep = 0; rep < 2; ++rep) {
             for (const DevBuf* b : {&dg2, &db2}) poison(*b);
@@ -326,13 +327,15 @@ TEST_CASE("fused batch norm + ReLU + max pool: the x elements at the argmax, and
             runs.back().insert(runs.back().end(), sums_b.begin(), sums_b.end());
           }
           check_bitwise("pooled statistics rerun" + m, runs[1], runs[0], 1);
-          const std::vector<float> got_dg = from_device<float>(dg2.get(), g.c), got_db = from_device<float>(db2.get(), g.c);
+          const std::vector<float> got_dg = from_device<float>(dg2.get(), g.c);
+          const std::vector<float> got_db = from_device<float>(db2.get(), g.c);
           const std::vector<float> got_dx = from_device_as(t, dx2.p, g.full());
           // The sums: the same terms in another order -- float rounding only (a wrong mask or pixel moves them by
           // whole terms, O(1)).
           double scale = 1.0;
           for (int64_t ch = 0; ch < g.c; ++ch)
-            scale = std::max({scale, std::fabs(static_cast<double>(ref_dg[ch])), std::fabs(static_cast<double>(ref_db[ch]))});
+            scale = std::max({scale, std::fabs(static_cast<double>(ref_dg[ch])),
+                              std::fabs(static_cast<double>(ref_db[ch]))});
           const double sum_tol = 2e-4 * scale + 1e-6 * static_cast<double>(g.rows());
           for (int64_t ch = 0; ch < g.c; ++ch) {
             CHECK(std::fabs(static_cast<double>(got_dg[ch]) - ref_dg[ch]) <= sum_tol);

@@ -121,8 +121,8 @@ Status batchnorm_fwd_eval_pool_cuda(cudaStream_t s, const void* x, GpuDType t, c
 // x_at_max (tiling windows; the forward's, nullable): the first pass -- dgamma and dbeta -- runs over the pooled
 // pixels alone, on dy_pooled and x_at_max: an element that is no window's argmax has gradient exactly 0 and adds
 // nothing, so the sums hold the same terms in another order (deterministic, not bitwise the full-resolution pass;
-// the last pass, dx, as `gather` says; kPoolThenDense ignores x_at_max). It reads 2 pooled tensors where the full-resolution pass reads x, dy_pooled
-// and idx (VGG's pool1: 0.8 GB against 2.2 GB at batch 256).
+// the last pass, dx, as `gather` says; kPoolThenDense ignores x_at_max). It reads 2 pooled tensors where the
+// full-resolution pass reads x, dy_pooled and idx (VGG's pool1: 0.8 GB against 2.2 GB at batch 256).
 enum class BnPoolGather { kAuto, kTwice, kOnceStored, kPoolThenDense, kWindowDx };
 Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint8_t* idx, const void* x, GpuDType t,
                                const float* gamma, const float* beta, const float* save_mean,

@@ -89,7 +89,9 @@ struct WindowMax<__half, V> {
       at[j] = (o2 & m) | (at[j] & ~m);
     }
   }
-  __device__ __forceinline__ int offset(int j) const { return static_cast<int>((at[j >> 1] >> ((j & 1) * 16)) & 0xFFFFu); }
+  __device__ __forceinline__ int offset(int j) const {  // channel j's argmax offset
+    return static_cast<int>((at[j >> 1] >> ((j & 1) * 16)) & 0xFFFFu);
+  }
   template <class I>
   __device__ __forceinline__ void store(__half* y, uint8_t* idx, I i) const {
     Pack<__half, V> out;
@@ -592,19 +594,19 @@ Status bn_pool_apply_launch(cudaStream_t s, const Pool2dGeom& g, const void* x, 
       if constexpr (V == kVec16<T>) {  // VGG's 2x2 windows, specialised on the 16-byte path
         if (small && kh == 2 && kw == 2) {
           bn_pool_apply_kernel<T, V, int32_t, 2, 2><<<elementwise_grid(items), kElementwiseBlock, 0, s>>>(
-              xs, ys, idx, xas, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g.n, g.h, g.w, g.c,
-              kh, kw);
+              xs, ys, idx, xas, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g.n, g.h, g.w,
+              g.c, kh, kw);
           return TRCTL_CUDA_LAUNCH_STATUS("bn_pool_apply_kernel (2x2)");
         }
       }
       if (small)
         bn_pool_apply_kernel<T, V, int32_t><<<elementwise_grid(items), kElementwiseBlock, 0, s>>>(
-            xs, ys, idx, xas, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g.n, g.h, g.w, g.c, kh,
-            kw);
+            xs, ys, idx, xas, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g.n, g.h, g.w, g.c,
+            kh, kw);
       else
         bn_pool_apply_kernel<T, V, int64_t><<<elementwise_grid(items), kElementwiseBlock, 0, s>>>(
-            xs, ys, idx, xas, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g.n, g.h, g.w, g.c, kh,
-            kw);
+            xs, ys, idx, xas, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g.n, g.h, g.w, g.c,
+            kh, kw);
       return TRCTL_CUDA_LAUNCH_STATUS("bn_pool_apply_kernel");
     }
     if constexpr (V == kVec16<T>) {  // the specialised stem kernel on the 16-byte path only

@@ -70,9 +70,10 @@ std::vector<ConvBnApplyFold> conv_bn_apply_choose(const Graph& graph, const Spec
 // train.conv_wgconv fwd or both (AMP: the route's precisions, fp16 and bf16): every BatchNorm node with a fused
 // ReLU, no residual and no fused pool, whose output y is not a named value, nothing reads before it, whose first
 // reader after it is a Conv2d without bias routed to wgconv (as X, not W), and whose backward (reading x) comes after
-// that conv. Independent of train.conv_bn_stats (the conv's own statistics epilogue is a pair of that choice). The batch norm then computes its statistics alone; the conv applies the normalisation + ReLU to x's rows as
-// they land (its prologue) and writes the normalised rows to y -- bitwise the apply pass's output -- so every later
-// reader of y (the conv's weight gradient) is unchanged. x stays alive to the backward. `wgrads` is left empty.
+// that conv. Independent of train.conv_bn_stats (the conv's own statistics epilogue is a pair of that choice). The
+// batch norm then computes its statistics alone; the conv applies the normalisation + ReLU to x's rows as they land
+// (its prologue) and writes the normalised rows to y -- bitwise the apply pass's output -- so every later reader of y
+// (the conv's weight gradient) is unchanged. x stays alive to the backward. `wgrads` is left empty.
 std::vector<ConvBnApplyFold> wgconv_bn_apply_choose(const Graph& graph, const Spec& spec);
 
 // A training batch norm + ReLU's backward whose reductions the preceding convolution data gradient computes

@@ -210,7 +210,8 @@ TEST_CASE("conv_route: conv_wgconv fwd sends exactly the forwards the ring px ke
     CHECK(conv_route(o, kDgrad, g) == ConvRoute::Cudnn);  // fwd alone: the data gradient stays
     CHECK(conv_route(o, kWgrad, g) == ConvRoute::Cudnn);
   }
-  for (const Conv2dGeom& g : {conv2_1, conv2_2, narrow, strided, wide}) CHECK(conv_route(o, kFwd, g) == ConvRoute::Cudnn);
+  for (const Conv2dGeom& g : {conv2_1, conv2_2, narrow, strided, wide})
+    CHECK(conv_route(o, kFwd, g) == ConvRoute::Cudnn);
   o.wgconv = ConvWgconv::Both;
   CHECK(conv_route(o, kFwd, conv1_2) == ConvRoute::Wgconv);
   CHECK(conv_route(o, kDgrad, conv1_2) == ConvRoute::Wgconv);
