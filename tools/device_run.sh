@@ -44,7 +44,7 @@
 #   autotune  trctl bench CFG --autotune for each of CNN_MODELS (the cache in $TRCTL_AUTOTUNE_CACHE, used by the
 #             stages after it; without this stage runs use cuDNN's heuristics); AUTOTUNE_ARGS: more flags (e.g.
 #             --legacy-only: no graph-API engine configs), AUTOTUNE_TIMEOUT (s, default 240)
-#   (CLOCK_LOG=1 logs the SM clock and power during kernels and layers: see clock_log_start below)
+#   (CLOCK_LOG=1 logs the SM clock and power during kernels, layers and cnn: see clock_log_start below)
 #   layers    trctl bench CFG --layers for each of LAYER_MODELS (default: mlp, then CNN_MODELS; LAYER_VARIANTS: '|'-
 #             separated override sets each CNN is profiled with too, e.g. "train.conv_bn_stats=auto" with
 #             CNN_EXTRA="train.deterministic=false"): per-node times of
@@ -90,10 +90,10 @@ echo "device run $(date -u +%FT%TZ), binaries of $(cat .device/COMMIT 2>/dev/nul
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv >>"$SUM" 2>&1
 echo "cudnn: $(ldd "$BIN/trctl" | grep -o 'libcudnn.so[^ ]* => [^ ]*')" >>"$SUM"
 has() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
-# CLOCK_LOG=1: the SM clock, power draw and clock-event reasons every 50 ms (nvidia-smi) while the kernels and layers
-# stages run, into /tmp/prof/clocks_<stage>.csv (in prof.tar.gz), with the stage's mean clock and power in the
-# summary -- to tell a kernel's speed from the clock it ran at (RESULTS.md run 62: our kernels ran 10-15 % slower
-# inside `bench --layers` than in `bench kernels`, cuDNN's not).
+# CLOCK_LOG=1: the SM clock, power draw and clock-event reasons every 50 ms (nvidia-smi) while the kernels, layers
+# and cnn stages run (trctl and PyTorch apart), into /tmp/prof/clocks_<stage>.csv (in prof.tar.gz), with the stage's
+# mean clock and power in the summary -- to tell a kernel's speed from the clock it ran at (RESULTS.md run 62: our
+# kernels ran 10-15 % slower inside `bench --layers` than in `bench kernels`, cuDNN's not).
 clock_log_start() {
   [ "${CLOCK_LOG:-0}" = 1 ] || return 0
   mkdir -p /tmp/prof
@@ -294,17 +294,23 @@ if has cnn; then
   # trctl report draws its PNGs with gnuplot, which the device image may lack: then report.md/html without them.
   if command -v gnuplot >/dev/null 2>&1 || [ -n "${TRCTL_GNUPLOT:-}" ]; then CNN_PLOTS=""; else CNN_PLOTS="--no-plots"; fi
   for m in ${CNN_MODELS:-resnet50 vgg16bn resnet18}; do
+    clock_log_start "cnn_trctl_$m"
     timeout "${CNN_TRCTL_TIMEOUT:-150}" "$BIN/trctl" train "configs/$m.yaml" train.epochs="${CNN_EPOCHS:-3}" \
       data.synthetic.train_size="${CNN_TRAIN:-6400}" data.synthetic.val_size=512 run.out_dir=/tmp/cnn \
       run.name="trctl_$m" run.progress=off ${CNN_EXTRA:-} >"/tmp/cnn/trctl_$m.log" 2>&1
-    echo "trctl $m: rc $? :: $(grep -E 'device memory' "/tmp/cnn/trctl_$m.log" | sed 's/.*device memory/device memory/')" >>"$SUM"
+    rc=$?
+    clock_log_stop "cnn_trctl_$m"
+    echo "trctl $m: rc $rc :: $(grep -E 'device memory' "/tmp/cnn/trctl_$m.log" | sed 's/.*device memory/device memory/')" >>"$SUM"
     grep -E 'epoch [0-9]+/|^done|error' "/tmp/cnn/trctl_$m.log" | sed 's/^/    /' >>"$SUM"
     if [ "${CNN_TORCH:-1}" = 1 ]; then
+      clock_log_start "cnn_torch_$m"
       timeout "${CNN_TORCH_TIMEOUT:-300}" python3 benchmarks/pytorch_cnn.py --model "$m" --mode "${CNN_TORCH_MODE:-both}" \
         --compile-modes "${CNN_COMPILE_MODES:-default}" --train-size "${CNN_TRAIN:-6400}" \
         --repeats "${CNN_TORCH_REPEATS:-3}" --json "/tmp/cnn/torch_$m.json" --out-dir "/tmp/cnn/torch_$m" \
         >"/tmp/cnn/torch_$m.log" 2>&1
-      echo "torch $m: rc $?" >>"$SUM"
+      rc=$?
+      clock_log_stop "cnn_torch_$m"
+      echo "torch $m: rc $rc" >>"$SUM"
       grep -vE '^\s*$' "/tmp/cnn/torch_$m.log" | grep -v '^{' | tail -n 6 | sed 's/^/    /' >>"$SUM"
     fi
     # The throughput report: trctl's run dir vs each PyTorch mode that measured (a failed mode writes no file).
@@ -319,6 +325,7 @@ if has cnn; then
     sed -n '/^## Results/,/^- /p' "/tmp/cnn/report_$m/report.md" 2>/dev/null | grep '^|' | sed 's/^/    /' >>"$SUM"
   done
   tar czf "$OUT/cnn.tar.gz" -C /tmp cnn
+  if [ "${CLOCK_LOG:-0}" = 1 ]; then tar czf "$OUT/prof.tar.gz" -C /tmp prof; fi  # with the cnn stage's clocks
 fi
 
 if has cnnacc; then
