@@ -210,7 +210,7 @@ enum class ConvS2d { On, Forward, Off };
 // a stem batch norm's backward dx computed inside that weight gradient when only it reads dx (fewc_bn_grad_choose:
 // bitwise the batch norm's own dx), off = the conv_s2d / conv_im2col / cuDNN paths. The same convolution up to
 // summation order; a performance switch, no effect on the CPU backend.
-enum class ConvFewc { On, Forward, Off };
+enum class ConvFewc { On, Unfolded, Forward, Off };
 // trctl's Hopper wgmma convolution (runtime/ops/conv2d/wgconv.h, compiled for sm_90a) under AMP on the CUDA backend:
 // dgrad = the data gradient of every 3x3/1 convolution with 64 output channels whose ring px kernel fits
 // (wgconv_dgrad_ring_eligible, runtime/ops/conv2d/wgconv_rule.h: VGG16-BN's conv1_2, ResNet's layer1 3x3s) runs
@@ -277,7 +277,7 @@ struct TrainSpec {
   bool deterministic = true;
   ConvIm2col conv_im2col = ConvIm2col::Forward;  // YAML conv_im2col: on | forward | off
   ConvS2d conv_s2d = ConvS2d::Forward;           // YAML conv_s2d: on | forward | off
-  ConvFewc conv_fewc = ConvFewc::On;             // YAML conv_fewc: on | forward | off
+  ConvFewc conv_fewc = ConvFewc::On;             // YAML conv_fewc: on | unfolded | forward | off
   ConvWgconv conv_wgconv = ConvWgconv::Off;      // YAML conv_wgconv: off | dgrad | fwd | both
   ConvBnStats conv_bn_stats = ConvBnStats::Auto;      // YAML conv_bn_stats: separate | fused | auto
   ConvBnApply conv_bn_apply = ConvBnApply::Separate;  // YAML conv_bn_apply: separate | prologue

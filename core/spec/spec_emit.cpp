@@ -126,6 +126,7 @@ const char* to_string(ConvS2d c) {
 const char* to_string(ConvFewc c) {
   switch (c) {
     case ConvFewc::On: return "on";
+    case ConvFewc::Unfolded: return "unfolded";
     case ConvFewc::Forward: return "forward";
     case ConvFewc::Off: return "off";
   }

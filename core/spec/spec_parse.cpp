@@ -247,7 +247,8 @@ void parse_train_section(Diagnostics& d, const YamlNode& map, TrainSpec& out) {
   get_bool(d, map, s, "deterministic", out.deterministic);
   get_enum(d, map, s, "conv_im2col", {ConvIm2col::On, ConvIm2col::Forward, ConvIm2col::Off}, out.conv_im2col);
   get_enum(d, map, s, "conv_s2d", {ConvS2d::On, ConvS2d::Forward, ConvS2d::Off}, out.conv_s2d);
-  get_enum(d, map, s, "conv_fewc", {ConvFewc::On, ConvFewc::Forward, ConvFewc::Off}, out.conv_fewc);
+  get_enum(d, map, s, "conv_fewc", {ConvFewc::On, ConvFewc::Unfolded, ConvFewc::Forward, ConvFewc::Off},
+           out.conv_fewc);
   get_enum(d, map, s, "conv_wgconv", {ConvWgconv::Off, ConvWgconv::Dgrad, ConvWgconv::Fwd, ConvWgconv::Both},
            out.conv_wgconv);
   parse_conv_bn_keys(d, map, out);

@@ -323,7 +323,7 @@ TEST_CASE("train.conv_fewc is written only when not the default 'on', so older s
   Spec s = complex_spec();
   s.train.conv_fewc = ConvFewc::On;
   CHECK(spec_to_yaml(s).find("conv_fewc") == std::string::npos);
-  for (ConvFewc m : {ConvFewc::Forward, ConvFewc::Off}) {
+  for (ConvFewc m : {ConvFewc::Unfolded, ConvFewc::Forward, ConvFewc::Off}) {
     s.train.conv_fewc = m;
     const std::string y = spec_to_yaml(s);
     CHECK(y.find(std::string("  conv_fewc: ") + to_string(m) + "\n") != std::string::npos);

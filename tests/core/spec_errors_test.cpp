@@ -161,11 +161,12 @@ TEST_CASE("train.conv_s2d takes on, forward or off, default forward") {
   CHECK(has_error(r, "expected one of: on, forward, off"));
 }
 
-TEST_CASE("train.conv_fewc takes on, forward or off, default on") {
+TEST_CASE("train.conv_fewc takes on, unfolded, forward or off, default on") {
   Result<Spec> def = parse(kModel);
   REQUIRE(def.ok());
   CHECK(def.value().train.conv_fewc == ConvFewc::On);
-  for (auto [text, mode] : {std::pair{"on", ConvFewc::On}, {"forward", ConvFewc::Forward}, {"off", ConvFewc::Off}}) {
+  for (auto [text, mode] : {std::pair{"on", ConvFewc::On}, {"unfolded", ConvFewc::Unfolded},
+                            {"forward", ConvFewc::Forward}, {"off", ConvFewc::Off}}) {
     Result<Spec> ok = parse(std::string("train:\n  conv_fewc: ") + text + "\n" + kModel);
     REQUIRE(ok.ok());
     CHECK(ok.value().train.conv_fewc == mode);
@@ -173,7 +174,7 @@ TEST_CASE("train.conv_fewc takes on, forward or off, default on") {
   Result<Spec> r = parse("train:\n  conv_fewc: fwd\n" + kModel);
   CHECK(only_code(r) == ErrCode::UnknownEnum);
   CHECK(has_error(r, "test.yaml:2:14: unknown value 'fwd' for 'train.conv_fewc'"));
-  CHECK(has_error(r, "expected one of: on, forward, off"));
+  CHECK(has_error(r, "expected one of: on, unfolded, forward, off"));
 }
 
 TEST_CASE("train.conv_wgconv takes off, dgrad, fwd or both, default off") {

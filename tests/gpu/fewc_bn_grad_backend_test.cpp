@@ -1,7 +1,7 @@
 // The batch-norm backward folded into the few-channel weight gradient on the CUDA backend (fewc_bn_grad_choose,
 // CudaBackend: the batch norm runs its first two passes, the stem's weight gradient computes dx while staging it):
 // counted in conv_algo_sources() (run.json's conv_algorithms.bn_grad_folded) under fp16 AMP with conv_fewc on and
-// not with conv_fewc forward; from the same weights and batch, one step's loss bitwise equal to conv_fewc forward's
+// not with conv_fewc forward or unfolded (the same gradients up to summation order); from the same weights and batch, one step's loss bitwise equal to conv_fewc forward's
 // (the forward is the same), the stem's weight gradient close to its (cuDNN's weight gradient over the
 // materialized dx, rounded to f16 before its fp32 copy: ~2^-11 relative per element, so 1e-2 norm-wise; a wrong
 // dx, e.g. an unmasked ReLU or a dropped channel constant, is off by O(1)), every other gradient within the same
@@ -55,19 +55,27 @@ TEST_CASE("the stem batch norm's backward folds into the few-channel weight grad
           "[gpu][backend][cnn][fewc]") {
   const BuiltBackend on = build_backend(spec_of({"train.conv_fewc=on"})),
                      on2 = build_backend(spec_of({"train.conv_fewc=on"})),
-                     fwd = build_backend(spec_of({"train.conv_fewc=forward"}));
+                     fwd = build_backend(spec_of({"train.conv_fewc=forward"})),
+                     unf = build_backend(spec_of({"train.conv_fewc=unfolded"}));
   const int backward = backward_programs(*on.c);
   REQUIRE(backward >= 1);
   CHECK(on.be->conv_algo_sources()->bn_grad_folded == backward);
   CHECK(fwd.be->conv_algo_sources()->bn_grad_folded == 0);
+  CHECK(unf.be->conv_algo_sources()->bn_grad_folded == 0);
   const int64_t sample = 40 * 48 * 3;
-  const double la = one_train_step(on, sample), la2 = one_train_step(on2, sample), lr = one_train_step(fwd, sample);
+  const double la = one_train_step(on, sample), la2 = one_train_step(on2, sample), lr = one_train_step(fwd, sample),
+               lu = one_train_step(unf, sample);
   CHECK(la == la2);
   CHECK(la == lr);  // the same forward
+  CHECK(la == lu);
   const std::vector<float> ga = floats_of(on.be->read_region(Region::Grads)),
                            ga2 = floats_of(on2.be->read_region(Region::Grads)),
-                           gr = floats_of(fwd.be->read_region(Region::Grads));
+                           gr = floats_of(fwd.be->read_region(Region::Grads)),
+                           gu = floats_of(unf.be->read_region(Region::Grads));
   CHECK(ga == ga2);  // one seed: bitwise
+  // unfolded: the batch norm stores dx (the fold computes it with the same element functions), the plain kernel
+  // reads it; only the fp32 partial sums' grid may differ
+  CHECK(testing::rel_diff(ga, gu) < 1e-5);
   for (const char* name : {"stem.weight.grad", "conv1.weight.grad", "bn0.weight.grad", "bn0.bias.grad"}) {
     const double r = testing::rel_diff(value_slice(*on.c, ga, name), value_slice(*fwd.c, gr, name));
     INFO(name << ": relative difference " << r << " to conv_fewc forward");

@@ -25,7 +25,7 @@ ConvRoute conv_route(const ConvRouteOptions& o, OpKind op, const Conv2dGeom& g) 
     return ConvRoute::Wgconv;
   if (!o.lowp || (op != OpKind::Conv2d && op != OpKind::Conv2dGradWeight)) return ConvRoute::Cudnn;
   const bool fwd = op == OpKind::Conv2d;
-  if (fwd ? o.fewc != ConvFewc::Off && fewc_conv_eligible(g) : o.fewc == ConvFewc::On && fewc_wgrad_eligible(g))
+  if (fwd ? o.fewc != ConvFewc::Off && fewc_conv_eligible(g) : fewc_routes_wgrad(o.fewc) && fewc_wgrad_eligible(g))
     return ConvRoute::Fewc;
   if ((fwd ? o.s2d != ConvS2d::Off : o.s2d == ConvS2d::On) && s2d_conv_eligible(g)) return ConvRoute::S2d;
   if ((fwd ? o.im2col != ConvIm2col::Off : o.im2col == ConvIm2col::On) && im2col_conv_eligible(g))

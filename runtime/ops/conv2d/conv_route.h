@@ -25,13 +25,16 @@ struct ConvRouteOptions {
   ConvWgconv wgconv = ConvWgconv::Off;
 };
 ConvRouteOptions conv_route_options(const Spec& spec);
+// Whether conv_fewc runs eligible weight gradients on the few-channel kernel: on (with the batch-norm dx folded in
+// where fewc_bn_grad_choose finds one) and unfolded (the batch norm writes dx, the kernel reads it).
+inline bool fewc_routes_wgrad(ConvFewc f) { return f == ConvFewc::On || f == ConvFewc::Unfolded; }
 
 // op: Conv2d, Conv2dGradInput or Conv2dGradWeight; g: the real geometry. Under AMP, wgconv for the data gradient
 // of a wgconv_dgrad_ring_eligible conv when conv_wgconv is dgrad or both, and for the forward of a
 // wgconv_fwd_ring_eligible one when it is fwd or both; the few-channel kernel for
-// fewc_conv_eligible convs' forward unless conv_fewc is off, and for fewc_wgrad_eligible ones' weight gradient when
-// it is on; else space-to-depth for s2d_conv_eligible convs (forward unless conv_s2d is off, weight gradient when
-// on), else im2col for im2col_conv_eligible ones (forward unless conv_im2col is off, weight gradient when on), else
+// fewc_conv_eligible convs' forward unless conv_fewc is off, and for fewc_wgrad_eligible ones' weight gradient
+// when it is on or unfolded; else space-to-depth for s2d_conv_eligible convs (forward unless conv_s2d is off, weight
+// gradient when on), else im2col for im2col_conv_eligible ones (forward unless conv_im2col is off, weight gradient when on), else
 // cuDNN.
 ConvRoute conv_route(const ConvRouteOptions& o, OpKind op, const Conv2dGeom& g);
 

@@ -32,7 +32,7 @@ const Conv2dGeom kResnetStem = conv_geom(2, 224, 224, 3, 64, 7, 7, 2, 2, 3, 3);
 const Conv2dGeom kVggConv0 = conv_geom(2, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1);
 constexpr ConvIm2col kIm2colModes[] = {ConvIm2col::On, ConvIm2col::Forward, ConvIm2col::Off};
 constexpr ConvS2d kS2dModes[] = {ConvS2d::On, ConvS2d::Forward, ConvS2d::Off};
-constexpr ConvFewc kFewcModes[] = {ConvFewc::On, ConvFewc::Forward, ConvFewc::Off};
+constexpr ConvFewc kFewcModes[] = {ConvFewc::On, ConvFewc::Unfolded, ConvFewc::Forward, ConvFewc::Off};
 constexpr OpKind kFwd = OpKind::Conv2d, kDgrad = OpKind::Conv2dGradInput, kWgrad = OpKind::Conv2dGradWeight;
 
 }  // namespace
@@ -143,14 +143,17 @@ TEST_CASE("conv_route: the weight gradient takes the few-channel kernel only wit
         CHECK(conv_route(o, kWgrad, kVggConv0) == im_wgrad);
         CHECK(conv_route(o, kWgrad, kStem) == stride2_wgrad);
       }
-      const ConvRouteOptions on = opts(true, im, s2d, ConvFewc::On);
-      CHECK(conv_route(on, kWgrad, kResnetStem) == ConvRoute::Fewc);
-      const Conv2dGeom p = conv_plan_geom(on, kWgrad, kResnetStem);
-      CHECK((p.c == 3 && p.h == 224 && p.r == 7 && p.stride_h == 2));  // no cuDNN plan: the real geometry
-      CHECK(conv_route(on, kWgrad, kVggConv0) == ConvRoute::Fewc);
-      CHECK(conv_route(on, kWgrad, kVgg) == im_wgrad);
-      CHECK(conv_route(on, kWgrad, kStem) == stride2_wgrad);
-      CHECK(conv_route(on, kWgrad, kWide) == ConvRoute::Cudnn);
+      for (ConvFewc fewc : {ConvFewc::On, ConvFewc::Unfolded}) {  // unfolded: the same routes, no batch-norm fold
+        INFO("conv_fewc " << to_string(fewc));
+        const ConvRouteOptions on = opts(true, im, s2d, fewc);
+        CHECK(conv_route(on, kWgrad, kResnetStem) == ConvRoute::Fewc);
+        const Conv2dGeom p = conv_plan_geom(on, kWgrad, kResnetStem);
+        CHECK((p.c == 3 && p.h == 224 && p.r == 7 && p.stride_h == 2));  // no cuDNN plan: the real geometry
+        CHECK(conv_route(on, kWgrad, kVggConv0) == ConvRoute::Fewc);
+        CHECK(conv_route(on, kWgrad, kVgg) == im_wgrad);
+        CHECK(conv_route(on, kWgrad, kStem) == stride2_wgrad);
+        CHECK(conv_route(on, kWgrad, kWide) == ConvRoute::Cudnn);
+      }
     }
 }
 
