@@ -12,36 +12,83 @@ namespace {
 // Pass 3 forward (train and eval): y = relu?((x - mean) * (gamma * inv) + beta [+ res]), inv = invstd, or
 // 1/sqrt(var + eps) when var_not_invstd (eval: running_var). x, y, res (rows,c); y may alias x or res; res nullable.
 // mean_shift (c), nullable: subtracted from mean (eval with a folded conv bias: running_mean - b).
-template <class T, int V>
-__global__ void __launch_bounds__(512)
+// Its elements are independent, so it has its own geometry (any gives the same values): block (tx, ty), tx * ty =
+// kApplyThreads, tx * V channels (grid.x blocks across c); the grid sweeps the rows together -- thread (tx, ty) of
+// block b takes rows b * ty + ty + k * W, W = gridDim.y * ty -- U rows at a time, the next U loaded before the
+// current ones are computed and stored, so that a thread always has loads in flight. The statistics' row-block
+// geometry (1,024 separate row ranges, 4 rows loaded, then computed and stored, then the next 4) ran VGG's 224^2
+// apply at 75 % of a device copy (RESULTS.md run 62).
+constexpr int kApplyThreads = 256;
+constexpr int kApplyBlocksPerSm = 3;  // 768 threads per SM, up to 85 registers: two sets of U packs + constants
+
+template <class T, int V, int U>
+__device__ __forceinline__ void apply_load(const T* p, int64_t r, int64_t w, int64_t rows, int64_t c, int64_t col,
+                                           Pack<T, V> (&out)[U]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    if (r + u * w < rows) out[u] = pack_load<V>(p + (r + u * w) * c + col);
+}
+
+template <class T, int V, int U, bool kRes>
+__global__ void __launch_bounds__(kApplyThreads, kApplyBlocksPerSm)
     bn_fwd_apply_kernel(const T* x, const T* res, T* y, const float* __restrict__ gamma, const float* __restrict__ beta,
                         const float* __restrict__ mean, const float* __restrict__ inv_or_var, bool var_not_invstd,
-                        float eps, bool relu, int64_t rows, int64_t c, int64_t rpb,
-                        const float* __restrict__ mean_shift) {
+                        float eps, bool relu, int64_t rows, int64_t c, const float* __restrict__ mean_shift) {
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (col >= c) return;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rpb, r1 = min(rows, r0 + rpb);
   ApplyConsts k[V];
 #pragma unroll
   for (int j = 0; j < V; ++j)
     k[j] = apply_consts(col + j, gamma, beta, mean, inv_or_var, var_not_invstd, eps, mean_shift);
-  for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowGroups * kUnroll) {
-    Pack<T, V> p[kUnroll], q[kUnroll];
-    load_rows(x, r, r1, c, col, p);
-    if (res) load_rows(res, r, r1, c, col, q);
+  const int64_t w = static_cast<int64_t>(gridDim.y) * blockDim.y;  // rows between a thread's rows
+  int64_t r = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+  Pack<T, V> p[U], q[U];
+  apply_load(x, r, w, rows, c, col, p);
+  if (kRes) apply_load(res, r, w, rows, c, col, q);
+  while (r < rows) {
+    const int64_t rn = r + U * w;
+    Pack<T, V> pn[U], qn[U];
+    apply_load(x, rn, w, rows, c, col, pn);  // before the stores below: other rows, so y aliasing x is harmless
+    if (kRes) apply_load(res, rn, w, rows, c, col, qn);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (r + u * kRowGroups >= r1) break;
+    for (int u = 0; u < U; ++u) {
+      if (r + u * w >= rows) break;
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         float v = apply_affine(to_f32(p[u].v[j]), k[j]);
-        if (res) v += to_f32(q[u].v[j]);
+        if (kRes) v += to_f32(q[u].v[j]);
         if (relu) v = apply_relu(v);
         p[u].v[j] = from_f32<T>(v);
       }
-      pack_store<V>(y + (r + u * kRowGroups) * c + col, p[u]);
+      pack_store<V>(y + (r + u * w) * c + col, p[u]);
     }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      p[u] = pn[u];
+      if (kRes) q[u] = qn[u];
+    }
+    r = rn;
   }
+}
+
+// Launches the apply over (rows, c): grid.y fills every SM with kApplyBlocksPerSm blocks (fewer for small tensors).
+template <class T, int V>
+Status bn_fwd_apply_launch(cudaStream_t s, const T* x, const T* res, T* y, const float* gamma, const float* beta,
+                           const float* mean, const float* inv_or_var, bool var_not_invstd, float eps, bool relu,
+                           int64_t rows, int64_t c, const float* mean_shift) {
+  const int64_t packs = (c + V - 1) / V;
+  const int tx = channel_threads(packs), ty = kApplyThreads / tx;
+  const int64_t fill = int64_t{kGpuSmCount} * kApplyBlocksPerSm;
+  const int64_t gx = (packs + tx - 1) / tx;
+  const int64_t gy = std::max<int64_t>(1, std::min((rows + ty - 1) / ty, (fill + gx - 1) / gx));
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), block(tx, ty);
+  if (res)
+    bn_fwd_apply_kernel<T, V, 2, true><<<grid, block, 0, s>>>(x, res, y, gamma, beta, mean, inv_or_var,
+                                                              var_not_invstd, eps, relu, rows, c, mean_shift);
+  else
+    bn_fwd_apply_kernel<T, V, 4, false><<<grid, block, 0, s>>>(x, nullptr, y, gamma, beta, mean, inv_or_var,
+                                                               var_not_invstd, eps, relu, rows, c, mean_shift);
+  return TRCTL_CUDA_LAUNCH_STATUS("bn_fwd_apply_kernel");
 }
 
 // The apply's affine for a consumer that applies it (batchnorm_fwd_train_consts_cuda): scale = gamma * invstd,
@@ -78,19 +125,15 @@ Status batchnorm_fwd_train_cuda(cudaStream_t s, const void* x, GpuDType t, const
   TRCTL_CUDA_ARG_CHECK(workspace && workspace_bytes >= batchnorm_workspace_bytes(rows, c),
                        "batchnorm_fwd_train_cuda: workspace missing or smaller than batchnorm_workspace_bytes");
   TRCTL_CUDA_ARG_CHECK(!sums.sum == !sums.sqsum, "batchnorm_fwd_train_cuda: BnSums with one of sum, sqsum null");
-  const RowSplit rs = row_split(rows, c);
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     Status st = bn_fwd_train_stats<T>(s, static_cast<const T*>(x), sums, rows, c, workspace, eps, momentum, save_mean,
                                       save_invstd, running_mean, running_var, prebias);
     if (!st) return st;
     return with_vector_width<T>(c, {x, y, residual}, [&](auto vw) {
-      constexpr int V = decltype(vw)::value;
-      const Launch l = make_launch(c, V, rs);
-      bn_fwd_apply_kernel<T, V><<<l.grid, l.block, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(residual),
-                                                            static_cast<T*>(y), gamma, beta, save_mean, save_invstd,
-                                                            false, eps, relu, rows, c, rs.rows_per_block, nullptr);
-      return TRCTL_CUDA_LAUNCH_STATUS("bn_fwd_apply_kernel");
+      return bn_fwd_apply_launch<T, decltype(vw)::value>(s, static_cast<const T*>(x), static_cast<const T*>(residual),
+                                                         static_cast<T*>(y), gamma, beta, save_mean, save_invstd,
+                                                         false, eps, relu, rows, c, nullptr);
     });
   });
 }
@@ -131,17 +174,12 @@ Status batchnorm_fwd_eval_cuda(cudaStream_t s, const void* x, GpuDType t, const 
   if (rows == 0) return ok_status();
   TRCTL_CUDA_ARG_CHECK(x && y && gamma && beta && running_mean && running_var,
                        "batchnorm_fwd_eval_cuda: null pointer");
-  const RowSplit rs = row_split(rows, c);
   return dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     return with_vector_width<T>(c, {x, y, residual}, [&](auto vw) {
-      constexpr int V = decltype(vw)::value;
-      const Launch l = make_launch(c, V, rs);
-      bn_fwd_apply_kernel<T, V><<<l.grid, l.block, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(residual),
-                                                            static_cast<T*>(y), gamma, beta, running_mean,
-                                                            running_var, true, eps, relu, rows, c, rs.rows_per_block,
-                                                            prebias);
-      return TRCTL_CUDA_LAUNCH_STATUS("bn_fwd_apply_kernel");
+      return bn_fwd_apply_launch<T, decltype(vw)::value>(s, static_cast<const T*>(x), static_cast<const T*>(residual),
+                                                         static_cast<T*>(y), gamma, beta, running_mean, running_var,
+                                                         true, eps, relu, rows, c, prebias);
     });
   });
 }
