@@ -144,14 +144,12 @@ struct WindowMax<__half, 1> : WindowMax<float, 1> {
 // or a NaN takes over, ties keep the first), so y and idx are bitwise those of the unfused apply + max pool.
 // Constants as bn_fwd_apply_kernel (train: mean, invstd; eval: running mean and variance, var_not_invstd,
 // mean_shift). KH, KW > 0: the window known at compile time (VGG's 2x2; kh, kw must equal them): its KH*KW loads
-// are all issued before the first is used (with the run-time loops each load waited for the previous take), and
-// those of the thread's next item before this one's are used (VGG's pool1 forward ran at ~68 % of a device copy
-// with only one item's loads in flight: RESULTS.md run 62); the comparisons keep the same order, so the results
-// are bitwise those of the run-time loops.
+// are all issued before the first is used (with the run-time loops each load waited for the previous take); the
+// comparisons keep the same order, so the results are bitwise those of the run-time loops.
 // xa (same shape as y, nullable): per channel, the window's x element at the argmax (from the loaded packs when KH,
 // KW are known, else loaded again), for the backward's pooled statistics.
 template <class T, int V, class I, int KH = 0, int KW = 0>
-__global__ void __launch_bounds__(256, KH > 0 ? 3 : 1)  // two windows in registers: at most 85 each, 3 blocks per SM
+__global__ void __launch_bounds__(256)
     bn_pool_apply_kernel(const T* __restrict__ x, T* __restrict__ y, uint8_t* __restrict__ idx, T* __restrict__ xa,
                          const float* __restrict__ gamma, const float* __restrict__ beta,
                          const float* __restrict__ mean, const float* __restrict__ inv_or_var, bool var_not_invstd,
@@ -159,42 +157,28 @@ __global__ void __launch_bounds__(256, KH > 0 ? 3 : 1)  // two windows in regist
                          int64_t c, int kh, int kw) {
   const I np = static_cast<I>(h / kh), nq = static_cast<I>(w / kw), cv = static_cast<I>(c / V);
   const I total = static_cast<I>(n) * np * nq * cv;
-  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
-  // Item i's channel offset c0 and the first element of its window.
-  auto window = [&](I i, I& c0) {
-    c0 = (i % cv) * V;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<I>(gridDim.x) * blockDim.x) {
+    const I c0 = (i % cv) * V;
     I t = i / cv;
     const I q = t % nq;
     t /= nq;
     const I p = t % np, b = t / np;
-    return x + ((static_cast<int64_t>(b) * h + static_cast<int64_t>(p) * (KH > 0 ? KH : kh)) * w +
-                static_cast<int64_t>(q) * (KW > 0 ? KW : kw)) * c + c0;
-  };
-  if constexpr (KH > 0) {
-    // The next item's KH*KW loads are issued before this item's are used, so that a thread always has loads in
-    // flight (the same values: only the order of loads and uses changes).
-    auto load = [&](I i, Pack<T, V> (&v)[KH][KW]) {
-      I c0;
-      const T* xw = window(i, c0);
+    ApplyConsts k[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      k[j] = apply_consts(c0 + j, gamma, beta, mean, inv_or_var, var_not_invstd, eps, mean_shift);
+    WindowMax<T, V> mx;
+    mx.init(0);  // an all -inf window: its first element, as the max pool
+    if constexpr (KH > 0) {
+      const T* xw = x + ((static_cast<int64_t>(b) * h + static_cast<int64_t>(p) * KH) * w +
+                         static_cast<int64_t>(q) * KW) * c + c0;
+      Pack<T, V> v[KH][KW];
 #pragma unroll
       for (int r = 0; r < KH; ++r) {
 #pragma unroll
         for (int s = 0; s < KW; ++s) v[r][s] = pack_load<V>(xw + (static_cast<int64_t>(r) * w + s) * c);
       }
-    };
-    I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x;
-    Pack<T, V> v[KH][KW];
-    if (i < total) load(i, v);
-    for (; i < total; i += stride) {
-      Pack<T, V> vn[KH][KW];
-      if (i + stride < total) load(i + stride, vn);
-      const I c0 = (i % cv) * V;
-      ApplyConsts k[V];
-#pragma unroll
-      for (int j = 0; j < V; ++j)
-        k[j] = apply_consts(c0 + j, gamma, beta, mean, inv_or_var, var_not_invstd, eps, mean_shift);
-      WindowMax<T, V> mx;
-      mx.init(0);  // an all -inf window: its first element, as the max pool
 #pragma unroll
       for (int r = 0; r < KH; ++r) {
 #pragma unroll
@@ -216,23 +200,9 @@ __global__ void __launch_bounds__(256, KH > 0 ? 3 : 1)  // two windows in regist
         }
         pack_store<V>(xa + static_cast<int64_t>(i) * V, xo);
       }
-      mx.store(y, idx, i);
-#pragma unroll
-      for (int r = 0; r < KH; ++r) {
-#pragma unroll
-        for (int s = 0; s < KW; ++s) v[r][s] = vn[r][s];
-      }
-    }
-  } else {
-    for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-      I c0;
-      const T* xw = window(i, c0);
-      ApplyConsts k[V];
-#pragma unroll
-      for (int j = 0; j < V; ++j)
-        k[j] = apply_consts(c0 + j, gamma, beta, mean, inv_or_var, var_not_invstd, eps, mean_shift);
-      WindowMax<T, V> mx;
-      mx.init(0);  // an all -inf window: its first element, as the max pool
+    } else {
+      const T* xw = x + ((static_cast<int64_t>(b) * h + static_cast<int64_t>(p) * kh) * w +
+                         static_cast<int64_t>(q) * kw) * c + c0;
       for (int r = 0; r < kh; ++r) {
         for (int s = 0; s < kw; ++s)
           mx.take(pack_load<V>(xw + (static_cast<int64_t>(r) * w + s) * c), r * kw + s, k, relu);
@@ -246,8 +216,8 @@ __global__ void __launch_bounds__(256, KH > 0 ? 3 : 1)  // two windows in regist
         }
         pack_store<V>(xa + static_cast<int64_t>(i) * V, xo);
       }
-      mx.store(y, idx, i);
     }
+    mx.store(y, idx, i);
   }
 }
 
