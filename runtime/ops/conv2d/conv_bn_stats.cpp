@@ -120,12 +120,12 @@ std::vector<ConvBnApplyFold> wgconv_bn_apply_choose(const Graph& graph, const Sp
   std::vector<ConvBnApplyFold> out;
   if (!wgconv_routes_fwd(spec.train.conv_wgconv)) return out;
   const ConvRouteOptions ro = conv_route_options(spec);
+  auto wgconv_fwd = [&](const Node& conv) {
+    return !pointwise_conv(conv) &&
+           conv_route(ro, OpKind::Conv2d, conv2d_geom_of(graph, conv, conv.in[0], conv.in[1])) == ConvRoute::Wgconv;
+  };
   for (size_t pi = 0; pi < graph.programs.size(); ++pi) {
     const Program& p = graph.programs[pi];
-    auto wgconv_fwd = [&](const Node& conv) {
-      return !pointwise_conv(conv) &&
-             conv_route(ro, OpKind::Conv2d, conv2d_geom_of(graph, conv, conv.in[0], conv.in[1])) == ConvRoute::Wgconv;
-    };
     for (size_t bi = 0; bi < p.nodes.size(); ++bi) {
       ConvBnApplyFold f;
       const int64_t bn_grad = apply_fold_candidate(p, pi, bi, &f);
