@@ -121,6 +121,7 @@ int bench_layers(const BenchConfigArgs& a, const Spec& spec) {
   ProfileOptions popt;
   popt.reps = a.reps;
   popt.sustain_s = a.sustain_s;
+  popt.energy_s = a.energy_s;
   Result<StepProfile> prof = train_profile(spec, opt, popt, *log);
   if (!prof.ok()) return report_errors(prof.errors());
   std::cout << profile_table(prof.value(), spec.data.batch_size, 40);
@@ -156,6 +157,11 @@ int bench_write_json(const std::string& path, const BenchResult& r) {
 int cmd_bench_config(const BenchConfigArgs& a) {
   if (int(a.layers) + int(a.autotune) + int(a.epochs > 0) > 1) {
     std::fprintf(stderr, "error: trctl bench %s: give at most one of --layers, --autotune, --epochs\n",
+                 a.config.c_str());
+    return kExitBadInput;
+  }
+  if (a.energy_s > 0 && !a.layers) {
+    std::fprintf(stderr, "error: trctl bench %s: --energy measures the nodes of --layers; give --layers too\n",
                  a.config.c_str());
     return kExitBadInput;
   }

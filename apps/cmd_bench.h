@@ -22,6 +22,7 @@ struct BenchConfigArgs {
   bool legacy_only = false;  // --autotune: measure the legacy algorithms only (no graph-API engine configs)
   int reps = 20;        // --layers: runs per node
   double sustain_s = 3; // --layers: seconds of back-to-back replays before the step is timed again (0: not)
+  double energy_s = 0;  // --layers: seconds of back-to-back runs per energy figure, step and each node (0: none)
   int steps = 50;       // whole step: timed steps
   int warmup = 10;      // whole step: untimed steps first
   int epochs = 0;       // > 0: a training run of this many epochs instead of timed steps

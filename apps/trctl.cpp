@@ -226,6 +226,11 @@ int main(int argc, char** argv) {
                     "--layers: seconds of back-to-back replays before the step is timed again, at the clocks a "
                     "training run settles to (default 3; 0: skip)")
       ->check(CLI::Range(0.0, 600.0));
+  bench->add_option("--energy", bc.energy_s,
+                    "--layers: also the step's and every node's energy from the board's counter (NVML, part of the "
+                    "NVIDIA driver), each over S seconds of back-to-back runs (default 0: not measured; ~1 for a "
+                    "few % accuracy, so a step of 100 nodes takes ~100 s more)")
+      ->check(CLI::Range(0.0, 600.0));
   bench->add_option("--json", bc.json, "also write the results to this file (schema trctl-bench/1, docs/bench.md)");
   std::vector<std::string> kernels_only;
   bench->add_option("--only", kernels_only,

@@ -37,6 +37,8 @@ struct NodeTime {
   double flops = 0;          // arithmetic of GEMM/convolution nodes (0 for the others)
   double bytes = 0;          // bytes its inputs and outputs take as stored (read once, written once)
   std::vector<double> launch_ms;  // nodes lowered to several launches: each one's device time on its own
+  double mj = 0;             // energy per run, mJ (ProfileOptions::energy_s > 0; else 0): the board's counter over
+                             // at least energy_s seconds of back-to-back runs, divided by the runs
 };
 struct StepProfile {
   std::vector<NodeTime> nodes;
@@ -48,13 +50,19 @@ struct StepProfile {
   double launch_host_ms = 0; // host time of one cudaGraphLaunch call onto a drained stream
   double restart_ms = 0;     // a launch onto a drained stream: host wall time to its end, less graph_ms
   int reps = 0;
+  double step_mj = 0;        // energy per replay of the step, mJ (energy_s > 0), over energy_s s of replays
+  double step_w = 0;         // the board's mean power over those replays, W
+  double energy_s = 0;       // the seconds each energy figure was measured over (0: energy not measured)
 };
 
 // What Backend::profile measures: each node `reps` times, the captured step in a burst of `reps` replays, and, when
 // sustain_s > 0, the step again after sustain_s seconds of back-to-back replays (over at least one more second).
+// energy_s > 0: also the energy of the step and of each node, each over energy_s seconds of back-to-back runs (the
+// board's counter through NVML, runtime/power/nvml_meter.h; an error where the board has none).
 struct ProfileOptions {
   int reps = 20;
   double sustain_s = 0;
+  double energy_s = 0;
 };
 
 class Backend {

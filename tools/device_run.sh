@@ -49,7 +49,9 @@
 #             separated override sets each CNN is profiled with too, e.g. "train.conv_bn_stats=auto" with
 #             CNN_EXTRA="train.deterministic=false"): per-node times of
 #             the train step next to its captured replay (a burst, and again after 3 s of replays: the clocks a
-#             training run settles to); mlp = configs/mlp_fmnist.yaml on the real Fashion-MNIST
+#             training run settles to); mlp = configs/mlp_fmnist.yaml on the real Fashion-MNIST. LAYER_ENERGY=S:
+#             also --energy S (the step's and each node's energy from NVML, S seconds each: ~S x nodes more time;
+#             raise LAYER_TIMEOUT, default 240 s); LAYER_REPS: --reps (default 10)
 #   data      the data pipeline (issue 5): a generated ImageNet-like JPEG folder (DATA_IMAGES, default 20000,
 #             1000 classes, ~500x375), packed to DTS at full size and at level 160:90; trctl bench data
 #             (RandomResizedCrop 224 + flip + normalize to fp16, 16 workers) from the reduced level streamed and in
@@ -233,13 +235,15 @@ if has layers; then
     for v in "${variants[@]}"; do
       tag="$m${v:+_$(echo "$v" | tr -c 'A-Za-z0-9_=.\n' '_' | tr '=' '-')}"
       clock_log_start "layers_$tag"
-      timeout 240 "$BIN/trctl" bench "$cfg" --layers --reps ${LAYER_REPS:-10} $data_args $v \
-        --json "/tmp/prof/layers_$tag.json" >"/tmp/prof/layers_$tag.txt" 2>&1
+      timeout "${LAYER_TIMEOUT:-240}" "$BIN/trctl" bench "$cfg" --layers --reps ${LAYER_REPS:-10} $data_args $v \
+        ${LAYER_ENERGY:+--energy "$LAYER_ENERGY"} --json "/tmp/prof/layers_$tag.json" >"/tmp/prof/layers_$tag.txt" 2>&1
       rc=$?
       clock_log_stop "layers_$tag"
       echo "trctl layers $m${v:+ ($v)}: rc $rc" >>"$SUM"
       # the replay next to the node sum, then the op kinds by time
       grep -E 'step \(captured|^graph replay vs|^sustained|^graph launch|^  ' "/tmp/prof/layers_$tag.txt" | head -n 19 | sed 's/^/    /' >>"$SUM"
+      # LAYER_ENERGY=S (seconds per figure): the energy section's step line and op kinds
+      [ -z "${LAYER_ENERGY:-}" ] || grep -A14 '^energy (' "/tmp/prof/layers_$tag.txt" | sed 's/^/    /' >>"$SUM"
     done
   done
 fi

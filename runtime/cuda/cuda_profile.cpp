@@ -7,6 +7,9 @@
 // with ProfileOptions::sustain_s > 0, the step is replayed back to back for that long and then timed again over at
 // least a second (sustained_ms): under a training run's sustained load the card may cap its power and lower its
 // clocks (the H200 at 700 W: RESULTS.md run 50), which the short burst of the first timing does not reach.
+// With ProfileOptions::energy_s > 0, the board's energy counter (NVML) over energy_s seconds of back-to-back
+// replays gives the step's energy and mean power, and over energy_s seconds of each node's back-to-back runs that
+// node's energy per run: under a power cap the step's time follows its energy (RESULTS.md run 63).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,6 +17,7 @@
 
 #include "runtime/cuda/cuda_backend_impl.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/power/nvml_meter.h"
 
 namespace trctl::cuda_detail {
 namespace {
@@ -50,6 +54,33 @@ double node_bytes(const Graph& g, const Node& n) {
   for (ValueId v : n.in) b += static_cast<double>(stored_bytes(g, v));
   for (ValueId v : n.out) b += static_cast<double>(stored_bytes(g, v));
   return b;
+}
+
+// Energy of one run of `run` (one unit of work queued on s: a replay, a node's launches), from the counter's
+// difference over at least `seconds` of back-to-back runs queued in chunks of `chunk` (the host waits at each
+// chunk's end to read its clock). *mj: mJ per run; *w: mean power over the interval, W.
+Status energy_per_run(const NvmlMeter& m, cudaStream_t s, double seconds, int chunk, const Launch& run, double* mj,
+                      double* w) {
+  using Clock = std::chrono::steady_clock;
+  if (Status st = checked(cudaStreamSynchronize(s), "cudaStreamSynchronize", __LINE__); !st.ok()) return st;
+  Result<uint64_t> e0 = nvml_energy_mj(m);
+  if (!e0.ok()) return e0.errors();
+  const Clock::time_point t0 = Clock::now();
+  int64_t runs = 0;
+  double elapsed = 0;
+  while (elapsed < seconds) {
+    for (int k = 0; k < chunk; ++k)
+      if (Status st = run(); !st.ok()) return st;
+    runs += chunk;
+    if (Status st = checked(cudaStreamSynchronize(s), "cudaStreamSynchronize", __LINE__); !st.ok()) return st;
+    elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  Result<uint64_t> e1 = nvml_energy_mj(m);
+  if (!e1.ok()) return e1.errors();
+  const double de = static_cast<double>(e1.value() - e0.value());
+  *mj = de / static_cast<double>(runs);
+  *w = de * 1e-3 / elapsed;
+  return ok_status();
 }
 
 }  // namespace
@@ -165,6 +196,32 @@ Result<StepProfile> CudaBackend::profile(int program, const ProfileOptions& opt)
     prof.sustain_s = seconds();
     prof.sustained_ms = timed_replays(n);
     if (st.ok()) prof.sustained_reps = n;
+  }
+  if (st.ok() && opt.energy_s > 0) {  // the step's and each node's energy (see the file comment)
+    char bus[32] = {};
+    st = checked(cudaDeviceGetPCIBusId(bus, sizeof bus, ctx_.device), "cudaDeviceGetPCIBusId", __LINE__);
+    Result<NvmlMeter> meter = st.ok() ? nvml_meter_open(bus) : Result<NvmlMeter>(st.errors());
+    if (!meter.ok()) st = meter.errors();
+    const Launch one_replay = [&] {
+      replay(1);
+      return st;
+    };
+    double w = 0;
+    if (st.ok())
+      st = energy_per_run(meter.value(), ctx_.stream, opt.energy_s, 10, one_replay, &prof.step_mj, &prof.step_w);
+    for (size_t k = 0; k < groups.size() && st.ok(); ++k) {
+      if (groups[k].empty()) continue;
+      const Launch node = [&groups, k] {
+        for (const Launch& l : groups[k])
+          if (Status s = l(); !s.ok()) return s;
+        return ok_status();
+      };
+      // chunks of ~20 ms of device time, so the host's waits between chunks stay a small part of the interval
+      const int chunk = static_cast<int>(std::clamp(std::ceil(20.0 / std::max(rows[k].ms, 1e-3)), 1.0, 10000.0));
+      st = energy_per_run(meter.value(), ctx_.stream, opt.energy_s, chunk, node, &rows[k].mj, &w);
+    }
+    if (meter.ok()) nvml_meter_close(&meter.value());
+    if (st.ok()) prof.energy_s = opt.energy_s;
   }
   TRCTL_CUDA_WARN(cudaEventDestroy(e0));
   TRCTL_CUDA_WARN(cudaEventDestroy(e1));

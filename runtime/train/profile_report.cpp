@@ -13,7 +13,7 @@ namespace {
 
 struct OpTotal {
   int count = 0;
-  double ms = 0, flops = 0, bytes = 0;
+  double ms = 0, flops = 0, bytes = 0, mj = 0;
 };
 
 double sum_ms(const StepProfile& p) {
@@ -34,6 +34,41 @@ std::string rate(double ms, double flops, double bytes) {
     std::snprintf(buf, sizeof buf, "%7.0f GB/s    (%3.0f%%)", g, 100 * g / kH200CopyGBs);
   }
   return buf;
+}
+
+// The energy section (ProfileOptions::energy_s > 0): the step's energy and power, then the op kinds and the nodes
+// that spend the most, each with its mean power while it runs (mJ / ms = W).
+std::string energy_table(const StepProfile& p, const std::vector<std::pair<std::string, OpTotal>>& ops, int top) {
+  std::string out;
+  char buf[512];
+  double nodes_mj = 0;
+  for (const NodeTime& n : p.nodes) nodes_mj += n.mj;
+  std::snprintf(buf, sizeof buf,
+                "\nenergy (the board's counter over %.1f s of back-to-back runs each): step %.2f J per replay at "
+                "%.0f W; nodes one by one %.2f J\n",
+                p.energy_s, p.step_mj * 1e-3, p.step_w, nodes_mj * 1e-3);
+  out += buf;
+  std::vector<std::pair<std::string, OpTotal>> by_j = ops;
+  std::sort(by_j.begin(), by_j.end(), [](const auto& a, const auto& b) { return a.second.mj > b.second.mj; });
+  out += "by op kind                      count      J   share      W\n";
+  for (const auto& [op, t] : by_j) {
+    std::snprintf(buf, sizeof buf, "  %-28s %5d %8.3f %5.1f%%  %5.0f\n", op.c_str(), t.count, t.mj * 1e-3,
+                  nodes_mj > 0 ? 100 * t.mj / nodes_mj : 0.0, t.ms > 0 ? t.mj / t.ms : 0.0);
+    out += buf;
+  }
+  std::vector<const NodeTime*> nodes;
+  for (const NodeTime& n : p.nodes) nodes.push_back(&n);
+  std::sort(nodes.begin(), nodes.end(), [](const NodeTime* a, const NodeTime* b) { return a->mj > b->mj; });
+  std::snprintf(buf, sizeof buf, "most energy: %d nodes\n", top);
+  out += buf;
+  for (int i = 0; i < top && i < static_cast<int>(nodes.size()); ++i) {
+    const NodeTime& n = *nodes[i];
+    std::snprintf(buf, sizeof buf, "  %-34s %-20s %8.3f J %5.1f%%  %5.0f W  %8.3f ms\n", n.name.c_str(),
+                  n.op.c_str(), n.mj * 1e-3, nodes_mj > 0 ? 100 * n.mj / nodes_mj : 0.0,
+                  n.ms > 0 ? n.mj / n.ms : 0.0, n.ms);
+    out += buf;
+  }
+  return out;
 }
 
 }  // namespace
@@ -79,6 +114,7 @@ std::string profile_table(const StepProfile& p, int64_t batch, int top) {
     t.ms += n.ms;
     t.flops += n.flops;
     t.bytes += n.bytes;
+    t.mj += n.mj;
   }
   std::vector<std::pair<std::string, OpTotal>> ops(by_op.begin(), by_op.end());
   std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
@@ -99,6 +135,7 @@ std::string profile_table(const StepProfile& p, int64_t batch, int top) {
                   n.shape.c_str(), n.ms, total > 0 ? 100 * n.ms / total : 0.0, rate(n.ms, n.flops, n.bytes).c_str());
     out += buf;
   }
+  if (p.energy_s > 0) out += energy_table(p, ops, top);
   return out;
 }
 
@@ -108,6 +145,10 @@ void profile_metrics(const StepProfile& p, int64_t batch, BenchResult* out) {
   if (p.sustained_ms > 0) {  // shown, not checked: new with the sustained timing (the baselines predate it)
     out->add("step_ms_sustained", p.sustained_ms, "ms", false, false, false);
     out->add("images_per_s_sustained", batch / (p.sustained_ms * 1e-3), "img/s", true, false, false);
+  }
+  if (p.energy_s > 0) {  // shown, not checked: the counter's 20-100 ms updates make it a few % coarse
+    out->add("step_j", p.step_mj * 1e-3, "J", false, false, false);
+    out->add("step_w", p.step_w, "W", false, false, false);
   }
   out->add("nodes_ms", sum_ms(p), "ms", false);
   out->add("launch_host_ms", p.launch_host_ms, "ms", false);
@@ -121,6 +162,7 @@ void profile_metrics(const StepProfile& p, int64_t batch, BenchResult* out) {
     nodes += std::string(i ? ",\n    " : "\n    ") + "{\"name\": " + json_quote(n.name) + ", \"op\": " +
              json_quote(n.op) + ", \"shape\": " + json_quote(n.shape) + ", \"ms\": " + json_number(n.ms) +
              ", \"flops\": " + json_number(n.flops) + ", \"bytes\": " + json_number(n.bytes);
+    if (p.energy_s > 0) nodes += ", \"mj\": " + json_number(n.mj);
     if (!n.launch_ms.empty()) {
       nodes += ", \"launch_ms\": [";
       for (size_t k = 0; k < n.launch_ms.size(); ++k) nodes += (k ? ", " : "") + json_number(n.launch_ms[k]);

@@ -200,3 +200,44 @@ TEST_CASE("the layers table and JSON give the sustained replay time next to the 
   }
   CHECK(seen);
 }
+
+TEST_CASE("the layers table and JSON give the step's and the nodes' energy when measured (--energy)", "[bench]") {
+  StepProfile p;
+  p.graph_ms = 50.0;
+  p.reps = 10;
+  p.nodes = {{"features_3", "conv2d", "(256, 224, 224, 64)", 2.0, 2.4e12, 0, {}},
+             {"features_1+features_2", "batch_norm", "(256, 224, 224, 64)", 1.0, 0, 3.3e9, {}},
+             {"optimizer.sgd", "optimizer_step", "(64, 3, 3, 3)", 0.5, 0, 1.1e9, {}}};
+  CHECK_THAT(profile_table(p, 256, 5), !Catch::Contains("energy"));  // not measured (--energy 0): no section
+  p.nodes[0].mj = 1400;  // 700 W for 2 ms
+  p.nodes[1].mj = 450;   // 450 W for 1 ms
+  p.nodes[2].mj = 150;   // 300 W for 0.5 ms
+  p.step_mj = 34000;
+  p.step_w = 680;
+  p.energy_s = 1.0;
+  const std::string t = profile_table(p, 256, 5);
+  CHECK_THAT(t, Catch::Contains("\nenergy (the board's counter over 1.0 s of back-to-back runs each): step 34.00 J "
+                                "per replay at 680 W; nodes one by one 2.00 J\n"));
+  CHECK_THAT(t, Catch::Contains("  conv2d                           1    1.400  70.0%    700\n"));
+  CHECK_THAT(t, Catch::Contains("most energy: 5 nodes\n  features_3 "));
+  BenchResult r;
+  profile_metrics(p, 256, &r);
+  std::map<std::string, BenchMetric> m = by_name(r);
+  REQUIRE(m.count("step_j"));
+  CHECK(m["step_j"].value == Approx(34.0));
+  CHECK_FALSE(m["step_j"].check);
+  CHECK(m["step_w"].value == Approx(680));
+  std::string nodes;
+  for (const auto& [k, v] : r.details)
+    if (k == "nodes") nodes = v;
+  CHECK_THAT(nodes, Catch::Contains("\"mj\": 1400"));
+}
+
+TEST_CASE("bench --energy without --layers exits 2 with a clear error", "[bench][cli]") {
+  const fs::path d = temp_dir("energy");
+  CHECK(run_trctl("bench " + cfg("mlp_fmnist.yaml") + " --energy 1", d) == 2);
+  std::ifstream err(d / "err");
+  const std::string e((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  CHECK_THAT(e, Catch::Contains("--energy measures the nodes of --layers; give --layers too"));
+  fs::remove_all(d);
+}
