@@ -36,6 +36,14 @@ std::string rate(double ms, double flops, double bytes) {
   return buf;
 }
 
+// The nodes, largest `key` (ms, mj) first.
+std::vector<const NodeTime*> nodes_by(const StepProfile& p, double NodeTime::*key) {
+  std::vector<const NodeTime*> nodes;
+  for (const NodeTime& n : p.nodes) nodes.push_back(&n);
+  std::sort(nodes.begin(), nodes.end(), [key](const NodeTime* a, const NodeTime* b) { return a->*key > b->*key; });
+  return nodes;
+}
+
 // The energy section (ProfileOptions::energy_s > 0): the step's energy and power, then the op kinds and the nodes
 // that spend the most, each with its mean power while it runs (mJ / ms = W).
 std::string energy_table(const StepProfile& p, const std::vector<std::pair<std::string, OpTotal>>& ops, int top) {
@@ -56,9 +64,7 @@ std::string energy_table(const StepProfile& p, const std::vector<std::pair<std::
                   nodes_mj > 0 ? 100 * t.mj / nodes_mj : 0.0, t.ms > 0 ? t.mj / t.ms : 0.0);
     out += buf;
   }
-  std::vector<const NodeTime*> nodes;
-  for (const NodeTime& n : p.nodes) nodes.push_back(&n);
-  std::sort(nodes.begin(), nodes.end(), [](const NodeTime* a, const NodeTime* b) { return a->mj > b->mj; });
+  const std::vector<const NodeTime*> nodes = nodes_by(p, &NodeTime::mj);
   std::snprintf(buf, sizeof buf, "most energy: %d nodes\n", top);
   out += buf;
   for (int i = 0; i < top && i < static_cast<int>(nodes.size()); ++i) {
@@ -124,9 +130,7 @@ std::string profile_table(const StepProfile& p, int64_t batch, int top) {
                   total > 0 ? 100 * t.ms / total : 0.0, rate(t.ms, t.flops, t.bytes).c_str());
     out += buf;
   }
-  std::vector<const NodeTime*> nodes;
-  for (const NodeTime& n : p.nodes) nodes.push_back(&n);
-  std::sort(nodes.begin(), nodes.end(), [](const NodeTime* a, const NodeTime* b) { return a->ms > b->ms; });
+  const std::vector<const NodeTime*> nodes = nodes_by(p, &NodeTime::ms);
   std::snprintf(buf, sizeof buf, "\nslowest %d nodes\n", top);
   out += buf;
   for (int i = 0; i < top && i < static_cast<int>(nodes.size()); ++i) {
