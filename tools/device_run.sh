@@ -22,8 +22,9 @@
 #   torch     PyTorch side by side: recipe gpu (100 epochs, torch.compile) and recipe dataloader (DL_EPOCHS, default 3)
 #   cnn       CNN throughput, synthetic GPU-resident data, batch 256, fp16 AMP: trctl (CNN_EPOCHS epochs of
 #             CNN_TRAIN images; epochs 2.. are steady) then PyTorch eager + torch.compile (benchmarks/pytorch_cnn.py,
-#             the same CNN_TRAIN images resident, CNN_TORCH_REPEATS timed windows of 50 steps), for each of
-#             CNN_MODELS (default "resnet50 vgg16bn resnet18"), then `trctl report` of the three (a throughput
+#             the same CNN_TRAIN images resident, CNN_TORCH_REPEATS timed windows of CNN_TORCH_STEPS steps, default
+#             50, after CNN_TORCH_WARMUP, default 15: with CNN_TRAIN=25600 both sides time ~10 s of steady load),
+#             for each of CNN_MODELS (default "resnet50 vgg16bn resnet18"), then `trctl report` of the three (a throughput
 #             report, docs/report.md) into cnn/report_<model>/ of cnn.tar.gz, its results table in summary.txt
 #             (without gnuplot on the device: --no-plots; `trctl report` here in the unpacked cnn/ redraws them)
 #             CNN_EXTRA: more trctl overrides (e.g. train.deterministic=false), also given to autotune and the
@@ -310,7 +311,8 @@ if has cnn; then
       clock_log_start "cnn_torch_$m"
       timeout "${CNN_TORCH_TIMEOUT:-300}" python3 benchmarks/pytorch_cnn.py --model "$m" --mode "${CNN_TORCH_MODE:-both}" \
         --compile-modes "${CNN_COMPILE_MODES:-default}" --train-size "${CNN_TRAIN:-6400}" \
-        --repeats "${CNN_TORCH_REPEATS:-3}" --json "/tmp/cnn/torch_$m.json" --out-dir "/tmp/cnn/torch_$m" \
+        --repeats "${CNN_TORCH_REPEATS:-3}" --steps "${CNN_TORCH_STEPS:-50}" --warmup "${CNN_TORCH_WARMUP:-15}" \
+        --json "/tmp/cnn/torch_$m.json" --out-dir "/tmp/cnn/torch_$m" \
         >"/tmp/cnn/torch_$m.log" 2>&1
       rc=$?
       clock_log_stop "cnn_torch_$m"
