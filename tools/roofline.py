@@ -9,7 +9,8 @@ that `trctl bench kernels` measured (device copy 4,084 GB/s, cuBLASLt f16 GEMM 7
 pass the ones of the same run when you have them. Prints a markdown table by op kind: nodes, measured ms, share
 of the node sum, roofline ms, measured / roofline, and the gap (measured - roofline), biggest gap first; then the
 N nodes with the biggest gaps, and the step at roofline (what the model would reach if every node ran at its
-ceiling with the same graph: passes that a fusion would remove still count). Standard library only.
+ceiling with the same graph: passes that a fusion would remove still count). With `--energy` in the profile, the
+joules by op kind and the nodes that spend the most follow. Standard library only.
 """
 import argparse
 import json
@@ -40,10 +41,11 @@ def main(argv):
         return 2
     kinds = OrderedDict()
     for n in nodes:
-        k = kinds.setdefault(n["op"], {"count": 0, "ms": 0.0, "roof": 0.0})
+        k = kinds.setdefault(n["op"], {"count": 0, "ms": 0.0, "roof": 0.0, "mj": 0.0})
         k["count"] += 1
         k["ms"] += n["ms"]
         k["roof"] += roofline_ms(n, a.bw, a.tflops)
+        k["mj"] += n.get("mj", 0.0)
     total = sum(k["ms"] for k in kinds.values())
     roof_total = sum(k["roof"] for k in kinds.values())
     src = ", ".join(doc.get("sources", []))
@@ -73,7 +75,34 @@ def main(argv):
         r = roofline_ms(n, a.bw, a.tflops)
         print("- %s, %s %s: %.3f ms vs %.3f (%s)" % (n["name"], n["op"], n["shape"], n["ms"], r,
                                                     "%.1fx" % (n["ms"] / r) if r > 0 else "-"))
+    energy_table(doc, metrics, kinds, nodes, a.top)
     return 0
+
+
+def energy_table(doc, metrics, kinds, nodes, top):
+    """With `bench --layers --energy S` (nodes carry "mj"): joules per step by op kind and the nodes that spend the
+    most, each with its mean power while it runs (mJ / ms = W) -- under a power cap the step's time follows them."""
+    nodes_mj = sum(n.get("mj", 0.0) for n in nodes)
+    if nodes_mj <= 0:
+        return
+    print()
+    step_j, step_w = metrics.get("step_j"), metrics.get("step_w")
+    if step_j:
+        print("Energy: step %.2f J per replay at %.0f W; nodes one by one %.2f J." % (step_j, step_w or 0,
+                                                                                      nodes_mj * 1e-3))
+        print()
+    print("| op kind | nodes | J | share | W |")
+    print("|---|---:|---:|---:|---:|")
+    for name, k in sorted(kinds.items(), key=lambda kv: -kv[1]["mj"]):
+        if k["mj"] <= 0:
+            continue
+        print("| %s | %d | %.3f | %.1f%% | %.0f |" % (name, k["count"], k["mj"] * 1e-3, 100 * k["mj"] / nodes_mj,
+                                                      k["mj"] / k["ms"] if k["ms"] > 0 else 0))
+    print()
+    print("Most energy (node, op, J, W, ms):")
+    for n in sorted(nodes, key=lambda n: -n.get("mj", 0.0))[:top]:
+        print("- %s, %s: %.3f J at %.0f W over %.3f ms" % (n["name"], n["op"], n.get("mj", 0.0) * 1e-3,
+                                                            n.get("mj", 0.0) / n["ms"] if n["ms"] > 0 else 0, n["ms"]))
 
 
 if __name__ == "__main__":
