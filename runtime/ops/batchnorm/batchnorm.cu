@@ -21,14 +21,6 @@ namespace {
 constexpr int kApplyThreads = 256;
 constexpr int kApplyBlocksPerSm = 3;  // 768 threads per SM, up to 85 registers: two sets of U packs + constants
 
-template <class T, int V, int U>
-__device__ __forceinline__ void apply_load(const T* p, int64_t r, int64_t w, int64_t rows, int64_t c, int64_t col,
-                                           Pack<T, V> (&out)[U]) {
-#pragma unroll
-  for (int u = 0; u < U; ++u)
-    if (r + u * w < rows) out[u] = pack_load<V>(p + (r + u * w) * c + col);
-}
-
 template <class T, int V, int U, bool kRes>
 __global__ void __launch_bounds__(kApplyThreads, kApplyBlocksPerSm)
     bn_fwd_apply_kernel(const T* x, const T* res, T* y, const float* __restrict__ gamma, const float* __restrict__ beta,
@@ -43,13 +35,13 @@ __global__ void __launch_bounds__(kApplyThreads, kApplyBlocksPerSm)
   const int64_t w = static_cast<int64_t>(gridDim.y) * blockDim.y;  // rows between a thread's rows
   int64_t r = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
   Pack<T, V> p[U], q[U];
-  apply_load(x, r, w, rows, c, col, p);
-  if (kRes) apply_load(res, r, w, rows, c, col, q);
+  load_rows(x, r, rows, c, col, p, w);
+  if (kRes) load_rows(res, r, rows, c, col, q, w);
   while (r < rows) {
     const int64_t rn = r + U * w;
     Pack<T, V> pn[U], qn[U];
-    apply_load(x, rn, w, rows, c, col, pn);  // before the stores below: other rows, so y aliasing x is harmless
-    if (kRes) apply_load(res, rn, w, rows, c, col, qn);
+    load_rows(x, rn, rows, c, col, pn, w);  // before the stores below: other rows, so y aliasing x is harmless
+    if (kRes) load_rows(res, rn, rows, c, col, qn, w);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (r + u * w >= rows) break;

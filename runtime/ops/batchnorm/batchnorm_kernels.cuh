@@ -93,13 +93,14 @@ __device__ __forceinline__ float row_block_len(int64_t rb, int64_t rows, int64_t
   return static_cast<float>(min(rows, (rb + 1) * rpb) - rb * rpb);
 }
 
-// out[u] = the V-pack at (row r + 16u, column col) of p (rows,c), for the rows below r1.
+// out[u] = the V-pack at (row r + stride u, column col) of p (rows,c), for the rows below r1; stride: the 16 row
+// groups of the statistics kernels, or the apply's grid-wide row step.
 template <int U, int V, class T>
 __device__ __forceinline__ void load_rows(const T* p, int64_t r, int64_t r1, int64_t c, int64_t col,
-                                          Pack<T, V> (&out)[U]) {
+                                          Pack<T, V> (&out)[U], int64_t stride = kRowGroups) {
 #pragma unroll
   for (int u = 0; u < U; ++u)
-    if (r + u * kRowGroups < r1) out[u] = pack_load<V>(p + (r + u * kRowGroups) * c + col);
+    if (r + u * stride < r1) out[u] = pack_load<V>(p + (r + u * stride) * c + col);
 }
 
 // The backward's rows: thread (tx, ty) takes the pairs (r, r + 1), r = r0 + 2 ty + kPairStep k, in row order.
