@@ -56,30 +56,39 @@ double node_bytes(const Graph& g, const Node& n) {
   return b;
 }
 
-// Energy of one run of `run` (one unit of work queued on s: a replay, a node's launches), from the counter's
-// difference over at least `seconds` of back-to-back runs queued in chunks of `chunk` (the host waits at each
-// chunk's end to read its clock). *mj: mJ per run; *w: mean power over the interval, W.
+// Runs `run` (one unit of work queued on s: a replay, a node's launches) back to back in chunks of `chunk` until at
+// least `seconds` have passed; the host waits at each chunk's end, so that its clock follows the device's.
+// *runs, *elapsed_s: how many ran, over how long.
+Status run_for(cudaStream_t s, double seconds, int chunk, const Launch& run, int64_t* runs, double* elapsed_s) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t0 = Clock::now();
+  *runs = 0;
+  *elapsed_s = 0;
+  while (*elapsed_s < seconds) {
+    for (int k = 0; k < chunk; ++k)
+      if (Status st = run(); !st.ok()) return st;
+    *runs += chunk;
+    if (Status st = checked(cudaStreamSynchronize(s), "cudaStreamSynchronize", __LINE__); !st.ok()) return st;
+    *elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  return ok_status();
+}
+
+// Energy of one run of `run`, from the counter's difference over run_for(seconds, chunk) from a drained stream.
+// *mj: mJ per run; *w (nullable): mean power over the interval, W.
 Status energy_per_run(const NvmlMeter& m, cudaStream_t s, double seconds, int chunk, const Launch& run, double* mj,
                       double* w) {
-  using Clock = std::chrono::steady_clock;
   if (Status st = checked(cudaStreamSynchronize(s), "cudaStreamSynchronize", __LINE__); !st.ok()) return st;
   Result<uint64_t> e0 = nvml_energy_mj(m);
   if (!e0.ok()) return e0.errors();
-  const Clock::time_point t0 = Clock::now();
   int64_t runs = 0;
   double elapsed = 0;
-  while (elapsed < seconds) {
-    for (int k = 0; k < chunk; ++k)
-      if (Status st = run(); !st.ok()) return st;
-    runs += chunk;
-    if (Status st = checked(cudaStreamSynchronize(s), "cudaStreamSynchronize", __LINE__); !st.ok()) return st;
-    elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-  }
+  if (Status st = run_for(s, seconds, chunk, run, &runs, &elapsed); !st.ok()) return st;
   Result<uint64_t> e1 = nvml_energy_mj(m);
   if (!e1.ok()) return e1.errors();
   const double de = static_cast<double>(e1.value() - e0.value());
   *mj = de / static_cast<double>(runs);
-  *w = de * 1e-3 / elapsed;
+  if (w) *w = de * 1e-3 / elapsed;
   return ok_status();
 }
 
@@ -182,18 +191,16 @@ Result<StepProfile> CudaBackend::profile(int program, const ProfileOptions& opt)
       rows[k].launch_ms.push_back(ms / reps);
     }
   }
+  const Launch one_replay = [&] {
+    replay(1);
+    return st;
+  };
   if (st.ok() && opt.sustain_s > 0) {  // the step under sustained load (see the file comment)
-    using Clock = std::chrono::steady_clock;
-    const Clock::time_point t0 = Clock::now();
-    auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-    while (st.ok() && seconds() < opt.sustain_s) {  // chunks of 10 replays; the host waits so its clock follows
-      replay(10);
-      if (st.ok()) st = checked(cudaStreamSynchronize(ctx_.stream), "cudaStreamSynchronize", __LINE__);
-    }
+    int64_t runs = 0;
+    st = run_for(ctx_.stream, opt.sustain_s, 10, one_replay, &runs, &prof.sustain_s);
     // At least a second of replays (and reps), at most 100000: the queue stays full, as in a training epoch.
     const double per = std::max(prof.graph_ms, 1e-3);
     const int n = static_cast<int>(std::min(100000.0, std::max<double>(reps, std::ceil(1000.0 / per))));
-    prof.sustain_s = seconds();
     prof.sustained_ms = timed_replays(n);
     if (st.ok()) prof.sustained_reps = n;
   }
@@ -202,11 +209,6 @@ Result<StepProfile> CudaBackend::profile(int program, const ProfileOptions& opt)
     st = checked(cudaDeviceGetPCIBusId(bus, sizeof bus, ctx_.device), "cudaDeviceGetPCIBusId", __LINE__);
     Result<NvmlMeter> meter = st.ok() ? nvml_meter_open(bus) : Result<NvmlMeter>(st.errors());
     if (!meter.ok()) st = meter.errors();
-    const Launch one_replay = [&] {
-      replay(1);
-      return st;
-    };
-    double w = 0;
     if (st.ok())
       st = energy_per_run(meter.value(), ctx_.stream, opt.energy_s, 10, one_replay, &prof.step_mj, &prof.step_w);
     for (size_t k = 0; k < groups.size() && st.ok(); ++k) {
@@ -218,7 +220,7 @@ Result<StepProfile> CudaBackend::profile(int program, const ProfileOptions& opt)
       };
       // chunks of ~20 ms of device time, so the host's waits between chunks stay a small part of the interval
       const int chunk = static_cast<int>(std::clamp(std::ceil(20.0 / std::max(rows[k].ms, 1e-3)), 1.0, 10000.0));
-      st = energy_per_run(meter.value(), ctx_.stream, opt.energy_s, chunk, node, &rows[k].mj, &w);
+      st = energy_per_run(meter.value(), ctx_.stream, opt.energy_s, chunk, node, &rows[k].mj, nullptr);
     }
     if (meter.ok()) nvml_meter_close(&meter.value());
     if (st.ok()) prof.energy_s = opt.energy_s;
