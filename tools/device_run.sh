@@ -24,8 +24,9 @@
 #             CNN_TRAIN images; epochs 2.. are steady) then PyTorch eager + torch.compile (benchmarks/pytorch_cnn.py,
 #             the same CNN_TRAIN images resident, CNN_TORCH_REPEATS timed windows of CNN_TORCH_STEPS steps, default
 #             50, after CNN_TORCH_WARMUP, default 15: with CNN_TRAIN=25600 both sides time ~10 s of steady load),
-#             for each of CNN_MODELS (default "resnet50 vgg16bn resnet18"), then `trctl report` of the three (a throughput
-#             report, docs/report.md) into cnn/report_<model>/ of cnn.tar.gz, its results table in summary.txt
+#             for each of CNN_MODELS (default "resnet50 vgg16bn resnet18"), then `trctl report` of the three (a
+#             throughput report, docs/report.md) into cnn/report_<model>/ of cnn.tar.gz, its results table in
+#             summary.txt
 #             (without gnuplot on the device: --no-plots; `trctl report` here in the unpacked cnn/ redraws them)
 #             CNN_EXTRA: more trctl overrides (e.g. train.deterministic=false), also given to autotune and the
 #             CNNs' layers runs (the autotune cache is keyed by the deterministic flag)

@@ -149,9 +149,9 @@ class CudaBackend final : public Backend {
   // space-to-depth + a stride-1 cuDNN conv (planned in conv_ on s2d_conv_geom); takes precedence over im2col.
   bool s2d_node(const Node& n) const;
   Status lower_s2d_conv_node(const Node& n, std::vector<Launch>& out);
-  // Few-channel convs under AMP (train.conv_fewc): the forward (fewc_conv_eligible) and with `on` or `unfolded` the weight
-  // gradient (fewc_wgrad_eligible) as trctl's tensor-core implicit GEMM (runtime/ops/conv2d/fewc_cuda.h), no cuDNN
-  // plan; takes precedence over s2d and im2col.
+  // Few-channel convs under AMP (train.conv_fewc): the forward (fewc_conv_eligible) and with `on` or `unfolded` the
+  // weight gradient (fewc_wgrad_eligible) as trctl's tensor-core implicit GEMM (runtime/ops/conv2d/fewc_cuda.h), no
+  // cuDNN plan; takes precedence over s2d and im2col.
   bool fewc_node(const Node& n) const;
   Status plan_fewc(const Node& n);
   Status lower_fewc_conv_node(const Node& n, std::vector<Launch>& out);

@@ -587,9 +587,10 @@ Status CudaBackend::lower_s2d_conv_node(const Node& n, std::vector<Launch>& out)
 
 // The forward of a few-channel conv under AMP (fewc_conv_eligible; train.conv_fewc: on, the default, or forward)
 // and with conv_fewc: on or unfolded its weight gradient where fewc_wgrad_eligible (K = 64): trctl's tensor-core
-// implicit GEMM (runtime/ops/conv2d/fewc_cuda.h). cuDNN ran ResNet-50's 7x7/2 stem in 0.75 ms through space-to-depth, its
-// weight gradient in 0.58 ms, and VGG's 3x3/1 C=3 conv in 1.57 ms through im2col (runs 30, 38, 44); fewc 0.44,
-// 0.38 and 0.75 ms (run 45); VGG's weight gradient (stride 1, cuDNN 1.17 ms in run 45) runs fewc since 2026-12-05.
+// implicit GEMM (runtime/ops/conv2d/fewc_cuda.h). cuDNN ran ResNet-50's 7x7/2 stem in 0.75 ms through
+// space-to-depth, its weight gradient in 0.58 ms, and VGG's 3x3/1 C=3 conv in 1.57 ms through im2col (runs 30, 38,
+// 44); fewc 0.44, 0.38 and 0.75 ms (run 45); VGG's weight gradient (stride 1, cuDNN 1.17 ms in run 45) runs fewc
+// since 2026-12-05.
 // The data gradient keeps its route.
 bool CudaBackend::fewc_node(const Node& n) const { return conv_route_of(n) == ConvRoute::Fewc; }
 

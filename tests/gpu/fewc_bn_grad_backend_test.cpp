@@ -1,11 +1,11 @@
 // The batch-norm backward folded into the few-channel weight gradient on the CUDA backend (fewc_bn_grad_choose,
 // CudaBackend: the batch norm runs its first two passes, the stem's weight gradient computes dx while staging it):
-// counted in conv_algo_sources() (run.json's conv_algorithms.bn_grad_folded) under fp16 AMP with conv_fewc on and
-// not with conv_fewc forward or unfolded (the same gradients up to summation order); from the same weights and batch, one step's loss bitwise equal to conv_fewc forward's
-// (the forward is the same), the stem's weight gradient close to its (cuDNN's weight gradient over the
-// materialized dx, rounded to f16 before its fp32 copy: ~2^-11 relative per element, so 1e-2 norm-wise; a wrong
-// dx, e.g. an unmasked ReLU or a dropped channel constant, is off by O(1)), every other gradient within the same
-// bound, and two backends of one seed bitwise equal.
+// counted in conv_algo_sources() (run.json's conv_algorithms.bn_grad_folded) under fp16 AMP with conv_fewc on and not
+// with conv_fewc forward or unfolded (the same gradients up to summation order); from the same weights and batch, one
+// step's loss bitwise equal to conv_fewc forward's (the forward is the same), the stem's weight gradient close to its
+// (cuDNN's weight gradient over the materialized dx, rounded to f16 before its fp32 copy: ~2^-11 relative per element,
+// so 1e-2 norm-wise; a wrong dx, e.g. an unmasked ReLU or a dropped channel constant, is off by O(1)), every other
+// gradient within the same bound, and two backends of one seed bitwise equal.
 // The net: a 64-channel 3x3/1 RGB stem (the few-channel forward and weight gradient) whose batch norm + ReLU feeds
 // only the next conv, so its backward dx is read only by the stem's weight gradient: VGG16-BN's features_0/1 shape.
 #include <catch2/catch.hpp>

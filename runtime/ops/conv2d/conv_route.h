@@ -34,8 +34,8 @@ inline bool fewc_routes_wgrad(ConvFewc f) { return f == ConvFewc::On || f == Con
 // wgconv_fwd_ring_eligible one when it is fwd or both; the few-channel kernel for
 // fewc_conv_eligible convs' forward unless conv_fewc is off, and for fewc_wgrad_eligible ones' weight gradient
 // when it is on or unfolded; else space-to-depth for s2d_conv_eligible convs (forward unless conv_s2d is off, weight
-// gradient when on), else im2col for im2col_conv_eligible ones (forward unless conv_im2col is off, weight gradient when on), else
-// cuDNN.
+// gradient when on), else im2col for im2col_conv_eligible ones (forward unless conv_im2col is off, weight gradient
+// when on), else cuDNN.
 ConvRoute conv_route(const ConvRouteOptions& o, OpKind op, const Conv2dGeom& g);
 
 // The geometry of the cuDNN plan of route Cudnn or S2d (g for Fewc, which has none): s2d_conv_geom for S2d; under
