@@ -715,22 +715,20 @@ Status batchnorm_bwd_pool_cuda(cudaStream_t s, const void* dy_pooled, const uint
     if (tiled) {
       const TiledPoolGrad<T> gs{dy, idx, u32(g.h * g.w), u32(g.w), u32(g.kh), u32(g.kw), u32(g.p * g.q), u32(g.q),
                                 u32(g.h)};
-      if (x_at_max) {  // dgamma, dbeta over the pooled pixels (dy_pooled, x_at_max), then the dx pass alone
-        Status st = bn_bwd_launch<T>(s, DenseGrad<T>{dy}, x_at_max, nullptr, gamma, save_mean, save_invstd, nullptr,
-                                     dgamma, dbeta, g.n * g.p * g.q, c, workspace, beta);
+      const bool window_dx = gather == BnPoolGather::kWindowDx && g.kh == 2 && g.kw == 2;
+      if (x_at_max || window_dx) {
+        // Passes 1-2 (dgamma, dbeta): over the pooled pixels (dy_pooled, x_at_max), else decoding the pooled
+        // gradient at full resolution. Then dx: per 2x2 window, else the dx pass alone, decoding again.
+        Status st = x_at_max ? bn_bwd_launch<T>(s, DenseGrad<T>{dy}, x_at_max, nullptr, gamma, save_mean, save_invstd,
+                                                nullptr, dgamma, dbeta, g.n * g.p * g.q, c, workspace, beta)
+                             : bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, nullptr, dgamma,
+                                                dbeta, rows, c, workspace, beta);
         if (!st) return st;
-        if (gather == BnPoolGather::kWindowDx && g.kh == 2 && g.kw == 2)
+        if (window_dx)
           return bn_bwd_window_dx_launch<T>(s, g, dy, idx, static_cast<const T*>(x), gamma, beta, save_mean,
                                             save_invstd, dgamma, dbeta, static_cast<T*>(dx));
         return bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
                                 nullptr, beta, nullptr, false);
-      }
-      if (gather == BnPoolGather::kWindowDx && g.kh == 2 && g.kw == 2) {  // passes 1-2 decode, then per window
-        Status st = bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, nullptr, dgamma, dbeta, rows,
-                                     c, workspace, beta);
-        if (!st) return st;
-        return bn_bwd_window_dx_launch<T>(s, g, dy, idx, static_cast<const T*>(x), gamma, beta, save_mean,
-                                          save_invstd, dgamma, dbeta, static_cast<T*>(dx));
       }
       // kTwice, kOnceStored (and kWindowDx for other tiling windows: as kTwice)
       return bn_bwd_launch<T>(s, gs, x, nullptr, gamma, save_mean, save_invstd, dx, dgamma, dbeta, rows, c,
