@@ -21,6 +21,11 @@ MODES = ("eager", "compiled")
 # The training recipe of configs/{vgg16bn,resnet18,resnet50}.yaml (tools/gen_cnn_configs.py writes both sides'
 # numbers): lr 0.36 at global batch 2048 scaled linearly to 256.
 LR, MOMENTUM, WEIGHT_DECAY, LABEL_SMOOTHING, CLASSES, SIDE = 0.045, 0.9, 1e-4, 0.1, 1000, 224
+# The lr PyTorch's timed steps run at by default: trctl's in the second of the recipe's 10 linear warm-up epochs
+# (its throughput runs time epochs 2..3 at 0.009 and 0.0135). At the peak lr from the first step, without the
+# warm-up, VGG16-BN diverges within the warm-up steps (RESULTS.md run 64: last loss NaN, loss scale 0), and the
+# steps then timed run on NaN and inf values, which draw less power than a training step's: no measurement.
+LR_MEASURE = LR * 2 / 10
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 # What max_memory_allocated counts, in the words of the report's "peak memory measure" row.
@@ -82,7 +87,7 @@ def precision_text(amp):
 
 def recipe(cfg, facts, env, mode, compile_mode):
     """Every fairness-table item (docs/report.md) as trctl words its own side of configs/<model>.yaml.
-    cfg: the script's settings (model, batch, train_images, steps, warmup, repeats, amp, channels_last, tf32);
+    cfg: the script's settings (model, batch, train_images, steps, warmup, repeats, lr, amp, channels_last, tf32);
     facts: what pytorch_cnn.model_facts found (layer_counts, parameters, decay_tensors, no_decay_tensors)."""
     compiled = mode == "compiled"
     return {
@@ -92,10 +97,10 @@ def recipe(cfg, facts, env, mode, compile_mode):
         "model": model_text(facts["layer_counts"]),
         "parameters": facts["parameters"],
         "init": "kaiming_uniform_fan_in (bound sqrt(6/fan_in)), zero biases",
-        "optimizer": f"sgd lr={num(LR)} momentum={num(MOMENTUM)} dampening=0 nesterov=true",
+        "optimizer": f"sgd lr={num(cfg['lr'])} momentum={num(MOMENTUM)} dampening=0 nesterov=true",
         "weight_decay": (f"{num(WEIGHT_DECAY)} L2 on {facts['decay_tensors']} tensors, "
                          f"0 on {facts['no_decay_tensors']}"),
-        "lr_schedule": f"constant lr={num(LR)} (timed steps only, no schedule)",
+        "lr_schedule": f"constant lr={num(cfg['lr'])} (timed steps only, no schedule)",
         "label_smoothing": num(LABEL_SMOOTHING),
         "val_loss": "none (no validation)",
         "batch_size": cfg["batch"],
@@ -198,7 +203,7 @@ def fake_measurement(cfg, mode):
 def selftest(out_dir):
     """Writes both files from a made-up VGG16-BN measurement and checks them; returns the problems found."""
     cfg = {"model": "vgg16bn", "batch": 256, "train_images": 6400, "steps": 50, "warmup": 15, "repeats": 3,
-           "amp": "fp16", "channels_last": True, "tf32": True}
+           "lr": LR_MEASURE, "amp": "fp16", "channels_last": True, "tf32": True}
     # torchvision vgg16_bn traced as pytorch_cnn.model_facts does (avgpool replaced by Identity).
     facts = {"layer_counts": [("conv2d", 13), ("batch_norm", 13), ("relu", 15), ("max_pool", 5), ("flatten", 1),
                               ("linear", 3), ("dropout", 2)],

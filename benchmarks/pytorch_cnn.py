@@ -32,7 +32,7 @@ import torchvision
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cnn_result  # noqa: E402 -- the torch-free schema writer next to this file
-from cnn_result import CLASSES, LABEL_SMOOTHING, LR, MEAN, MOMENTUM, SIDE, STD, WEIGHT_DECAY  # noqa: E402
+from cnn_result import CLASSES, LABEL_SMOOTHING, LR_MEASURE, MEAN, MOMENTUM, SIDE, STD, WEIGHT_DECAY  # noqa: E402
 
 MODELS = {"vgg16bn": "vgg16_bn", "resnet18": "resnet18", "resnet50": "resnet50"}
 
@@ -51,6 +51,9 @@ def parse_args():
     p.add_argument("--train-size", type=int, default=2560,
                    help="synthetic images resident on the GPU (trctl's data.synthetic.train_size), whole batches")
     p.add_argument("--mode", choices=["eager", "compiled", "both"], default="both")
+    p.add_argument("--lr", type=float, default=LR_MEASURE,
+                   help="constant lr of every step (default: trctl's in the recipe's second warm-up epoch; the peak "
+                        "lr without warm-up diverges: see cnn_result.LR_MEASURE)")
     p.add_argument("--json", default="", help="write the result object here (rewritten after every mode)")
     p.add_argument("--out-dir", default="",
                    help="write torch_eager.json and torch_compiled.json (trctl-bench-result/1) into this folder")
@@ -138,16 +141,16 @@ def model_facts(name, dev):
     return facts
 
 
-def make_optimizer(model):
+def make_optimizer(model, lr):
     """SGD, Nesterov momentum; weight decay on conv/linear weights only (not biases, not batch-norm parameters)."""
     decay = [p for p in model.parameters() if p.ndim > 1]
     no_decay = [p for p in model.parameters() if p.ndim <= 1]
     groups = [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}]
     try:
-        return torch.optim.SGD(groups, lr=LR, momentum=MOMENTUM, nesterov=True, fused=True), "fused"
+        return torch.optim.SGD(groups, lr=lr, momentum=MOMENTUM, nesterov=True, fused=True), "fused"
     except (TypeError, RuntimeError, ValueError) as e:
         log(f"fused SGD unavailable ({e}); using foreach")
-        return torch.optim.SGD(groups, lr=LR, momentum=MOMENTUM, nesterov=True, foreach=True), "foreach"
+        return torch.optim.SGD(groups, lr=lr, momentum=MOMENTUM, nesterov=True, foreach=True), "foreach"
 
 
 class Training:
@@ -159,7 +162,7 @@ class Training:
         torch.cuda.reset_peak_memory_stats()
         self.memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
         self.model = make_model(args.model, self.memory_format, dev)
-        self.opt, self.opt_impl = make_optimizer(self.model)
+        self.opt, self.opt_impl = make_optimizer(self.model, args.lr)
         self.amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "none": None}[args.amp]
         self.scaler = torch.amp.GradScaler("cuda", enabled=args.amp == "fp16")
         self.crit = nn.CrossEntropyLoss(label_smoothing=LABEL_SMOOTHING)
@@ -238,7 +241,8 @@ def timed_window(args, train, pool, first_index):
     return {"steps": args.steps, "ms": ms, "img_per_s": args.batch * args.steps / (ms / 1e3),
             "ms_per_step": ms / args.steps, "wall_ms_per_step": 1e3 * wall_s / args.steps,
             "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
-            "peak_reserved_bytes": torch.cuda.max_memory_reserved()}, loss
+            "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+            "last_loss": float(loss.detach().float().item())}, loss
 
 
 def measure(args, train, pool, first_s):
@@ -262,6 +266,10 @@ def measure(args, train, pool, first_s):
     ms = sum(w["ms"] for w in windows)
     steps = args.steps * len(windows)
     last_loss = float(loss.detach().float().item())
+    finite = all(math.isfinite(w["last_loss"]) for w in windows)
+    if not finite:  # a diverged model's steps compute NaN and inf: neither a training step's work nor its power
+        log(f"WARNING: the loss was not finite at the end of a timed window ({[w['last_loss'] for w in windows]}, "
+            f"lr {args.lr:g}): these steps did not train, their timing is no training measurement")
     return {
         "img_per_s": args.batch * steps / (ms / 1e3),
         "ms_per_step": ms / steps,
@@ -275,7 +283,7 @@ def measure(args, train, pool, first_s):
         "setup_peak_allocated_bytes": setup_peak,
         "peak_includes_setup": train.cudagraphs,
         "last_loss": last_loss,
-        "loss_finite": math.isfinite(last_loss),
+        "loss_finite": finite,
         "loss_scale_end": float(train.scaler.get_scale()) if args.amp == "fp16" else None,
         "optimizer_impl": train.opt_impl,
     }
@@ -360,10 +368,10 @@ def legacy_recipe(args):
         "batch": args.batch,
         "memory_format": "channels_last" if args.channels_last else "contiguous",
         "loss": {"type": "cross_entropy", "label_smoothing": LABEL_SMOOTHING},
-        "optimizer": {"type": "sgd", "lr": LR, "momentum": MOMENTUM, "nesterov": True, "weight_decay": WEIGHT_DECAY,
+        "optimizer": {"type": "sgd", "lr": args.lr, "momentum": MOMENTUM, "nesterov": True, "weight_decay": WEIGHT_DECAY,
                       "decay": "conv/linear weights only (no biases, no batch-norm parameters)",
                       "impl": "fused if supported else foreach"},
-        "lr_schedule": "constant at the peak lr during the measurement (the schedule is per epoch)",
+        "lr_schedule": "constant during the measurement: --lr, by default trctl's in its second warm-up epoch",
         "amp": args.amp,
         "grad_scaler": args.amp == "fp16",
         "cudnn_benchmark": True,
@@ -420,7 +428,8 @@ def main():
         if not args.out_dir or facts is None:
             return
         cfg = {"model": args.model, "batch": args.batch, "train_images": pool_batches(args) * args.batch,
-               "steps": args.steps, "warmup": args.warmup, "repeats": max(1, args.repeats), "amp": args.amp,
+               "steps": args.steps, "warmup": args.warmup, "repeats": max(1, args.repeats), "lr": args.lr,
+               "amp": args.amp,
                "channels_last": args.channels_last,
                "tf32": torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32}
         for path in cnn_result.write_results(args.out_dir, cfg, facts, env, out["results"]):

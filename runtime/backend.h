@@ -39,6 +39,8 @@ struct NodeTime {
   std::vector<double> launch_ms;  // nodes lowered to several launches: each one's device time on its own
   double mj = 0;             // energy per run, mJ (ProfileOptions::energy_s > 0; else 0): the board's counter over
                              // at least energy_s seconds of back-to-back runs, divided by the runs
+  double w = 0;              // the board's mean power over those runs, W (mj / w = its time per run under that
+                             // load: longer than ms where a power cap lowered the clocks)
 };
 struct StepProfile {
   std::vector<NodeTime> nodes;
@@ -53,6 +55,11 @@ struct StepProfile {
   double step_mj = 0;        // energy per replay of the step, mJ (energy_s > 0), over energy_s s of replays
   double step_w = 0;         // the board's mean power over those replays, W
   double energy_s = 0;       // the seconds each energy figure was measured over (0: energy not measured)
+  // The training state the profile left (filled by the trainer after Backend::profile): the loss of the last run
+  // and the steps whose update was skipped for non-finite gradients. A diverged state (NaN, inf) times arithmetic
+  // on NaN, whose power and so whose clocks under a power cap are not a training step's.
+  double end_loss = 0;
+  int64_t skipped_steps = -1;  // -1: not read
 };
 
 // What Backend::profile measures: each node `reps` times, the captured step in a burst of `reps` replays, and, when

@@ -23,7 +23,8 @@
 #   cnn       CNN throughput, synthetic GPU-resident data, batch 256, fp16 AMP: trctl (CNN_EPOCHS epochs of
 #             CNN_TRAIN images; epochs 2.. are steady) then PyTorch eager + torch.compile (benchmarks/pytorch_cnn.py,
 #             the same CNN_TRAIN images resident, CNN_TORCH_REPEATS timed windows of CNN_TORCH_STEPS steps, default
-#             50, after CNN_TORCH_WARMUP, default 15: with CNN_TRAIN=25600 both sides time ~10 s of steady load),
+#             50, after CNN_TORCH_WARMUP, default 15: with CNN_TRAIN=25600 both sides time ~10 s of steady load;
+#             CNN_TORCH_LR: its constant lr, default trctl's in its second warm-up epoch -- the peak lr diverges),
 #             for each of CNN_MODELS (default "resnet50 vgg16bn resnet18"), then `trctl report` of the three (a
 #             throughput report, docs/report.md) into cnn/report_<model>/ of cnn.tar.gz, its results table in
 #             summary.txt
@@ -53,7 +54,9 @@
 #             the train step next to its captured replay (a burst, and again after 3 s of replays: the clocks a
 #             training run settles to); mlp = configs/mlp_fmnist.yaml on the real Fashion-MNIST. LAYER_ENERGY=S:
 #             also --energy S (the step's and each node's energy from NVML, S seconds each: ~S x nodes more time;
-#             raise LAYER_TIMEOUT, default 240 s); LAYER_REPS: --reps (default 10)
+#             raise LAYER_TIMEOUT, default 240 s); LAYER_REPS: --reps (default 10); LAYER_TRAIN: the CNNs' synthetic
+#             training images (default 1024: 4 batches the replays cycle through -- with random labels the model
+#             starts to memorise them within seconds of replays, and its power falls; 25600 as the cnn stage)
 #   data      the data pipeline (issue 5): a generated ImageNet-like JPEG folder (DATA_IMAGES, default 20000,
 #             1000 classes, ~500x375), packed to DTS at full size and at level 160:90; trctl bench data
 #             (RandomResizedCrop 224 + flip + normalize to fp16, 16 workers) from the reduced level streamed and in
@@ -227,7 +230,8 @@ if has layers; then
   for m in ${LAYER_MODELS:-mlp ${CNN_MODELS:-resnet50 vgg16bn resnet18}}; do
     case "$m" in  # the MLP on its real data (resident on the GPU); the CNNs on a small synthetic set
       mlp) cfg=configs/mlp_fmnist.yaml; data_args="data.root=$DATA" ;;
-      *) cfg="configs/$m.yaml"; data_args="data.synthetic.train_size=1024 data.synthetic.val_size=256 ${CNN_EXTRA:-}" ;;
+      *) cfg="configs/$m.yaml"
+         data_args="data.synthetic.train_size=${LAYER_TRAIN:-1024} data.synthetic.val_size=256 ${CNN_EXTRA:-}" ;;
     esac
     # LAYER_VARIANTS: '|'-separated sets of further overrides, each profiled after the base run (A/B in one call),
     # e.g. LAYER_VARIANTS="train.conv_bn_stats=auto|train.conv_bn_stats=fused" with CNN_EXTRA="train.deterministic=false"
@@ -244,6 +248,7 @@ if has layers; then
       echo "trctl layers $m${v:+ ($v)}: rc $rc" >>"$SUM"
       # the replay next to the node sum, then the op kinds by time
       grep -E 'step \(captured|^graph replay vs|^sustained|^graph launch|^  ' "/tmp/prof/layers_$tag.txt" | head -n 19 | sed 's/^/    /' >>"$SUM"
+      grep -E -A1 '^state after the profile' "/tmp/prof/layers_$tag.txt" | sed 's/^/    /' >>"$SUM"
       # LAYER_ENERGY=S (seconds per figure): the energy section's step line and op kinds
       [ -z "${LAYER_ENERGY:-}" ] || grep -A14 '^energy (' "/tmp/prof/layers_$tag.txt" | sed 's/^/    /' >>"$SUM"
     done
@@ -313,6 +318,7 @@ if has cnn; then
       timeout "${CNN_TORCH_TIMEOUT:-300}" python3 benchmarks/pytorch_cnn.py --model "$m" --mode "${CNN_TORCH_MODE:-both}" \
         --compile-modes "${CNN_COMPILE_MODES:-default}" --train-size "${CNN_TRAIN:-6400}" \
         --repeats "${CNN_TORCH_REPEATS:-3}" --steps "${CNN_TORCH_STEPS:-50}" --warmup "${CNN_TORCH_WARMUP:-15}" \
+        ${CNN_TORCH_LR:+--lr "$CNN_TORCH_LR"} \
         --json "/tmp/cnn/torch_$m.json" --out-dir "/tmp/cnn/torch_$m" \
         >"/tmp/cnn/torch_$m.log" 2>&1
       rc=$?

@@ -41,11 +41,12 @@ def main(argv):
         return 2
     kinds = OrderedDict()
     for n in nodes:
-        k = kinds.setdefault(n["op"], {"count": 0, "ms": 0.0, "roof": 0.0, "mj": 0.0})
+        k = kinds.setdefault(n["op"], {"count": 0, "ms": 0.0, "roof": 0.0, "mj": 0.0, "loaded": 0.0})
         k["count"] += 1
         k["ms"] += n["ms"]
         k["roof"] += roofline_ms(n, a.bw, a.tflops)
         k["mj"] += n.get("mj", 0.0)
+        k["loaded"] += loaded_ms(n)
     total = sum(k["ms"] for k in kinds.values())
     roof_total = sum(k["roof"] for k in kinds.values())
     src = ", ".join(doc.get("sources", []))
@@ -79,9 +80,17 @@ def main(argv):
     return 0
 
 
+def loaded_ms(n):
+    """A node's time per run in its energy loop (mJ / the board's mean power "w" there); its burst ms where the
+    profile predates "w" -- under a power cap the loaded time is the longer one."""
+    w = n.get("w", 0.0) or 0.0
+    return n.get("mj", 0.0) / w if w > 0 else n["ms"]
+
+
 def energy_table(doc, metrics, kinds, nodes, top):
     """With `bench --layers --energy S` (nodes carry "mj"): joules per step by op kind and the nodes that spend the
-    most, each with its mean power while it runs (mJ / ms = W) -- under a power cap the step's time follows them."""
+    most, each with the board's mean power over its runs and its time per run there (loaded ms) next to the burst's
+    ms -- under a power cap the step's time follows the joules."""
     nodes_mj = sum(n.get("mj", 0.0) for n in nodes)
     if nodes_mj <= 0:
         return
@@ -91,18 +100,20 @@ def energy_table(doc, metrics, kinds, nodes, top):
         print("Energy: step %.2f J per replay at %.0f W; nodes one by one %.2f J." % (step_j, step_w or 0,
                                                                                       nodes_mj * 1e-3))
         print()
-    print("| op kind | nodes | J | share | W |")
-    print("|---|---:|---:|---:|---:|")
+    print("| op kind | nodes | J | share | W | loaded ms | burst ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, k in sorted(kinds.items(), key=lambda kv: -kv[1]["mj"]):
         if k["mj"] <= 0:
             continue
-        print("| %s | %d | %.3f | %.1f%% | %.0f |" % (name, k["count"], k["mj"] * 1e-3, 100 * k["mj"] / nodes_mj,
-                                                      k["mj"] / k["ms"] if k["ms"] > 0 else 0))
+        print("| %s | %d | %.3f | %.1f%% | %.0f | %.3f | %.3f |" %
+              (name, k["count"], k["mj"] * 1e-3, 100 * k["mj"] / nodes_mj,
+               k["mj"] / k["loaded"] if k["loaded"] > 0 else 0, k["loaded"], k["ms"]))
     print()
-    print("Most energy (node, op, J, W, ms):")
+    print("Most energy (node, op, J, W, loaded ms, burst ms):")
     for n in sorted(nodes, key=lambda n: -n.get("mj", 0.0))[:top]:
-        print("- %s, %s: %.3f J at %.0f W over %.3f ms" % (n["name"], n["op"], n.get("mj", 0.0) * 1e-3,
-                                                            n.get("mj", 0.0) / n["ms"] if n["ms"] > 0 else 0, n["ms"]))
+        lms = loaded_ms(n)
+        print("- %s, %s: %.3f J at %.0f W over %.3f ms (burst %.3f ms)" %
+              (n["name"], n["op"], n.get("mj", 0.0) * 1e-3, n.get("mj", 0.0) / lms if lms > 0 else 0, lms, n["ms"]))
 
 
 if __name__ == "__main__":

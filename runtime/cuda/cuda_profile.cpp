@@ -220,7 +220,7 @@ Result<StepProfile> CudaBackend::profile(int program, const ProfileOptions& opt)
       };
       // chunks of ~20 ms of device time, so the host's waits between chunks stay a small part of the interval
       const int chunk = static_cast<int>(std::clamp(std::ceil(20.0 / std::max(rows[k].ms, 1e-3)), 1.0, 10000.0));
-      st = energy_per_run(meter.value(), ctx_.stream, opt.energy_s, chunk, node, &rows[k].mj, nullptr);
+      st = energy_per_run(meter.value(), ctx_.stream, opt.energy_s, chunk, node, &rows[k].mj, &rows[k].w);
     }
     if (meter.ok()) nvml_meter_close(&meter.value());
     if (st.ok()) prof.energy_s = opt.energy_s;

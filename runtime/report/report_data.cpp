@@ -301,6 +301,13 @@ Result<ToolResult> report_read_result_json(const std::string& path) {
     if (!r.ok()) return r.errors();
     t.runs.push_back(std::move(r.value()));
   }
+  // A measurement that says its loss ended non-finite timed a diverged model: NaN and inf arithmetic, which draws
+  // less power than a training step (a power-capped card then clocks higher), and no optimizer update.
+  const JsonNode* measurement = top.find("measurement");
+  const JsonNode* finite = measurement && measurement->is_object() ? measurement->find("loss_finite") : nullptr;
+  if (finite && finite->kind == JsonKind::Bool && !finite->boolean)
+    t.notes.push_back(t.name + "'s loss was not finite at the end of its measurement (the model diverged): its " +
+                      "steps computed NaN and inf values, not a training step; its figures are no training speed");
   report_tool_finish(t);
   return t;
 }

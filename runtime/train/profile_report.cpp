@@ -14,7 +14,11 @@ namespace {
 struct OpTotal {
   int count = 0;
   double ms = 0, flops = 0, bytes = 0, mj = 0;
+  double loaded_ms = 0;  // the energy loops' time per run (mj / w): ms at the clocks that load left
 };
+
+// A node's time per run in its energy loop (mj / w), or its burst ms where the power was not recorded.
+double loaded_ms(const NodeTime& n) { return n.w > 0 ? n.mj / n.w : n.ms; }
 
 double sum_ms(const StepProfile& p) {
   double s = 0;
@@ -45,7 +49,8 @@ std::vector<const NodeTime*> nodes_by(const StepProfile& p, double NodeTime::*ke
 }
 
 // The energy section (ProfileOptions::energy_s > 0): the step's energy and power, then the op kinds and the nodes
-// that spend the most, each with its mean power while it runs (mJ / ms = W).
+// that spend the most, each with the board's mean power over its runs and its time per run there ("loaded ms":
+// above the burst's ms where the power cap lowered the clocks).
 std::string energy_table(const StepProfile& p, const std::vector<std::pair<std::string, OpTotal>>& ops, int top) {
   std::string out;
   char buf[512];
@@ -58,20 +63,22 @@ std::string energy_table(const StepProfile& p, const std::vector<std::pair<std::
   out += buf;
   std::vector<std::pair<std::string, OpTotal>> by_j = ops;
   std::sort(by_j.begin(), by_j.end(), [](const auto& a, const auto& b) { return a.second.mj > b.second.mj; });
-  out += "by op kind                      count      J   share      W\n";
+  out += "by op kind                      count      J   share      W  loaded ms  burst ms\n";
   for (const auto& [op, t] : by_j) {
-    std::snprintf(buf, sizeof buf, "  %-28s %5d %8.3f %5.1f%%  %5.0f\n", op.c_str(), t.count, t.mj * 1e-3,
-                  nodes_mj > 0 ? 100 * t.mj / nodes_mj : 0.0, t.ms > 0 ? t.mj / t.ms : 0.0);
+    std::snprintf(buf, sizeof buf, "  %-28s %5d %8.3f %5.1f%%  %5.0f %10.3f %9.3f\n", op.c_str(), t.count,
+                  t.mj * 1e-3, nodes_mj > 0 ? 100 * t.mj / nodes_mj : 0.0,
+                  t.loaded_ms > 0 ? t.mj / t.loaded_ms : 0.0, t.loaded_ms, t.ms);
     out += buf;
   }
   const std::vector<const NodeTime*> nodes = nodes_by(p, &NodeTime::mj);
-  std::snprintf(buf, sizeof buf, "most energy: %d nodes\n", top);
+  std::snprintf(buf, sizeof buf, "most energy: %d nodes (W and loaded ms over its energy runs; burst ms)\n", top);
   out += buf;
   for (int i = 0; i < top && i < static_cast<int>(nodes.size()); ++i) {
     const NodeTime& n = *nodes[i];
-    std::snprintf(buf, sizeof buf, "  %-34s %-20s %8.3f J %5.1f%%  %5.0f W  %8.3f ms\n", n.name.c_str(),
-                  n.op.c_str(), n.mj * 1e-3, nodes_mj > 0 ? 100 * n.mj / nodes_mj : 0.0,
-                  n.ms > 0 ? n.mj / n.ms : 0.0, n.ms);
+    const double lms = loaded_ms(n);
+    std::snprintf(buf, sizeof buf, "  %-34s %-20s %8.3f J %5.1f%%  %5.0f W  %8.3f ms %8.3f ms\n", n.name.c_str(),
+                  n.op.c_str(), n.mj * 1e-3, nodes_mj > 0 ? 100 * n.mj / nodes_mj : 0.0, lms > 0 ? n.mj / lms : 0.0,
+                  lms, n.ms);
     out += buf;
   }
   return out;
@@ -121,6 +128,7 @@ std::string profile_table(const StepProfile& p, int64_t batch, int top) {
     t.flops += n.flops;
     t.bytes += n.bytes;
     t.mj += n.mj;
+    t.loaded_ms += loaded_ms(n);
   }
   std::vector<std::pair<std::string, OpTotal>> ops(by_op.begin(), by_op.end());
   std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
@@ -140,6 +148,14 @@ std::string profile_table(const StepProfile& p, int64_t batch, int top) {
     out += buf;
   }
   if (p.energy_s > 0) out += energy_table(p, ops, top);
+  if (p.skipped_steps >= 0) {  // the training state the replays left (a diverged one times NaN arithmetic)
+    const bool finite = std::isfinite(p.end_loss);
+    std::snprintf(buf, sizeof buf, "\nstate after the profile: loss %.4f, %lld steps skipped for non-finite "
+                  "gradients%s\n", p.end_loss, static_cast<long long>(p.skipped_steps),
+                  finite ? "" : "\nWARNING: the loss is not finite: the model diverged during the profile, and "
+                                "steps on NaN and inf values are not a training step's work or power");
+    out += buf;
+  }
   return out;
 }
 
@@ -166,7 +182,7 @@ void profile_metrics(const StepProfile& p, int64_t batch, BenchResult* out) {
     nodes += std::string(i ? ",\n    " : "\n    ") + "{\"name\": " + json_quote(n.name) + ", \"op\": " +
              json_quote(n.op) + ", \"shape\": " + json_quote(n.shape) + ", \"ms\": " + json_number(n.ms) +
              ", \"flops\": " + json_number(n.flops) + ", \"bytes\": " + json_number(n.bytes);
-    if (p.energy_s > 0) nodes += ", \"mj\": " + json_number(n.mj);
+    if (p.energy_s > 0) nodes += ", \"mj\": " + json_number(n.mj) + ", \"w\": " + json_number(n.w);
     if (!n.launch_ms.empty()) {
       nodes += ", \"launch_ms\": [";
       for (size_t k = 0; k < n.launch_ms.size(); ++k) nodes += (k ? ", " : "") + json_number(n.launch_ms[k]);
@@ -177,6 +193,10 @@ void profile_metrics(const StepProfile& p, int64_t batch, BenchResult* out) {
   out->details.emplace_back("nodes", nodes + (p.nodes.empty() ? "]" : "\n  ]"));
   out->details.emplace_back("batch", std::to_string(batch));
   out->details.emplace_back("reps", std::to_string(p.reps));
+  if (p.skipped_steps >= 0) {
+    out->details.emplace_back("end_loss", json_number(p.end_loss));
+    out->details.emplace_back("skipped_steps", std::to_string(p.skipped_steps));
+  }
 }
 
 }  // namespace trctl

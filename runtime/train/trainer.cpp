@@ -580,7 +580,12 @@ Result<StepProfile> train_profile(const Spec& spec, const TrainOptions& opt, con
   if (std::string mem = b.memory_report(); !mem.empty()) log.info("{}", mem);
   const int prog = program_index(c, "train");
   if (prog < 0) return Error{ErrCode::Invalid, spec.source, "no full training batch to profile"};
-  return b.profile(prog, popt);
+  Result<StepProfile> prof = b.profile(prog, popt);
+  if (prof.ok()) {
+    prof->end_loss = b.last_loss(prog);
+    prof->skipped_steps = b.skipped_steps();
+  }
+  return prof;
 }
 
 Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog::logger& log) {

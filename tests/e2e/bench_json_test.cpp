@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 
 #include "runtime/report/bench_result.h"
@@ -209,7 +210,8 @@ TEST_CASE("the layers table and JSON give the step's and the nodes' energy when 
              {"features_1+features_2", "batch_norm", "(256, 224, 224, 64)", 1.0, 0, 3.3e9, {}},
              {"optimizer.sgd", "optimizer_step", "(64, 3, 3, 3)", 0.5, 0, 1.1e9, {}}};
   CHECK_THAT(profile_table(p, 256, 5), !Catch::Contains("energy"));  // not measured (--energy 0): no section
-  p.nodes[0].mj = 1400;  // 700 W for 2 ms
+  p.nodes[0].mj = 1400;  // 560 W over its energy runs: 2.5 ms per run there (the power cap), 2 ms in the burst
+  p.nodes[0].w = 560;
   p.nodes[1].mj = 450;   // 450 W for 1 ms
   p.nodes[2].mj = 150;   // 300 W for 0.5 ms
   p.step_mj = 34000;
@@ -218,8 +220,12 @@ TEST_CASE("the layers table and JSON give the step's and the nodes' energy when 
   const std::string t = profile_table(p, 256, 5);
   CHECK_THAT(t, Catch::Contains("\nenergy (the board's counter over 1.0 s of back-to-back runs each): step 34.00 J "
                                 "per replay at 680 W; nodes one by one 2.00 J\n"));
-  CHECK_THAT(t, Catch::Contains("  conv2d                           1    1.400  70.0%    700\n"));
-  CHECK_THAT(t, Catch::Contains("most energy: 5 nodes\n  features_3 "));
+  CHECK_THAT(t, Catch::Contains("      J   share      W  loaded ms  burst ms\n"));
+  CHECK_THAT(t, Catch::Contains("  conv2d                           1    1.400  70.0%    560      2.500     2.000\n"));
+  // no power recorded (an older profile): the burst's ms stands for the loaded time
+  CHECK_THAT(t, Catch::Contains("  batch_norm                       1    0.450  22.5%    450      1.000     1.000\n"));
+  CHECK_THAT(t, Catch::Contains("most energy: 5 nodes (W and loaded ms over its energy runs; burst ms)\n  features_3 "));
+  CHECK_THAT(t, !Catch::Contains("state after the profile"));  // not read: no line
   BenchResult r;
   profile_metrics(p, 256, &r);
   std::map<std::string, BenchMetric> m = by_name(r);
@@ -230,7 +236,29 @@ TEST_CASE("the layers table and JSON give the step's and the nodes' energy when 
   std::string nodes;
   for (const auto& [k, v] : r.details)
     if (k == "nodes") nodes = v;
-  CHECK_THAT(nodes, Catch::Contains("\"mj\": 1400"));
+  CHECK_THAT(nodes, Catch::Contains("\"mj\": 1400, \"w\": 560"));
+}
+
+TEST_CASE("the layers table says the training state the profile left, and warns when the loss is not finite",
+          "[bench]") {
+  StepProfile p;
+  p.graph_ms = 50.0;
+  p.reps = 10;
+  p.nodes = {{"features_3", "conv2d", "(256, 224, 224, 64)", 2.0, 2.4e12, 0, {}}};
+  p.end_loss = 6.9078;
+  p.skipped_steps = 3;
+  std::string t = profile_table(p, 256, 5);
+  CHECK_THAT(t, Catch::Contains("\nstate after the profile: loss 6.9078, 3 steps skipped for non-finite gradients\n"));
+  CHECK_THAT(t, !Catch::Contains("WARNING"));
+  p.end_loss = std::numeric_limits<double>::quiet_NaN();
+  t = profile_table(p, 256, 5);
+  CHECK_THAT(t, Catch::Contains("state after the profile: loss nan") &&
+                    Catch::Contains("WARNING: the loss is not finite: the model diverged during the profile"));
+  BenchResult r;
+  profile_metrics(p, 256, &r);
+  std::map<std::string, std::string> details(r.details.begin(), r.details.end());
+  CHECK(details["end_loss"] == "null");
+  CHECK(details["skipped_steps"] == "3");
 }
 
 TEST_CASE("bench --energy without --layers exits 2 with a clear error", "[bench][cli]") {

@@ -142,7 +142,9 @@ fs::path write_synthetic_run_dir(const fs::path& dir, const std::vector<double>&
 
 // A throughput result as benchmarks/pytorch_cnn.py --out-dir writes it, reduced to what the report reads: one run
 // per timed window (images/s and peak memory; no ms_per_step, so the report derives it from the batch size).
-void write_throughput_json(const fs::path& path, const std::string& name, const std::vector<double>& images_per_s) {
+// measurement: the members of the result's "measurement" object (pytorch_cnn.py's), e.g. R"("loss_finite": false)"
+void write_throughput_json(const fs::path& path, const std::string& name, const std::vector<double>& images_per_s,
+                           const std::string& measurement = "") {
   std::ofstream f(path);
   f << R"({"schema": "trctl-bench-result/1", "tool": "pytorch", "name": ")" << name << R"(",
   "recipe": {"dataset": "synthetic 224x224x3, 1000 classes, 6400 train images", "batch_size": 256,
@@ -151,7 +153,9 @@ void write_throughput_json(const fs::path& path, const std::string& name, const 
   for (size_t i = 0; i < images_per_s.size(); ++i)
     f << (i ? ", " : "") << R"({"images_per_s_steady": )" << images_per_s[i]
       << R"(, "peak_memory_bytes": 536870912, "window": )" << i + 1 << "}";
-  f << "]}\n";
+  f << "]";
+  if (!measurement.empty()) f << R"(, "measurement": {)" << measurement << "}";
+  f << "}\n";
 }
 
 // One real CPU run of the benchmark MLP (2 epochs on 2000 images, about 3 s) under `root`; its run directory.
@@ -603,6 +607,32 @@ TEST_CASE("a synthetic run dir read alone: accuracies dropped, ms/step and the p
   CHECK(run.ms_per_step == Approx(64.0));
   CHECK(run.peak_memory_bytes == Approx(1e9));
   CHECK(report_throughput_only({t.value()}));
+  fs::remove_all(d);
+}
+
+TEST_CASE("a result whose measurement ended with a non-finite loss carries a warning: a diverged model's timing",
+          "[report]") {
+  const fs::path d = temp_dir("diverged");
+  write_throughput_json(d / "nan.json", "pytorch compiled", {3500}, R"("last_loss": null, "loss_finite": false)");
+  write_throughput_json(d / "ok.json", "pytorch compiled", {3500}, R"("last_loss": 6.9, "loss_finite": true)");
+  write_throughput_json(d / "none.json", "pytorch compiled", {3500});
+  Result<ToolResult> nan = report_read_result_json((d / "nan.json").string());
+  REQUIRE(nan.ok());
+  REQUIRE(nan->notes.size() == 1);
+  CHECK_THAT(nan->notes[0], Catch::Contains("pytorch compiled's loss was not finite") &&
+                                Catch::Contains("no training speed"));
+  for (const char* ok : {"ok.json", "none.json"}) {
+    Result<ToolResult> t = report_read_result_json((d / ok).string());
+    REQUIRE(t.ok());
+    CHECK(t->notes.empty());
+  }
+  // The note reaches the report as a warning under its tool's results.
+  write_synthetic_run_dir(d / "run", {2000, 4000, 4000}, 1e9);
+  Run r = run_trctl("report " + (d / "run").string() + " --vs " + (d / "nan.json").string() + " -o " +
+                    (d / "rep").string() + " --no-plots");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(slurp(d / "rep" / "report.md"), Catch::Contains("**warning**: pytorch compiled's loss was not finite"));
   fs::remove_all(d);
 }
 

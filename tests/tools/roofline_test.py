@@ -45,6 +45,7 @@ def main():
         # --energy: joules by op kind (mJ / ms = W) and the nodes that spend the most
         for n, mj in zip(doc["nodes"], (1500.0, 1000.0, 2800.0, 0.0)):
             n["mj"] = mj
+        doc["nodes"][2]["w"] = 560.0  # the conv's energy loop at 560 W: 5 ms per run under that load, burst 4 ms
         doc["metrics"] += [{"name": "step_j", "value": 5.1, "unit": "J"},
                            {"name": "step_w", "value": 510, "unit": "W"}]
         with open(path, "w") as f:
@@ -53,10 +54,13 @@ def main():
                            text=True)
         out = r.stdout
         check("energy: step line", "Energy: step 5.10 J per replay at 510 W; nodes one by one 5.30 J." in out, out)
-        check("energy: conv first, 700 W", "| conv2d | 1 | 2.800 | 52.8% | 700 |" in out, out)
-        check("energy: batch norm 2.5 J at 500 W", "| batch_norm | 2 | 2.500 | 47.2% | 500 |" in out, out)
+        check("energy: conv first, 560 W over its loaded 5 ms", "| conv2d | 1 | 2.800 | 52.8% | 560 | 5.000 | 4.000 |"
+              in out, out)
+        check("energy: batch norm 2.5 J at 500 W (no \"w\": the burst ms)",
+              "| batch_norm | 2 | 2.500 | 47.2% | 500 | 5.000 | 5.000 |" in out, out)
         check("energy: most-energy node first",
-              "Most energy (node, op, J, W, ms):\n- conv, conv2d: 2.800 J at 700 W" in out, out)
+              "Most energy (node, op, J, W, loaded ms, burst ms):\n- conv, conv2d: 2.800 J at 560 W over 5.000 ms "
+              "(burst 4.000 ms)" in out, out)
         bad = os.path.join(d, "bad.json")
         with open(bad, "w") as f:
             f.write("{\"schema\": 1}")
