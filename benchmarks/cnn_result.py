@@ -97,10 +97,11 @@ def recipe(cfg, facts, env, mode, compile_mode):
         "model": model_text(facts["layer_counts"]),
         "parameters": facts["parameters"],
         "init": "kaiming_uniform_fan_in (bound sqrt(6/fan_in)), zero biases",
-        "optimizer": f"sgd lr={num(cfg['lr'])} momentum={num(MOMENTUM)} dampening=0 nesterov=true",
+        "optimizer": f"sgd lr={num(LR)} momentum={num(MOMENTUM)} dampening=0 nesterov=true",
         "weight_decay": (f"{num(WEIGHT_DECAY)} L2 on {facts['decay_tensors']} tensors, "
                          f"0 on {facts['no_decay_tensors']}"),
-        "lr_schedule": f"constant lr={num(cfg['lr'])} (timed steps only, no schedule)",
+        "lr_schedule": (f"constant {num(cfg['lr'] / LR)} x lr = {num(cfg['lr'])} over the timed steps (trctl's "
+                        f"factor in the second of its 10 warm-up epochs is 0.2)"),
         "label_smoothing": num(LABEL_SMOOTHING),
         "val_loss": "none (no validation)",
         "batch_size": cfg["batch"],
