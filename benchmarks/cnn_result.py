@@ -22,9 +22,9 @@ MODES = ("eager", "compiled")
 # numbers): lr 0.36 at global batch 2048 scaled linearly to 256.
 LR, MOMENTUM, WEIGHT_DECAY, LABEL_SMOOTHING, CLASSES, SIDE = 0.045, 0.9, 1e-4, 0.1, 1000, 224
 # The lr PyTorch's timed steps run at by default: trctl's in the second of the recipe's 10 linear warm-up epochs
-# (its throughput runs time epochs 2..3 at 0.009 and 0.0135). At the peak lr from the first step, without the
-# warm-up, VGG16-BN diverges within the warm-up steps (RESULTS.md run 64: last loss NaN, loss scale 0), and the
-# steps then timed run on NaN and inf values, which draw less power than a training step's: no measurement.
+# (its throughput runs time epochs 2..3 at 0.009 and 0.0135), so that both sides time the same training regime.
+# (Until run 64 PyTorch ran at the peak lr and its model diverged -- loss NaN, loss scale 0 -- through torch's fused
+# SGD, see pytorch_cnn.make_optimizer: steps on NaN and inf values draw less power than a training step's.)
 LR_MEASURE = LR * 2 / 10
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)

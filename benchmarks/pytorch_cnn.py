@@ -4,8 +4,8 @@
 PyTorch at its strongest on one GPU: torchvision model (weights=None, then trctl's init: Kaiming-uniform fan_in
 conv/linear weights, zero biases) in channels_last, a synthetic uint8 dataset resident on the GPU (--train-size
 images, default 2,560 = trctl's data.synthetic.train_size, rounded up to whole batches), normalized on the GPU
-every step, fp16 autocast with GradScaler (or bf16 without), cudnn.benchmark, TF32 allowed, fused SGD with
-Nesterov momentum and weight decay on conv/linear weights only (trctl's decay_bias_and_norm: false),
+every step, fp16 autocast with GradScaler (or bf16 without), cudnn.benchmark, TF32 allowed, SGD (foreach with
+the GradScaler, fused without: see make_optimizer) with Nesterov momentum and weight decay on conv/linear weights only (trctl's decay_bias_and_norm: false),
 cross-entropy with label smoothing 0.1. Mode `compiled` runs torch.compile over normalize + forward + loss (and its
 backward); the optimizer step and GradScaler stay eager (as in benchmarks/pytorch_mlp_fmnist.py).
 Timing: after the first step (compilation, cuDNN autotuning; reported apart) and --warmup steps, --repeats
@@ -141,11 +141,18 @@ def model_facts(name, dev):
     return facts
 
 
-def make_optimizer(model, lr):
-    """SGD, Nesterov momentum; weight decay on conv/linear weights only (not biases, not batch-norm parameters)."""
+def make_optimizer(model, lr, grad_scaler):
+    """SGD, Nesterov momentum; weight decay on conv/linear weights only (not biases, not batch-norm parameters).
+    With a GradScaler (fp16) the multi-tensor foreach SGD, not the fused one: torch 2.11's fused SGD handles the
+    scaler's overflow itself (_step_supports_amp_scaling) and still advances its momentum buffers on a step the
+    scaler must skip, so the first routine overflow writes inf into the momentum and the weights diverge a step
+    later (RESULTS.md run 64: loss NaN and loss scale 0 at lr 0.009 as at 0.045; LibreYOLO PR 771 found the same).
+    Fused AdamW honours the overflow (benchmarks/pytorch_mlp_fmnist.py keeps it)."""
     decay = [p for p in model.parameters() if p.ndim > 1]
     no_decay = [p for p in model.parameters() if p.ndim <= 1]
     groups = [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}]
+    if grad_scaler:
+        return torch.optim.SGD(groups, lr=lr, momentum=MOMENTUM, nesterov=True, foreach=True), "foreach"
     try:
         return torch.optim.SGD(groups, lr=lr, momentum=MOMENTUM, nesterov=True, fused=True), "fused"
     except (TypeError, RuntimeError, ValueError) as e:
@@ -162,7 +169,7 @@ class Training:
         torch.cuda.reset_peak_memory_stats()
         self.memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
         self.model = make_model(args.model, self.memory_format, dev)
-        self.opt, self.opt_impl = make_optimizer(self.model, args.lr)
+        self.opt, self.opt_impl = make_optimizer(self.model, args.lr, grad_scaler=args.amp == "fp16")
         self.amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "none": None}[args.amp]
         self.scaler = torch.amp.GradScaler("cuda", enabled=args.amp == "fp16")
         self.crit = nn.CrossEntropyLoss(label_smoothing=LABEL_SMOOTHING)
@@ -370,7 +377,8 @@ def legacy_recipe(args):
         "loss": {"type": "cross_entropy", "label_smoothing": LABEL_SMOOTHING},
         "optimizer": {"type": "sgd", "lr": args.lr, "momentum": MOMENTUM, "nesterov": True, "weight_decay": WEIGHT_DECAY,
                       "decay": "conv/linear weights only (no biases, no batch-norm parameters)",
-                      "impl": "fused if supported else foreach"},
+                      "impl": "foreach with the fp16 GradScaler (torch's fused SGD mishandles its skipped "
+                              "steps), else fused if supported"},
         "lr_schedule": "constant during the measurement: --lr, by default trctl's in its second warm-up epoch",
         "amp": args.amp,
         "grad_scaler": args.amp == "fp16",
