@@ -149,6 +149,13 @@ class Backend {
   }
   // Times every node of `program` (device-resident data already uploaded and an epoch begun).
   virtual Result<StepProfile> profile(int program, const ProfileOptions& opt);
+  // The board's energy counter in mJ (a GPU's, through NVML: it grows with everything the card runs, so the
+  // trainer reads it at an epoch's start and at its end after synchronize()). NotSupported where there is none
+  // (the CPU backend) or the driver's NVML cannot be opened; the counter updates every 20-100 ms, so a difference
+  // over an epoch of seconds is good to ~1 %.
+  virtual Result<double> energy_mj() {
+    return Error{ErrCode::NotSupported, name(), "no board energy counter on this backend"};
+  }
   // One line on the device memory the backend holds (empty where there is nothing to say), for the run log.
   virtual std::string memory_report() { return ""; }
   // Where the algorithms of the backend's cuDNN convolution plans came from (autotune cache or heuristics), known

@@ -78,6 +78,7 @@ CudaBackend::~CudaBackend() {
   gemm_.clear();
   for (void* p : scratch_) TRCTL_CUDA_WARN(cudaFree(p));
   TRCTL_CUDA_WARN(cudaFree(class_weights_));
+  if (nvml_.lib) nvml_meter_close(&nvml_);
   for (const ReluFusion& rf : relu_fusions_) TRCTL_CUDA_WARN(cudaFree(rf.mask));
   for (auto& s : split_) {
     TRCTL_CUDA_WARN(cudaFree(s.pixels));

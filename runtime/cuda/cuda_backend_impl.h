@@ -7,6 +7,7 @@
 #include <array>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@
 #include "runtime/ops/optim/optim_extra_cuda.h"
 #include "runtime/dist/grad_buckets.h"
 #include "runtime/dist/nccl_comm.h"
+#include "runtime/power/nvml_meter.h"
 
 namespace trctl::cuda_detail {
 
@@ -104,6 +106,7 @@ class CudaBackend final : public Backend {
   bool device_memory(RunMemory* out) const override;
   const ConvAlgoSources* conv_algo_sources() const override { return &conv_sources_; }
   Result<StepProfile> profile(int program, const ProfileOptions& opt) override;
+  Result<double> energy_mj() override;  // cuda_profile.cpp: NVML opened at the first call, kept open
   Status upload_split(DataSplit split, const ImageDataset& data, const TransformPipeline& tf) override;
   Status begin_epoch(DataSplit split, uint32_t epoch, const std::vector<int64_t>& order) override;
   Status run_resident(int program, DataSplit split) override;
@@ -186,6 +189,9 @@ class CudaBackend final : public Backend {
 
   const Compiled& c_;
   uint64_t seed_;
+  // energy_mj's NVML session (opened at its first call; the destructor closes it) or why it could not open.
+  NvmlMeter nvml_{};
+  std::optional<std::vector<Error>> nvml_failed_;
   Precision amp_ = Precision::Fp32;
   CudaContext ctx_;
   char* arena_ = nullptr;

@@ -10,6 +10,7 @@
 // With ProfileOptions::energy_s > 0, the board's energy counter (NVML) over energy_s seconds of back-to-back
 // replays gives the step's energy and mean power, and over energy_s seconds of each node's back-to-back runs that
 // node's energy per run: under a power cap the step's time follows its energy (RESULTS.md run 63).
+// CudaBackend::energy_mj: the same counter for the trainer's per-epoch energy (Backend::energy_mj).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -230,6 +231,20 @@ Result<StepProfile> CudaBackend::profile(int program, const ProfileOptions& opt)
   if (!st.ok()) return st.errors();
   prof.nodes = std::move(rows);
   return prof;
+}
+
+Result<double> CudaBackend::energy_mj() {
+  if (!nvml_.lib && !nvml_failed_) {
+    char bus[32] = {};
+    Status st = checked(cudaDeviceGetPCIBusId(bus, sizeof bus, ctx_.device), "cudaDeviceGetPCIBusId", __LINE__);
+    Result<NvmlMeter> m = st.ok() ? nvml_meter_open(bus) : Result<NvmlMeter>(st.errors());
+    if (m.ok()) nvml_ = m.value();
+    else nvml_failed_ = m.errors();
+  }
+  if (nvml_failed_) return *nvml_failed_;
+  Result<uint64_t> e = nvml_energy_mj(nvml_);
+  if (!e.ok()) return e.errors();
+  return static_cast<double>(e.value());
 }
 
 }  // namespace trctl::cuda_detail

@@ -261,6 +261,18 @@ Status bench_train_metrics(const TrainResult& r, bool accuracy, bool cpu, BenchR
   out->add("epochs_per_s_steady", (n - 1) / steady_s, "epochs/s", true, false, !cpu);
   out->add("epochs_per_s_overall", n / r.seconds, "epochs/s", true, false, !cpu);
   out->add("images_per_s_steady", inv_ips > 0 ? (n - 1) / inv_ips : 0, "img/s", true, false, !cpu);
+  // The board's energy over the steady epochs where every one measured it (a GPU's counter): shown, not checked.
+  double joules = 0, seconds = 0;
+  int64_t steps = 0;
+  for (size_t i = 1; i < r.epochs.size(); ++i) {
+    joules += r.epochs[i].energy_j;  // NaN when an epoch went unmeasured: then no figure
+    seconds += r.epochs[i].power_w > 0 ? r.epochs[i].energy_j / r.epochs[i].power_w : 0;
+    steps += r.epochs[i].steps;
+  }
+  if (std::isfinite(joules) && steps > 0 && seconds > 0) {
+    out->add("j_per_step_steady", joules / static_cast<double>(steps), "J", false, false, false);
+    out->add("power_w_steady", joules / seconds, "W", false, false, false);
+  }
   if (accuracy && final_val) {
     out->add("final_val_top1", final_val->val_top1, "fraction", true);
     out->add("best_val_top1", best, "fraction", true);

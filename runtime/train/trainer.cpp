@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -686,8 +687,22 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
   };
   const int every_steps = spec.train.checkpoint_every_steps;
   const bool loss_scaled = c.graph.storage == DType::F16;  // fp16 AMP: the backend keeps a dynamic loss scale
+  // The board's energy per epoch where the backend has a counter (a GPU's, NVML): opened here, before the first
+  // epoch's clock starts. Under a power cap a step's time follows its energy (RESULTS.md runs 63-64).
+  const double no_energy = std::numeric_limits<double>::quiet_NaN();
+  Result<double> energy_probe = be->energy_mj();
+  const bool energy = energy_probe.ok();
+  if (!energy && be->name() != "cpu")
+    log.info("energy per epoch: not measured ({})", energy_probe.errors()[0].message);
+  auto energy_now = [&]() -> double {  // mJ, NaN when the counter fails mid-run (that epoch goes unmeasured)
+    if (!energy) return no_energy;
+    Result<double> mj = be->energy_mj();
+    return mj.ok() ? mj.value() : no_energy;
+  };
   for (int e = first_epoch; e <= spec.train.epochs; ++e) {
     const Clock::time_point t_epoch = Clock::now();
+    const double mj_before = energy_now();
+    const int64_t step_before = be->step();
     const double lr = scheduler_lr(spec.scheduler, spec.optimizer.lr, e, spec.train.epochs);  // logged
     be->set_lrs(param_group_lrs(spec, c.graph, e));
     be->reset_metrics();
@@ -735,6 +750,7 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     st = be->synchronize();
     if (!st.ok()) return st.errors();
     const double train_seconds = since(t_epoch);
+    const double mj_after = energy_now();
     const bool validate = e % spec.train.validate_every == 0 || e == spec.train.epochs;
     if (validate) {
       st = validate_epoch(*be, c, spec, d, resident, val_loader.get(), e, lr, out, t_run);
@@ -753,6 +769,9 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     r.loss_scale = be->save_state().loss_scale;
     res.skipped_steps += r.skipped_steps;
     r.images_per_s = imgs.value() / train_seconds;
+    r.steps = r.step - step_before;
+    r.energy_j = (mj_after - mj_before) * 1e-3;  // NaN when either read failed
+    r.power_w = r.energy_j / train_seconds;
     r.epoch_seconds = since(t_epoch);
     r.seconds = since(t_run);
     out.epoch(r);
@@ -760,8 +779,12 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     const std::string val = validate ? fmt::format("val loss {:.4f} top1 {:.2f}% top5 {:.2f}%", r.val_loss,
                                                    100 * r.val_top1, 100 * r.val_top5)
                                      : std::string("val -");
-    log.info("epoch {}/{}  lr {:.3g}  train loss {:.4f} top1 {:.2f}%  {}  {:.0f} img/s  {:.1f} ms/epoch", e,
-             spec.train.epochs, lr, r.train_loss, 100 * r.train_top1, val, r.images_per_s, 1000 * r.epoch_seconds);
+    const std::string joules = std::isfinite(r.energy_j) && r.steps > 0
+                                   ? fmt::format("  {:.0f} W {:.2f} J/step", r.power_w, r.energy_j / r.steps)
+                                   : std::string();
+    log.info("epoch {}/{}  lr {:.3g}  train loss {:.4f} top1 {:.2f}%  {}  {:.0f} img/s  {:.1f} ms/epoch{}", e,
+             spec.train.epochs, lr, r.train_loss, 100 * r.train_top1, val, r.images_per_s, 1000 * r.epoch_seconds,
+             joules);
     if (r.skipped_steps > 0)
       log.warn("epoch {}: {} step{} skipped (non-finite gradients), {}", e, r.skipped_steps,
                r.skipped_steps == 1 ? "" : "s",

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,11 @@ struct EpochRecord {
   bool validated = true;  // false: train.validate_every skipped this epoch's validation (val_* are 0)
   int64_t skipped_steps = 0;  // training steps of this epoch skipped for non-finite gradients
   double loss_scale = 1;      // the dynamic loss scale after the epoch (1 where the backend does not scale)
+  // The board's energy over the epoch's training steps (Backend::energy_mj; NaN where not measured: the CPU
+  // backend, a GPU without NVML) and its mean power over them (energy_j / the training seconds).
+  double energy_j = std::numeric_limits<double>::quiet_NaN();
+  double power_w = std::numeric_limits<double>::quiet_NaN();
+  int64_t steps = 0;          // training steps the epoch ran (optimizer steps; energy_j / steps = J per step)
 };
 
 class Backend;

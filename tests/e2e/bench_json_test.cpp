@@ -13,6 +13,7 @@
 #include <map>
 
 #include "runtime/report/bench_result.h"
+#include "runtime/train/bench_suites.h"
 #include "runtime/train/profile_report.h"
 
 namespace fs = std::filesystem;
@@ -237,6 +238,36 @@ TEST_CASE("the layers table and JSON give the step's and the nodes' energy when 
   for (const auto& [k, v] : r.details)
     if (k == "nodes") nodes = v;
   CHECK_THAT(nodes, Catch::Contains("\"mj\": 1400, \"w\": 560"));
+}
+
+TEST_CASE("bench --epochs gives the steady epochs' joules per step and power where every one measured them",
+          "[bench]") {
+  TrainResult tr;
+  tr.backend = "cuda";
+  tr.seconds = 3.0;
+  for (int e = 1; e <= 3; ++e) {
+    EpochRecord r;
+    r.epoch = e;
+    r.step = 10 * e;
+    r.steps = 10;
+    r.epoch_seconds = 1.0;
+    r.images_per_s = 2560;
+    r.energy_j = e == 1 ? 100 : 350;  // epoch 1 (warm-up) left out; epochs 2-3: 350 J over 0.5 s each
+    r.power_w = e == 1 ? 200 : 700;
+    tr.epochs.push_back(r);
+  }
+  BenchResult r;
+  REQUIRE(bench_train_metrics(tr, false, false, &r).ok());
+  std::map<std::string, BenchMetric> m = by_name(r);
+  REQUIRE(m.count("j_per_step_steady"));
+  CHECK(m["j_per_step_steady"].value == Approx(35.0));  // 700 J over 20 steps
+  CHECK_FALSE(m["j_per_step_steady"].check);            // shown, not compared with a baseline
+  CHECK(m["power_w_steady"].value == Approx(700.0));
+  tr.epochs[2].energy_j = std::numeric_limits<double>::quiet_NaN();  // one steady epoch unmeasured: no figure
+  BenchResult partial;
+  REQUIRE(bench_train_metrics(tr, false, false, &partial).ok());
+  CHECK(by_name(partial).count("j_per_step_steady") == 0);
+  CHECK(by_name(partial).count("power_w_steady") == 0);
 }
 
 TEST_CASE("the layers table says the training state the profile left, and warns when the loss is not finite",

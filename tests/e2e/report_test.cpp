@@ -610,6 +610,31 @@ TEST_CASE("a synthetic run dir read alone: accuracies dropped, ms/step and the p
   fs::remove_all(d);
 }
 
+TEST_CASE("metrics.jsonl's epoch records carry the board's energy when measured, no energy keys otherwise",
+          "[report]") {
+  const fs::path d = temp_dir("energy");
+  RunOutputs out;
+  REQUIRE(out.open(d.string()).ok());
+  EpochRecord r;
+  r.epoch = 1;
+  r.step = 25;
+  r.steps = 25;
+  r.images_per_s = 4900;
+  r.epoch_seconds = r.seconds = 1.3;
+  out.epoch(r);  // not measured (CPU): no energy keys
+  r.epoch = 2;
+  r.step = 50;
+  r.energy_j = 885.125;
+  r.power_w = 683.04;
+  out.epoch(r);
+  const std::string m = slurp(d / "metrics.jsonl");
+  const size_t second = m.find("\"epoch\":2");
+  REQUIRE(second != std::string::npos);
+  CHECK(m.substr(0, second).find("energy_j") == std::string::npos);
+  CHECK_THAT(m.substr(second), Catch::Contains(",\"energy_j\":885.125,\"power_w\":683.0,\"steps\":25}\n"));
+  fs::remove_all(d);
+}
+
 TEST_CASE("a result whose measurement ended with a non-finite loss carries a warning: a diverged model's timing",
           "[report]") {
   const fs::path d = temp_dir("diverged");

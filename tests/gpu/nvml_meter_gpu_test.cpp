@@ -1,11 +1,18 @@
 // nvml_meter_open on the test's GPU (runtime/power/nvml_meter.h, what `bench --layers --energy` reads): NVML opens
-// the device cudaDeviceGetPCIBusId names, and the board's energy counter grows over a second of a busy kernel loop.
+// the device cudaDeviceGetPCIBusId names, and the board's energy counter grows over a second of a busy kernel loop;
+// a CUDA training run's epoch records carry that counter's joules (Backend::energy_mj, the trainer).
 #include <catch2/catch.hpp>
+#include <spdlog/sinks/null_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 
 #include "runtime/ops/fill/fill_cuda.h"
+#include "runtime/cuda/cuda_backend.h"
 #include "runtime/power/nvml_meter.h"
+#include "runtime/train/trainer.h"
 #include "tests/gpu/gpu_test_util.h"
 
 using namespace trctl;
@@ -32,4 +39,41 @@ TEST_CASE("the board's energy counter opens through NVML and grows while kernels
   CHECK(e1.value() - e0.value() > 30000);
   nvml_meter_close(&m.value());
   CHECK(m.value().lib == nullptr);
+}
+
+TEST_CASE("a CUDA training run's epochs record the board's energy and power; a CPU run's none", "[gpu][energy]") {
+  auto run = [](const char* device, int epochs) {
+    std::vector<std::string> o = {std::string("train.device=") + device, "train.epochs=" + std::to_string(epochs),
+                                  "run.progress=off"};
+    if (const char* root = std::getenv("TRCTL_FMNIST_ROOT")) o.push_back(std::string("data.root=") + root);
+    if (std::string(device) == "cpu") o.push_back("data.train_subset=1000");
+    Result<Spec> s = spec_load(std::string(TRCTL_SOURCE_DIR) + "/configs/mlp_fmnist.yaml", o);
+    REQUIRE(s.ok());
+    spdlog::logger log("test", std::make_shared<spdlog::sinks::null_sink_mt>());
+    TrainOptions opt;
+    opt.write_run_dir = false;
+    opt.gpu.device_count = cuda_device_count;
+    opt.gpu.make = make_cuda_backend;
+    Result<TrainResult> r = train_run(s.value(), opt, log);
+    INFO((r.ok() ? std::string() : r.error_text()));
+    REQUIRE(r.ok());
+    return r.value();
+  };
+  // 8 epochs of ~40 ms: the counter updates every 20-100 ms, so single epochs may read 0 J; their sum may not.
+  const TrainResult gpu = run("cuda", 8);
+  double joules = 0, seconds = 0;
+  for (const EpochRecord& e : gpu.epochs) {
+    INFO("epoch " << e.epoch << ": " << e.energy_j << " J, " << e.power_w << " W, " << e.steps << " steps");
+    REQUIRE(std::isfinite(e.energy_j));
+    CHECK(e.energy_j >= 0);
+    CHECK(e.steps == 300);  // 60,000 images at batch 200
+    joules += e.energy_j;
+    seconds += e.epoch_seconds;  // with the epoch's validation: a little longer than the energy's interval
+  }
+  INFO(joules << " J over " << seconds << " s");
+  CHECK(joules > 0);
+  CHECK(joules / seconds > 30);    // an H100/H200 idles at ~70 W
+  CHECK(joules / seconds < 1500);  // and is capped at 700 W (the counter's update steps blur short epochs)
+  const TrainResult cpu = run("cpu", 1);
+  CHECK_FALSE(std::isfinite(cpu.epochs.at(0).energy_j));
 }
