@@ -40,7 +40,8 @@
 #   ab        whole-step A/B on one machine: trctl bench CFG --epochs AB_EPOCHS (3) for each of CNN_MODELS and each of
 #             AB_VARIANTS ('|'-separated override sets, an empty one = the defaults; default "|train.conv_bn_stats=
 #             separate train.conv_bn_backward=separate|": defaults, both fusions off, defaults again), with CNN_TRAIN
-#             images and CNN_EXTRA; steady img/s and the fusion log lines in summary.txt, logs in ab.tar.gz. Run
+#             images and CNN_EXTRA; steady img/s, J per step and watts (NVML) and the fusion log lines in summary.txt, logs in
+#             ab.tar.gz. Run
 #             after autotune (its cache), e.g. CNN_MODELS=vgg16bn CNN_EXTRA="train.deterministic=false"
 #             STAGES="autotune ab"
 #   cnnacc    configs/cnn_fmnist.yaml trained to the end (test accuracy; CNNACC_EPOCHS to change)
@@ -292,7 +293,7 @@ if has ab; then  # whole-step A/B of override sets, same machine, same autotune 
       timeout "${AB_TIMEOUT:-120}" "$BIN/trctl" bench "configs/$m.yaml" --epochs "${AB_EPOCHS:-3}" \
         data.synthetic.train_size="${CNN_TRAIN:-6400}" data.synthetic.val_size=512 ${CNN_EXTRA:-} $v \
         >"/tmp/ab/${m}_$i.log" 2>&1
-      echo "ab $m [${v:-defaults}]: rc $? :: $(grep -oE 'images_per_s_steady [0-9.]+' "/tmp/ab/${m}_$i.log")" >>"$SUM"
+      echo "ab $m [${v:-defaults}]: rc $? :: $(grep -oE '(images_per_s|j_per_step|power_w)_steady [0-9.]+' "/tmp/ab/${m}_$i.log" | tr '\n' ' ')" >>"$SUM"
       grep -E 'batch norm|batch-norm' "/tmp/ab/${m}_$i.log" | sed 's/^\[[0-9:]*\] /    /' >>"$SUM"
     done
   done
