@@ -40,10 +40,9 @@
 #   ab        whole-step A/B on one machine: trctl bench CFG --epochs AB_EPOCHS (3) for each of CNN_MODELS and each of
 #             AB_VARIANTS ('|'-separated override sets, an empty one = the defaults; default "|train.conv_bn_stats=
 #             separate train.conv_bn_backward=separate|": defaults, both fusions off, defaults again), with CNN_TRAIN
-#             images and CNN_EXTRA; steady img/s, J per step and watts (NVML) and the fusion log lines in summary.txt, logs in
-#             ab.tar.gz. Run
-#             after autotune (its cache), e.g. CNN_MODELS=vgg16bn CNN_EXTRA="train.deterministic=false"
-#             STAGES="autotune ab"
+#             images and CNN_EXTRA; steady img/s, J per step and watts (NVML) and the fusion log lines in
+#             summary.txt, logs in ab.tar.gz. Run after autotune (its cache), e.g. CNN_MODELS=vgg16bn
+#             CNN_EXTRA="train.deterministic=false" STAGES="autotune ab"
 #   cnnacc    configs/cnn_fmnist.yaml trained to the end (test accuracy; CNNACC_EPOCHS to change)
 #   autotune  trctl bench CFG --autotune for each of CNN_MODELS (the cache in $TRCTL_AUTOTUNE_CACHE, used by the
 #             stages after it; without this stage runs use cuDNN's heuristics); AUTOTUNE_ARGS: more flags (e.g.
