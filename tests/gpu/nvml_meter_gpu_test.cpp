@@ -2,18 +2,15 @@
 // the device cudaDeviceGetPCIBusId names, and the board's energy counter grows over a second of a busy kernel loop;
 // a CUDA training run's epoch records carry that counter's joules (Backend::energy_mj, the trainer).
 #include <catch2/catch.hpp>
-#include <spdlog/sinks/null_sink.h>
-#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 
 #include "runtime/ops/fill/fill_cuda.h"
-#include "runtime/cuda/cuda_backend.h"
 #include "runtime/power/nvml_meter.h"
-#include "runtime/train/trainer.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/gpu_train_util.h"
 
 using namespace trctl;
 using namespace trctl::gputest;
@@ -43,21 +40,12 @@ TEST_CASE("the board's energy counter opens through NVML and grows while kernels
 
 TEST_CASE("a CUDA training run's epochs record the board's energy and power; a CPU run's none", "[gpu][energy]") {
   auto run = [](const char* device, int epochs) {
-    std::vector<std::string> o = {std::string("train.device=") + device, "train.epochs=" + std::to_string(epochs),
-                                  "run.progress=off"};
+    std::vector<std::string> o = {std::string("train.device=") + device, "train.epochs=" + std::to_string(epochs)};
     if (const char* root = std::getenv("TRCTL_FMNIST_ROOT")) o.push_back(std::string("data.root=") + root);
     if (std::string(device) == "cpu") o.push_back("data.train_subset=1000");
     Result<Spec> s = spec_load(std::string(TRCTL_SOURCE_DIR) + "/configs/mlp_fmnist.yaml", o);
     REQUIRE(s.ok());
-    spdlog::logger log("test", std::make_shared<spdlog::sinks::null_sink_mt>());
-    TrainOptions opt;
-    opt.write_run_dir = false;
-    opt.gpu.device_count = cuda_device_count;
-    opt.gpu.make = make_cuda_backend;
-    Result<TrainResult> r = train_run(s.value(), opt, log);
-    INFO((r.ok() ? std::string() : r.error_text()));
-    REQUIRE(r.ok());
-    return r.value();
+    return train_cuda(s.value());  // the CUDA factory: train.device picks the backend
   };
   // 8 epochs of ~40 ms: the counter updates every 20-100 ms, so single epochs may read 0 J; their sum may not.
   const TrainResult gpu = run("cuda", 8);
