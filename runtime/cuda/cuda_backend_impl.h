@@ -106,7 +106,7 @@ class CudaBackend final : public Backend {
   bool device_memory(RunMemory* out) const override;
   const ConvAlgoSources* conv_algo_sources() const override { return &conv_sources_; }
   Result<StepProfile> profile(int program, const ProfileOptions& opt) override;
-  Result<double> energy_mj() override;  // cuda_profile.cpp: NVML opened at the first call, kept open
+  Result<double> energy_mj() override;  // cuda_profile.cpp, through nvml_meter()
   Status upload_split(DataSplit split, const ImageDataset& data, const TransformPipeline& tf) override;
   Status begin_epoch(DataSplit split, uint32_t epoch, const std::vector<int64_t>& order) override;
   Status run_resident(int program, DataSplit split) override;
@@ -189,7 +189,9 @@ class CudaBackend final : public Backend {
 
   const Compiled& c_;
   uint64_t seed_;
-  // energy_mj's NVML session (opened at its first call; the destructor closes it) or why it could not open.
+  // The board's energy counter for energy_mj and profile's energy loops: one NVML session, opened at the first
+  // call (cuda_profile.cpp) and closed by the destructor, or the errors of that one attempt.
+  Result<const NvmlMeter*> nvml_meter();
   NvmlMeter nvml_{};
   std::optional<std::vector<Error>> nvml_failed_;
   Precision amp_ = Precision::Fp32;

@@ -10,7 +10,7 @@
 // With ProfileOptions::energy_s > 0, the board's energy counter (NVML) over energy_s seconds of back-to-back
 // replays gives the step's energy and mean power, and over energy_s seconds of each node's back-to-back runs that
 // node's energy per run: under a power cap the step's time follows its energy (RESULTS.md run 63).
-// CudaBackend::energy_mj: the same counter for the trainer's per-epoch energy (Backend::energy_mj).
+// CudaBackend::energy_mj: the same counter (one NVML session, nvml_meter) for the trainer's per-epoch energy.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -76,7 +76,7 @@ Status run_for(cudaStream_t s, double seconds, int chunk, const Launch& run, int
 }
 
 // Energy of one run of `run`, from the counter's difference over run_for(seconds, chunk) from a drained stream.
-// *mj: mJ per run; *w (nullable): mean power over the interval, W.
+// *mj: mJ per run; *w: mean power over the interval, W.
 Status energy_per_run(const NvmlMeter& m, cudaStream_t s, double seconds, int chunk, const Launch& run, double* mj,
                       double* w) {
   if (Status st = checked(cudaStreamSynchronize(s), "cudaStreamSynchronize", __LINE__); !st.ok()) return st;
@@ -89,7 +89,7 @@ Status energy_per_run(const NvmlMeter& m, cudaStream_t s, double seconds, int ch
   if (!e1.ok()) return e1.errors();
   const double de = static_cast<double>(e1.value() - e0.value());
   *mj = de / static_cast<double>(runs);
-  if (w) *w = de * 1e-3 / elapsed;
+  *w = de * 1e-3 / elapsed;
   return ok_status();
 }
 
@@ -206,12 +206,10 @@ Result<StepProfile> CudaBackend::profile(int program, const ProfileOptions& opt)
     if (st.ok()) prof.sustained_reps = n;
   }
   if (st.ok() && opt.energy_s > 0) {  // the step's and each node's energy (see the file comment)
-    char bus[32] = {};
-    st = checked(cudaDeviceGetPCIBusId(bus, sizeof bus, ctx_.device), "cudaDeviceGetPCIBusId", __LINE__);
-    Result<NvmlMeter> meter = st.ok() ? nvml_meter_open(bus) : Result<NvmlMeter>(st.errors());
+    Result<const NvmlMeter*> meter = nvml_meter();
     if (!meter.ok()) st = meter.errors();
     if (st.ok())
-      st = energy_per_run(meter.value(), ctx_.stream, opt.energy_s, 10, one_replay, &prof.step_mj, &prof.step_w);
+      st = energy_per_run(*meter.value(), ctx_.stream, opt.energy_s, 10, one_replay, &prof.step_mj, &prof.step_w);
     for (size_t k = 0; k < groups.size() && st.ok(); ++k) {
       if (groups[k].empty()) continue;
       const Launch node = [&groups, k] {
@@ -221,9 +219,8 @@ Result<StepProfile> CudaBackend::profile(int program, const ProfileOptions& opt)
       };
       // chunks of ~20 ms of device time, so the host's waits between chunks stay a small part of the interval
       const int chunk = static_cast<int>(std::clamp(std::ceil(20.0 / std::max(rows[k].ms, 1e-3)), 1.0, 10000.0));
-      st = energy_per_run(meter.value(), ctx_.stream, opt.energy_s, chunk, node, &rows[k].mj, &rows[k].w);
+      st = energy_per_run(*meter.value(), ctx_.stream, opt.energy_s, chunk, node, &rows[k].mj, &rows[k].w);
     }
-    if (meter.ok()) nvml_meter_close(&meter.value());
     if (st.ok()) prof.energy_s = opt.energy_s;
   }
   TRCTL_CUDA_WARN(cudaEventDestroy(e0));
@@ -233,7 +230,7 @@ Result<StepProfile> CudaBackend::profile(int program, const ProfileOptions& opt)
   return prof;
 }
 
-Result<double> CudaBackend::energy_mj() {
+Result<const NvmlMeter*> CudaBackend::nvml_meter() {
   if (!nvml_.lib && !nvml_failed_) {
     char bus[32] = {};
     Status st = checked(cudaDeviceGetPCIBusId(bus, sizeof bus, ctx_.device), "cudaDeviceGetPCIBusId", __LINE__);
@@ -242,7 +239,13 @@ Result<double> CudaBackend::energy_mj() {
     else nvml_failed_ = m.errors();
   }
   if (nvml_failed_) return *nvml_failed_;
-  Result<uint64_t> e = nvml_energy_mj(nvml_);
+  return &nvml_;
+}
+
+Result<double> CudaBackend::energy_mj() {
+  Result<const NvmlMeter*> m = nvml_meter();
+  if (!m.ok()) return m.errors();
+  Result<uint64_t> e = nvml_energy_mj(*m.value());
   if (!e.ok()) return e.errors();
   return static_cast<double>(e.value());
 }
