@@ -5,7 +5,8 @@ PyTorch at its strongest on one GPU: torchvision model (weights=None, then trctl
 conv/linear weights, zero biases) in channels_last, a synthetic uint8 dataset resident on the GPU (--train-size
 images, default 2,560 = trctl's data.synthetic.train_size, rounded up to whole batches), normalized on the GPU
 every step, fp16 autocast with GradScaler (or bf16 without), cudnn.benchmark, TF32 allowed, SGD (foreach with
-the GradScaler, fused without: see make_optimizer) with Nesterov momentum and weight decay on conv/linear weights only (trctl's decay_bias_and_norm: false),
+the GradScaler, fused without: see make_optimizer) with Nesterov momentum and weight decay on conv/linear weights
+only (trctl's decay_bias_and_norm: false),
 cross-entropy with label smoothing 0.1. Mode `compiled` runs torch.compile over normalize + forward + loss (and its
 backward); the optimizer step and GradScaler stay eager (as in benchmarks/pytorch_mlp_fmnist.py).
 Timing: after the first step (compilation, cuDNN autotuning; reported apart) and --warmup steps, --repeats
@@ -52,8 +53,8 @@ def parse_args():
                    help="synthetic images resident on the GPU (trctl's data.synthetic.train_size), whole batches")
     p.add_argument("--mode", choices=["eager", "compiled", "both"], default="both")
     p.add_argument("--lr", type=float, default=LR_MEASURE,
-                   help="constant lr of every step (default: trctl's in the recipe's second warm-up epoch; the peak "
-                        "lr without warm-up diverges: see cnn_result.LR_MEASURE)")
+                   help="constant lr of every step (default: trctl's in the recipe's second warm-up epoch, the "
+                        "regime its throughput epochs time: see cnn_result.LR_MEASURE)")
     p.add_argument("--json", default="", help="write the result object here (rewritten after every mode)")
     p.add_argument("--out-dir", default="",
                    help="write torch_eager.json and torch_compiled.json (trctl-bench-result/1) into this folder")
@@ -151,13 +152,12 @@ def make_optimizer(model, lr, grad_scaler):
     decay = [p for p in model.parameters() if p.ndim > 1]
     no_decay = [p for p in model.parameters() if p.ndim <= 1]
     groups = [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}]
-    if grad_scaler:
-        return torch.optim.SGD(groups, lr=lr, momentum=MOMENTUM, nesterov=True, foreach=True), "foreach"
-    try:
-        return torch.optim.SGD(groups, lr=lr, momentum=MOMENTUM, nesterov=True, fused=True), "fused"
-    except (TypeError, RuntimeError, ValueError) as e:
-        log(f"fused SGD unavailable ({e}); using foreach")
-        return torch.optim.SGD(groups, lr=lr, momentum=MOMENTUM, nesterov=True, foreach=True), "foreach"
+    if not grad_scaler:
+        try:
+            return torch.optim.SGD(groups, lr=lr, momentum=MOMENTUM, nesterov=True, fused=True), "fused"
+        except (TypeError, RuntimeError, ValueError) as e:
+            log(f"fused SGD unavailable ({e}); using foreach")
+    return torch.optim.SGD(groups, lr=lr, momentum=MOMENTUM, nesterov=True, foreach=True), "foreach"
 
 
 class Training:
@@ -229,7 +229,7 @@ def first_step(train, pool, timeout_s):
 
 
 def timed_window(args, train, pool, first_index):
-    """--steps steps between CUDA events, the memory peaks of just these steps; (window dict, last loss)."""
+    """--steps steps between CUDA events, the memory peaks of just these steps and the last step's loss."""
     images, labels = pool
     n_pool = images.shape[0]
     torch.cuda.synchronize()
@@ -249,7 +249,7 @@ def timed_window(args, train, pool, first_index):
             "ms_per_step": ms / args.steps, "wall_ms_per_step": 1e3 * wall_s / args.steps,
             "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
             "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
-            "last_loss": float(loss.detach().float().item())}, loss
+            "last_loss": float(loss.detach().float().item())}
 
 
 def measure(args, train, pool, first_s):
@@ -263,16 +263,16 @@ def measure(args, train, pool, first_s):
     # window's own peak (run 51: 1.09 GiB for ResNet-50 where 13.45 GiB were reserved) omits them. There, each
     # window's peak is taken together with this one.
     setup_peak = torch.cuda.max_memory_allocated()
-    windows, loss = [], None
+    windows = []
     for r in range(max(1, args.repeats)):
-        w, loss = timed_window(args, train, pool, args.warmup + 1 + r * args.steps)
+        w = timed_window(args, train, pool, args.warmup + 1 + r * args.steps)
         w["window_peak_allocated_bytes"] = w["peak_allocated_bytes"]
         if train.cudagraphs:
             w["peak_allocated_bytes"] = max(w["peak_allocated_bytes"], setup_peak)
         windows.append(w)
     ms = sum(w["ms"] for w in windows)
     steps = args.steps * len(windows)
-    last_loss = float(loss.detach().float().item())
+    last_loss = windows[-1]["last_loss"]
     finite = all(math.isfinite(w["last_loss"]) for w in windows)
     if not finite:  # a diverged model's steps compute NaN and inf: neither a training step's work nor its power
         log(f"WARNING: the loss was not finite at the end of a timed window ({[w['last_loss'] for w in windows]}, "
@@ -375,7 +375,8 @@ def legacy_recipe(args):
         "batch": args.batch,
         "memory_format": "channels_last" if args.channels_last else "contiguous",
         "loss": {"type": "cross_entropy", "label_smoothing": LABEL_SMOOTHING},
-        "optimizer": {"type": "sgd", "lr": args.lr, "momentum": MOMENTUM, "nesterov": True, "weight_decay": WEIGHT_DECAY,
+        "optimizer": {"type": "sgd", "lr": args.lr, "momentum": MOMENTUM, "nesterov": True,
+                      "weight_decay": WEIGHT_DECAY,
                       "decay": "conv/linear weights only (no biases, no batch-norm parameters)",
                       "impl": "foreach with the fp16 GradScaler (torch's fused SGD mishandles its skipped "
                               "steps), else fused if supported"},
