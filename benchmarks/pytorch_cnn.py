@@ -4,8 +4,8 @@
 PyTorch at its strongest on one GPU: torchvision model (weights=None, then trctl's init: Kaiming-uniform fan_in
 conv/linear weights, zero biases) in channels_last, a synthetic uint8 dataset resident on the GPU (--train-size
 images, default 2,560 = trctl's data.synthetic.train_size, rounded up to whole batches), normalized on the GPU
-every step, fp16 autocast with GradScaler (or bf16 without), cudnn.benchmark, TF32 allowed, SGD (foreach with
-the GradScaler, fused without: see make_optimizer) with Nesterov momentum and weight decay on conv/linear weights
+every step, fp16 autocast with GradScaler (or bf16 without), cudnn.benchmark, TF32 allowed, fused SGD (momentum
+buffers zero-initialised: see make_optimizer) with Nesterov momentum and weight decay on conv/linear weights
 only (trctl's decay_bias_and_norm: false),
 cross-entropy with label smoothing 0.1. Mode `compiled` runs torch.compile over normalize + forward + loss (and its
 backward); the optimizer step and GradScaler stay eager (as in benchmarks/pytorch_mlp_fmnist.py).
@@ -142,22 +142,27 @@ def model_facts(name, dev):
     return facts
 
 
-def make_optimizer(model, lr, grad_scaler):
+def make_optimizer(model, lr):
     """SGD, Nesterov momentum; weight decay on conv/linear weights only (not biases, not batch-norm parameters).
-    With a GradScaler (fp16) the multi-tensor foreach SGD, not the fused one: torch 2.11's fused SGD handles the
-    scaler's overflow itself (_step_supports_amp_scaling) and still advances its momentum buffers on a step the
-    scaler must skip, so the first routine overflow writes inf into the momentum and the weights diverge a step
-    later (RESULTS.md run 64: loss NaN and loss scale 0 at lr 0.009 as at 0.045; LibreYOLO PR 771 found the same).
-    Fused AdamW honours the overflow (benchmarks/pytorch_mlp_fmnist.py keeps it)."""
+    Fused SGD (one kernel; with the GradScaler it reads the overflow flag on the device, where foreach SGD makes
+    GradScaler.step wait for it on the host every step), its momentum buffers created as zeros here. torch 2.11's
+    fused SGD otherwise allocates them uninitialised (torch.empty_like) at its first step and fills them in the
+    kernel, which returns at once on a step the GradScaler skips: a skipped first step (routine at the scaler's
+    initial scale 65536) leaves them holding garbage, read from the next step on -- how PyTorch's side-by-side
+    model diverged (loss NaN, loss scale ~0) in most runs before RESULTS.md run 65. With dampening 0 a zero buffer
+    gives the first step's update exactly (0.9 x 0 + g = g). Foreach SGD where fused is unavailable."""
     decay = [p for p in model.parameters() if p.ndim > 1]
     no_decay = [p for p in model.parameters() if p.ndim <= 1]
     groups = [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}]
-    if not grad_scaler:
-        try:
-            return torch.optim.SGD(groups, lr=lr, momentum=MOMENTUM, nesterov=True, fused=True), "fused"
-        except (TypeError, RuntimeError, ValueError) as e:
-            log(f"fused SGD unavailable ({e}); using foreach")
-    return torch.optim.SGD(groups, lr=lr, momentum=MOMENTUM, nesterov=True, foreach=True), "foreach"
+    try:
+        opt, impl = torch.optim.SGD(groups, lr=lr, momentum=MOMENTUM, nesterov=True, fused=True), "fused"
+    except (TypeError, RuntimeError, ValueError) as e:
+        log(f"fused SGD unavailable ({e}); using foreach")
+        opt, impl = torch.optim.SGD(groups, lr=lr, momentum=MOMENTUM, nesterov=True, foreach=True), "foreach"
+    with torch.no_grad():
+        for p in decay + no_decay:
+            opt.state[p]["momentum_buffer"] = torch.zeros_like(p)  # same strides as p (channels_last weights)
+    return opt, impl
 
 
 class Training:
@@ -169,7 +174,7 @@ class Training:
         torch.cuda.reset_peak_memory_stats()
         self.memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
         self.model = make_model(args.model, self.memory_format, dev)
-        self.opt, self.opt_impl = make_optimizer(self.model, args.lr, grad_scaler=args.amp == "fp16")
+        self.opt, self.opt_impl = make_optimizer(self.model, args.lr)
         self.amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "none": None}[args.amp]
         self.scaler = torch.amp.GradScaler("cuda", enabled=args.amp == "fp16")
         self.crit = nn.CrossEntropyLoss(label_smoothing=LABEL_SMOOTHING)
@@ -378,8 +383,8 @@ def legacy_recipe(args):
         "optimizer": {"type": "sgd", "lr": args.lr, "momentum": MOMENTUM, "nesterov": True,
                       "weight_decay": WEIGHT_DECAY,
                       "decay": "conv/linear weights only (no biases, no batch-norm parameters)",
-                      "impl": "foreach with the fp16 GradScaler (torch's fused SGD mishandles its skipped "
-                              "steps), else fused if supported"},
+                      "impl": "fused (foreach where unsupported), momentum buffers created as zeros before the "
+                              "first step (torch's fused SGD leaves them uninitialised when the GradScaler skips it)"},
         "lr_schedule": "constant during the measurement: --lr, by default trctl's in its second warm-up epoch",
         "amp": args.amp,
         "grad_scaler": args.amp == "fp16",

@@ -55,8 +55,9 @@
 #             training run settles to); mlp = configs/mlp_fmnist.yaml on the real Fashion-MNIST. LAYER_ENERGY=S:
 #             also --energy S (the step's and each node's energy from NVML, S seconds each: ~S x nodes more time;
 #             raise LAYER_TIMEOUT, default 240 s); LAYER_REPS: --reps (default 10); LAYER_TRAIN: the CNNs' synthetic
-#             training images (default 1024: 4 batches the replays cycle through -- with random labels the model
-#             starts to memorise them within seconds of replays, and its power falls; 25600 as the cnn stage)
+#             training images (default 25600, as the cnn stage's long runs: over 1024 images -- 4 batches the
+#             replays cycle through -- VGG16-BN's step measured 32.8 J per replay, over 25600 41.1 J, its
+#             gradient convolutions 26 % more; RESULTS.md run 65)
 #   data      the data pipeline (issue 5): a generated ImageNet-like JPEG folder (DATA_IMAGES, default 20000,
 #             1000 classes, ~500x375), packed to DTS at full size and at level 160:90; trctl bench data
 #             (RandomResizedCrop 224 + flip + normalize to fp16, 16 workers) from the reduced level streamed and in
@@ -228,10 +229,10 @@ fi
 
 if has layers; then
   for m in ${LAYER_MODELS:-mlp ${CNN_MODELS:-resnet50 vgg16bn resnet18}}; do
-    case "$m" in  # the MLP on its real data (resident on the GPU); the CNNs on a small synthetic set
+    case "$m" in  # the MLP on its real data (resident on the GPU); the CNNs on a synthetic set (LAYER_TRAIN)
       mlp) cfg=configs/mlp_fmnist.yaml; data_args="data.root=$DATA" ;;
       *) cfg="configs/$m.yaml"
-         data_args="data.synthetic.train_size=${LAYER_TRAIN:-1024} data.synthetic.val_size=256 ${CNN_EXTRA:-}" ;;
+         data_args="data.synthetic.train_size=${LAYER_TRAIN:-25600} data.synthetic.val_size=256 ${CNN_EXTRA:-}" ;;
     esac
     # LAYER_VARIANTS: '|'-separated sets of further overrides, each profiled after the base run (A/B in one call),
     # e.g. LAYER_VARIANTS="train.conv_bn_stats=auto|train.conv_bn_stats=fused" with CNN_EXTRA="train.deterministic=false"
