@@ -145,6 +145,10 @@ BenchResult bench_begin(const std::string& suite, const std::vector<std::string>
 }
 
 int bench_write_json(const std::string& path, const BenchResult& r) {
+  // The tables went to stdout (buffered when redirected to a file, as device_run.sh does with 2>&1): out first, so
+  // that this stderr line follows them rather than landing inside one.
+  std::cout.flush();
+  std::fflush(stdout);
   Status st = bench_result_write(path, r);
   if (!st.ok()) {
     for (const auto& e : st.errors()) std::fprintf(stderr, "error: %s\n", e.str().c_str());

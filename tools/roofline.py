@@ -10,7 +10,8 @@ pass the ones of the same run when you have them. Prints a markdown table by op 
 of the node sum, roofline ms, measured / roofline, and the gap (measured - roofline), biggest gap first; then the
 N nodes with the biggest gaps, and the step at roofline (what the model would reach if every node ran at its
 ceiling with the same graph: passes that a fusion would remove still count). With `--energy` in the profile, the
-joules by op kind and the nodes that spend the most follow. Standard library only.
+joules by op kind, the nodes that spend the most, and those that spend the most above the median joules per FLOP
+(matrix nodes) or per byte (the others) follow. Standard library only.
 """
 import argparse
 import json
@@ -77,6 +78,7 @@ def main(argv):
         print("- %s, %s %s: %.3f ms vs %.3f (%s)" % (n["name"], n["op"], n["shape"], n["ms"], r,
                                                     "%.1fx" % (n["ms"] / r) if r > 0 else "-"))
     energy_table(doc, metrics, kinds, nodes, a.top)
+    excess_table(nodes, a.top, a.bw, a.tflops)
     return 0
 
 
@@ -114,6 +116,39 @@ def energy_table(doc, metrics, kinds, nodes, top):
         lms = loaded_ms(n)
         print("- %s, %s: %.3f J at %.0f W over %.3f ms (burst %.3f ms)" %
               (n["name"], n["op"], n.get("mj", 0.0) * 1e-3, n.get("mj", 0.0) / lms if lms > 0 else 0, lms, n["ms"]))
+
+
+def flop_bound(n, bw_gbs, tflops):
+    """Whether a node's roofline is its matrix work rather than its bytes."""
+    return n.get("flops", 0) / (tflops * 1e12) >= n.get("bytes", 0) / (bw_gbs * 1e9) and n.get("flops", 0) > 0
+
+
+def excess_table(nodes, top, bw_gbs, tflops):
+    """Joules per unit of work (with `--energy` in the profile): each FLOP-bound node (by its roofline) against the
+    median pJ per FLOP of those, each byte-bound one against the median pJ per byte; the nodes spending the most
+    above their median's rate -- what the same work cost elsewhere in the step; under a power cap, where to look
+    first."""
+    spent = [n for n in nodes if n.get("mj", 0) > 0]
+    groups = [("FLOP", [n for n in spent if flop_bound(n, bw_gbs, tflops)], "flops"),
+              ("byte", [n for n in spent if not flop_bound(n, bw_gbs, tflops) and n.get("bytes", 0) > 0], "bytes")]
+    rows = []
+    medians = []
+    for unit, group, key in groups:
+        if not group:
+            continue
+        rates = sorted(n["mj"] * 1e9 / n[key] for n in group)  # pJ per unit
+        med = rates[len(rates) // 2] if len(rates) % 2 else 0.5 * (rates[len(rates) // 2 - 1] + rates[len(rates) // 2])
+        medians.append("%.3f pJ/%s over %d nodes" % (med, unit, len(group)))
+        for n in group:
+            at_median_j = n[key] * med * 1e-12
+            rows.append((n["mj"] * 1e-3 - at_median_j, n, at_median_j, n["mj"] * 1e9 / n[key], unit))
+    if not rows:
+        return
+    print()
+    print("Joules above the median rate (medians: %s; node, op, J, J at the median rate, excess):" % "; ".join(medians))
+    for excess, n, at_median_j, rate, unit in sorted(rows, key=lambda r: -r[0])[:top]:
+        print("- %s, %s: %.3f J vs %.3f (%+.3f J; %.3f pJ/%s)" % (n["name"], n["op"], n["mj"] * 1e-3, at_median_j,
+                                                             excess, rate, unit))
 
 
 if __name__ == "__main__":

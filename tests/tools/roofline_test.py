@@ -61,6 +61,14 @@ def main():
         check("energy: most-energy node first",
               "Most energy (node, op, J, W, loaded ms, burst ms):\n- conv, conv2d: 2.800 J at 560 W over 5.000 ms "
               "(burst 4.000 ms)" in out, out)
+        # joules per unit of work: the conv is FLOP-bound (2 ms of flops vs 1 ms of bytes), the batch norms
+        # byte-bound (1,500 and 1,000 pJ per byte, median 1,250): bn1 spends 0.25 J above it, bn2 0.25 below
+        check("energy: medians by bound", "medians: 1400.000 pJ/FLOP over 1 nodes; 1250.000 pJ/byte over 2 nodes"
+              in out, out)
+        check("energy: most joules above the median rate first",
+              "- bn1, batch_norm: 1.500 J vs 1.250 (+0.250 J; 1500.000 pJ/byte)\n- conv, conv2d: 2.800 J vs 2.800 "
+              "(+0.000 J; 1400.000 pJ/FLOP)\n- bn2, batch_norm: 1.000 J vs 1.250 (-0.250 J; 1000.000 pJ/byte)" in out,
+              out)
         bad = os.path.join(d, "bad.json")
         with open(bad, "w") as f:
             f.write("{\"schema\": 1}")
