@@ -266,7 +266,7 @@ Status bench_train_metrics(const TrainResult& r, bool accuracy, bool cpu, BenchR
   int64_t steps = 0;
   for (size_t i = 1; i < r.epochs.size(); ++i) {
     joules += r.epochs[i].energy_j;  // NaN when an epoch went unmeasured: then no figure
-    seconds += r.epochs[i].power_w > 0 ? r.epochs[i].energy_j / r.epochs[i].power_w : 0;
+    seconds += r.epochs[i].train_seconds;
     steps += r.epochs[i].steps;
   }
   if (std::isfinite(joules) && steps > 0 && seconds > 0) {

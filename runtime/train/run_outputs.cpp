@@ -60,9 +60,11 @@ void RunOutputs::epoch(const EpochRecord& r) {
   std::fprintf(metrics_,
                "{\"kind\":\"epoch\",\"epoch\":%d,\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"train_loss\":%.9g,"
                "\"train_top1\":%.6f,\"val_loss\":%s,\"val_top1\":%s,\"val_top5\":%s,\"images_per_s\":%.1f,"
-               "\"epoch_seconds\":%.3f,\"seconds\":%.3f,\"skipped_steps\":%lld,\"loss_scale\":%.9g",
+               "\"epoch_seconds\":%.3f,\"train_seconds\":%.3f,\"seconds\":%.3f,\"skipped_steps\":%lld,"
+               "\"loss_scale\":%.9g",
                r.epoch, static_cast<long long>(r.step), r.train_loss, r.lr, r.train_loss, r.train_top1, vl, vt, v5,
-               r.images_per_s, r.epoch_seconds, r.seconds, static_cast<long long>(r.skipped_steps), r.loss_scale);
+               r.images_per_s, r.epoch_seconds, r.train_seconds, r.seconds, static_cast<long long>(r.skipped_steps),
+               r.loss_scale);
   if (std::isfinite(r.energy_j))  // measured (a GPU's board counter): the epoch's training steps' joules and watts
     std::fprintf(metrics_, ",\"energy_j\":%.3f,\"power_w\":%.1f,\"steps\":%lld", r.energy_j, r.power_w,
                  static_cast<long long>(r.steps));

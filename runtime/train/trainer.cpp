@@ -769,6 +769,7 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     r.loss_scale = be->save_state().loss_scale;
     res.skipped_steps += r.skipped_steps;
     r.images_per_s = imgs.value() / train_seconds;
+    r.train_seconds = train_seconds;
     r.steps = r.step - step_before;
     r.energy_j = (mj_after - mj_before) * 1e-3;  // NaN when either read failed
     r.power_w = r.energy_j / train_seconds;

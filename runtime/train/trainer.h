@@ -29,11 +29,12 @@ struct EpochRecord {
   double val_loss = 0, val_top1 = 0;
   double val_top5 = 0;    // label among the 5 largest logits (accuracy_topk_cpu's rule for ties)
   double images_per_s = 0, epoch_seconds = 0, seconds = 0;
+  double train_seconds = 0;  // the epoch's training steps alone (images_per_s = their images / this)
   bool validated = true;  // false: train.validate_every skipped this epoch's validation (val_* are 0)
   int64_t skipped_steps = 0;  // training steps of this epoch skipped for non-finite gradients
   double loss_scale = 1;      // the dynamic loss scale after the epoch (1 where the backend does not scale)
   // The board's energy over the epoch's training steps (Backend::energy_mj; NaN where not measured: the CPU
-  // backend, a GPU without NVML) and its mean power over them (energy_j / the training seconds).
+  // backend, a GPU without NVML) and its mean power over them (energy_j / train_seconds).
   double energy_j = std::numeric_limits<double>::quiet_NaN();
   double power_w = std::numeric_limits<double>::quiet_NaN();
   int64_t steps = 0;          // training steps the epoch ran (optimizer steps; energy_j / steps = J per step)

@@ -252,17 +252,18 @@ TEST_CASE("bench --epochs gives the steady epochs' joules per step and power whe
     r.steps = 10;
     r.epoch_seconds = 1.0;
     r.images_per_s = 2560;
-    r.energy_j = e == 1 ? 100 : 350;  // epoch 1 (warm-up) left out; epochs 2-3: 350 J over 0.5 s each
-    r.power_w = e == 1 ? 200 : 700;
+    r.train_seconds = e == 1 ? 0.5 : 0.4 + 0.1 * (e - 2);  // epochs 2-3: 0.4 and 0.5 s of training steps
+    r.energy_j = e == 1 ? 100 : 700 * r.train_seconds;      // epoch 1 (warm-up) left out; epochs 2-3 at 700 W
+    r.power_w = r.energy_j / r.train_seconds;
     tr.epochs.push_back(r);
   }
   BenchResult r;
   REQUIRE(bench_train_metrics(tr, false, false, &r).ok());
   std::map<std::string, BenchMetric> m = by_name(r);
   REQUIRE(m.count("j_per_step_steady"));
-  CHECK(m["j_per_step_steady"].value == Approx(35.0));  // 700 J over 20 steps
+  CHECK(m["j_per_step_steady"].value == Approx(31.5));  // 280 + 350 J over 20 steps
   CHECK_FALSE(m["j_per_step_steady"].check);            // shown, not compared with a baseline
-  CHECK(m["power_w_steady"].value == Approx(700.0));
+  CHECK(m["power_w_steady"].value == Approx(700.0));     // 630 J over the training steps' 0.9 s, not the epochs' 2
   tr.epochs[2].energy_j = std::numeric_limits<double>::quiet_NaN();  // one steady epoch unmeasured: no figure
   BenchResult partial;
   REQUIRE(bench_train_metrics(tr, false, false, &partial).ok());

@@ -621,6 +621,7 @@ TEST_CASE("metrics.jsonl's epoch records carry the board's energy when measured,
   r.steps = 25;
   r.images_per_s = 4900;
   r.epoch_seconds = r.seconds = 1.3;
+  r.train_seconds = 1.25;
   out.epoch(r);  // not measured (CPU): no energy keys
   r.epoch = 2;
   r.step = 50;
@@ -631,6 +632,8 @@ TEST_CASE("metrics.jsonl's epoch records carry the board's energy when measured,
   const size_t second = m.find("\"epoch\":2");
   REQUIRE(second != std::string::npos);
   CHECK(m.substr(0, second).find("energy_j") == std::string::npos);
+  CHECK_THAT(m.substr(0, second),
+             Catch::Contains("\"epoch_seconds\":1.300,\"train_seconds\":1.250,\"seconds\":1.300"));
   CHECK_THAT(m.substr(second), Catch::Contains(",\"energy_j\":885.125,\"power_w\":683.0,\"steps\":25}\n"));
   fs::remove_all(d);
 }
