@@ -127,11 +127,12 @@ def recipe(cfg, facts, env, mode, compile_mode):
 
 def result_doc(cfg, facts, env, mode, res):
     """One mode's measurement (pytorch_cnn.measure's dict) as a trctl-bench-result/1 document: one run per timed
-    window (images/s, ms/step, peak memory), the whole measurement kept under "measurement"."""
+    window (images/s, ms/step, peak memory, joules per step), the whole measurement kept under "measurement"."""
     compile_mode = res.get("compile_mode") if mode == "compiled" else None
     name = "pytorch eager" if mode == "eager" else f"pytorch compiled ({compile_mode})"
     runs = [{"seed": 0, "window": i + 1, "steps": w["steps"], "images_per_s_steady": w["img_per_s"],
-             "ms_per_step": w["ms_per_step"], "peak_memory_bytes": w["peak_allocated_bytes"]}
+             "ms_per_step": w["ms_per_step"], "peak_memory_bytes": w["peak_allocated_bytes"],
+             "j_per_step": w.get("j_per_step")}  # the board's energy over the window (NVML; null: not measured)
             for i, w in enumerate(res["windows"])]
     doc = {"schema": SCHEMA, "tool": "pytorch", "name": name, "model": cfg["model"],
            "recipe": recipe(cfg, facts, env, mode, compile_mode), "runs": runs,
@@ -193,7 +194,7 @@ def fake_measurement(cfg, mode):
     """A made-up measurement shaped like pytorch_cnn.measure's (what --selftest writes)."""
     ips = {"eager": [1210.0, 1198.5, 1215.25], "compiled": [1402.0, 1395.5, 1410.75]}[mode]
     windows = [{"steps": cfg["steps"], "img_per_s": v, "ms_per_step": 1e3 * cfg["batch"] / v,
-                "peak_allocated_bytes": 30 * 2**30 + i} for i, v in enumerate(ips)]
+                "peak_allocated_bytes": 30 * 2**30 + i, "j_per_step": 50.0 + i} for i, v in enumerate(ips)]
     res = {"windows": windows, "img_per_s": sum(ips) / 3, "first_step_s": 2.5, "compile_s": 0.0,
            "loss_finite": True, "last_loss": float("nan")}  # NaN: must come out as null
     if mode == "compiled":
@@ -222,6 +223,8 @@ def selftest(out_dir):
         problems += [f"{path}: {p}" for p in schema_problems(doc)]
         if doc["measurement"].get("last_loss", 0) is not None:
             problems.append(f"{path}: a NaN was not written as null")
+        if [r.get("j_per_step") for r in doc["runs"]] != [50.0, 51.0, 52.0]:
+            problems.append(f"{path}: the windows' joules per step are not in its runs")
     # A failed compiled mode (every compile mode failed) removes the earlier file instead of keeping it.
     failed = dict(results, compiled={"error": "every compile mode failed", "failed_modes": []})
     scratch = tempfile.mkdtemp(prefix="cnn_result_selftest_")

@@ -33,6 +33,7 @@ import torchvision
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cnn_result  # noqa: E402 -- the torch-free schema writer next to this file
+import nvml_energy  # noqa: E402 -- the board's energy counter (ctypes), next to this file
 from cnn_result import CLASSES, LABEL_SMOOTHING, LR_MEASURE, MEAN, MOMENTUM, SIDE, STD, WEIGHT_DECAY  # noqa: E402
 
 MODELS = {"vgg16bn": "vgg16_bn", "resnet18": "resnet18", "resnet50": "resnet50"}
@@ -233,13 +234,16 @@ def first_step(train, pool, timeout_s):
     return time.perf_counter() - t0
 
 
-def timed_window(args, train, pool, first_index):
-    """--steps steps between CUDA events, the memory peaks of just these steps and the last step's loss."""
+def timed_window(args, train, pool, first_index, meter):
+    """--steps steps between CUDA events, the memory peaks of just these steps and the last step's loss; with an
+    NVML meter (nvml_energy.NvmlEnergy, else None) the board's joules per step and mean watts over the window,
+    read with the device idle on both sides as trctl reads them around its epochs' training steps."""
     images, labels = pool
     n_pool = images.shape[0]
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    mj_before = meter.read_mj() if meter else None
     t0 = time.perf_counter()
     start.record()
     loss = None
@@ -249,15 +253,18 @@ def timed_window(args, train, pool, first_index):
     end.record()
     torch.cuda.synchronize()
     wall_s = time.perf_counter() - t0
+    mj_after = meter.read_mj() if meter else None
     ms = start.elapsed_time(end)
+    j_per_step, power_w = nvml_energy.window_energy(mj_before, mj_after, args.steps, wall_s)
     return {"steps": args.steps, "ms": ms, "img_per_s": args.batch * args.steps / (ms / 1e3),
             "ms_per_step": ms / args.steps, "wall_ms_per_step": 1e3 * wall_s / args.steps,
             "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
             "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
-            "last_loss": float(loss.detach().float().item())}
+            "last_loss": float(loss.detach().float().item()),
+            "j_per_step": j_per_step, "power_w": power_w}
 
 
-def measure(args, train, pool, first_s):
+def measure(args, train, pool, first_s, meter):
     """Warm-up, then --repeats windows of --steps timed steps; the totals over all windows as before."""
     images, labels = pool
     n_pool = images.shape[0]
@@ -270,7 +277,7 @@ def measure(args, train, pool, first_s):
     setup_peak = torch.cuda.max_memory_allocated()
     windows = []
     for r in range(max(1, args.repeats)):
-        w = timed_window(args, train, pool, args.warmup + 1 + r * args.steps)
+        w = timed_window(args, train, pool, args.warmup + 1 + r * args.steps, meter)
         w["window_peak_allocated_bytes"] = w["peak_allocated_bytes"]
         if train.cudagraphs:
             w["peak_allocated_bytes"] = max(w["peak_allocated_bytes"], setup_peak)
@@ -278,6 +285,7 @@ def measure(args, train, pool, first_s):
     ms = sum(w["ms"] for w in windows)
     steps = args.steps * len(windows)
     last_loss = windows[-1]["last_loss"]
+    joules = [w["j_per_step"] for w in windows]
     finite = all(math.isfinite(w["last_loss"]) for w in windows)
     if not finite:  # a diverged model's steps compute NaN and inf: neither a training step's work nor its power
         log(f"WARNING: the loss was not finite at the end of a timed window ({[w['last_loss'] for w in windows]}, "
@@ -298,6 +306,7 @@ def measure(args, train, pool, first_s):
         "loss_finite": finite,
         "loss_scale_end": float(train.scaler.get_scale()) if args.amp == "fp16" else None,
         "optimizer_impl": train.opt_impl,
+        "j_per_step": sum(joules) / len(joules) if all(j is not None for j in joules) else None,
     }
 
 
@@ -307,11 +316,11 @@ def free_memory():
     torch.cuda.empty_cache()
 
 
-def run_eager(args, dev, pool):
+def run_eager(args, dev, pool, meter):
     train = Training(args, dev)
     try:
         first_s = first_step(train, pool, 0)
-        res = measure(args, train, pool, first_s)
+        res = measure(args, train, pool, first_s, meter)
         res["compile_s"] = 0.0
         return res
     finally:
@@ -319,7 +328,7 @@ def run_eager(args, dev, pool):
         free_memory()
 
 
-def run_compiled(args, dev, pool):
+def run_compiled(args, dev, pool, meter):
     """Tries each --compile-modes entry in order; failures are recorded, not raised."""
     attempts = []
     for mode in [m.strip() for m in args.compile_modes.split(",") if m.strip()]:
@@ -327,7 +336,7 @@ def run_compiled(args, dev, pool):
         try:
             train = Training(args, dev, compile_mode=mode)
             first_s = first_step(train, pool, args.compile_timeout_s)
-            res = measure(args, train, pool, first_s)
+            res = measure(args, train, pool, first_s, meter)
             res.update({"compile_mode": mode, "compile_s": first_s, "failed_modes": attempts})
             return res
         except Exception as e:  # noqa: BLE001 -- any compiler failure is a result to report
@@ -411,10 +420,22 @@ def human_line(model, mode, r):
     if "error" in r:
         return f"{model} {mode}: FAILED ({r['error']})"
     extra = f", compile {r['compile_s']:.1f} s (mode {r['compile_mode']})" if mode == "compiled" else ""
-    return (f"{model} {mode}: {r['img_per_s']:.1f} img/s, {r['ms_per_step']:.2f} ms/step, "
+    joules = f", {r['j_per_step']:.2f} J/step" if r.get("j_per_step") is not None else ""
+    return (f"{model} {mode}: {r['img_per_s']:.1f} img/s, {r['ms_per_step']:.2f} ms/step{joules}, "
             f"peak allocated {r['peak_allocated_bytes'] / 2**30:.2f} GiB, reserved "
             f"{r['peak_reserved_bytes'] / 2**30:.2f} GiB, first step {r['first_step_s']:.1f} s{extra}, "
             f"last loss {r['last_loss']:.3f}")
+
+
+def open_energy_meter(dev):
+    """The board's NVML energy counter of dev (by its UUID, else the only device), or None: then no joules."""
+    uuid = nvml_energy.torch_device_uuid(torch.cuda.get_device_properties(dev))
+    meter = nvml_energy.NvmlEnergy.open(uuid=uuid) if uuid else None
+    if meter is None:
+        meter = nvml_energy.NvmlEnergy.open()
+    if meter is None:
+        log(f"no board energy per step: {nvml_energy.NvmlEnergy.last_error}")
+    return meter
 
 
 def main():
@@ -427,6 +448,7 @@ def main():
     setup_backends()
     pool = make_pool(args.batch, pool_batches(args), dev)
     env = env_info()
+    meter = open_energy_meter(dev)
     out = {"model": args.model, "batch": args.batch, "results": {}, "recipe": legacy_recipe(args), "env": env,
            "pool_bytes": pool[0].numel() + pool[1].numel() * 8}
     facts = None
@@ -453,7 +475,7 @@ def main():
     for mode in modes:
         log(f"{args.model} {mode}: batch {args.batch}, {args.warmup} warm-up + {args.steps} timed steps ...")
         try:
-            res = run_eager(args, dev, pool) if mode == "eager" else run_compiled(args, dev, pool)
+            res = run_eager(args, dev, pool, meter) if mode == "eager" else run_compiled(args, dev, pool, meter)
         except Exception as e:  # noqa: BLE001 -- e.g. out of memory: report it, keep the other mode
             res = {"error": f"{type(e).__name__}: {e}"[:2000],
                    "traceback_tail": traceback.format_exc().strip().splitlines()[-15:]}
@@ -467,6 +489,8 @@ def main():
         if "img_per_s" in e and "img_per_s" in c:
             out["compiled_over_eager"] = c["img_per_s"] / e["img_per_s"]
             log(f"{args.model}: compiled / eager = {out['compiled_over_eager']:.3f}")
+    if meter:
+        meter.close()
     write_json(args, out)
     print(json.dumps(out), flush=True)
     return 0

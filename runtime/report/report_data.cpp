@@ -46,7 +46,8 @@ Result<EpochPoint> epoch_from_json(const JsonNode& o, const std::string& where, 
   const std::pair<const char*, double*> fields[] = {
       {"epoch", &epoch},       {"train_loss", &e.train_loss}, {"train_top1", &e.train_top1},
       {"val_loss", &e.val_loss}, {"val_top1", &e.val_top1},   {"lr", &e.lr},
-      {"images_per_s", &e.images_per_s}, {seconds_key, &e.seconds}};
+      {"images_per_s", &e.images_per_s}, {seconds_key, &e.seconds}, {"energy_j", &e.energy_j},
+      {"steps", &e.steps}};
   for (const auto& [key, dst] : fields) {
     Status st = get_number(o, key, where, ctx, dst);
     if (!st.ok()) return st.errors();
@@ -171,7 +172,8 @@ Result<RunData> run_from_json(const JsonNode& r, const std::string& path, size_t
                                                     {"images_per_s_steady", &run.images_per_s_steady},
                                                     {"seconds", &run.seconds},
                                                     {"ms_per_step", &run.ms_per_step},
-                                                    {"peak_memory_bytes", &run.peak_memory_bytes}};
+                                                    {"peak_memory_bytes", &run.peak_memory_bytes},
+                                                    {"j_per_step", &run.j_per_step}};
   for (const auto& [key, dst] : fields) {
     Status st = get_number(r, key, path, ctx, dst);
     if (!st.ok()) return st.errors();
@@ -343,8 +345,8 @@ void report_run_finalize(RunData& run) {
     if (i + 1 == e.size() || e[i + 1].epoch != e[i].epoch) kept.push_back(e[i]);
   e = std::move(kept);
   if (e.empty()) return;
-  double best = kNoFigure, final_top1 = kNoFigure, total = 0, steady = 0, inv_ips = 0;
-  bool all_seconds = true, all_ips = true;
+  double best = kNoFigure, final_top1 = kNoFigure, total = 0, steady = 0, inv_ips = 0, joules = 0, steps = 0;
+  bool all_seconds = true, all_ips = true, all_energy = true;
   for (size_t i = 0; i < e.size(); ++i) {
     if (std::isfinite(e[i].val_top1)) {
       final_top1 = e[i].val_top1;
@@ -356,6 +358,9 @@ void report_run_finalize(RunData& run) {
     if (i > 0 || e.size() == 1) {
       all_ips &= std::isfinite(e[i].images_per_s) && e[i].images_per_s > 0;
       inv_ips += 1 / e[i].images_per_s;
+      all_energy &= std::isfinite(e[i].energy_j) && std::isfinite(e[i].steps) && e[i].steps > 0;
+      joules += e[i].energy_j;
+      steps += e[i].steps;
     }
   }
   const double n_steady = e.size() == 1 ? 1.0 : static_cast<double>(e.size() - 1);
@@ -363,6 +368,7 @@ void report_run_finalize(RunData& run) {
   if (all_seconds) run.seconds = total;
   if (all_seconds && e.size() > 1 && steady > 0) run.epochs_per_s_steady = n_steady / steady;
   if (all_ips) run.images_per_s_steady = n_steady / inv_ips;  // equal images per epoch: the harmonic mean
+  if (all_energy) run.j_per_step = joules / steps;
 }
 
 std::vector<ToolResult> report_group(std::vector<ToolResult> inputs) {

@@ -11,11 +11,13 @@ namespace trctl {
 
 constexpr double kNoFigure = NAN;  // a figure a source does not state (NaN: isfinite() is false)
 
-// One epoch; `seconds` is the epoch's wall time (training + validation), images_per_s the training throughput.
+// One epoch; `seconds` is the epoch's wall time (training + validation), images_per_s the training throughput;
+// energy_j the board's energy over its training steps and `steps` how many ran (a GPU run's metrics.jsonl).
 struct EpochPoint {
   int epoch = 0;
   double train_loss = kNoFigure, train_top1 = kNoFigure, val_loss = kNoFigure, val_top1 = kNoFigure;
   double lr = kNoFigure, images_per_s = kNoFigure, seconds = kNoFigure;
+  double energy_j = kNoFigure, steps = kNoFigure;
 };
 
 // One training run. The figures are computed from `epochs` when they hold them (report_run_finalize), so that
@@ -29,6 +31,9 @@ struct RunData {
   double seconds = kNoFigure;              // sum of the epochs' seconds
   double ms_per_step = kNoFigure;          // stated, else 1000 * batch size / images_per_s_steady
   double peak_memory_bytes = kNoFigure;    // each tool's own measure (recipe item memory_measure)
+  // The board's joules per training step over the steady epochs (every one measured: energy_j and steps), else as
+  // stated; a power-capped GPU's step time follows it.
+  double j_per_step = kNoFigure;
 };
 
 struct RecipeItem {

@@ -101,12 +101,12 @@ std::string cell(const Spread& s, const char* f, const std::string& unit = "") {
 }
 
 struct GroupFigures {
-  Spread steady, images, final_top1, best_top1, tta_seconds, tta_epochs, ms_per_step, memory;
+  Spread steady, images, final_top1, best_top1, tta_seconds, tta_epochs, ms_per_step, memory, j_per_step;
   int reached = 0, runs = 0;
 };
 
 GroupFigures figures_of(const ToolResult& g, double threshold) {
-  std::vector<double> steady, images, fin, best, tta_s, tta_e, ms, mem;
+  std::vector<double> steady, images, fin, best, tta_s, tta_e, ms, mem, joules;
   GroupFigures f;
   f.runs = static_cast<int>(g.runs.size());
   for (const RunData& r : g.runs) {
@@ -116,6 +116,7 @@ GroupFigures figures_of(const ToolResult& g, double threshold) {
     best.push_back(100 * r.best_val_top1);
     ms.push_back(r.ms_per_step);
     mem.push_back(r.peak_memory_bytes);
+    joules.push_back(r.j_per_step);
     if (!std::isfinite(threshold) || g.synthetic) continue;
     const TimeToAccuracy t = time_to_accuracy(r, threshold);
     if (!t.reached) continue;
@@ -131,6 +132,7 @@ GroupFigures figures_of(const ToolResult& g, double threshold) {
   f.tta_epochs = spread_of(tta_e);
   f.ms_per_step = spread_of(ms);
   f.memory = spread_of(mem);
+  f.j_per_step = spread_of(joules);
   return f;
 }
 
@@ -186,22 +188,36 @@ double report_default_threshold(const std::vector<ToolResult>& groups) {
 
 namespace {
 
-// Throughput only: images/s and ms/step with their ratios; memory in each tool's own measure, never divided.
+// Throughput only: images/s and ms/step with their ratios; memory in each tool's own measure, never divided; where
+// an input measured the board's energy, joules per step (with the mean watts they imply: J / s per step) and
+// their ratio.
 ResultsTable throughput_results(const std::vector<ToolResult>& groups) {
   ResultsTable t;
   t.throughput_only = true;
   t.header = {"tool", "runs", "images/s (steady)", "ms/step (steady)", "peak memory"};
   std::vector<GroupFigures> figs;
+  bool energy = false;
   for (const ToolResult& g : groups) {
-    const GroupFigures f = figures_of(g, kNoFigure);
-    figs.push_back(f);
-    t.rows.push_back({g.name, std::to_string(f.runs), cell(f.images, "%.0f"), cell(f.ms_per_step, "%.2f"),
+    figs.push_back(figures_of(g, kNoFigure));
+    energy |= figs.back().j_per_step.n > 0;
+  }
+  if (energy) t.header.push_back("J/step (steady)");
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const GroupFigures& f = figs[i];
+    t.rows.push_back({groups[i].name, std::to_string(f.runs), cell(f.images, "%.0f"), cell(f.ms_per_step, "%.2f"),
                       memory_cell(f.memory)});
+    if (energy) {
+      std::string j = cell(f.j_per_step, "%.2f");
+      if (f.j_per_step.n > 0 && f.ms_per_step.n > 0 && f.ms_per_step.median > 0)
+        j += fmt(" at %.0f W", 1000 * f.j_per_step.median / f.ms_per_step.median);
+      t.rows.back().push_back(j);
+    }
     t.ratio_row.push_back(false);
   }
   for (size_t i = 1; i < groups.size(); ++i) {
     t.rows.push_back({groups[0].name + " / " + groups[i].name, "", ratio(figs[0].images, figs[i].images),
                       ratio(figs[0].ms_per_step, figs[i].ms_per_step), "—"});
+    if (energy) t.rows.back().push_back(ratio(figs[0].j_per_step, figs[i].j_per_step));
     t.ratio_row.push_back(true);
   }
   return t;

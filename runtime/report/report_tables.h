@@ -43,7 +43,8 @@ double report_default_threshold(const std::vector<ToolResult>& groups);
 
 // One row per group (medians with min-max over its runs), then one ratio row per other group against group 0.
 // Accuracy columns (epochs/s, images/s, final and best val top-1, time and epochs to the threshold; a synthetic
-// group's accuracy cells read "synthetic data"), or in a throughput report: images/s, ms/step, peak memory.
+// group's accuracy cells read "synthetic data"), or in a throughput report: images/s, ms/step, peak memory, and
+// J/step (with the watts it implies) when any group measured its energy.
 ResultsTable report_results(const std::vector<ToolResult>& groups, double threshold);
 
 }  // namespace trctl

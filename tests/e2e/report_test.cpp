@@ -114,7 +114,9 @@ const std::string kVggConfig = std::string(TRCTL_SOURCE_DIR) + "/configs/vgg16bn
 
 // A run directory of configs/vgg16bn.yaml on synthetic data (the cnn stage's overrides), one epoch per images/s
 // value, a random-label val top-1 of 1.23 %, and a plan.txt that states only the planned bytes.
-fs::path write_synthetic_run_dir(const fs::path& dir, const std::vector<double>& images_per_s, double plan_bytes) {
+// joules: each epoch's energy over its 25 training steps, as a GPU run's metrics.jsonl records it (none: not measured).
+fs::path write_synthetic_run_dir(const fs::path& dir, const std::vector<double>& images_per_s, double plan_bytes,
+                                 const std::vector<double>& joules = {}) {
   fs::create_directories(dir);
   Result<Spec> spec = spec_load(kVggConfig, {"train.device=cuda", "train.epochs=3", "data.synthetic.train_size=6400"});
   REQUIRE(spec.ok());
@@ -135,6 +137,8 @@ fs::path write_synthetic_run_dir(const fs::path& dir, const std::vector<double>&
     r.images_per_s = images_per_s[i];
     r.epoch_seconds = 6400 / images_per_s[i] + 0.2;
     r.seconds = t += r.epoch_seconds;
+    r.steps = 25;
+    if (i < joules.size()) r.energy_j = joules[i], r.power_w = joules[i] / (r.epoch_seconds - 0.2);
     out.epoch(r);
   }
   return dir;
@@ -142,17 +146,21 @@ fs::path write_synthetic_run_dir(const fs::path& dir, const std::vector<double>&
 
 // A throughput result as benchmarks/pytorch_cnn.py --out-dir writes it, reduced to what the report reads: one run
 // per timed window (images/s and peak memory; no ms_per_step, so the report derives it from the batch size).
-// measurement: the members of the result's "measurement" object (pytorch_cnn.py's), e.g. R"("loss_finite": false)"
+// measurement: the members of the result's "measurement" object (pytorch_cnn.py's), e.g. R"("loss_finite": false)";
+// j_per_step: each run's joules per step (the board's energy over its window; none: not measured).
 void write_throughput_json(const fs::path& path, const std::string& name, const std::vector<double>& images_per_s,
-                           const std::string& measurement = "") {
+                           const std::string& measurement = "", const std::vector<double>& j_per_step = {}) {
   std::ofstream f(path);
   f << R"({"schema": "trctl-bench-result/1", "tool": "pytorch", "name": ")" << name << R"(",
   "recipe": {"dataset": "synthetic 224x224x3, 1000 classes, 6400 train images", "batch_size": 256,
              "epochs": "3 timed windows", "memory_measure": "torch.cuda.max_memory_allocated"},
   "runs": [)";
-  for (size_t i = 0; i < images_per_s.size(); ++i)
+  for (size_t i = 0; i < images_per_s.size(); ++i) {
     f << (i ? ", " : "") << R"({"images_per_s_steady": )" << images_per_s[i]
-      << R"(, "peak_memory_bytes": 536870912, "window": )" << i + 1 << "}";
+      << R"(, "peak_memory_bytes": 536870912, "window": )" << i + 1;
+    if (i < j_per_step.size()) f << R"(, "j_per_step": )" << j_per_step[i];
+    f << "}";
+  }
   f << "]";
   if (!measurement.empty()) f << R"(, "measurement": {)" << measurement << "}";
   f << "}\n";
@@ -570,10 +578,44 @@ TEST_CASE("synthetic-data runs give a throughput report: images/s, ms/step and p
                                  "512 MiB (512–512) |"));
   CHECK_THAT(md, Catch::Contains("| *trctl / pytorch eager* | — | 2.73× | 0.37× | — |"));
   CHECK_THAT(md, !Catch::Contains("top-1") && !Catch::Contains("1.23") && !Catch::Contains("epochs/s"));
+  CHECK_THAT(md, !Catch::Contains("J/step"));  // neither side measured its energy: no column
   CHECK_THAT(md, Catch::Contains("| epochs | 3 | 3 timed windows | (info: throughput report: no effect on a training "
                                  "step) |"));
   CHECK_THAT(md, Catch::Contains("| peak memory measure | the memory plan (plan.txt"));
   CHECK_THAT(slurp(d / "rep" / "report.html"), !Catch::Contains("top-1"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("a throughput report shows joules per step where an input measured them, with the watts they imply",
+          "[report][cli]") {
+  const fs::path d = temp_dir("joules");
+  // trctl: epochs 2..3 spent 950 and 925 J over 25 steps each = 37.50 J per step; at 85.33 ms per step = 439 W
+  write_synthetic_run_dir(d / "trctl_vgg", {2000, 3000, 3000}, 2.0 * 1073741824, {900, 950, 925});
+  write_throughput_json(d / "eager.json", "pytorch eager", {1000, 1200, 1100}, "", {50, 54, 52});
+  write_throughput_json(d / "compiled.json", "pytorch compiled", {1500});  // not measured: a dash
+  Run r = run_trctl("report " + (d / "trctl_vgg").string() + " --vs " + (d / "eager.json").string() + " --vs " +
+                    (d / "compiled.json").string() + " -o " + (d / "rep").string() + " --no-plots");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const std::string md = slurp(d / "rep" / "report.md");
+  CHECK_THAT(md, Catch::Contains("| tool | runs | images/s (steady) | ms/step (steady) | peak memory | "
+                                 "J/step (steady) |"));
+  CHECK_THAT(md, Catch::Contains("| trctl | 1 | 3000 | 85.33 | 2.00 GiB | 37.50 at 439 W |"));
+  // median 52 J over a median 232.73 ms per step = 223 W
+  CHECK_THAT(md, Catch::Contains("| pytorch eager | 3 | 1100 (1000–1200) | 232.73 (213.33–256.00) | "
+                                 "512 MiB (512–512) | 52.00 (50.00–54.00) at 223 W |"));
+  CHECK_THAT(md, Catch::Contains("| pytorch compiled | 1 | 1500 | 170.67 | 512 MiB | — |"));
+  CHECK_THAT(md, Catch::Contains("| *trctl / pytorch eager* | — | 2.73× | 0.37× | — | 0.72× |"));
+  CHECK_THAT(md, Catch::Contains("| *trctl / pytorch compiled* | — | 2.00× | 0.50× | — | — |"));
+  // A steady epoch without its energy: no figure for the run (epoch 1 alone unmeasured does not matter).
+  write_synthetic_run_dir(d / "partial", {2000, 3000, 3000}, 1e9, {900, 950});
+  Result<ToolResult> t = report_read_run_dir((d / "partial").string());
+  REQUIRE(t.ok());
+  CHECK_FALSE(std::isfinite(t->runs.at(0).j_per_step));
+  write_synthetic_run_dir(d / "warm", {2000, 3000, 3000}, 1e9, {std::nan(""), 950, 925});
+  t = report_read_run_dir((d / "warm").string());
+  REQUIRE(t.ok());
+  CHECK(t->runs.at(0).j_per_step == Approx(37.5));
   fs::remove_all(d);
 }
 

@@ -98,6 +98,11 @@ def main(argv):
         eager = row(md, "pytorch eager")
         check("pytorch eager: the median of 3 windows with min-max",
               eager is not None and eager[1] == "3" and eager[2] == "1210 (1198–1215)", str(eager))
+        # the selftest's windows spent 50, 51, 52 J per step (NVML in pytorch_cnn.py); this trctl run measured none
+        check("pytorch eager: joules per step, median with min-max and the watts they imply",
+              eager is not None and eager[-1].startswith("51.00 (50.00–52.00) at ") and eager[-1].endswith(" W"),
+              str(eager))
+        check("trctl without energy records: a dash", trctl_row is not None and trctl_row[-1] == "—", str(trctl_row))
         check("ratio rows divide images/s and ms/step",
               "| *trctl / pytorch compiled (default)* |" in md and "| *trctl / pytorch eager* |" in md, md)
         for label in ("dataset", "model", "parameters", "init", "optimizer", "weight decay groups",
