@@ -47,7 +47,7 @@
 #   autotune  trctl bench CFG --autotune for each of CNN_MODELS (the cache in $TRCTL_AUTOTUNE_CACHE, used by the
 #             stages after it; without this stage runs use cuDNN's heuristics); AUTOTUNE_ARGS: more flags (e.g.
 #             --legacy-only: no graph-API engine configs), AUTOTUNE_TIMEOUT (s, default 240)
-#   (CLOCK_LOG=1 logs the SM clock and power during kernels, layers and cnn: see clock_log_start below)
+#   (CLOCK_LOG=1 logs the SM clock and power during kernels, layers, ab and cnn: see clock_log_start below)
 #   layers    trctl bench CFG --layers for each of LAYER_MODELS (default: mlp, then CNN_MODELS; LAYER_VARIANTS: '|'-
 #             separated override sets each CNN is profiled with too, e.g. "train.conv_bn_stats=auto" with
 #             CNN_EXTRA="train.deterministic=false"): per-node times of
@@ -98,10 +98,11 @@ echo "device run $(date -u +%FT%TZ), binaries of $(cat .device/COMMIT 2>/dev/nul
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv >>"$SUM" 2>&1
 echo "cudnn: $(ldd "$BIN/trctl" | grep -o 'libcudnn.so[^ ]* => [^ ]*')" >>"$SUM"
 has() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
-# CLOCK_LOG=1: the SM clock, power draw and clock-event reasons every 50 ms (nvidia-smi) while the kernels, layers
-# and cnn stages run (trctl and PyTorch apart), into /tmp/prof/clocks_<stage>.csv (in prof.tar.gz), with the stage's
-# mean clock and power in the summary -- to tell a kernel's speed from the clock it ran at (RESULTS.md run 62: our
-# kernels ran 10-15 % slower inside `bench --layers` than in `bench kernels`, cuDNN's not).
+# CLOCK_LOG=1: the SM clock, power draw and clock-event reasons every 50 ms (nvidia-smi) while the kernels, layers,
+# ab (each variant) and cnn stages run (trctl and PyTorch apart), into /tmp/prof/clocks_<stage>.csv (in
+# prof.tar.gz), with the stage's mean clock and power in the summary -- to tell a kernel's speed from the clock it
+# ran at (RESULTS.md run 62: our kernels ran 10-15 % slower inside `bench --layers` than in `bench kernels`,
+# cuDNN's not).
 clock_log_start() {
   [ "${CLOCK_LOG:-0}" = 1 ] || return 0
   mkdir -p /tmp/prof
@@ -109,12 +110,18 @@ clock_log_start() {
     --format=csv,noheader,nounits -lms 50 >"/tmp/prof/clocks_$1.csv" 2>&1 &
   CLOCK_PID=$!
 }
+# The summary line: every sample's mean, then the loaded samples' (power >= CLOCK_LOADED_W, default 300: the
+# training steps, not compilation or data setup) and how many of them the software power cap held (clock-event
+# reason bit 0x4, the hex field's last digit 4-7 or c-f).
 clock_log_stop() {
   [ "${CLOCK_LOG:-0}" = 1 ] || return 0
   kill "$CLOCK_PID" 2>/dev/null; wait "$CLOCK_PID" 2>/dev/null
-  awk -F', ' -v tag="$1" 'NF >= 3 && $2 + 0 > 0 { n++; c += $2; p += $3 }
-    END { if (n) printf "clocks during %s: %d samples, mean SM %.0f MHz, mean power %.0f W\n", tag, n, c / n, p / n }' \
-    "/tmp/prof/clocks_$1.csv" >>"$SUM"
+  awk -F', ' -v tag="$1" -v lw="${CLOCK_LOADED_W:-300}" 'NF >= 3 && $2 + 0 > 0 { n++; c += $2; p += $3
+      if ($3 + 0 >= lw) { ln++; lc += $2; lp += $3; if (substr($5, length($5), 1) ~ /[4-7c-fC-F]/) cap++ } }
+    END { if (!n) exit
+          printf "clocks during %s: %d samples, mean SM %.0f MHz, mean power %.0f W", tag, n, c / n, p / n
+          if (ln) printf "; loaded (>= %d W) %d: %.0f MHz, %.0f W, power-capped in %d", lw, ln, lc / ln, lp / ln, cap
+          printf "\n" }' "/tmp/prof/clocks_$1.csv" >>"$SUM"
 }
 has_regress() { has regress && case " ${REGRESS_SUITES:-mlp cnn data kernels layers} " in *" $1 "*) return 0 ;; esac; return 1; }
 
@@ -289,15 +296,19 @@ if has ab; then  # whole-step A/B of override sets, same machine, same autotune 
     i=0
     for v in "${ab_sets[@]}"; do
       i=$((i + 1))
+      clock_log_start "ab_${m}_$i"
       # shellcheck disable=SC2086
       timeout "${AB_TIMEOUT:-120}" "$BIN/trctl" bench "configs/$m.yaml" --epochs "${AB_EPOCHS:-3}" \
         data.synthetic.train_size="${CNN_TRAIN:-6400}" data.synthetic.val_size=512 ${CNN_EXTRA:-} $v \
         >"/tmp/ab/${m}_$i.log" 2>&1
-      echo "ab $m [${v:-defaults}]: rc $? :: $(grep -oE '(images_per_s|j_per_step|power_w)_steady [0-9.]+' "/tmp/ab/${m}_$i.log" | tr '\n' ' ')" >>"$SUM"
+      rc=$?
+      clock_log_stop "ab_${m}_$i"
+      echo "ab $m [${v:-defaults}]: rc $rc :: $(grep -oE '(images_per_s|j_per_step|power_w)_steady [0-9.]+' "/tmp/ab/${m}_$i.log" | tr '\n' ' ')" >>"$SUM"
       grep -E 'batch norm|batch-norm' "/tmp/ab/${m}_$i.log" | sed 's/^\[[0-9:]*\] /    /' >>"$SUM"
     done
   done
   tar czf "$OUT/ab.tar.gz" -C /tmp ab
+  if [ "${CLOCK_LOG:-0}" = 1 ]; then tar czf "$OUT/prof.tar.gz" -C /tmp prof; fi  # with each variant's clocks
 fi
 
 if has cnn; then
