@@ -66,7 +66,7 @@ void RunOutputs::epoch(const EpochRecord& r) {
                r.images_per_s, r.epoch_seconds, r.train_seconds, r.seconds, static_cast<long long>(r.skipped_steps),
                r.loss_scale);
   if (std::isfinite(r.energy_j))  // measured (a GPU's board counter): the epoch's training steps' joules and watts
-    std::fprintf(metrics_, ",\"energy_j\":%.3f,\"power_w\":%.1f,\"steps\":%lld", r.energy_j, r.power_w,
+    std::fprintf(metrics_, ",\"energy_j\":%.3f,\"power_w\":%.1f,\"steps\":%lld", r.energy_j, r.power_w(),
                  static_cast<long long>(r.steps));
   std::fprintf(metrics_, "}\n");
   std::fflush(metrics_);

@@ -772,7 +772,6 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     r.train_seconds = train_seconds;
     r.steps = r.step - step_before;
     r.energy_j = (mj_after - mj_before) * 1e-3;  // NaN when either read failed
-    r.power_w = r.energy_j / train_seconds;
     r.epoch_seconds = since(t_epoch);
     r.seconds = since(t_run);
     out.epoch(r);
@@ -781,7 +780,7 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
                                                    100 * r.val_top1, 100 * r.val_top5)
                                      : std::string("val -");
     const std::string joules = std::isfinite(r.energy_j) && r.steps > 0
-                                   ? fmt::format("  {:.0f} W {:.2f} J/step", r.power_w, r.energy_j / r.steps)
+                                   ? fmt::format("  {:.0f} W {:.2f} J/step", r.power_w(), r.energy_j / r.steps)
                                    : std::string();
     log.info("epoch {}/{}  lr {:.3g}  train loss {:.4f} top1 {:.2f}%  {}  {:.0f} img/s  {:.1f} ms/epoch{}", e,
              spec.train.epochs, lr, r.train_loss, 100 * r.train_top1, val, r.images_per_s, 1000 * r.epoch_seconds,

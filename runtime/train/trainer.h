@@ -34,10 +34,10 @@ struct EpochRecord {
   int64_t skipped_steps = 0;  // training steps of this epoch skipped for non-finite gradients
   double loss_scale = 1;      // the dynamic loss scale after the epoch (1 where the backend does not scale)
   // The board's energy over the epoch's training steps (Backend::energy_mj; NaN where not measured: the CPU
-  // backend, a GPU without NVML) and its mean power over them (energy_j / train_seconds).
+  // backend, a GPU without NVML).
   double energy_j = std::numeric_limits<double>::quiet_NaN();
-  double power_w = std::numeric_limits<double>::quiet_NaN();
   int64_t steps = 0;          // training steps the epoch ran (optimizer steps; energy_j / steps = J per step)
+  double power_w() const { return energy_j / train_seconds; }  // mean power over the training steps (NaN: none)
 };
 
 class Backend;

@@ -138,7 +138,8 @@ fs::path write_synthetic_run_dir(const fs::path& dir, const std::vector<double>&
     r.epoch_seconds = 6400 / images_per_s[i] + 0.2;
     r.seconds = t += r.epoch_seconds;
     r.steps = 25;
-    if (i < joules.size()) r.energy_j = joules[i], r.power_w = joules[i] / (r.epoch_seconds - 0.2);
+    r.train_seconds = r.epoch_seconds - 0.2;  // the 0.2 s: validation
+    if (i < joules.size()) r.energy_j = joules[i];
     out.epoch(r);
   }
   return dir;
@@ -668,7 +669,7 @@ TEST_CASE("metrics.jsonl's epoch records carry the board's energy when measured,
   r.epoch = 2;
   r.step = 50;
   r.energy_j = 885.125;
-  r.power_w = 683.04;
+  r.train_seconds = 1.296;  // power_w: 885.125 J / 1.296 s = 683.0 W
   out.epoch(r);
   const std::string m = slurp(d / "metrics.jsonl");
   const size_t second = m.find("\"epoch\":2");
