@@ -15,6 +15,7 @@ joules by op kind, the nodes that spend the most, and those that spend the most 
 """
 import argparse
 import json
+import statistics
 import sys
 from collections import OrderedDict
 
@@ -136,8 +137,8 @@ def excess_table(nodes, top, bw_gbs, tflops):
     for unit, group, key in groups:
         if not group:
             continue
-        rates = sorted(n["mj"] * 1e9 / n[key] for n in group)  # pJ per unit
-        med = rates[len(rates) // 2] if len(rates) % 2 else 0.5 * (rates[len(rates) // 2 - 1] + rates[len(rates) // 2])
+        rates = [n["mj"] * 1e9 / n[key] for n in group]  # pJ per unit
+        med = statistics.median(rates)
         medians.append("%.3f pJ/%s over %d nodes" % (med, unit, len(group)))
         for n in group:
             at_median_j = n[key] * med * 1e-12
