@@ -122,6 +122,7 @@ int bench_layers(const BenchConfigArgs& a, const Spec& spec) {
   popt.reps = a.reps;
   popt.sustain_s = a.sustain_s;
   popt.energy_s = a.energy_s;
+  if (a.energy_settle_s >= 0) popt.energy_settle_s = a.energy_settle_s;
   Result<StepProfile> prof = train_profile(spec, opt, popt, *log);
   if (!prof.ok()) return report_errors(prof.errors());
   std::cout << profile_table(prof.value(), spec.data.batch_size, 40);
@@ -166,6 +167,12 @@ int cmd_bench_config(const BenchConfigArgs& a) {
   }
   if (a.energy_s > 0 && !a.layers) {
     std::fprintf(stderr, "error: trctl bench %s: --energy measures the nodes of --layers; give --layers too\n",
+                 a.config.c_str());
+    return kExitBadInput;
+  }
+  if (a.energy_settle_s >= 0 && !(a.energy_s > 0)) {
+    std::fprintf(stderr,
+                 "error: trctl bench %s: --energy-settle belongs to the --energy measurement; give --energy too\n",
                  a.config.c_str());
     return kExitBadInput;
   }

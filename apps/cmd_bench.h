@@ -23,6 +23,8 @@ struct BenchConfigArgs {
   int reps = 20;        // --layers: runs per node
   double sustain_s = 3; // --layers: seconds of back-to-back replays before the step is timed again (0: not)
   double energy_s = 0;  // --layers: seconds of back-to-back runs per energy figure, step and each node (0: none)
+  double energy_settle_s = -1;  // --energy-settle: seconds of those runs before each figure's interval starts (-1:
+                                 // not given, ProfileOptions' default)
   int steps = 50;       // whole step: timed steps
   int warmup = 10;      // whole step: untimed steps first
   int epochs = 0;       // > 0: a training run of this many epochs instead of timed steps

@@ -231,6 +231,10 @@ int main(int argc, char** argv) {
                     "NVIDIA driver), each over S seconds of back-to-back runs (default 0: not measured; ~1 for a "
                     "few % accuracy, so a step of 100 nodes takes ~100 s more)")
       ->check(CLI::Range(0.0, 600.0));
+  bench->add_option("--energy-settle", bc.energy_settle_s,
+                    "--energy: seconds of each figure's runs before its interval starts, while the board's counter "
+                    "catches up with the new load (default 1; ~S + 1 s per node in all)")
+      ->check(CLI::Range(0.0, 60.0));
   bench->add_option("--json", bc.json, "also write the results to this file (schema trctl-bench/1, docs/bench.md)");
   std::vector<std::string> kernels_only;
   bench->add_option("--only", kernels_only,

@@ -55,6 +55,7 @@ struct StepProfile {
   double step_mj = 0;        // energy per replay of the step, mJ (energy_s > 0), over energy_s s of replays
   double step_w = 0;         // the board's mean power over those replays, W
   double energy_s = 0;       // the seconds each energy figure was measured over (0: energy not measured)
+  double energy_settle_s = 0;  // the seconds of the same runs before each figure's interval (ProfileOptions)
   // The training state the profile left (filled by the trainer after Backend::profile): the loss of the last run
   // and the steps whose update was skipped for non-finite gradients. A diverged state (NaN, inf) times arithmetic
   // on NaN, whose power and so whose clocks under a power cap are not a training step's.
@@ -65,11 +66,15 @@ struct StepProfile {
 // What Backend::profile measures: each node `reps` times, the captured step in a burst of `reps` replays, and, when
 // sustain_s > 0, the step again after sustain_s seconds of back-to-back replays (over at least one more second).
 // energy_s > 0: also the energy of the step and of each node, each over energy_s seconds of back-to-back runs (the
-// board's counter through NVML, runtime/power/nvml_meter.h; an error where the board has none).
+// board's counter through NVML, runtime/power/nvml_meter.h; an error where the board has none), counted from
+// energy_settle_s seconds after the runs start: the board's counter lags the load (RESULTS.md run 66: without a
+// settle, 0.5 s figures of one kernel differed by up to 50 % between two profiles, each carrying part of the node
+// before it), so each figure's first runs only bring the board to this load.
 struct ProfileOptions {
   int reps = 20;
   double sustain_s = 0;
   double energy_s = 0;
+  double energy_settle_s = 1.0;
 };
 
 class Backend {

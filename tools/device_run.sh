@@ -53,7 +53,8 @@
 #             CNN_EXTRA="train.deterministic=false"): per-node times of
 #             the train step next to its captured replay (a burst, and again after 3 s of replays: the clocks a
 #             training run settles to); mlp = configs/mlp_fmnist.yaml on the real Fashion-MNIST. LAYER_ENERGY=S:
-#             also --energy S (the step's and each node's energy from NVML, S seconds each: ~S x nodes more time;
+#             also --energy S (the step's and each node's energy from NVML, S seconds each after
+#             LAYER_ENERGY_SETTLE s of the same runs, --energy-settle, default 1: ~(S + 1) x nodes more time;
 #             raise LAYER_TIMEOUT, default 240 s); LAYER_REPS: --reps (default 10); LAYER_TRAIN: the CNNs' synthetic
 #             training images (default 25600, as the cnn stage's long runs: over 1024 images -- 4 batches the
 #             replays cycle through -- VGG16-BN's step measured 32.8 J per replay, over 25600 41.1 J, its
@@ -250,7 +251,8 @@ if has layers; then
       tag="$m${v:+_$(echo "$v" | tr -c 'A-Za-z0-9_=.\n' '_' | tr '=' '-')}"
       clock_log_start "layers_$tag"
       timeout "${LAYER_TIMEOUT:-240}" "$BIN/trctl" bench "$cfg" --layers --reps ${LAYER_REPS:-10} $data_args $v \
-        ${LAYER_ENERGY:+--energy "$LAYER_ENERGY"} --json "/tmp/prof/layers_$tag.json" >"/tmp/prof/layers_$tag.txt" 2>&1
+        ${LAYER_ENERGY:+--energy "$LAYER_ENERGY"} ${LAYER_ENERGY_SETTLE:+--energy-settle "$LAYER_ENERGY_SETTLE"} \
+        --json "/tmp/prof/layers_$tag.json" >"/tmp/prof/layers_$tag.txt" 2>&1
       rc=$?
       clock_log_stop "layers_$tag"
       echo "trctl layers $m${v:+ ($v)}: rc $rc" >>"$SUM"

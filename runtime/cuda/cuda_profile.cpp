@@ -9,7 +9,8 @@
 // clocks (the H200 at 700 W: RESULTS.md run 50), which the short burst of the first timing does not reach.
 // With ProfileOptions::energy_s > 0, the board's energy counter (NVML) over energy_s seconds of back-to-back
 // replays gives the step's energy and mean power, and over energy_s seconds of each node's back-to-back runs that
-// node's energy per run: under a power cap the step's time follows its energy (RESULTS.md run 63).
+// node's energy per run, each interval starting energy_settle_s seconds into its runs: under a power cap the
+// step's time follows its energy (RESULTS.md run 63).
 // CudaBackend::energy_mj: the same counter (one NVML session, nvml_meter) for the trainer's per-epoch energy.
 #include <algorithm>
 #include <chrono>
@@ -75,15 +76,18 @@ Status run_for(cudaStream_t s, double seconds, int chunk, const Launch& run, int
   return ok_status();
 }
 
-// Energy of one run of `run`, from the counter's difference over run_for(seconds, chunk) from a drained stream.
+// Energy of one run of `run`: run_for(settle_s, chunk) first (the board's counter lags the load: see
+// ProfileOptions), then the counter's difference over run_for(seconds, chunk), read at the settle's last chunk end.
 // *mj: mJ per run; *w: mean power over the interval, W.
-Status energy_per_run(const NvmlMeter& m, cudaStream_t s, double seconds, int chunk, const Launch& run, double* mj,
-                      double* w) {
+Status energy_per_run(const NvmlMeter& m, cudaStream_t s, double settle_s, double seconds, int chunk,
+                      const Launch& run, double* mj, double* w) {
   if (Status st = checked(cudaStreamSynchronize(s), "cudaStreamSynchronize", __LINE__); !st.ok()) return st;
-  Result<uint64_t> e0 = nvml_energy_mj(m);
-  if (!e0.ok()) return e0.errors();
   int64_t runs = 0;
   double elapsed = 0;
+  if (settle_s > 0)
+    if (Status st = run_for(s, settle_s, chunk, run, &runs, &elapsed); !st.ok()) return st;
+  Result<uint64_t> e0 = nvml_energy_mj(m);
+  if (!e0.ok()) return e0.errors();
   if (Status st = run_for(s, seconds, chunk, run, &runs, &elapsed); !st.ok()) return st;
   Result<uint64_t> e1 = nvml_energy_mj(m);
   if (!e1.ok()) return e1.errors();
@@ -209,7 +213,8 @@ Result<StepProfile> CudaBackend::profile(int program, const ProfileOptions& opt)
     Result<const NvmlMeter*> meter = nvml_meter();
     if (!meter.ok()) st = meter.errors();
     if (st.ok())
-      st = energy_per_run(*meter.value(), ctx_.stream, opt.energy_s, 10, one_replay, &prof.step_mj, &prof.step_w);
+      st = energy_per_run(*meter.value(), ctx_.stream, opt.energy_settle_s, opt.energy_s, 10, one_replay,
+                          &prof.step_mj, &prof.step_w);
     for (size_t k = 0; k < groups.size() && st.ok(); ++k) {
       if (groups[k].empty()) continue;
       const Launch node = [&groups, k] {
@@ -219,9 +224,10 @@ Result<StepProfile> CudaBackend::profile(int program, const ProfileOptions& opt)
       };
       // chunks of ~20 ms of device time, so the host's waits between chunks stay a small part of the interval
       const int chunk = static_cast<int>(std::clamp(std::ceil(20.0 / std::max(rows[k].ms, 1e-3)), 1.0, 10000.0));
-      st = energy_per_run(*meter.value(), ctx_.stream, opt.energy_s, chunk, node, &rows[k].mj, &rows[k].w);
+      st = energy_per_run(*meter.value(), ctx_.stream, opt.energy_settle_s, opt.energy_s, chunk, node, &rows[k].mj,
+                          &rows[k].w);
     }
-    if (st.ok()) prof.energy_s = opt.energy_s;
+    if (st.ok()) prof.energy_s = opt.energy_s, prof.energy_settle_s = opt.energy_settle_s;
   }
   TRCTL_CUDA_WARN(cudaEventDestroy(e0));
   TRCTL_CUDA_WARN(cudaEventDestroy(e1));

@@ -56,10 +56,12 @@ std::string energy_table(const StepProfile& p, const std::vector<std::pair<std::
   char buf[512];
   double nodes_mj = 0;
   for (const NodeTime& n : p.nodes) nodes_mj += n.mj;
+  char settle[64] = "";
+  if (p.energy_settle_s > 0) std::snprintf(settle, sizeof settle, ", after %.1f s of them", p.energy_settle_s);
   std::snprintf(buf, sizeof buf,
-                "\nenergy (the board's counter over %.1f s of back-to-back runs each): step %.2f J per replay at "
+                "\nenergy (the board's counter over %.1f s of back-to-back runs each%s): step %.2f J per replay at "
                 "%.0f W; nodes one by one %.2f J\n",
-                p.energy_s, p.step_mj * 1e-3, p.step_w, nodes_mj * 1e-3);
+                p.energy_s, settle, p.step_mj * 1e-3, p.step_w, nodes_mj * 1e-3);
   out += buf;
   std::vector<std::pair<std::string, OpTotal>> by_j = ops;
   std::sort(by_j.begin(), by_j.end(), [](const auto& a, const auto& b) { return a.second.mj > b.second.mj; });
@@ -193,6 +195,10 @@ void profile_metrics(const StepProfile& p, int64_t batch, BenchResult* out) {
   out->details.emplace_back("nodes", nodes + (p.nodes.empty() ? "]" : "\n  ]"));
   out->details.emplace_back("batch", std::to_string(batch));
   out->details.emplace_back("reps", std::to_string(p.reps));
+  if (p.energy_s > 0) {
+    out->details.emplace_back("energy_s", json_number(p.energy_s));
+    out->details.emplace_back("energy_settle_s", json_number(p.energy_settle_s));
+  }
   if (p.skipped_steps >= 0) {
     out->details.emplace_back("end_loss", json_number(p.end_loss));
     out->details.emplace_back("skipped_steps", std::to_string(p.skipped_steps));

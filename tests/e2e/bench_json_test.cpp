@@ -238,6 +238,18 @@ TEST_CASE("the layers table and JSON give the step's and the nodes' energy when 
   for (const auto& [k, v] : r.details)
     if (k == "nodes") nodes = v;
   CHECK_THAT(nodes, Catch::Contains("\"mj\": 1400, \"w\": 560"));
+  std::map<std::string, std::string> details(r.details.begin(), r.details.end());
+  CHECK(details["energy_s"] == "1");
+  CHECK(details["energy_settle_s"] == "0");
+  // each figure counted after a settle (--energy-settle): said in the section's first line and the JSON
+  p.energy_settle_s = 1.5;
+  CHECK_THAT(profile_table(p, 256, 5),
+             Catch::Contains("\nenergy (the board's counter over 1.0 s of back-to-back runs each, after 1.5 s of "
+                             "them): step 34.00 J per replay at 680 W; nodes one by one 2.00 J\n"));
+  BenchResult r2;
+  profile_metrics(p, 256, &r2);
+  std::map<std::string, std::string> details2(r2.details.begin(), r2.details.end());
+  CHECK(details2["energy_settle_s"] == "1.5");
 }
 
 TEST_CASE("bench --epochs gives the steady epochs' joules per step and power where every one measured them",
@@ -298,5 +310,14 @@ TEST_CASE("bench --energy without --layers exits 2 with a clear error", "[bench]
   std::ifstream err(d / "err");
   const std::string e((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
   CHECK_THAT(e, Catch::Contains("--energy measures the nodes of --layers; give --layers too"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("bench --energy-settle without --energy exits 2 with a clear error", "[bench][cli]") {
+  const fs::path d = temp_dir("energy_settle");
+  CHECK(run_trctl("bench " + cfg("mlp_fmnist.yaml") + " --layers --energy-settle 2", d) == 2);
+  std::ifstream err(d / "err");
+  const std::string e((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  CHECK_THAT(e, Catch::Contains("--energy-settle belongs to the --energy measurement; give --energy too"));
   fs::remove_all(d);
 }
