@@ -304,20 +304,23 @@ TEST_CASE("the layers table says the training state the profile left, and warns 
   CHECK(details["skipped_steps"] == "3");
 }
 
-TEST_CASE("bench --energy without --layers exits 2 with a clear error", "[bench][cli]") {
-  const fs::path d = temp_dir("energy");
-  CHECK(run_trctl("bench " + cfg("mlp_fmnist.yaml") + " --energy 1", d) == 2);
+namespace {
+// `trctl bench mlp_fmnist.yaml ARGS` exits 2 and its stderr says `message`.
+void check_bench_refused(const std::string& args, const std::string& message) {
+  const fs::path d = temp_dir("bench_refused");
+  CHECK(run_trctl("bench " + cfg("mlp_fmnist.yaml") + " " + args, d) == 2);
   std::ifstream err(d / "err");
   const std::string e((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
-  CHECK_THAT(e, Catch::Contains("--energy measures the nodes of --layers; give --layers too"));
+  CHECK_THAT(e, Catch::Contains(message));
   fs::remove_all(d);
+}
+}  // namespace
+
+TEST_CASE("bench --energy without --layers exits 2 with a clear error", "[bench][cli]") {
+  check_bench_refused("--energy 1", "--energy measures the nodes of --layers; give --layers too");
 }
 
 TEST_CASE("bench --energy-settle without --energy exits 2 with a clear error", "[bench][cli]") {
-  const fs::path d = temp_dir("energy_settle");
-  CHECK(run_trctl("bench " + cfg("mlp_fmnist.yaml") + " --layers --energy-settle 2", d) == 2);
-  std::ifstream err(d / "err");
-  const std::string e((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
-  CHECK_THAT(e, Catch::Contains("--energy-settle belongs to the --energy measurement; give --energy too"));
-  fs::remove_all(d);
+  check_bench_refused("--layers --energy-settle 2",
+                      "--energy-settle belongs to the --energy measurement; give --energy too");
 }
