@@ -475,7 +475,7 @@ Status each_wgconv_plan(Bench& b, const Conv2dGeom& g, const std::vector<WgConvT
 // non-deterministic allowed) against trctl's wgmma conv (wgconv.h) with each kernel and CTA tile: the forward
 // ("not supported" rows for a tile the layer or the device does not take), the input's batch norm + ReLU then the
 // conv (C = 64: the ring kernels' prologue, RingPx256N64 with the statistics too, and with the activation written
-// out as well), and the data gradient.
+// out as well), the data gradient, and the weight gradient (the ring weight-gradient kernel where C = K = 64).
 Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
   const cudaStream_t s = b.ctx.stream;
   constexpr VggLayer kLayers[] = {{224, 64, "vgg16 conv1_2"}, {112, 64, "vgg16 conv2_1", 128},
@@ -562,6 +562,29 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
                        return wgconv_fwd_cuda(s, p, y.p, wf.p, x.p);
                      });
       });
+    if (!st.ok()) return st;
+    // The weight gradient: cuDNN's (dw in f16, the filter type) against the ring weight-gradient kernel (dw in
+    // f32, its partials' reduction inside the timing) where it takes the layer (C = K = 64).
+    const std::string nwg = std::string(l.name) + " wgrad";
+    st = b.add(nwg + " cudnn f16", vc->size, vc->flops, true, b.gemm_f16, [&] {
+      return cudnn_conv_wgrad(b.ctx.cudnn, s, vc->legacy, y.p, x.p, wf.p, ws.p, wsb);
+    });
+    if (st.ok() && wgconv_wgrad_ring_eligible(g)) {
+      Result<WgConvWgradPlan> wp = wgconv_wgrad_plan(g, GpuDType::F16);
+      if (!wp.ok() && wp.errors().front().code == ErrCode::NotSupported) {
+        b.note({nwg + " wgconv ring: not supported", vc->size, "TFLOP/s", 0.0, 0.0, b.gemm_f16});
+      } else if (!wp.ok()) {
+        return wp.errors();
+      } else {
+        DeviceBuffer dw32, wws;
+        const size_t wwsb = wgconv_wgrad_workspace_bytes(wp.value());
+        TRCTL_CUDA_TRY(cudaMalloc(&dw32.p, static_cast<size_t>(nw) * 4));
+        TRCTL_CUDA_TRY(cudaMalloc(&wws.p, wwsb));
+        st = b.add(nwg + " wgconv ring f16", vc->size, vc->flops, true, b.gemm_f16, [&] {
+          return wgconv_wgrad_cuda(s, wp.value(), y.p, x.p, static_cast<float*>(dw32.p), wws.p, wwsb);
+        });
+      }
+    }
     if (!st.ok()) return st;
   }
   return ok_status();

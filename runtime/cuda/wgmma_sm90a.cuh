@@ -1,7 +1,7 @@
 // Internal to the *_sm90a.cu files (compiled for sm_90a alone): Hopper's warpgroup MMA (wgmma) and what feeding
 // it from shared memory takes -- the 128-byte-swizzle matrix descriptor, the async-proxy fence (cp.async itself:
-// cp_async.cuh). K-major operands only: each row (an A row = an output pixel, a B row = an output channel) is 64
-// 16-bit elements = 128 bytes; 8 rows form a 1024-byte swizzle atom in which the 16-byte piece j of row r sits at
+// cp_async.cuh). K-major operands (and one MN-major form, further down): each row (an A row = an output pixel, a
+// B row = an output channel) is 64 16-bit elements = 128 bytes; 8 rows form a 1024-byte swizzle atom in which the 16-byte piece j of row r sits at
 // piece j ^ (r % 8). Tiles start on 1024-byte boundaries; a 16-element k step inside the row is +32 bytes on the start.
 #pragma once
 #include <cuda_bf16.h>
@@ -37,6 +37,17 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
 __device__ __forceinline__ uint64_t sw128_desc_at(uint32_t saddr, bool phase_from_start) {
   const uint64_t phase = phase_from_start ? ((saddr >> 7) & 7u) : 0u;
   return sw128_desc(saddr) | (phase << 49);
+}
+
+// The descriptor of an MN-major 128-byte-swizzled operand whose rows are the reduction (K) index: each row 128
+// bytes = 64 M or N elements, rows stored as the K-major tiles' (piece j of row r at j ^ (r % 8)), a K step of 16 =
+// two 8-row groups 1024 bytes apart. Only one 64-element MN block is used (m64 / n64), so the leading byte offset
+// (the MN block stride) and the stride byte offset (the 8-row group stride) are both set to 1024: the layout reads
+// the same whichever of the two the hardware takes for the group stride. Any start row (a shifted window of a ring,
+// as sw128_desc_at: the base offset stays 0). The operand's transpose flag must be set (imm-trans 1).
+__device__ __forceinline__ uint64_t sw128_mn_desc(uint32_t saddr) {
+  return static_cast<uint64_t>((saddr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(1024 >> 4) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
 }
 
 // This thread's shared-memory writes (cp.async included, once waited for) visible to the async proxy wgmma reads
@@ -85,6 +96,40 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t a, uint
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(a), "l"(b), "r"(1));
+  }
+}
+
+// d (64 x 64 f32) += A (64x16, in registers) * B (16x64, MN-major descriptor b: sw128_mn_desc). A's fragment is
+// mma.m16n8k16's per warp: warp w of the warpgroup holds rows 16 w .. 16 w + 15, a[0] = (row g, cols 2t, 2t+1),
+// a[1] = (row g + 8, the same cols), a[2] = (row g, cols 2t + 8, +9), a[3] = (row g + 8, cols 2t + 8, +9), g = lane
+// / 4, t = lane % 4, two 16-bit elements a register (the lower column in the low half). The registers must not
+// change until the wgmma has completed (wgmma_wait).
+template <class T>
+__device__ __forceinline__ void wgmma_m64n64k16_rs_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
   }
 }
 

@@ -47,6 +47,14 @@ bool wgconv_dgrad_ring_eligible(const Conv2dGeom& g) {
          wgconv_ring_smem_bytes(d, 64, kWgconvPxTile, kWgconvPxWindow) <= kWgconvMaxSmemBytes;
 }
 
+int64_t wgconv_wgrad_smem_bytes(const Conv2dGeom& g) {
+  return (wgconv_ring_rows(g, kWgconvWgradTile) + 3 * static_cast<int64_t>(kWgconvWgradTile)) * 128 + 1024;
+}
+
+bool wgconv_wgrad_ring_eligible(const Conv2dGeom& g) {
+  return wgconv_eligible(g, nullptr) && g.c == 64 && g.k == 64 && wgconv_wgrad_smem_bytes(g) <= kWgconvMaxSmemBytes;
+}
+
 bool wgconv_fwd_ring_eligible(const Conv2dGeom& g) {
   return wgconv_eligible(g, nullptr) && wgconv_ring_fits(g) && g.k == 64 &&
          wgconv_ring_smem_bytes(g, 64, kWgconvPxTile, kWgconvPxWindow) <= kWgconvMaxSmemBytes;

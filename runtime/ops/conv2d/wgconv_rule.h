@@ -36,6 +36,16 @@ int64_t wgconv_ring_smem_bytes(const Conv2dGeom& g, int bn, int tile_len, int wi
 // train.conv_wgconv: dgrad routes exactly these (conv_route.h).
 bool wgconv_dgrad_ring_eligible(const Conv2dGeom& g);
 
+// The ring weight-gradient kernel (wgconv.h's wgconv_wgrad_cuda): positions per tile, which is also its mirrored
+// rows (each warpgroup's 16-position windows of a tap run up to a tile past the ring's last row).
+constexpr int kWgconvWgradTile = 128;
+// Its CTA's dynamic shared memory: the ring (wgconv_ring_rows of kWgconvWgradTile) and the tile's mirror rows, two
+// tile buffers of dy rows, 128 bytes each, plus 1 KiB of alignment slack (VGG's conv1_2: 181,248 B).
+int64_t wgconv_wgrad_smem_bytes(const Conv2dGeom& g);
+// Whether the weight gradient of conv g runs on that kernel: wgconv_eligible, C == K == 64 (a position's x row and
+// dy row are each one 128-byte row) and the shared memory within kWgconvMaxSmemBytes.
+bool wgconv_wgrad_ring_eligible(const Conv2dGeom& g);
+
 // Whether the forward conv g runs on the ring px kernel: wgconv_eligible, wgconv_ring_fits (C == 64), K == 64 (with
 // K = 128 the ring px kernel is slower than cuDNN: VGG's conv2_1, RESULTS.md run 62) and ring + filters within
 // kWgconvMaxSmemBytes. train.conv_wgconv: fwd routes exactly these.

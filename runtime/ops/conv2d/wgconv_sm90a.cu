@@ -24,6 +24,7 @@
 #include "runtime/cuda/wgmma_sm90a.cuh"
 #include "runtime/ops/batchnorm/bn_elem.cuh"
 #include "runtime/ops/conv2d/wgconv.h"
+#include "runtime/ops/conv2d/wgconv_ring.cuh"
 
 namespace trctl {
 namespace {
@@ -194,29 +195,7 @@ __global__ void __launch_bounds__(kThreads, BM == 128 && BN == 64 ? 2 : 1)
 // 10 KiB of shared-memory operands per 64 tensor-core cycles instead of 4 KiB per 32 (run 60: the m64n64 form
 // is bound by shared-memory bandwidth); its epilogue pairs channels across lanes (lane ^ 4) for 4-byte stores.
 
-// A position of the padded plane as (image, padded row, padded column); pad_advance moves it d positions on.
-struct PadPos {
-  int n, pp, qq;
-};
-__device__ __forceinline__ PadPos pad_pos(int pos, int wp, int plane) {
-  const int n = pos / plane, rem = pos - n * plane, pp = rem / wp;
-  return {n, pp, rem - pp * wp};
-}
-// The same for d <= W + 2 (at most one row wrap; the ring plans need W >= 6 for d = 8).
-__device__ __forceinline__ void pad_step(PadPos& p, int d, int wp, int hp) {
-  p.qq += d;
-  if (p.qq >= wp) {
-    p.qq -= wp;
-    if (++p.pp == hp) p.pp = 0, ++p.n;
-  }
-}
-__device__ __forceinline__ void pad_advance(PadPos& p, int d, int wp, int hp) {
-  p.qq += d;
-  while (p.qq >= wp) {
-    p.qq -= wp;
-    if (++p.pp == hp) p.pp = 0, ++p.n;
-  }
-}
+// (PadPos, pad_pos, pad_step, pad_advance: wgconv_ring.cuh.)
 
 template <bool PXN>
 struct RingShape {

@@ -1,0 +1,260 @@
+// The ring weight gradient of the wgmma 3x3 convolution (wgconv.h: wgconv_wgrad_plan, wgconv_wgrad_cuda), C == K
+// == 64, compiled for sm_90a alone (CMakeLists.txt: the *_sm90a.cu files).
+//
+// Over the padded plane (wgconv_ring.cuh: position f, Hp = H + 2, Wp = W + 2), with DY[f] = dy at an inside
+// position and 0 on the border, X[f] the same of x:
+//   dw[k][r][s][c] = sum over f of DY[f][k] * X[f + (r - 1) Wp + (s - 1)][c],
+// nine GEMMs (one per tap) of M = 64 filters, N = 64 channels, reduced over the positions. A CTA (three warpgroups,
+// 384 threads) walks tiles of L = kWgconvWgradTile positions [L t, L t + L):
+//   - the tile's dy rows (L x 128 bytes, the 128-byte swizzle: piece j of row i at j ^ (i % 8)) in one of two
+//     buffers; each warpgroup loads them as wgmma's register A (the filters as rows, positions as columns) with
+//     ldmatrix.x4.trans, L / 16 k steps of 4 registers;
+//   - x's rows in a ring of R rows (position f at row f mod R, the same swizzle) holding the tile's span
+//     [L t - Wp - 1, L t + L + Wp + 1); the ring's first L rows are mirrored after its end, so that a tap's window
+//     of the tile -- L rows from (L t + shift) mod R -- is contiguous, and each k step's 16 rows are an MN-major
+//     B operand (wgmma_sm90a.cuh: sw128_mn_desc; the window starts at any row, as the forward ring's);
+//   - warpgroup g runs the taps (g, 0..2): per k step its A registers times the three windows into its three
+//     m64n64 accumulators (3 x 32 f32 a thread).
+// The next tile's dy rows and its L new x rows are copied with cp.async while a tile's wgmma run (R >= 2 L + 2 (W +
+// 3) keeps the new rows off the tile's span). At the end each CTA writes its accumulators as a (9, 64, 64) f32
+// partial; wgconv_wgrad_reduce_kernel adds the CTAs' partials in CTA order in float64 and scatters them into dw
+// (K, 3, 3, C). Every sum runs in a fixed order: deterministic for the plan's grid.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/wgmma_sm90a.cuh"
+#include "runtime/ops/conv2d/wgconv.h"
+#include "runtime/ops/conv2d/wgconv_ring.cuh"
+
+namespace trctl {
+namespace {
+
+constexpr int kThreads = 384;             // three warpgroups: filter rows r = 0, 1, 2
+constexpr int kTile = kWgconvWgradTile;   // positions per tile = mirrored ring rows
+constexpr int kSteps = kTile / 16;        // k steps of 16 positions per tile
+constexpr int kRowsPerPass = kThreads / 8;  // rows a pass of the block's loads covers (8 pieces of 16 bytes a row)
+constexpr int kTaps = 9, kCh = 64;
+
+struct WgradArgs {
+  int n_img, h, wd;
+  int ring;     // R, a power of two
+  int per_cta;  // tiles per CTA
+  int phase;    // 1: the windows' descriptors carry the base offset (WgConvWgradPlan::phase_from_start)
+};
+
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// dy (N, H, W, 64), x (N, H, W, 64) of type T; part (gridDim.x, 9, 64, 64) f32.
+template <class T>
+__global__ void __launch_bounds__(kThreads, 1)
+    wgconv_wgrad_kernel(const void* __restrict__ dyv, const void* __restrict__ xv, float* __restrict__ part,
+                        WgradArgs a) {
+  const T* __restrict__ dy = static_cast<const T*>(dyv);
+  const T* __restrict__ x = static_cast<const T*>(xv);
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t ring_base = (smem_addr(smem_raw) + 1023u) & ~1023u;   // R + kTile rows
+  const uint32_t dy_base = ring_base + (a.ring + kTile) * 128;         // 2 x kTile rows (1024-aligned)
+  // wg broadcast from lane 0: warp-uniform, so the descriptors derived from it can live in uniform registers.
+  const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), warp = (tid >> 5) & 3, lane = tid & 31;
+  const int piece = tid & 7, row0 = tid >> 3;
+  const int hp = a.h + 2, wp = a.wd + 2, halo = wp + 1;
+  const unsigned ring_mask = static_cast<unsigned>(a.ring) - 1u;
+  const int plane = hp * wp, f_total = plane * a.n_img;
+  const int tiles = (f_total + kTile - 1) / kTile;
+  const int t_begin = static_cast<int>(blockIdx.x) * a.per_cta;
+  const int t_end = t_begin + a.per_cta < tiles ? t_begin + a.per_cta : tiles;
+
+  float acc[3][32];
+#pragma unroll
+  for (int s = 0; s < 3; ++s)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[s][i] = 0.0f;
+
+  if (t_begin < t_end) {
+    // Whether position pos (at padded (n, pp, qq)) is a pixel of the image, and its row of the (N, H, W) plane.
+    auto inside_at = [&](int pos, const PadPos& pq) {
+      return pos >= 0 && pos < f_total && pq.pp >= 1 && pq.pp <= a.h && pq.qq >= 1 && pq.qq <= a.wd;
+    };
+    auto pixel_of = [&](const PadPos& pq) { return (pq.n * a.h + pq.pp - 1) * a.wd + pq.qq - 1; };
+    // This thread's 16-byte piece of x at position pos into its ring row (and the mirror row after the ring).
+    auto load_x_row = [&](int pos, const PadPos& pq) {
+      const bool in = inside_at(pos, pq);
+      const T* src = x + (in ? pixel_of(pq) * kCh + piece * 8 : 0);
+      const int j = static_cast<int>(static_cast<unsigned>(pos) & ring_mask);
+      const uint32_t col = static_cast<uint32_t>((piece ^ (j & 7)) << 4);
+      cp_async16(ring_base + j * 128 + col, src, in ? 16 : 0);
+      if (j < kTile) cp_async16(ring_base + (j + a.ring) * 128 + col, src, in ? 16 : 0);
+    };
+    // ... and of dy at position pos into row i of dy buffer buf.
+    auto load_dy_row = [&](int buf, int i, int pos, const PadPos& pq) {
+      const bool in = inside_at(pos, pq);
+      const T* src = dy + (in ? pixel_of(pq) * kCh + piece * 8 : 0);
+      cp_async16(dy_base + (buf * kTile + i) * 128 + ((piece ^ (i & 7)) << 4), src, in ? 16 : 0);
+    };
+    // Tile t's dy rows into buffer buf and the kTile x rows its span adds to tile t - 1's, [L t + halo, L (t + 1)
+    // + halo): x row i of them is dy row i's position + halo.
+    auto load_tile = [&](int t, int buf) {
+      for (int i = row0; i < kTile; i += kRowsPerPass) {
+        const int pos = t * kTile + i;
+        PadPos pq = pad_pos(pos, wp, plane);
+        load_dy_row(buf, i, pos, pq);
+        pad_advance(pq, halo, wp, hp);
+        load_x_row(pos + halo, pq);
+      }
+    };
+    // Tile t's wgmma: A from buffer buf, this warpgroup's three taps (wg, s).
+    auto compute = [&](int t, int buf) {
+      const uint32_t dyb = dy_base + buf * kTile * 128;
+      // Matrix lane / 8 of each ldmatrix.x4.trans: positions 16 kk + 8 (lane / 16) + lane % 8, filters 16 warp +
+      // 8 ((lane / 8) % 2): as the mma fragment's (rows g, cols 2t), (g + 8, 2t), (g, 2t + 8), (g + 8, 2t + 8).
+      const int chunk = 2 * warp + ((lane >> 3) & 1);
+      uint32_t af[kSteps][4];
+#pragma unroll
+      for (int kk = 0; kk < kSteps; ++kk) {
+        const int prow = kk * 16 + ((lane >> 4) << 3) + (lane & 7);
+        ldsm_x4_trans(af[kk], dyb + prow * 128 + ((chunk ^ (prow & 7)) << 4));
+      }
+      // The three windows' first rows; a k step is 16 rows = +2048 bytes = +128 in the descriptor's start field
+      // (contiguous through the mirror rows; no carry: the start stays below 2^14).
+      uint64_t db[3];
+#pragma unroll
+      for (int s = 0; s < 3; ++s) {
+        const int shift = (wg - 1) * wp + (s - 1);
+        const unsigned row = static_cast<unsigned>(t * kTile + shift) & ring_mask;
+        const uint32_t addr = ring_base + row * 128;
+        db[s] = sw128_mn_desc(addr) | (a.phase ? static_cast<uint64_t>((addr >> 7) & 7u) << 49 : 0);
+      }
+#pragma unroll
+      for (int s = 0; s < 3; ++s) fence_operands(acc[s]);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kSteps; ++kk)
+#pragma unroll
+        for (int s = 0; s < 3; ++s) wgmma_m64n64k16_rs_tb<T>(acc[s], af[kk], db[s] + static_cast<uint64_t>(128 * kk));
+      wgmma_commit();
+      wgmma_wait<0>();
+#pragma unroll
+      for (int s = 0; s < 3; ++s) fence_operands(acc[s]);
+    };
+
+    // Tile t_begin's whole span and dy rows, then per tile: its rows in, the next tile's on their way, its wgmma.
+    for (int r = row0; r < kTile + 2 * halo; r += kRowsPerPass) {
+      const int pos = t_begin * kTile - halo + r;
+      load_x_row(pos, pad_pos(pos < 0 ? 0 : pos, wp, plane));
+    }
+    for (int i = row0; i < kTile; i += kRowsPerPass) {
+      const int pos = t_begin * kTile + i;
+      load_dy_row(0, i, pos, pad_pos(pos, wp, plane));
+    }
+    cp_async_commit();
+    for (int t = t_begin; t < t_end; ++t) {
+      const int buf = (t - t_begin) & 1;
+      cp_async_wait<0>();
+      fence_proxy_async();
+      __syncthreads();  // tile t's rows in for everyone; everyone's ldmatrix of tile t - 1 done (its buffer free)
+      if (t + 1 < t_end) load_tile(t + 1, buf ^ 1);
+      cp_async_commit();
+      compute(t, buf);
+    }
+  }
+  // This CTA's partial: thread (warp, lane) holds filters 16 warp + g (+ 8), channels 8 j + 2 t (+ 1) of each tap in
+  // registers 4 j + {0, 1} (+ {2, 3}), g = lane / 4, t = lane % 4.
+  float* out = part + static_cast<int64_t>(blockIdx.x) * kTaps * kCh * kCh;
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int s = 0; s < 3; ++s) {
+    float* tap = out + (3 * wg + s) * kCh * kCh;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int k0 = 16 * warp + g, c = 8 * j + 2 * tq;
+      *reinterpret_cast<float2*>(tap + k0 * kCh + c) = make_float2(acc[s][4 * j], acc[s][4 * j + 1]);
+      *reinterpret_cast<float2*>(tap + (k0 + 8) * kCh + c) = make_float2(acc[s][4 * j + 2], acc[s][4 * j + 3]);
+    }
+  }
+}
+
+// dw[k][r][s][c] = sum over CTAs b in order of part[b][3 r + s][k][c], in float64.
+__global__ void wgconv_wgrad_reduce_kernel(const float* __restrict__ part, int ctas, float* __restrict__ dw) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;  // (tap, k, c) of the partials
+  if (i >= kTaps * kCh * kCh) return;
+  const int tap = i / (kCh * kCh), k = (i / kCh) % kCh, c = i % kCh;
+  double sum = 0.0;
+  for (int b = 0; b < ctas; ++b) sum += part[static_cast<int64_t>(b) * kTaps * kCh * kCh + i];
+  dw[(k * kTaps + tap) * kCh + c] = static_cast<float>(sum);
+}
+
+using WgradKernel = void (*)(const void*, const void*, float*, WgradArgs);
+WgradKernel wgrad_kernel(GpuDType io) {
+  return io == GpuDType::F16 ? &wgconv_wgrad_kernel<__half> : &wgconv_wgrad_kernel<__nv_bfloat16>;
+}
+
+}  // namespace
+
+Result<WgConvWgradPlan> wgconv_wgrad_plan(const Conv2dGeom& g, GpuDType io) {
+  if (io != GpuDType::F16 && io != GpuDType::BF16)
+    return Error{ErrCode::NotSupported, "wgconv",
+                 std::string("the wgmma weight gradient takes f16 or bf16, not ") + gpu_dtype_name(io)};
+  if (!wgconv_wgrad_ring_eligible(g))
+    return Error{ErrCode::NotSupported, "wgconv",
+                 "the ring weight gradient takes 3x3 stride-1 padding-1 convs with C == K == 64 whose ring fits "
+                 "shared memory: " + conv2d_geom_str(g)};
+  int dev = 0, major = 0, minor = 0, sms = 0;
+  TRCTL_CUDA_TRY(cudaGetDevice(&dev));
+  TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (major != 9 || minor != 0)
+    return Error{ErrCode::NotSupported, "wgconv",
+                 "the wgmma weight gradient runs on compute capability 9.0 only, not " + std::to_string(major) + "." +
+                     std::to_string(minor)};
+  TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  WgConvWgradPlan p;
+  p.g = g;
+  p.io = io;
+  p.ring_rows = static_cast<int>(wgconv_ring_rows(g, kTile));
+  p.smem_bytes = static_cast<size_t>(wgconv_wgrad_smem_bytes(g));
+  const int64_t tiles = (g.n * (g.h + 2) * (g.w + 2) + kTile - 1) / kTile;
+  p.grid = std::max<int64_t>(1, std::min<int64_t>(sms, tiles));
+  TRCTL_CUDA_TRY(cudaFuncSetAttribute(wgrad_kernel(io), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(p.smem_bytes)));
+  return p;
+}
+
+size_t wgconv_wgrad_workspace_bytes(const WgConvWgradPlan& p) {
+  return static_cast<size_t>(p.grid) * kTaps * kCh * kCh * sizeof(float);
+}
+
+Status wgconv_wgrad_cuda(cudaStream_t stream, const WgConvWgradPlan& p, const void* dy, const void* x, float* dw,
+                         void* ws, size_t ws_bytes) {
+  if ((reinterpret_cast<uintptr_t>(dy) | reinterpret_cast<uintptr_t>(x)) % 16 != 0 || !dw)
+    return Error{ErrCode::Internal, "wgconv", "the weight gradient's dy and x must be 16-byte aligned, dw set"};
+  if (!ws || ws_bytes < wgconv_wgrad_workspace_bytes(p))
+    return Error{ErrCode::Internal, "wgconv", "the weight gradient needs wgconv_wgrad_workspace_bytes of ws"};
+  if (p.grid < 1 || p.grid >= (static_cast<int64_t>(1) << 31))
+    return Error{ErrCode::Internal, "wgconv", "weight gradient grid empty or too large"};
+  const Conv2dGeom& g = p.g;
+  WgradArgs a;
+  a.n_img = static_cast<int>(g.n), a.h = static_cast<int>(g.h), a.wd = static_cast<int>(g.w);
+  a.ring = p.ring_rows;
+  const int64_t tiles = (g.n * (g.h + 2) * (g.w + 2) + kTile - 1) / kTile;
+  a.per_cta = static_cast<int>((tiles + p.grid - 1) / p.grid);
+  a.phase = p.phase_from_start ? 1 : 0;
+  wgrad_kernel(p.io)<<<static_cast<unsigned>(p.grid), kThreads, p.smem_bytes, stream>>>(dy, x,
+                                                                                         static_cast<float*>(ws), a);
+  TRCTL_CUDA_TRY(cudaGetLastError());
+  const int outs = kTaps * kCh * kCh;
+  wgconv_wgrad_reduce_kernel<<<(outs + 255) / 256, 256, 0, stream>>>(static_cast<const float*>(ws),
+                                                                      static_cast<int>(p.grid), dw);
+  TRCTL_CUDA_TRY(cudaGetLastError());
+  return ok_status();
+}
+
+}  // namespace trctl

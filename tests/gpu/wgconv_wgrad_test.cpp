@@ -1,0 +1,193 @@
+// The ring weight gradient of the wgmma conv on the GPU (runtime/ops/conv2d/wgconv.h: wgconv_wgrad_plan,
+// wgconv_wgrad_cuda; C == K == 64) against the float64 direct conv's weight gradient (tests/gpu/stem_conv_ref.h), f16
+// and bf16: small and odd sizes (one row, one column, positions not a multiple of the 128-position tile, images
+// whose padded plane is smaller than a tile), many tiles per CTA (grids of 1 and 7 CTAs walking their ranges through
+// the ring) and VGG's 224-wide rows; two runs and a captured graph's replay bitwise equal to the eager run; what the
+// plan and the launch refuse.
+//
+// Tolerances (as tests/gpu/fewc_wgrad_test.cpp): inputs on the 1/64 grid, so every product is exact in fp32; the
+// sums are fp32 (wgmma accumulators over a CTA's positions) and float64 across CTAs, dw f32: |got - ref| <= acc * mag
+// + 2^-24 |ref| with the stem modes' acc (2^-10 f16, 2^-7 bf16), and the norm-wise relative error below rel.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/util/thread_pool.h"
+#include "runtime/ops/conv2d/conv2d.h"
+#include "runtime/ops/conv2d/wgconv.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/stem_conv_ref.h"
+#include "tests/support/conv_geom.h"
+
+using namespace trctl;
+using trctl::testing::conv_geom;
+using namespace trctl::gputest;
+
+namespace {
+
+// The plan, or a visible skip when the device is not compute capability 9.0 (the kernel is sm_90a code).
+bool wgrad_plan(const Conv2dGeom& g, GpuDType t, WgConvWgradPlan* out) {
+  Result<WgConvWgradPlan> p = wgconv_wgrad_plan(g, t);
+  if (!p.ok() && p.errors().front().code == ErrCode::NotSupported && wgconv_wgrad_ring_eligible(g)) {
+    WARN("skipped: " << p.error_text());
+    return false;
+  }
+  if (!p.ok()) FAIL(p.error_text());
+  std::printf("  wgconv wgrad %s %s: grid %lld, ring %d rows, smem %zu B\n", gpu_dtype_name(t),
+              conv2d_geom_str(g).c_str(), static_cast<long long>(p.value().grid), p.value().ring_rows,
+              p.value().smem_bytes);
+  *out = p.value();
+  return true;
+}
+
+struct WgradBuffers {
+  DevBuf x, dy, dw, ws;
+  size_t ws_bytes = 0;
+};
+WgradBuffers wgrad_buffers(GpuDType t, const StemInputs& in, const WgConvWgradPlan& plan) {
+  WgradBuffers b;
+  b.x = to_device_as(t, in.x);
+  b.dy = to_device_as(t, in.dy);
+  b.dw = DevBuf(in.w.size() * 4);
+  b.ws_bytes = wgconv_wgrad_workspace_bytes(plan);
+  b.ws = DevBuf(b.ws_bytes);
+  return b;
+}
+Status run_wgrad(const CudaContext& ctx, const WgConvWgradPlan& p, const WgradBuffers& b) {
+  return wgconv_wgrad_cuda(ctx.stream, p, b.dy.get(), b.x.get(), b.dw.as<float>(), b.ws.get(), b.ws_bytes);
+}
+
+}  // namespace
+
+TEST_CASE("wgconv ring weight gradient matches the float64 direct conv (f16, bf16; odd sizes, one row or column, "
+          "many tiles per CTA, 224-wide rows) and reruns bitwise",
+          "[kernel][wgconv][conv2d]") {
+  CudaContext ctx = make_context();
+  ThreadPool pool(0);
+  const std::pair<const char*, Conv2dGeom> cases[] = {
+      {"9x9 N=2 (242 positions: a partial second tile)", conv_geom(2, 9, 9, 64, 64, 3, 3, 1, 1, 1, 1)},
+      {"3x4 N=1 (30 positions: less than a tile)", conv_geom(1, 3, 4, 64, 64, 3, 3, 1, 1, 1, 1)},
+      {"13x7 N=3 odd", conv_geom(3, 13, 7, 64, 64, 3, 3, 1, 1, 1, 1)},
+      {"1x40 N=2 one row", conv_geom(2, 1, 40, 64, 64, 3, 3, 1, 1, 1, 1)},
+      {"40x1 N=2 one column", conv_geom(2, 40, 1, 64, 64, 3, 3, 1, 1, 1, 1)},
+      {"56x56 N=4 (ResNet's layer1: ~100 tiles)", conv_geom(4, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1)},
+      {"224x224 N=1 (VGG's conv1_2 rows)", conv_geom(1, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1)}};
+  uint64_t seed = 9100;
+  for (const auto& [name, g] : cases) {
+    REQUIRE(wgconv_wgrad_ring_eligible(g));
+    const StemInputs in = stem_inputs(g, true, ++seed);
+    const StemRef ref = stem_ref(g, in, &pool);
+    for (const StemMode& m : kStemModes) {
+      if (m.io == GpuDType::F32) continue;
+      const std::string tag = std::string(name) + " " + gpu_dtype_name(m.io);
+      INFO(tag << ": " << conv2d_geom_str(g));
+      WgConvWgradPlan plan;
+      if (!wgrad_plan(g, m.io, &plan)) return;
+      WgradBuffers b = wgrad_buffers(m.io, in, plan);
+      poison(b.dw);
+      poison(b.ws);
+      REQUIRE_OK(run_wgrad(ctx, plan, b));
+      sync_ok(ctx);
+      const std::vector<float> dw = from_device<float>(b.dw.get(), in.w.size());
+      check_stem_close("wgconv wgrad dw " + tag, m.acc, m.rel, std::ldexp(1.0, -24), dw, ref.dw, ref.dw_mag,
+                       g.r * g.s * g.c);
+      // A second run (poisoned workspace and output again) is bitwise the first.
+      poison(b.dw);
+      poison(b.ws);
+      REQUIRE_OK(run_wgrad(ctx, plan, b));
+      sync_ok(ctx);
+      const std::vector<float> again = from_device<float>(b.dw.get(), in.w.size());
+      CHECK_RESULT(compare_bitwise("wgconv wgrad rerun " + tag, again.data(), dw.data(), dw.size() * 4, 4));
+      // Fewer CTAs: each walks more tiles through its ring (another order of the sums: close, not bitwise).
+      for (int64_t grid : {1, 7}) {
+        if (grid >= plan.grid) continue;
+        WgConvWgradPlan fewer = plan;  // the launch and the workspace take the grid from the plan
+        fewer.grid = grid;
+        WgradBuffers bf = wgrad_buffers(m.io, in, fewer);
+        poison(bf.dw);
+        poison(bf.ws);
+        REQUIRE_OK(run_wgrad(ctx, fewer, bf));
+        sync_ok(ctx);
+        check_stem_close("wgconv wgrad grid " + std::to_string(grid) + " " + tag, m.acc, m.rel,
+                         std::ldexp(1.0, -24), from_device<float>(bf.dw.get(), in.w.size()), ref.dw, ref.dw_mag,
+                         g.r * g.s * g.c);
+      }
+    }
+  }
+}
+
+TEST_CASE("wgconv ring weight gradient: a captured graph's replay is bitwise the eager run", "[kernel][wgconv][conv2d]") {
+  CudaContext ctx = make_context();
+  const Conv2dGeom g = conv_geom(2, 30, 30, 64, 64, 3, 3, 1, 1, 1, 1);
+  const StemInputs in = stem_inputs(g, true, 9200);
+  WgConvWgradPlan plan;
+  if (!wgrad_plan(g, GpuDType::F16, &plan)) return;
+  WgradBuffers b = wgrad_buffers(GpuDType::F16, in, plan);
+  REQUIRE_OK(run_wgrad(ctx, plan, b));
+  sync_ok(ctx);
+  const std::vector<float> eager = from_device<float>(b.dw.get(), in.w.size());
+  cudaGraphExec_t exec = capture_graph(
+      ctx, [&] { return run_wgrad(ctx, plan, b); }, cudaStreamCaptureModeThreadLocal);
+  poison(b.dw);
+  poison(b.ws);
+  REQUIRE_CUDA(cudaGraphLaunch(exec, ctx.stream));
+  sync_ok(ctx);
+  const std::vector<float> replay = from_device<float>(b.dw.get(), in.w.size());
+  CHECK_RESULT(compare_bitwise("wgconv wgrad graph replay", replay.data(), eager.data(), eager.size() * 4, 4));
+  REQUIRE_CUDA(cudaGraphExecDestroy(exec));
+}
+
+TEST_CASE("wgconv ring weight gradient refuses geometries, io types and workspaces it does not cover",
+          "[kernel][wgconv][conv2d]") {
+  CudaContext ctx = make_context();
+  const Conv2dGeom g = conv_geom(2, 9, 9, 64, 64, 3, 3, 1, 1, 1, 1);
+  WgConvWgradPlan plan;
+  if (!wgrad_plan(g, GpuDType::F16, &plan)) return;
+  Result<WgConvWgradPlan> f32 = wgconv_wgrad_plan(g, GpuDType::F32);
+  REQUIRE_FALSE(f32.ok());
+  CHECK(f32.errors().front().code == ErrCode::NotSupported);
+  for (const Conv2dGeom& other : {conv_geom(2, 9, 9, 128, 64, 3, 3, 1, 1, 1, 1),   // C = 128
+                                  conv_geom(2, 9, 9, 64, 128, 3, 3, 1, 1, 1, 1),   // K = 128
+                                  conv_geom(2, 9, 9, 64, 64, 3, 3, 2, 2, 1, 1),    // stride 2
+                                  conv_geom(1, 8, 600, 64, 64, 3, 3, 1, 1, 1, 1)}) {  // the ring over the limit
+    Result<WgConvWgradPlan> p = wgconv_wgrad_plan(other, GpuDType::F16);
+    REQUIRE_FALSE(p.ok());
+    CHECK(p.errors().front().code == ErrCode::NotSupported);
+    CHECK_THAT(p.error_text(), Catch::Contains("C == K == 64"));
+  }
+  const StemInputs in = stem_inputs(g, true, 9300);
+  WgradBuffers b = wgrad_buffers(GpuDType::F16, in, plan);
+  Status short_ws = wgconv_wgrad_cuda(ctx.stream, plan, b.dy.get(), b.x.get(), b.dw.as<float>(), b.ws.get(),
+                                      b.ws_bytes - 4);
+  REQUIRE_FALSE(short_ws.ok());
+  CHECK(short_ws.errors().front().code == ErrCode::Internal);
+  Status misaligned = wgconv_wgrad_cuda(ctx.stream, plan, static_cast<const char*>(b.dy.get()) + 2, b.x.get(),
+                                        b.dw.as<float>(), b.ws.get(), b.ws_bytes);
+  REQUIRE_FALSE(misaligned.ok());
+  CHECK(misaligned.errors().front().code == ErrCode::Internal);
+}
+
+// The window descriptors start at any ring row; the forward's K-major windows needed the base offset 0 (run 60).
+// Both readings on one case, the norm-wise error of each printed: the plan's default must match the reference.
+TEST_CASE("wgconv ring weight gradient: which reading of the windows' base offset holds (MN-major B)",
+          "[kernel][wgconv][conv2d]") {
+  CudaContext ctx = make_context();
+  ThreadPool pool(0);
+  const Conv2dGeom g = conv_geom(2, 11, 9, 64, 64, 3, 3, 1, 1, 1, 1);
+  const StemInputs in = stem_inputs(g, true, 9400);
+  const StemRef ref = stem_ref(g, in, &pool);
+  WgConvWgradPlan plan;
+  if (!wgrad_plan(g, GpuDType::F16, &plan)) return;
+  double rel[2] = {0, 0};
+  for (int phase = 0; phase < 2; ++phase) {
+    WgConvWgradPlan p = plan;
+    p.phase_from_start = phase == 1;
+    WgradBuffers b = wgrad_buffers(GpuDType::F16, in, p);
+    REQUIRE_OK(run_wgrad(ctx, p, b));
+    sync_ok(ctx);
+    rel[phase] = testing::diff(from_device<float>(b.dw.get(), in.w.size()), ref.dw).rel;
+    std::printf("  wgconv wgrad phase_from_start=%d: norm-wise relative error %.3g\n", phase, rel[phase]);
+  }
+  const int chosen = plan.phase_from_start ? 1 : 0;
+  CHECK(rel[chosen] < 1e-2);
+}
