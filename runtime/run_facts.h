@@ -47,6 +47,9 @@ struct ConvAlgoSources {
   // train.conv_wgconv fwd or both: forwards on the ring kernel (per node of every program) and the training batch
   // norms folded into such a forward's prologue (wgconv_bn_apply_choose); run.json holds each when > 0.
   int wgconv_fwd = 0, wgconv_bn_folded = 0;
+  // train.conv_wgconv wgrad or all: weight gradients on the ring weight-gradient kernel, per node of every program;
+  // run.json holds it when > 0.
+  int wgconv_wgrad = 0;
   // train.conv_bn_backward: the mode in effect (effective_conv_bn_backward: "separate" or "fused"; auto resolved)
   // and, unless separate, the batch norms + ReLU whose backward reductions a convolution's data gradient computed
   // (fused: cuDNN's dgrad + ReLU backward + BN-backward-weights graph), separate ones (not a pair it serves) and

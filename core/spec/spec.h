@@ -223,10 +223,19 @@ enum class ConvFewc { On, Unfolded, Forward, Off };
 // statistics from its epilogue where train.conv_bn_stats fuses (a pair), and a training batch norm + ReLU whose only
 // consumer before its backward is that conv folded into the conv's prologue: the batch norm runs its statistics
 // alone, the conv normalises each input row as it lands and writes the normalised rows out too (bitwise the apply
-// pass's output, which the weight gradient reads). both = fwd and dgrad.
-enum class ConvWgconv { Off, Dgrad, Fwd, Both };
-inline bool wgconv_routes_dgrad(ConvWgconv c) { return c == ConvWgconv::Dgrad || c == ConvWgconv::Both; }
-inline bool wgconv_routes_fwd(ConvWgconv c) { return c == ConvWgconv::Fwd || c == ConvWgconv::Both; }
+// pass's output, which the weight gradient reads). both = fwd and dgrad. wgrad = the weight gradient of every 3x3/1
+// convolution with 64 input and 64 output channels whose ring fits (wgconv_wgrad_ring_eligible: VGG16-BN's
+// conv1_2, ResNet's layer1 3x3s) on the ring weight-gradient kernel, dW straight in f32 (not rounded to the io type
+// first, as cuDNN's is); such a weight gradient is then no train.conv_bn_apply prologue fold. all = fwd, dgrad and
+// wgrad.
+enum class ConvWgconv { Off, Dgrad, Fwd, Both, Wgrad, All };
+inline bool wgconv_routes_dgrad(ConvWgconv c) {
+  return c == ConvWgconv::Dgrad || c == ConvWgconv::Both || c == ConvWgconv::All;
+}
+inline bool wgconv_routes_fwd(ConvWgconv c) {
+  return c == ConvWgconv::Fwd || c == ConvWgconv::Both || c == ConvWgconv::All;
+}
+inline bool wgconv_routes_wgrad(ConvWgconv c) { return c == ConvWgconv::Wgrad || c == ConvWgconv::All; }
 // Where a training batch norm that reads a convolution's output gets its batch statistics on the CUDA backend under
 // AMP: separate = trctl's statistics pass over the conv output (bitwise reproducible); fused = every eligible conv ->
 // batch norm pair (a cuDNN-routed conv, groups 1, no bias, unpadded channels) runs cuDNN's runtime-fusion conv +
@@ -278,7 +287,7 @@ struct TrainSpec {
   ConvIm2col conv_im2col = ConvIm2col::Forward;  // YAML conv_im2col: on | forward | off
   ConvS2d conv_s2d = ConvS2d::Forward;           // YAML conv_s2d: on | forward | off
   ConvFewc conv_fewc = ConvFewc::On;             // YAML conv_fewc: on | unfolded | forward | off
-  ConvWgconv conv_wgconv = ConvWgconv::Off;      // YAML conv_wgconv: off | dgrad | fwd | both
+  ConvWgconv conv_wgconv = ConvWgconv::Off;      // YAML conv_wgconv: off | dgrad | fwd | both | wgrad | all
   ConvBnStats conv_bn_stats = ConvBnStats::Auto;      // YAML conv_bn_stats: separate | fused | auto
   ConvBnApply conv_bn_apply = ConvBnApply::Separate;  // YAML conv_bn_apply: separate | prologue
   ConvBnBackward conv_bn_backward = ConvBnBackward::Auto;  // YAML conv_bn_backward: separate | fused | auto

@@ -138,6 +138,8 @@ const char* to_string(ConvWgconv c) {
     case ConvWgconv::Dgrad: return "dgrad";
     case ConvWgconv::Fwd: return "fwd";
     case ConvWgconv::Both: return "both";
+    case ConvWgconv::Wgrad: return "wgrad";
+    case ConvWgconv::All: return "all";
   }
   return "?";
 }

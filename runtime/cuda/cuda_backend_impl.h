@@ -160,7 +160,8 @@ class CudaBackend final : public Backend {
   Status lower_fewc_conv_node(const Node& n, std::vector<Launch>& out);
   // Data gradients on trctl's wgmma ring kernel under AMP (train.conv_wgconv: dgrad, wgconv_dgrad_ring_eligible):
   // the filters flipped into conv_ws_, then the forward kernel on dY; forwards (fwd, wgconv_fwd_ring_eligible), with
-  // their statistics epilogue for a conv_bn_stats pair and a folded batch norm's apply as their prologue
+  // their statistics epilogue for a conv_bn_stats pair and a folded batch norm's apply as their prologue; weight
+  // gradients (wgrad, wgconv_wgrad_ring_eligible) on the ring weight-gradient kernel, dW in f32 into the gradient
   // (runtime/cuda/cuda_lower_wgconv.cpp).
   bool wgconv_node(const Node& n) const;
   Status plan_wgconv(const Node& n);
@@ -233,6 +234,7 @@ class CudaBackend final : public Backend {
   std::map<std::string, FewcWgradPlan> fewc_wgrad_;   // weight gradients (partials in conv_ws_), likewise
   std::map<std::string, WgConvPlan> wgconv_;          // data gradients, by the forward's conv_key (flip in conv_ws_);
                                                       // forwards by "fwd " + conv_key
+  std::map<std::string, WgConvWgradPlan> wgconv_wgrad_;  // weight gradients by conv_key (partials in conv_ws_)
   struct WgFold {  // a batch norm whose apply + ReLU its consumer wgconv forward runs (wgconv_bn_apply_choose)
     ValueId x = kNoValue, gamma = kNoValue, beta = kNoValue, mean = kNoValue, invstd = kNoValue;
   };

@@ -9,6 +9,8 @@
 //   (wg_fold_: X is that batch norm's output y) the kernel reads the batch norm's input x, applies the normalisation
 //   + ReLU with the batch norm's saved mean and invstd as each row lands and writes the result to y (bitwise the
 //   apply pass's output) while the batch norm itself computes its statistics alone.
+// - Weight gradients (wgrad, all): dW (K, 3, 3, C) f32 straight into the parameter's gradient from dY and X by the
+//   ring weight-gradient kernel (wgconv_wgrad_cuda), its per-CTA partials in conv_ws_.
 // Deterministic: one fixed summation order per element; the statistics are fixed for the plan's grid.
 #include <algorithm>
 
@@ -19,10 +21,22 @@ namespace trctl::cuda_detail {
 bool CudaBackend::wgconv_node(const Node& n) const { return conv_route_of(n) == ConvRoute::Wgconv; }
 
 // A Conv2dGradInput node (dY, W -> dX): the forward geometry is dX's and W's (conv_operands); a Conv2d node (X, W ->
-// Y). Counted per node of every program.
+// Y); a Conv2dGradWeight node (dY, X -> dW). Counted per node of every program.
 Status CudaBackend::plan_wgconv(const Node& n) {
   const auto [x, w] = conv_operands(n);
   const Conv2dGeom g = conv2d_geom_of(c_.graph, n, x, w);
+  if (n.op == OpKind::Conv2dGradWeight) {
+    if (Status st = lowp_wgrad_supported(n); !st.ok()) return st;  // dW written into the parameter's own slot
+    const std::string key = conv_key(g);
+    if (!wgconv_wgrad_.count(key)) {
+      Result<WgConvWgradPlan> plan = wgconv_wgrad_plan(g, act_type());
+      if (!plan.ok()) return plan.errors();  // NotSupported off compute capability 9.0: says so
+      conv_ws_bytes_ = std::max(conv_ws_bytes_, wgconv_wgrad_workspace_bytes(plan.value()));
+      wgconv_wgrad_.emplace(key, plan.value());
+    }
+    ++conv_sources_.wgconv_wgrad;
+    return ok_status();
+  }
   const bool fwd = n.op == OpKind::Conv2d;
   if (fwd && n.in.size() != 2)  // conv_route sees the geometry only; a bias is folded into a batch norm, or here
     return Error{ErrCode::NotSupported, "cuda backend",
@@ -44,12 +58,25 @@ Status CudaBackend::plan_wgconv(const Node& n) {
 }
 
 Status CudaBackend::lower_wgconv_conv_node(const Node& n, std::vector<Launch>& out) {
-  if (n.op != OpKind::Conv2dGradInput && n.op != OpKind::Conv2d)
-    return Error{ErrCode::Internal, "cuda backend", "wgconv runs forwards and data gradients only, not " + n.name};
+  if (n.op != OpKind::Conv2dGradInput && n.op != OpKind::Conv2d && n.op != OpKind::Conv2dGradWeight)
+    return Error{ErrCode::Internal, "cuda backend", "wgconv runs convolutions and their gradients, not " + n.name};
   if (n.attrs.accumulate)  // pass_fuse_grad_accumulate fuses only pointwise ones, which are GEMMs
     return Error{ErrCode::Internal, "cuda backend", "a wgconv conv with a fused gradient sum: " + n.name};
   const auto [xv, wv] = conv_operands(n);
   const Conv2dGeom g = conv2d_geom_of(c_.graph, n, xv, wv);
+  if (n.op == OpKind::Conv2dGradWeight) {  // dY (n.in[0]), X (n.in[1]) -> dW (f32, the parameter's gradient)
+    auto wit = wgconv_wgrad_.find(conv_key(g));
+    if (wit == wgconv_wgrad_.end()) return Error{ErrCode::Internal, "cuda backend", "no wgconv plan for " + n.name};
+    const WgConvWgradPlan* plan = &wit->second;
+    const cudaStream_t s = ctx_.stream;
+    const void* dy = at(n.in[0]);
+    const void* x = at(n.in[1]);
+    float* dw = reinterpret_cast<float*>(at(n.out[0]));
+    void* ws = conv_ws_;
+    const size_t wsb = conv_ws_bytes_;
+    out.push_back([=] { return wgconv_wgrad_cuda(s, *plan, dy, x, dw, ws, wsb); });
+    return ok_status();
+  }
   const bool fwd = n.op == OpKind::Conv2d;
   auto it = wgconv_.find((fwd ? "fwd " : "") + conv_key(g));
   if (it == wgconv_.end()) return Error{ErrCode::Internal, "cuda backend", "no wgconv plan for " + n.name};

@@ -310,6 +310,8 @@ std::string conv_algorithms_text(const YAML::Node& train, BackendKind be, const 
   if (c.wgconv_fwd > 0)
     s += "; " + std::to_string(c.wgconv_fwd) + " forward convolutions on trctl's wgmma kernel (train.conv_wgconv), " +
          std::to_string(c.wgconv_bn_folded) + " batch norms' apply in their prologue";
+  if (c.wgconv_wgrad > 0)
+    s += "; " + std::to_string(c.wgconv_wgrad) + " weight gradients on trctl's wgmma kernel (train.conv_wgconv)";
   if (c.bn_bwd_mode != "separate")
     s += "; " + std::to_string(c.bn_bwd_fused) + " batch norms' backward reductions in cuDNN's data-gradient " +
          "epilogue (train.conv_bn_backward: " + c.bn_bwd_mode + ")";

@@ -655,6 +655,8 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     log.info("forward convolutions on trctl's wgmma kernel (train.conv_wgconv): {} (per program), {} batch norms' "
              "apply folded into their prologue",
              conv->wgconv_fwd, conv->wgconv_bn_folded);
+  if (const ConvAlgoSources* conv = be->conv_algo_sources(); conv && conv->wgconv_wgrad > 0)
+    log.info("weight gradients on trctl's wgmma ring kernel (train.conv_wgconv): {} (per program)", conv->wgconv_wgrad);
   if (const ConvAlgoSources* conv = be->conv_algo_sources(); conv && conv->bn_grad_folded > 0)
     log.info("batch-norm backward dx computed in the few-channel weight gradient: {} batch norms (third pass skipped)",
              conv->bn_grad_folded);

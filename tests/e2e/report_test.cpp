@@ -482,6 +482,19 @@ TEST_CASE("run.json's conv -> batch norm statistics counts (train.conv_bn_stats)
   REQUIRE_FALSE(bad_fwd.ok());
   CHECK_THAT(bad_fwd.error_text(), Catch::Contains("conv_algorithms.wgconv_bn_folded"));
   f.conv.wgconv_fwd = f.conv.wgconv_bn_folded = 0;
+  CHECK_THAT(with_grad, !Catch::Contains("wgconv_wgrad"));  // train.conv_wgconv wgrad / all only
+  f.conv.wgconv_wgrad = 3;
+  const std::string with_wgrad = run_facts_json(f);
+  CHECK_THAT(with_wgrad, Catch::Contains("\"wgconv_wgrad\": 3"));
+  Result<RunFacts> back_wgrad = run_facts_parse(with_wgrad, "run.json");
+  REQUIRE(back_wgrad.ok());
+  CHECK(back_wgrad->conv.wgconv_wgrad == 3);
+  Result<RunFacts> bad_wgrad = run_facts_parse(
+      R"({"backend": "cuda", "conv_algorithms": {"from_cache": 0, "from_heuristics": 1, "wgconv_wgrad": 1.5}})",
+      "run.json");
+  REQUIRE_FALSE(bad_wgrad.ok());
+  CHECK_THAT(bad_wgrad.error_text(), Catch::Contains("conv_algorithms.wgconv_wgrad"));
+  f.conv.wgconv_wgrad = 0;
   CHECK_THAT(with_grad, !Catch::Contains("graph_engines"));  // written only when a plan runs a graph-API config
   f.conv.graph_engines = 3;
   const std::string with_engines = run_facts_json(f);

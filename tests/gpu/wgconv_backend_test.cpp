@@ -1,4 +1,4 @@
-// train.conv_wgconv: dgrad on the CUDA backend (CudaBackend::lower_wgconv_conv_node): the data gradient of a
+// train.conv_wgconv on the CUDA backend (CudaBackend::lower_wgconv_conv_node). dgrad: the data gradient of a
 // 64 -> 64 3x3/1 conv runs trctl's wgmma ring kernel on flipped filters instead of cuDNN -- counted in
 // conv_algo_sources() (run.json's conv_algorithms.wgconv_dgrad) per backward program, none with the default off or
 // under fp32; from the same weights and batch, one step's loss bitwise equal to off's (the forward is the same),
@@ -115,5 +115,52 @@ TEST_CASE("train.conv_wgconv fwd runs the 64-channel forward on wgconv with the 
       INFO(name << ": relative difference " << r << " to cuDNN's forward and the apply pass");
       CHECK(r < 1e-2);
     }
+  }
+}
+
+// train.conv_wgconv: wgrad -- conv1's weight gradient on the ring weight-gradient kernel (dW straight in f32), the
+// rest as off. Against off: the loss bitwise (the forward is the same), every gradient but conv1's bitwise (nothing
+// else reads dW before the step's end), conv1's within 1e-2 norm-wise (cuDNN rounds its dW to f16 first; a wrong tap,
+// transpose or window is off by O(1)); two backends of one seed bitwise equal; counted per backward program; and
+// under all (fwd + dgrad + wgrad) every gradient within 1e-2 of off's.
+TEST_CASE("train.conv_wgconv wgrad runs the 64-channel weight gradient on wgconv: counted, repeatable, the same "
+          "gradient as cuDNN's (fp16 AMP)",
+          "[gpu][backend][cnn][wgconv]") {
+  const BuiltBackend wg = build_backend(spec_of({"train.conv_wgconv=wgrad"})),
+                     wg2 = build_backend(spec_of({"train.conv_wgconv=wgrad"})),
+                     off = build_backend(spec_of({}));
+  const int backward = backward_programs(*wg.c);
+  REQUIRE(backward >= 1);
+  CHECK(wg.be->conv_algo_sources()->wgconv_wgrad == backward);  // conv1's; the stem's (C = 3) stays on fewc
+  CHECK(wg.be->conv_algo_sources()->wgconv_dgrad == 0);
+  CHECK(off.be->conv_algo_sources()->wgconv_wgrad == 0);
+  const int64_t sample = 20 * 24 * 3;
+  const double lw = one_train_step(wg, sample), lw2 = one_train_step(wg2, sample), lo = one_train_step(off, sample);
+  CHECK(lw == lw2);
+  CHECK(lw == lo);
+  const std::vector<float> gw = floats_of(wg.be->read_region(Region::Grads)),
+                           gw2 = floats_of(wg2.be->read_region(Region::Grads)),
+                           go = floats_of(off.be->read_region(Region::Grads));
+  CHECK(gw == gw2);  // one seed: bitwise
+  for (const char* name : {"stem.weight.grad", "bn0.weight.grad", "bn1.weight.grad", "fc.weight.grad"})
+    CHECK(value_slice(*wg.c, gw, name) == value_slice(*off.c, go, name));
+  const double r = testing::rel_diff(value_slice(*wg.c, gw, "conv1.weight.grad"),
+                                     value_slice(*off.c, go, "conv1.weight.grad"));
+  INFO("conv1.weight.grad: relative difference " << r << " to cuDNN's weight gradient");
+  CHECK(r < 1e-2);
+
+  const BuiltBackend all = build_backend(spec_of({"train.conv_wgconv=all"}));
+  const ConvAlgoSources* src = all.be->conv_algo_sources();
+  CHECK(src->wgconv_wgrad == backward);
+  CHECK(src->wgconv_dgrad == backward);
+  CHECK(src->wgconv_fwd >= backward);
+  const double la = one_train_step(all, sample);
+  CHECK(std::abs(la - lo) <= 1e-3 * std::abs(lo));
+  const std::vector<float> ga = floats_of(all.be->read_region(Region::Grads));
+  for (const char* name : {"conv1.weight.grad", "bn1.weight.grad", "stem.weight.grad", "bn0.weight.grad",
+                           "fc.weight.grad"}) {
+    const double ra = testing::rel_diff(value_slice(*all.c, ga, name), value_slice(*off.c, go, name));
+    INFO(name << " (all): relative difference " << ra);
+    CHECK(ra < 1e-2);
   }
 }

@@ -23,6 +23,8 @@ ConvRoute conv_route(const ConvRouteOptions& o, OpKind op, const Conv2dGeom& g) 
     return ConvRoute::Wgconv;
   if (o.lowp && op == OpKind::Conv2d && wgconv_routes_fwd(o.wgconv) && wgconv_fwd_ring_eligible(g))
     return ConvRoute::Wgconv;
+  if (o.lowp && op == OpKind::Conv2dGradWeight && wgconv_routes_wgrad(o.wgconv) && wgconv_wgrad_ring_eligible(g))
+    return ConvRoute::Wgconv;
   if (!o.lowp || (op != OpKind::Conv2d && op != OpKind::Conv2dGradWeight)) return ConvRoute::Cudnn;
   const bool fwd = op == OpKind::Conv2d;
   if (fwd ? o.fewc != ConvFewc::Off && fewc_conv_eligible(g) : fewc_routes_wgrad(o.fewc) && fewc_wgrad_eligible(g))

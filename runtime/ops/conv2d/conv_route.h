@@ -14,7 +14,7 @@ enum class ConvRoute {
   Im2col,  // im2col + cuBLASLt GEMM, no cuDNN plan (runtime/cuda/im2col_conv.h)
   S2d,     // space-to-depth + a cuDNN plan of conv_plan_geom = s2d_conv_geom (runtime/cuda/s2d_conv.h)
   Fewc,    // trctl's few-channel tensor-core implicit GEMM, no cuDNN plan (runtime/ops/conv2d/fewc_cuda.h)
-  Wgconv,  // a data gradient or forward on trctl's wgmma ring kernel, no cuDNN plan (runtime/ops/conv2d/wgconv.h)
+  Wgconv,  // a forward, data or weight gradient on trctl's wgmma ring kernels, no cuDNN plan (ops/conv2d/wgconv.h)
 };
 
 struct ConvRouteOptions {
@@ -30,8 +30,9 @@ ConvRouteOptions conv_route_options(const Spec& spec);
 inline bool fewc_routes_wgrad(ConvFewc f) { return f == ConvFewc::On || f == ConvFewc::Unfolded; }
 
 // op: Conv2d, Conv2dGradInput or Conv2dGradWeight; g: the real geometry. Under AMP, wgconv for the data gradient
-// of a wgconv_dgrad_ring_eligible conv when conv_wgconv is dgrad or both, and for the forward of a
-// wgconv_fwd_ring_eligible one when it is fwd or both; the few-channel kernel for
+// of a wgconv_dgrad_ring_eligible conv when conv_wgconv is dgrad, both or all, for the forward of a
+// wgconv_fwd_ring_eligible one when it is fwd, both or all, and for the weight gradient of a
+// wgconv_wgrad_ring_eligible one when it is wgrad or all; the few-channel kernel for
 // fewc_conv_eligible convs' forward unless conv_fewc is off, and for fewc_wgrad_eligible ones' weight gradient
 // when it is on or unfolded; else space-to-depth for s2d_conv_eligible convs (forward unless conv_s2d is off, weight
 // gradient when on), else im2col for im2col_conv_eligible ones (forward unless conv_im2col is off, weight gradient

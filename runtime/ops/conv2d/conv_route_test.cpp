@@ -240,3 +240,25 @@ TEST_CASE("wgconv's ring weight gradient takes C = K = 64 3x3 convs whose ring f
   for (const Conv2dGeom& g : {conv1_2, layer1, narrow}) CHECK(wgconv_wgrad_ring_eligible(g));
   for (const Conv2dGeom& g : {conv2_1, conv2_2, strided, wide}) CHECK_FALSE(wgconv_wgrad_ring_eligible(g));
 }
+
+TEST_CASE("conv_route: conv_wgconv wgrad sends exactly the weight gradients the ring weight-gradient kernel takes to "
+          "wgconv, all adds the forwards and data gradients, only under AMP",
+          "[conv_route][wgconv]") {
+  const Conv2dGeom conv1_2 = conv_geom(256, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1);
+  const Conv2dGeom conv2_1 = conv_geom(256, 112, 112, 64, 128, 3, 3, 1, 1, 1, 1);
+  ConvRouteOptions o = opts(true, ConvIm2col::Forward, ConvS2d::Forward, ConvFewc::On);
+  o.wgconv = ConvWgconv::Wgrad;
+  CHECK(conv_route(o, kWgrad, conv1_2) == ConvRoute::Wgconv);
+  CHECK(conv_plan_geom(o, kWgrad, conv1_2).c == conv1_2.c);  // no cuDNN plan
+  CHECK(conv_route(o, kFwd, conv1_2) == ConvRoute::Cudnn);
+  CHECK(conv_route(o, kDgrad, conv1_2) == ConvRoute::Cudnn);
+  CHECK(conv_route(o, kWgrad, conv2_1) == ConvRoute::Cudnn);   // K = 128: not the kernel's
+  CHECK(conv_route(o, kWgrad, kVggConv0) == ConvRoute::Fewc);  // the RGB stem stays on the few-channel kernel
+  o.wgconv = ConvWgconv::All;
+  for (OpKind op : {kFwd, kDgrad, kWgrad}) CHECK(conv_route(o, op, conv1_2) == ConvRoute::Wgconv);
+  o.wgconv = ConvWgconv::Both;
+  CHECK(conv_route(o, kWgrad, conv1_2) == ConvRoute::Cudnn);
+  o.wgconv = ConvWgconv::Wgrad;
+  o.lowp = false;  // fp32 / tf32: the kernel takes f16 or bf16
+  CHECK(conv_route(o, kWgrad, conv1_2) == ConvRoute::Cudnn);
+}
