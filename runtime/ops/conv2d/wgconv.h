@@ -120,8 +120,8 @@ Status wgconv_flip_filters_cuda(cudaStream_t stream, GpuDType io, const void* w,
 // taps), B = the tap's shifted window of x's row ring (MN-major: a row is a position's 64 channels). Persistent
 // CTAs of three warpgroups (warpgroup r takes the filter row r's three taps: 3 x 32 f32 accumulators a thread) walk
 // a contiguous range of tiles of kWgconvWgradTile positions; each CTA writes its (9, K, C) f32 partial to ws and a
-// second kernel adds the partials in CTA order in float64: deterministic for the plan's grid. Not yet in the
-// backend's routes (its GPU test and `bench kernels` row compare it with cuDNN first).
+// second kernel adds the partials in CTA order in float64: deterministic for the plan's grid. The backend runs it
+// under train.conv_wgconv: wgrad or all (conv_route.h).
 struct WgConvWgradPlan {
   Conv2dGeom g;  // finished, wgconv_wgrad_ring_eligible
   GpuDType io = GpuDType::F16;
