@@ -475,7 +475,7 @@ Status each_wgconv_plan(Bench& b, const Conv2dGeom& g, const std::vector<WgConvT
 // non-deterministic allowed) against trctl's wgmma conv (wgconv.h) with each kernel and CTA tile: the forward
 // ("not supported" rows for a tile the layer or the device does not take), the input's batch norm + ReLU then the
 // conv (C = 64: the ring kernels' prologue, RingPx256N64 with the statistics too, and with the activation written
-// out as well), the data gradient, and the weight gradient (the ring weight-gradient kernel where C = K = 64).
+// out as well), the data gradient, and the weight gradient (the ring weight-gradient kernel where C, K <= 128).
 Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
   const cudaStream_t s = b.ctx.stream;
   constexpr VggLayer kLayers[] = {{224, 64, "vgg16 conv1_2"}, {112, 64, "vgg16 conv2_1", 128},
@@ -564,7 +564,7 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
       });
     if (!st.ok()) return st;
     // The weight gradient: cuDNN's (dw in f16, the filter type) against the ring weight-gradient kernel (dw in
-    // f32, its partials' reduction inside the timing) where it takes the layer (C = K = 64).
+    // f32, its partials' reduction inside the timing) where it takes the layer (C and K of 64 or 128).
     const std::string nwg = std::string(l.name) + " wgrad";
     st = b.add(nwg + " cudnn f16", vc->size, vc->flops, true, b.gemm_f16, [&] {
       return cudnn_conv_wgrad(b.ctx.cudnn, s, vc->legacy, y.p, x.p, wf.p, ws.p, wsb);

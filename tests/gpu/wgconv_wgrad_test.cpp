@@ -1,6 +1,7 @@
 // The ring weight gradient of the wgmma conv on the GPU (runtime/ops/conv2d/wgconv.h: wgconv_wgrad_plan,
-// wgconv_wgrad_cuda; C == K == 64) against the float64 direct conv's weight gradient (tests/gpu/stem_conv_ref.h), f16
-// and bf16: small and odd sizes (one row, one column, positions not a multiple of the 128-position tile, images
+// wgconv_wgrad_cuda; C and K of 64 or 128) against the float64 direct conv's weight gradient
+// (tests/gpu/stem_conv_ref.h), f16 and bf16: C = K = 64 and the 64 x 64 blocks of K = 128 and C = 128; small and odd
+// sizes (one row, one column, positions not a multiple of the 128-position tile, images
 // whose padded plane is smaller than a tile), many tiles per CTA (grids of 1 and 7 CTAs walking their ranges through
 // the ring) and VGG's 224-wide rows; two runs and a captured graph's replay bitwise equal to the eager run; what the
 // plan and the launch refuse.
@@ -71,7 +72,10 @@ TEST_CASE("wgconv ring weight gradient matches the float64 direct conv (f16, bf1
       {"1x40 N=2 one row", conv_geom(2, 1, 40, 64, 64, 3, 3, 1, 1, 1, 1)},
       {"40x1 N=2 one column", conv_geom(2, 40, 1, 64, 64, 3, 3, 1, 1, 1, 1)},
       {"56x56 N=4 (ResNet's layer1: ~100 tiles)", conv_geom(4, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1)},
-      {"224x224 N=1 (VGG's conv1_2 rows)", conv_geom(1, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1)}};
+      {"224x224 N=1 (VGG's conv1_2 rows)", conv_geom(1, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1)},
+      {"12x10 N=2 C=64 K=128 (two filter blocks)", conv_geom(2, 12, 10, 64, 128, 3, 3, 1, 1, 1, 1)},
+      {"9x13 N=2 C=128 K=64 (two channel blocks)", conv_geom(2, 9, 13, 128, 64, 3, 3, 1, 1, 1, 1)},
+      {"28x28 N=2 C=128 K=128 (four blocks)", conv_geom(2, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1)}};
   uint64_t seed = 9100;
   for (const auto& [name, g] : cases) {
     REQUIRE(wgconv_wgrad_ring_eligible(g));
@@ -98,17 +102,19 @@ TEST_CASE("wgconv ring weight gradient matches the float64 direct conv (f16, bf1
       sync_ok(ctx);
       const std::vector<float> again = from_device<float>(b.dw.get(), in.w.size());
       CHECK_RESULT(compare_bitwise("wgconv wgrad rerun " + tag, again.data(), dw.data(), dw.size() * 4, 4));
-      // Fewer CTAs: each walks more tiles through its ring (another order of the sums: close, not bitwise).
-      for (int64_t grid : {1, 7}) {
-        if (grid >= plan.grid) continue;
+      // Fewer CTAs: each walks more tiles through its ring (another order of the sums: close, not bitwise); the
+      // grid stays a multiple of the 64 x 64 blocks.
+      const int64_t blocks = (g.k / 64) * (g.c / 64);
+      for (int64_t runs : {1, 7}) {
+        if (runs * blocks >= plan.grid) continue;
         WgConvWgradPlan fewer = plan;  // the launch and the workspace take the grid from the plan
-        fewer.grid = grid;
+        fewer.grid = runs * blocks;
         WgradBuffers bf = wgrad_buffers(m.io, in, fewer);
         poison(bf.dw);
         poison(bf.ws);
         REQUIRE_OK(run_wgrad(ctx, fewer, bf));
         sync_ok(ctx);
-        check_stem_close("wgconv wgrad grid " + std::to_string(grid) + " " + tag, m.acc, m.rel,
+        check_stem_close("wgconv wgrad runs " + std::to_string(runs) + " " + tag, m.acc, m.rel,
                          std::ldexp(1.0, -24), from_device<float>(bf.dw.get(), in.w.size()), ref.dw, ref.dw_mag,
                          g.r * g.s * g.c);
       }
@@ -146,14 +152,14 @@ TEST_CASE("wgconv ring weight gradient refuses geometries, io types and workspac
   Result<WgConvWgradPlan> f32 = wgconv_wgrad_plan(g, GpuDType::F32);
   REQUIRE_FALSE(f32.ok());
   CHECK(f32.errors().front().code == ErrCode::NotSupported);
-  for (const Conv2dGeom& other : {conv_geom(2, 9, 9, 128, 64, 3, 3, 1, 1, 1, 1),   // C = 128
-                                  conv_geom(2, 9, 9, 64, 128, 3, 3, 1, 1, 1, 1),   // K = 128
+  for (const Conv2dGeom& other : {conv_geom(2, 9, 9, 256, 64, 3, 3, 1, 1, 1, 1),   // C = 256
+                                  conv_geom(2, 9, 9, 64, 192, 3, 3, 1, 1, 1, 1),   // K = 192
                                   conv_geom(2, 9, 9, 64, 64, 3, 3, 2, 2, 1, 1),    // stride 2
                                   conv_geom(1, 8, 600, 64, 64, 3, 3, 1, 1, 1, 1)}) {  // the ring over the limit
     Result<WgConvWgradPlan> p = wgconv_wgrad_plan(other, GpuDType::F16);
     REQUIRE_FALSE(p.ok());
     CHECK(p.errors().front().code == ErrCode::NotSupported);
-    CHECK_THAT(p.error_text(), Catch::Contains("C == K == 64"));
+    CHECK_THAT(p.error_text(), Catch::Contains("C and K of 64 or 128"));
   }
   const StemInputs in = stem_inputs(g, true, 9300);
   WgradBuffers b = wgrad_buffers(GpuDType::F16, in, plan);
@@ -161,6 +167,12 @@ TEST_CASE("wgconv ring weight gradient refuses geometries, io types and workspac
                                       b.ws_bytes - 4);
   REQUIRE_FALSE(short_ws.ok());
   CHECK(short_ws.errors().front().code == ErrCode::Internal);
+  WgConvWgradPlan odd_grid = plan;  // not a multiple of the blocks: refused (here 1 block: grid 0)
+  odd_grid.grid = 0;
+  Status bad_grid = wgconv_wgrad_cuda(ctx.stream, odd_grid, b.dy.get(), b.x.get(), b.dw.as<float>(), b.ws.get(),
+                                      b.ws_bytes);
+  REQUIRE_FALSE(bad_grid.ok());
+  CHECK(bad_grid.errors().front().code == ErrCode::Internal);
   Status misaligned = wgconv_wgrad_cuda(ctx.stream, plan, static_cast<const char*>(b.dy.get()) + 2, b.x.get(),
                                         b.dw.as<float>(), b.ws.get(), b.ws_bytes);
   REQUIRE_FALSE(misaligned.ok());

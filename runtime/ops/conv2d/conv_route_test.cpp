@@ -226,19 +226,21 @@ TEST_CASE("conv_route: conv_wgconv fwd sends exactly the forwards the ring px ke
   CHECK(conv_route(o, kFwd, conv1_2) == ConvRoute::Cudnn);
 }
 
-TEST_CASE("wgconv's ring weight gradient takes C = K = 64 3x3 convs whose ring fits shared memory", "[wgconv]") {
+TEST_CASE("wgconv's ring weight gradient takes 3x3 convs with C and K of 64 or 128 whose ring fits shared memory",
+          "[wgconv]") {
   const Conv2dGeom conv1_2 = conv_geom(256, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1);  // VGG16-BN's features_3
   const Conv2dGeom layer1 = conv_geom(256, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1);    // ResNet-18's layer1
   const Conv2dGeom narrow = conv_geom(4, 8, 5, 64, 64, 3, 3, 1, 1, 1, 1);        // W < 6 is fine: no 8-step epilogue
-  const Conv2dGeom conv2_1 = conv_geom(256, 112, 112, 64, 128, 3, 3, 1, 1, 1, 1);  // K = 128
-  const Conv2dGeom conv2_2 = conv_geom(256, 112, 112, 128, 128, 3, 3, 1, 1, 1, 1);  // C = 128
+  const Conv2dGeom conv2_1 = conv_geom(256, 112, 112, 64, 128, 3, 3, 1, 1, 1, 1);  // K = 128: two filter blocks
+  const Conv2dGeom conv2_2 = conv_geom(256, 112, 112, 128, 128, 3, 3, 1, 1, 1, 1);  // C = K = 128: four blocks
+  const Conv2dGeom conv3_1 = conv_geom(256, 56, 56, 128, 256, 3, 3, 1, 1, 1, 1);   // K = 256: not taken
   const Conv2dGeom strided = conv_geom(4, 16, 16, 64, 64, 3, 3, 2, 2, 1, 1);
   const Conv2dGeom wide = conv_geom(1, 8, 600, 64, 64, 3, 3, 1, 1, 1, 1);  // its ring: 2048 rows, 304 KiB
   // conv1_2: 2 tiles of 128 and 2 (W + 3) halo rows = 710 -> 1024 ring rows, + 128 mirrored + 2 x 128 dy rows
   CHECK(wgconv_wgrad_smem_bytes(conv1_2) == (1024 + 3 * 128) * 128 + 1024);
   CHECK(wgconv_wgrad_smem_bytes(wide) == (2048 + 3 * 128) * 128 + 1024);
-  for (const Conv2dGeom& g : {conv1_2, layer1, narrow}) CHECK(wgconv_wgrad_ring_eligible(g));
-  for (const Conv2dGeom& g : {conv2_1, conv2_2, strided, wide}) CHECK_FALSE(wgconv_wgrad_ring_eligible(g));
+  for (const Conv2dGeom& g : {conv1_2, layer1, narrow, conv2_1, conv2_2}) CHECK(wgconv_wgrad_ring_eligible(g));
+  for (const Conv2dGeom& g : {conv3_1, strided, wide}) CHECK_FALSE(wgconv_wgrad_ring_eligible(g));
 }
 
 TEST_CASE("conv_route: conv_wgconv wgrad sends exactly the weight gradients the ring weight-gradient kernel takes to "
@@ -246,13 +248,15 @@ TEST_CASE("conv_route: conv_wgconv wgrad sends exactly the weight gradients the 
           "[conv_route][wgconv]") {
   const Conv2dGeom conv1_2 = conv_geom(256, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1);
   const Conv2dGeom conv2_1 = conv_geom(256, 112, 112, 64, 128, 3, 3, 1, 1, 1, 1);
+  const Conv2dGeom conv3_2 = conv_geom(256, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1);
   ConvRouteOptions o = opts(true, ConvIm2col::Forward, ConvS2d::Forward, ConvFewc::On);
   o.wgconv = ConvWgconv::Wgrad;
   CHECK(conv_route(o, kWgrad, conv1_2) == ConvRoute::Wgconv);
   CHECK(conv_plan_geom(o, kWgrad, conv1_2).c == conv1_2.c);  // no cuDNN plan
   CHECK(conv_route(o, kFwd, conv1_2) == ConvRoute::Cudnn);
   CHECK(conv_route(o, kDgrad, conv1_2) == ConvRoute::Cudnn);
-  CHECK(conv_route(o, kWgrad, conv2_1) == ConvRoute::Cudnn);   // K = 128: not the kernel's
+  CHECK(conv_route(o, kWgrad, conv2_1) == ConvRoute::Wgconv);  // K = 128: two filter blocks
+  CHECK(conv_route(o, kWgrad, conv3_2) == ConvRoute::Cudnn);   // 256 channels: not the kernel's
   CHECK(conv_route(o, kWgrad, kVggConv0) == ConvRoute::Fewc);  // the RGB stem stays on the few-channel kernel
   o.wgconv = ConvWgconv::All;
   for (OpKind op : {kFwd, kDgrad, kWgrad}) CHECK(conv_route(o, op, conv1_2) == ConvRoute::Wgconv);

@@ -113,10 +113,10 @@ Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& plan, const void* 
 // w (K, 3, 3, C) -> w' (C, 3, 3, K) of type io (F16 or BF16, else Internal); capturable.
 Status wgconv_flip_filters_cuda(cudaStream_t stream, GpuDType io, const void* w, int64_t k, int64_t c, void* w_flipped);
 
-// ---- The ring weight gradient (wgconv_wgrad_sm90a.cu; wgconv_wgrad_ring_eligible: C == K == 64) ----
+// ---- The ring weight gradient (wgconv_wgrad_sm90a.cu; wgconv_wgrad_ring_eligible: C, K of 64 or 128) ----
 // dw (K, 3, 3, C) f32 = sum over the output pixels of dy (N, H, W, K) x the input x (N, H, W, C) at each tap, both
-// io (F16 or BF16). Per tap a GEMM with the 64 filters as M, the 64 channels as N and the positions of the padded
-// plane as the reduction: A = dy^T (a tile's rows loaded into registers with ldmatrix.trans, reused by its three
+// io (F16 or BF16). A CTA takes one 64-filter x 64-channel block of dw; per tap a GEMM with its 64 filters as M, its
+// 64 channels as N and the positions of the padded plane as the reduction: A = dy^T (a tile's rows loaded into registers with ldmatrix.trans, reused by its three
 // taps), B = the tap's shifted window of x's row ring (MN-major: a row is a position's 64 channels). Persistent
 // CTAs of three warpgroups (warpgroup r takes the filter row r's three taps: 3 x 32 f32 accumulators a thread) walk
 // a contiguous range of tiles of kWgconvWgradTile positions; each CTA writes its (9, K, C) f32 partial to ws and a
@@ -126,7 +126,8 @@ struct WgConvWgradPlan {
   Conv2dGeom g;  // finished, wgconv_wgrad_ring_eligible
   GpuDType io = GpuDType::F16;
   int ring_rows = 0;     // wgconv_ring_rows(g, kWgconvWgradTile)
-  int64_t grid = 0;      // CTAs (one per SM; may be lowered, >= 1, to make each walk more tiles)
+  int64_t grid = 0;      // CTAs: the (K / 64) x (C / 64) blocks times the position ranges (about one CTA per SM;
+                         // may be lowered to another multiple of the blocks, to make each walk more tiles)
   size_t smem_bytes = 0;  // wgconv_wgrad_smem_bytes(g)
   bool phase_from_start = false;  // the windows' descriptors carry the base offset (start >> 7) % 8, as the
                                   // forward's WgConvPlan flag (false is what the hardware followed there, run 60;
@@ -135,9 +136,9 @@ struct WgConvWgradPlan {
 // NotSupported for a geometry wgconv_wgrad_ring_eligible refuses, an io type other than F16/BF16 or a device that is
 // not compute capability 9.0; the CUDA error of the attribute or device queries otherwise. Made outside capture.
 Result<WgConvWgradPlan> wgconv_wgrad_plan(const Conv2dGeom& g, GpuDType io);
-size_t wgconv_wgrad_workspace_bytes(const WgConvWgradPlan& plan);  // grid x 9 x K x C f32
-// dy, x 16-byte aligned; ws of wgconv_wgrad_workspace_bytes (Internal error otherwise); dw (K, 3, 3, C) f32
-// overwritten. Allocates nothing, does not synchronize: capturable.
+size_t wgconv_wgrad_workspace_bytes(const WgConvWgradPlan& plan);  // grid x 9 x 64 x 64 f32
+// dy, x 16-byte aligned; ws of wgconv_wgrad_workspace_bytes, a grid that is a multiple of the blocks (Internal error
+// otherwise); dw (K, 3, 3, C) f32 overwritten. Allocates nothing, does not synchronize: capturable.
 Status wgconv_wgrad_cuda(cudaStream_t stream, const WgConvWgradPlan& plan, const void* dy, const void* x, float* dw,
                          void* ws, size_t ws_bytes);
 

@@ -52,7 +52,7 @@ int64_t wgconv_wgrad_smem_bytes(const Conv2dGeom& g) {
 }
 
 bool wgconv_wgrad_ring_eligible(const Conv2dGeom& g) {
-  return wgconv_eligible(g, nullptr) && g.c == 64 && g.k == 64 && wgconv_wgrad_smem_bytes(g) <= kWgconvMaxSmemBytes;
+  return wgconv_eligible(g, nullptr) && g.c <= 128 && g.k <= 128 && wgconv_wgrad_smem_bytes(g) <= kWgconvMaxSmemBytes;
 }
 
 bool wgconv_fwd_ring_eligible(const Conv2dGeom& g) {

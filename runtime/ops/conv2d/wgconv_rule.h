@@ -42,8 +42,9 @@ constexpr int kWgconvWgradTile = 128;
 // Its CTA's dynamic shared memory: the ring (wgconv_ring_rows of kWgconvWgradTile) and the tile's mirror rows, two
 // tile buffers of dy rows, 128 bytes each, plus 1 KiB of alignment slack (VGG's conv1_2: 181,248 B).
 int64_t wgconv_wgrad_smem_bytes(const Conv2dGeom& g);
-// Whether the weight gradient of conv g runs on that kernel: wgconv_eligible, C == K == 64 (a position's x row and
-// dy row are each one 128-byte row) and the shared memory within kWgconvMaxSmemBytes.
+// Whether the weight gradient of conv g runs on that kernel: wgconv_eligible, C and K of 64 or 128 (a CTA takes one
+// 64 x 64 block of dw: its rows of x and dy are 128 bytes of a position's channels; the blocks of one position range
+// read the same rows, so larger C and K would re-read them more) and the shared memory within kWgconvMaxSmemBytes.
 bool wgconv_wgrad_ring_eligible(const Conv2dGeom& g);
 
 // Whether the forward conv g runs on the ring px kernel: wgconv_eligible, wgconv_ring_fits (C == 64), K == 64 (with

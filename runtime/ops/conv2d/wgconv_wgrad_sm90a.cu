@@ -1,5 +1,8 @@
-// The ring weight gradient of the wgmma 3x3 convolution (wgconv.h: wgconv_wgrad_plan, wgconv_wgrad_cuda), C == K
-// == 64, compiled for sm_90a alone (CMakeLists.txt: the *_sm90a.cu files).
+// The ring weight gradient of the wgmma 3x3 convolution (wgconv.h: wgconv_wgrad_plan, wgconv_wgrad_cuda), C and K
+// multiples of 64 (wgconv_wgrad_ring_eligible: at most 128), compiled for sm_90a alone (CMakeLists.txt: the
+// *_sm90a.cu files). A CTA computes one 64-filter x 64-channel block (kb, cb) of dw over a range of positions: its dy
+// rows are the 64 filters kb of each position, its x rows the 64 channels cb; the CTAs of one position range are
+// adjacent in the grid (they read the same rows from L2).
 //
 // Over the padded plane (wgconv_ring.cuh: position f, Hp = H + 2, Wp = W + 2), with DY[f] = dy at an inside
 // position and 0 on the border, X[f] the same of x:
@@ -42,6 +45,7 @@ constexpr int kTaps = 9, kCh = 64;
 
 struct WgradArgs {
   int n_img, h, wd;
+  int k, c;     // dy's and x's channels (row strides); their 64-wide blocks: k / 64 x c / 64 per position range
   int ring;     // R, a power of two
   int per_cta;  // tiles per CTA
   int phase;    // 1: the windows' descriptors carry the base offset (WgConvWgradPlan::phase_from_start)
@@ -53,7 +57,8 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
                : "r"(addr));
 }
 
-// dy (N, H, W, 64), x (N, H, W, 64) of type T; part (gridDim.x, 9, 64, 64) f32.
+// dy (N, H, W, K), x (N, H, W, C) of type T; part (gridDim.x, 9, 64, 64) f32: CTA b computes filter block kb and
+// channel block cb ((b mod blocks) = kb * C / 64 + cb) over position range run = b / blocks.
 template <class T>
 __global__ void __launch_bounds__(kThreads, 1)
     wgconv_wgrad_kernel(const void* __restrict__ dyv, const void* __restrict__ xv, float* __restrict__ part,
@@ -70,7 +75,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const unsigned ring_mask = static_cast<unsigned>(a.ring) - 1u;
   const int plane = hp * wp, f_total = plane * a.n_img;
   const int tiles = (f_total + kTile - 1) / kTile;
-  const int t_begin = static_cast<int>(blockIdx.x) * a.per_cta;
+  const int blocks = (a.k / kCh) * (a.c / kCh), fb = static_cast<int>(blockIdx.x) % blocks;
+  const int k0 = fb / (a.c / kCh) * kCh, c0 = fb % (a.c / kCh) * kCh;
+  const int t_begin = static_cast<int>(blockIdx.x) / blocks * a.per_cta;
   const int t_end = t_begin + a.per_cta < tiles ? t_begin + a.per_cta : tiles;
 
   float acc[3][32];
@@ -88,7 +95,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // This thread's 16-byte piece of x at position pos into its ring row (and the mirror row after the ring).
     auto load_x_row = [&](int pos, const PadPos& pq) {
       const bool in = inside_at(pos, pq);
-      const T* src = x + (in ? pixel_of(pq) * kCh + piece * 8 : 0);
+      const T* src = x + (in ? pixel_of(pq) * a.c + c0 + piece * 8 : 0);
       const int j = static_cast<int>(static_cast<unsigned>(pos) & ring_mask);
       const uint32_t col = static_cast<uint32_t>((piece ^ (j & 7)) << 4);
       cp_async16(ring_base + j * 128 + col, src, in ? 16 : 0);
@@ -97,7 +104,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ... and of dy at position pos into row i of dy buffer buf.
     auto load_dy_row = [&](int buf, int i, int pos, const PadPos& pq) {
       const bool in = inside_at(pos, pq);
-      const T* src = dy + (in ? pixel_of(pq) * kCh + piece * 8 : 0);
+      const T* src = dy + (in ? pixel_of(pq) * a.k + k0 + piece * 8 : 0);
       cp_async16(dy_base + (buf * kTile + i) * 128 + ((piece ^ (i & 7)) << 4), src, in ? 16 : 0);
     };
     // Tile t's dy rows into buffer buf and the kTile x rows its span adds to tile t - 1's, [L t + halo, L (t + 1)
@@ -175,21 +182,27 @@ __global__ void __launch_bounds__(kThreads, 1)
     float* tap = out + (3 * wg + s) * kCh * kCh;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const int k0 = 16 * warp + g, c = 8 * j + 2 * tq;
-      *reinterpret_cast<float2*>(tap + k0 * kCh + c) = make_float2(acc[s][4 * j], acc[s][4 * j + 1]);
-      *reinterpret_cast<float2*>(tap + (k0 + 8) * kCh + c) = make_float2(acc[s][4 * j + 2], acc[s][4 * j + 3]);
+      const int kr = 16 * warp + g, c = 8 * j + 2 * tq;
+      *reinterpret_cast<float2*>(tap + kr * kCh + c) = make_float2(acc[s][4 * j], acc[s][4 * j + 1]);
+      *reinterpret_cast<float2*>(tap + (kr + 8) * kCh + c) = make_float2(acc[s][4 * j + 2], acc[s][4 * j + 3]);
     }
   }
 }
 
-// dw[k][r][s][c] = sum over CTAs b in order of part[b][3 r + s][k][c], in float64.
-__global__ void wgconv_wgrad_reduce_kernel(const float* __restrict__ part, int ctas, float* __restrict__ dw) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;  // (tap, k, c) of the partials
-  if (i >= kTaps * kCh * kCh) return;
-  const int tap = i / (kCh * kCh), k = (i / kCh) % kCh, c = i % kCh;
+// dw[k][r][s][c] (K, 3, 3, C) = sum over the position ranges in order of the partial of the CTA of k's and c's
+// blocks, at (3 r + s, k mod 64, c mod 64), in float64.
+__global__ void wgconv_wgrad_reduce_kernel(const float* __restrict__ part, int runs, int k_total, int c_total,
+                                           float* __restrict__ dw) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;  // (k, tap, c) of dw
+  if (i >= k_total * kTaps * c_total) return;
+  const int c = i % c_total, tap = (i / c_total) % kTaps, k = i / (c_total * kTaps);
+  const int cblocks = c_total / kCh, blocks = (k_total / kCh) * cblocks;
+  const int fb = k / kCh * cblocks + c / kCh;
+  const int64_t at = (static_cast<int64_t>(tap) * kCh + k % kCh) * kCh + c % kCh;
+  constexpr int64_t kPart = static_cast<int64_t>(kTaps) * kCh * kCh;
   double sum = 0.0;
-  for (int b = 0; b < ctas; ++b) sum += part[static_cast<int64_t>(b) * kTaps * kCh * kCh + i];
-  dw[(k * kTaps + tap) * kCh + c] = static_cast<float>(sum);
+  for (int r = 0; r < runs; ++r) sum += part[(static_cast<int64_t>(r) * blocks + fb) * kPart + at];
+  dw[i] = static_cast<float>(sum);
 }
 
 using WgradKernel = void (*)(const void*, const void*, float*, WgradArgs);
@@ -205,8 +218,8 @@ Result<WgConvWgradPlan> wgconv_wgrad_plan(const Conv2dGeom& g, GpuDType io) {
                  std::string("the wgmma weight gradient takes f16 or bf16, not ") + gpu_dtype_name(io)};
   if (!wgconv_wgrad_ring_eligible(g))
     return Error{ErrCode::NotSupported, "wgconv",
-                 "the ring weight gradient takes 3x3 stride-1 padding-1 convs with C == K == 64 whose ring fits "
-                 "shared memory: " + conv2d_geom_str(g)};
+                 "the ring weight gradient takes 3x3 stride-1 padding-1 convs with C and K of 64 or 128 whose ring "
+                 "fits shared memory: " + conv2d_geom_str(g)};
   int dev = 0, major = 0, minor = 0, sms = 0;
   TRCTL_CUDA_TRY(cudaGetDevice(&dev));
   TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
@@ -222,7 +235,8 @@ Result<WgConvWgradPlan> wgconv_wgrad_plan(const Conv2dGeom& g, GpuDType io) {
   p.ring_rows = static_cast<int>(wgconv_ring_rows(g, kTile));
   p.smem_bytes = static_cast<size_t>(wgconv_wgrad_smem_bytes(g));
   const int64_t tiles = (g.n * (g.h + 2) * (g.w + 2) + kTile - 1) / kTile;
-  p.grid = std::max<int64_t>(1, std::min<int64_t>(sms, tiles));
+  const int64_t blocks = (g.k / kCh) * (g.c / kCh);
+  p.grid = blocks * std::max<int64_t>(1, std::min<int64_t>(sms / blocks, tiles));
   TRCTL_CUDA_TRY(cudaFuncSetAttribute(wgrad_kernel(io), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(p.smem_bytes)));
   return p;
@@ -238,21 +252,23 @@ Status wgconv_wgrad_cuda(cudaStream_t stream, const WgConvWgradPlan& p, const vo
     return Error{ErrCode::Internal, "wgconv", "the weight gradient's dy and x must be 16-byte aligned, dw set"};
   if (!ws || ws_bytes < wgconv_wgrad_workspace_bytes(p))
     return Error{ErrCode::Internal, "wgconv", "the weight gradient needs wgconv_wgrad_workspace_bytes of ws"};
-  if (p.grid < 1 || p.grid >= (static_cast<int64_t>(1) << 31))
-    return Error{ErrCode::Internal, "wgconv", "weight gradient grid empty or too large"};
   const Conv2dGeom& g = p.g;
+  const int64_t blocks = (g.k / kCh) * (g.c / kCh);
+  if (p.grid < blocks || p.grid % blocks != 0 || p.grid >= (static_cast<int64_t>(1) << 31))
+    return Error{ErrCode::Internal, "wgconv", "weight gradient grid not a multiple of its 64 x 64 blocks"};
   WgradArgs a;
   a.n_img = static_cast<int>(g.n), a.h = static_cast<int>(g.h), a.wd = static_cast<int>(g.w);
+  a.k = static_cast<int>(g.k), a.c = static_cast<int>(g.c);
   a.ring = p.ring_rows;
-  const int64_t tiles = (g.n * (g.h + 2) * (g.w + 2) + kTile - 1) / kTile;
-  a.per_cta = static_cast<int>((tiles + p.grid - 1) / p.grid);
+  const int64_t tiles = (g.n * (g.h + 2) * (g.w + 2) + kTile - 1) / kTile, runs = p.grid / blocks;
+  a.per_cta = static_cast<int>((tiles + runs - 1) / runs);
   a.phase = p.phase_from_start ? 1 : 0;
   wgrad_kernel(p.io)<<<static_cast<unsigned>(p.grid), kThreads, p.smem_bytes, stream>>>(dy, x,
                                                                                          static_cast<float*>(ws), a);
   TRCTL_CUDA_TRY(cudaGetLastError());
-  const int outs = kTaps * kCh * kCh;
-  wgconv_wgrad_reduce_kernel<<<(outs + 255) / 256, 256, 0, stream>>>(static_cast<const float*>(ws),
-                                                                      static_cast<int>(p.grid), dw);
+  const int outs = static_cast<int>(g.k * kTaps * g.c);
+  wgconv_wgrad_reduce_kernel<<<(outs + 255) / 256, 256, 0, stream>>>(
+      static_cast<const float*>(ws), static_cast<int>(runs), static_cast<int>(g.k), static_cast<int>(g.c), dw);
   TRCTL_CUDA_TRY(cudaGetLastError());
   return ok_status();
 }
