@@ -62,6 +62,8 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 // Pins an accumulator register at this point of the program (the compiler may not move its reads or writes across).
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+// ... a register-A fragment word (kept live up to this point: its registers are not reused while a wgmma reads them).
+__device__ __forceinline__ void fence_operand(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
 // ... every register of an accumulator fragment.
 template <int N>
 __device__ __forceinline__ void fence_operands(float (&d)[N]) {

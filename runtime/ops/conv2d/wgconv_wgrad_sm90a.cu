@@ -151,6 +151,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
 #pragma unroll
       for (int s = 0; s < 3; ++s) fence_operands(acc[s]);
+#pragma unroll
+      for (int kk = 0; kk < kSteps; ++kk)  // A stays in its registers until the wgmma reading it are done
+#pragma unroll
+        for (int i = 0; i < 4; ++i) fence_operand(af[kk][i]);
     };
 
     // Tile t_begin's whole span and dy rows, then per tile: its rows in, the next tile's on their way, its wgmma.
