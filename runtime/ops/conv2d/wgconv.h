@@ -64,6 +64,10 @@ struct WgConvPlan {
   size_t smem_bytes = 0;           // dynamic shared memory of one CTA (with 1 KiB of alignment slack)
 };
 
+// The current device's SM count where the sm_90a kernels can run on it; NotSupported naming `what` ("the wgmma
+// conv") on a device that is not compute capability 9.0, the CUDA error of the queries otherwise. Both plans' check.
+Result<int> wgconv_device_sms(const std::string& what);
+
 // NotSupported for a geometry wgconv_eligible refuses (a ring tile: also C != 64, or a ring and filter slice over
 // the shared-memory limit), an io type other than F16/BF16, or a device the sm_90a kernel cannot run on (not
 // compute capability 9.0); the CUDA error of the attribute or device queries otherwise. Made outside stream capture

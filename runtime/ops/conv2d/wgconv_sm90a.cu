@@ -568,6 +568,19 @@ WgConvTile wgconv_default_tile(const Conv2dGeom& g) {
   return g.k % 128 == 0 ? WgConvTile::M128N128 : WgConvTile::M128N64;
 }
 
+Result<int> wgconv_device_sms(const std::string& what) {
+  int dev = 0, major = 0, minor = 0, sms = 0;
+  TRCTL_CUDA_TRY(cudaGetDevice(&dev));
+  TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (major != 9 || minor != 0)
+    return Error{ErrCode::NotSupported, "wgconv",
+                 what + " runs on compute capability 9.0 only, not " + std::to_string(major) + "." +
+                     std::to_string(minor)};
+  TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
 Result<WgConvPlan> wgconv_plan(const Conv2dGeom& g, GpuDType io, WgConvTile tile) {
   if (io != GpuDType::F16 && io != GpuDType::BF16)
     return Error{ErrCode::NotSupported, "wgconv",
@@ -575,14 +588,8 @@ Result<WgConvPlan> wgconv_plan(const Conv2dGeom& g, GpuDType io, WgConvTile tile
   std::string why;
   if (!wgconv_eligible(g, &why))
     return Error{ErrCode::NotSupported, "wgconv", why + ": " + conv2d_geom_str(g)};
-  int dev = 0, major = 0, minor = 0;
-  TRCTL_CUDA_TRY(cudaGetDevice(&dev));
-  TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  if (major != 9 || minor != 0)
-    return Error{ErrCode::NotSupported, "wgconv",
-                 "the wgmma conv runs on compute capability 9.0 only, not " + std::to_string(major) + "." +
-                     std::to_string(minor)};
+  Result<int> sms = wgconv_device_sms("the wgmma conv");
+  if (!sms.ok()) return sms.errors();
   WgConvPlan p;
   p.g = g;
   p.io = io;
@@ -602,9 +609,7 @@ Result<WgConvPlan> wgconv_plan(const Conv2dGeom& g, GpuDType io, WgConvTile tile
       return Error{ErrCode::NotSupported, "wgconv",
                    std::string(wgconv_tile_name(tile)) + ": ring and filters need " + std::to_string(p.smem_bytes) +
                        " B of shared memory, over the limit: " + conv2d_geom_str(g)};
-    int sms = 0;
-    TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    p.grid_m = std::max<int64_t>(1, sms / p.grid_n);
+    p.grid_m = std::max<int64_t>(1, sms.value() / p.grid_n);
     for (bool st : {false, true})
       if (RingKernel k = ring_kernel(io, tile, st); k)
         TRCTL_CUDA_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,

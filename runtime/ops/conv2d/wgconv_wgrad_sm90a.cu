@@ -224,15 +224,8 @@ Result<WgConvWgradPlan> wgconv_wgrad_plan(const Conv2dGeom& g, GpuDType io) {
     return Error{ErrCode::NotSupported, "wgconv",
                  "the ring weight gradient takes 3x3 stride-1 padding-1 convs with C and K of 64 or 128 whose ring "
                  "fits shared memory: " + conv2d_geom_str(g)};
-  int dev = 0, major = 0, minor = 0, sms = 0;
-  TRCTL_CUDA_TRY(cudaGetDevice(&dev));
-  TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  if (major != 9 || minor != 0)
-    return Error{ErrCode::NotSupported, "wgconv",
-                 "the wgmma weight gradient runs on compute capability 9.0 only, not " + std::to_string(major) + "." +
-                     std::to_string(minor)};
-  TRCTL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  Result<int> sms = wgconv_device_sms("the wgmma weight gradient");
+  if (!sms.ok()) return sms.errors();
   WgConvWgradPlan p;
   p.g = g;
   p.io = io;
@@ -240,7 +233,7 @@ Result<WgConvWgradPlan> wgconv_wgrad_plan(const Conv2dGeom& g, GpuDType io) {
   p.smem_bytes = static_cast<size_t>(wgconv_wgrad_smem_bytes(g));
   const int64_t tiles = (g.n * (g.h + 2) * (g.w + 2) + kTile - 1) / kTile;
   const int64_t blocks = (g.k / kCh) * (g.c / kCh);
-  p.grid = blocks * std::max<int64_t>(1, std::min<int64_t>(sms / blocks, tiles));
+  p.grid = blocks * std::max<int64_t>(1, std::min<int64_t>(sms.value() / blocks, tiles));
   TRCTL_CUDA_TRY(cudaFuncSetAttribute(wgrad_kernel(io), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(p.smem_bytes)));
   return p;
