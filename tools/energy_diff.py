@@ -43,6 +43,13 @@ def metric(doc, name):
     return None
 
 
+def cell(node, key):
+    """A node's ms, or its joules for key "mj", as a table cell; "-" where the profile lacks the node."""
+    if not node or key not in node:
+        return "-"
+    return "%.3f" % (node[key] * (1e-3 if key == "mj" else 1))
+
+
 def describe(doc, nodes):
     step_j, step_w = metric(doc, "step_j"), metric(doc, "step_w")
     details = doc.get("energy_s"), doc.get("energy_settle_s")
@@ -112,10 +119,8 @@ def main(argv):
     print("| node | op | ms A | ms B | J A | J B | B - A |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for d, name, x, y in changed[:a.top]:
-        cell = lambda n, k, f: (f % (n[k] * (1e-3 if k == "mj" else 1))) if n and k in n else "-"
-        print("| %s | %s | %s | %s | %s | %s | %+.3f |" % (name, (x or y)["op"], cell(x, "ms", "%.3f"),
-                                                         cell(y, "ms", "%.3f"), cell(x, "mj", "%.3f"),
-                                                         cell(y, "mj", "%.3f"), d))
+        print("| %s | %s | %s | %s | %s | %s | %+.3f |" % (name, (x or y)["op"], cell(x, "ms"), cell(y, "ms"),
+                                                         cell(x, "mj"), cell(y, "mj"), d))
     if len(changed) > a.top:
         print("| ... %d more | | | | | | %+.3f |" % (len(changed) - a.top, sum(c[0] for c in changed[a.top:])))
     net = sum(c[0] for c in changed)
