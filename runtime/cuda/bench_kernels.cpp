@@ -564,7 +564,8 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
       });
     if (!st.ok()) return st;
     // The weight gradient: cuDNN's (dw in f16, the filter type) against the ring weight-gradient kernel (dw in
-    // f32, its partials' reduction inside the timing) where it takes the layer (C and K of 64 or 128).
+    // f32, its partials' reduction inside the timing; its taps as m64n64 and as merged m64n192 wgmma) where it
+    // takes the layer (C and K of 64 or 128).
     const std::string nwg = std::string(l.name) + " wgrad";
     st = b.add(nwg + " cudnn f16", vc->size, vc->flops, true, b.gemm_f16, [&] {
       return cudnn_conv_wgrad(b.ctx.cudnn, s, vc->legacy, y.p, x.p, wf.p, ws.p, wsb);
@@ -580,9 +581,15 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
         const size_t wwsb = wgconv_wgrad_workspace_bytes(wp.value());
         TRCTL_CUDA_TRY(cudaMalloc(&dw32.p, static_cast<size_t>(nw) * 4));
         TRCTL_CUDA_TRY(cudaMalloc(&wws.p, wwsb));
-        st = b.add(nwg + " wgconv ring f16", vc->size, vc->flops, true, b.gemm_f16, [&] {
-          return wgconv_wgrad_cuda(s, wp.value(), y.p, x.p, static_cast<float*>(dw32.p), wws.p, wwsb);
-        });
+        for (bool merged : {false, true}) {  // three m64n64 wgmma a k step, or one m64n192 (merged_taps)
+          WgConvWgradPlan plan = wp.value();
+          plan.merged_taps = merged;
+          if (st.ok())
+            st = b.add(nwg + (merged ? " wgconv ring merged f16" : " wgconv ring f16"), vc->size, vc->flops, true,
+                       b.gemm_f16, [&] {
+                         return wgconv_wgrad_cuda(s, plan, y.p, x.p, static_cast<float*>(dw32.p), wws.p, wwsb);
+                       });
+        }
       }
     }
     if (!st.ok()) return st;

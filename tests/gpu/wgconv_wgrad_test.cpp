@@ -3,8 +3,9 @@
 // (tests/gpu/stem_conv_ref.h), f16 and bf16: C = K = 64 and the 64 x 64 blocks of K = 128 and C = 128; small and odd
 // sizes (one row, one column, positions not a multiple of the 128-position tile, images
 // whose padded plane is smaller than a tile), many tiles per CTA (grids of 1 and 7 CTAs walking their ranges through
-// the ring) and VGG's 224-wide rows; two runs and a captured graph's replay bitwise equal to the eager run; what the
-// plan and the launch refuse.
+// the ring) and VGG's 224-wide rows, each with a warpgroup's three taps as three m64n64 wgmma and merged into one
+// m64n192 (WgConvWgradPlan::merged_taps); two runs and a captured graph's replay bitwise equal to the eager run; what
+// the plan and the launch refuse.
 //
 // Tolerances (as tests/gpu/fewc_wgrad_test.cpp): inputs on the 1/64 grid, so every product is exact in fp32; the
 // sums are fp32 (wgmma accumulators over a CTA's positions) and float64 across CTAs, dw f32: |got - ref| <= acc * mag
@@ -83,40 +84,43 @@ TEST_CASE("wgconv ring weight gradient matches the float64 direct conv (f16, bf1
     const StemRef ref = stem_ref(g, in, &pool);
     for (const StemMode& m : kStemModes) {
       if (m.io == GpuDType::F32) continue;
-      const std::string tag = std::string(name) + " " + gpu_dtype_name(m.io);
-      INFO(tag << ": " << conv2d_geom_str(g));
-      WgConvWgradPlan plan;
-      if (!wgrad_plan(g, m.io, &plan)) return;
-      WgradBuffers b = wgrad_buffers(m.io, in, plan);
-      poison(b.dw);
-      poison(b.ws);
-      REQUIRE_OK(run_wgrad(ctx, plan, b));
-      sync_ok(ctx);
-      const std::vector<float> dw = from_device<float>(b.dw.get(), in.w.size());
-      check_stem_close("wgconv wgrad dw " + tag, m.acc, m.rel, std::ldexp(1.0, -24), dw, ref.dw, ref.dw_mag,
-                       g.r * g.s * g.c);
-      // A second run (poisoned workspace and output again) is bitwise the first.
-      poison(b.dw);
-      poison(b.ws);
-      REQUIRE_OK(run_wgrad(ctx, plan, b));
-      sync_ok(ctx);
-      const std::vector<float> again = from_device<float>(b.dw.get(), in.w.size());
-      CHECK_RESULT(compare_bitwise("wgconv wgrad rerun " + tag, again.data(), dw.data(), dw.size() * 4, 4));
-      // Fewer CTAs: each walks more tiles through its ring (another order of the sums: close, not bitwise); the
-      // grid stays a multiple of the 64 x 64 blocks.
-      const int64_t blocks = (g.k / 64) * (g.c / 64);
-      for (int64_t runs : {1, 7}) {
-        if (runs * blocks >= plan.grid) continue;
-        WgConvWgradPlan fewer = plan;  // the launch and the workspace take the grid from the plan
-        fewer.grid = runs * blocks;
-        WgradBuffers bf = wgrad_buffers(m.io, in, fewer);
-        poison(bf.dw);
-        poison(bf.ws);
-        REQUIRE_OK(run_wgrad(ctx, fewer, bf));
+      for (bool merged : {false, true}) {
+        const std::string tag = std::string(name) + " " + gpu_dtype_name(m.io) + (merged ? " merged taps" : "");
+        INFO(tag << ": " << conv2d_geom_str(g));
+        WgConvWgradPlan plan;
+        if (!wgrad_plan(g, m.io, &plan)) return;
+        plan.merged_taps = merged;
+        WgradBuffers b = wgrad_buffers(m.io, in, plan);
+        poison(b.dw);
+        poison(b.ws);
+        REQUIRE_OK(run_wgrad(ctx, plan, b));
         sync_ok(ctx);
-        check_stem_close("wgconv wgrad runs " + std::to_string(runs) + " " + tag, m.acc, m.rel,
-                         std::ldexp(1.0, -24), from_device<float>(bf.dw.get(), in.w.size()), ref.dw, ref.dw_mag,
+        const std::vector<float> dw = from_device<float>(b.dw.get(), in.w.size());
+        check_stem_close("wgconv wgrad dw " + tag, m.acc, m.rel, std::ldexp(1.0, -24), dw, ref.dw, ref.dw_mag,
                          g.r * g.s * g.c);
+        // A second run (poisoned workspace and output again) is bitwise the first.
+        poison(b.dw);
+        poison(b.ws);
+        REQUIRE_OK(run_wgrad(ctx, plan, b));
+        sync_ok(ctx);
+        const std::vector<float> again = from_device<float>(b.dw.get(), in.w.size());
+        CHECK_RESULT(compare_bitwise("wgconv wgrad rerun " + tag, again.data(), dw.data(), dw.size() * 4, 4));
+        // Fewer CTAs: each walks more tiles through its ring (another order of the sums: close, not bitwise); the
+        // grid stays a multiple of the 64 x 64 blocks.
+        const int64_t blocks = (g.k / 64) * (g.c / 64);
+        for (int64_t runs : {1, 7}) {
+          if (runs * blocks >= plan.grid) continue;
+          WgConvWgradPlan fewer = plan;  // the launch and the workspace take the grid from the plan
+          fewer.grid = runs * blocks;
+          WgradBuffers bf = wgrad_buffers(m.io, in, fewer);
+          poison(bf.dw);
+          poison(bf.ws);
+          REQUIRE_OK(run_wgrad(ctx, fewer, bf));
+          sync_ok(ctx);
+          check_stem_close("wgconv wgrad runs " + std::to_string(runs) + " " + tag, m.acc, m.rel,
+                           std::ldexp(1.0, -24), from_device<float>(bf.dw.get(), in.w.size()), ref.dw, ref.dw_mag,
+                           g.r * g.s * g.c);
+        }
       }
     }
   }
@@ -177,29 +181,4 @@ TEST_CASE("wgconv ring weight gradient refuses geometries, io types and workspac
                                         b.dw.as<float>(), b.ws.get(), b.ws_bytes);
   REQUIRE_FALSE(misaligned.ok());
   CHECK(misaligned.errors().front().code == ErrCode::Internal);
-}
-
-// The window descriptors start at any ring row; the forward's K-major windows needed the base offset 0 (run 60).
-// Both readings on one case, the norm-wise error of each printed: the plan's default must match the reference.
-TEST_CASE("wgconv ring weight gradient: which reading of the windows' base offset holds (MN-major B)",
-          "[kernel][wgconv][conv2d]") {
-  CudaContext ctx = make_context();
-  ThreadPool pool(0);
-  const Conv2dGeom g = conv_geom(2, 11, 9, 64, 64, 3, 3, 1, 1, 1, 1);
-  const StemInputs in = stem_inputs(g, true, 9400);
-  const StemRef ref = stem_ref(g, in, &pool);
-  WgConvWgradPlan plan;
-  if (!wgrad_plan(g, GpuDType::F16, &plan)) return;
-  double rel[2] = {0, 0};
-  for (int phase = 0; phase < 2; ++phase) {
-    WgConvWgradPlan p = plan;
-    p.phase_from_start = phase == 1;
-    WgradBuffers b = wgrad_buffers(GpuDType::F16, in, p);
-    REQUIRE_OK(run_wgrad(ctx, p, b));
-    sync_ok(ctx);
-    rel[phase] = testing::diff(from_device<float>(b.dw.get(), in.w.size()), ref.dw).rel;
-    std::printf("  wgconv wgrad phase_from_start=%d: norm-wise relative error %.3g\n", phase, rel[phase]);
-  }
-  const int chosen = plan.phase_from_start ? 1 : 0;
-  CHECK(rel[chosen] < 1e-2);
 }

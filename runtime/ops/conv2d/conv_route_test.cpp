@@ -235,10 +235,13 @@ TEST_CASE("wgconv's ring weight gradient takes 3x3 convs with C and K of 64 or 1
   const Conv2dGeom conv2_2 = conv_geom(256, 112, 112, 128, 128, 3, 3, 1, 1, 1, 1);  // C = K = 128: four blocks
   const Conv2dGeom conv3_1 = conv_geom(256, 56, 56, 128, 256, 3, 3, 1, 1, 1, 1);   // K = 256: not taken
   const Conv2dGeom strided = conv_geom(4, 16, 16, 64, 64, 3, 3, 2, 2, 1, 1);
-  const Conv2dGeom wide = conv_geom(1, 8, 600, 64, 64, 3, 3, 1, 1, 1, 1);  // its ring: 2048 rows, 304 KiB
-  // conv1_2: 2 tiles of 128 and 2 (W + 3) halo rows = 710 -> 1024 ring rows, + 128 mirrored + 2 x 128 dy rows
-  CHECK(wgconv_wgrad_smem_bytes(conv1_2) == (1024 + 3 * 128) * 128 + 1024);
-  CHECK(wgconv_wgrad_smem_bytes(wide) == (2048 + 3 * 128) * 128 + 1024);
+  const Conv2dGeom wide = conv_geom(1, 8, 600, 64, 64, 3, 3, 1, 1, 1, 1);  // its ring: 2048 rows, 321 KiB
+  // conv1_2: 3 tiles of 128 and 2 (W + 3) halo rows = 838 -> 1024 ring rows, + 136 mirrored + 3 x 128 dy rows
+  CHECK(wgconv_wgrad_ring_rows(conv1_2) == 1024);
+  CHECK(wgconv_wgrad_ring_rows(conv2_2) == 1024);  // 614 rows needed (512 would hold two tiles, not three)
+  CHECK(wgconv_wgrad_ring_rows(narrow) == 512);    // 3 x 128 + 16
+  CHECK(wgconv_wgrad_smem_bytes(conv1_2) == (1024 + 136 + 3 * 128) * 128 + 1024);
+  CHECK(wgconv_wgrad_smem_bytes(wide) == (2048 + 136 + 3 * 128) * 128 + 1024);
   for (const Conv2dGeom& g : {conv1_2, layer1, narrow, conv2_1, conv2_2}) CHECK(wgconv_wgrad_ring_eligible(g));
   for (const Conv2dGeom& g : {conv3_1, strided, wide}) CHECK_FALSE(wgconv_wgrad_ring_eligible(g));
 }

@@ -129,13 +129,14 @@ Status wgconv_flip_filters_cuda(cudaStream_t stream, GpuDType io, const void* w,
 struct WgConvWgradPlan {
   Conv2dGeom g;  // finished, wgconv_wgrad_ring_eligible
   GpuDType io = GpuDType::F16;
-  int ring_rows = 0;     // wgconv_ring_rows(g, kWgconvWgradTile)
+  int ring_rows = 0;     // wgconv_wgrad_ring_rows(g)
   int64_t grid = 0;      // CTAs: the (K / 64) x (C / 64) blocks times the position ranges (about one CTA per SM;
                          // may be lowered to another multiple of the blocks, to make each walk more tiles)
   size_t smem_bytes = 0;  // wgconv_wgrad_smem_bytes(g)
-  bool phase_from_start = false;  // the windows' descriptors carry the base offset (start >> 7) % 8, as the
-                                  // forward's WgConvPlan flag (false is what the hardware followed there, run 60;
-                                  // the test reports which reading holds for this MN-major operand)
+  bool merged_taps = false;  // a warpgroup's three taps as one m64n192 wgmma per k step (its B: the first tap's
+                             // window with 64-channel blocks one ring row apart) instead of three m64n64; the
+                             // test and bench kernels run both (the windows' base offset stays 0: run 67 measured
+                             // that reading right and (start >> 7) % 8 wrong, as the forward's, run 60)
 };
 // NotSupported for a geometry wgconv_wgrad_ring_eligible refuses, an io type other than F16/BF16 or a device that is
 // not compute capability 9.0; the CUDA error of the attribute or device queries otherwise. Made outside capture.

@@ -47,8 +47,16 @@ bool wgconv_dgrad_ring_eligible(const Conv2dGeom& g) {
          wgconv_ring_smem_bytes(d, 64, kWgconvPxTile, kWgconvPxWindow) <= kWgconvMaxSmemBytes;
 }
 
+int64_t wgconv_wgrad_ring_rows(const Conv2dGeom& g) {
+  const int64_t need = 3 * static_cast<int64_t>(kWgconvWgradTile) + 2 * (g.w + 3);
+  int64_t rows = 8;
+  while (rows < need) rows *= 2;
+  return rows;
+}
+
 int64_t wgconv_wgrad_smem_bytes(const Conv2dGeom& g) {
-  return (wgconv_ring_rows(g, kWgconvWgradTile) + 3 * static_cast<int64_t>(kWgconvWgradTile)) * 128 + 1024;
+  const int64_t rows = wgconv_wgrad_ring_rows(g) + kWgconvWgradMirror + 3 * static_cast<int64_t>(kWgconvWgradTile);
+  return rows * 128 + 1024;
 }
 
 bool wgconv_wgrad_ring_eligible(const Conv2dGeom& g) {

@@ -39,8 +39,14 @@ bool wgconv_dgrad_ring_eligible(const Conv2dGeom& g);
 // The ring weight-gradient kernel (wgconv.h's wgconv_wgrad_cuda): positions per tile, which is also its mirrored
 // rows (each warpgroup's 16-position windows of a tap run up to a tile past the ring's last row).
 constexpr int kWgconvWgradTile = 128;
-// Its CTA's dynamic shared memory: the ring (wgconv_ring_rows of kWgconvWgradTile) and the tile's mirror rows, two
-// tile buffers of dy rows, 128 bytes each, plus 1 KiB of alignment slack (VGG's conv1_2: 181,248 B).
+// ... and the ring's first rows it repeats after its end: a tile, and the merged taps' N = 192 windows reach two rows
+// further (8, keeping the dy buffers after them 1024-byte aligned).
+constexpr int kWgconvWgradMirror = kWgconvWgradTile + 8;
+// Its ring's rows: a power of two of at least three tiles and both halos, 3 L + 2 (W + 3) (the kernel copies tile t
+// + 2's rows while tile t's wgmma still read its span).
+int64_t wgconv_wgrad_ring_rows(const Conv2dGeom& g);
+// Its CTA's dynamic shared memory: that ring and its kWgconvWgradMirror mirror rows, three tile buffers of dy rows,
+// 128 bytes each, plus 1 KiB of alignment slack (VGG's conv1_2: 198,656 B).
 int64_t wgconv_wgrad_smem_bytes(const Conv2dGeom& g);
 // Whether the weight gradient of conv g runs on that kernel: wgconv_eligible, C and K of 64 or 128 (a CTA takes one
 // 64 x 64 block of dw: its rows of x and dy are 128 bytes of a position's channels; the blocks of one position range

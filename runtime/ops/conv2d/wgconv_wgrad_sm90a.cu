@@ -18,8 +18,10 @@
 //     B operand (wgmma_sm90a.cuh: sw128_mn_desc; the window starts at any row, as the forward ring's);
 //   - warpgroup g runs the taps (g, 0..2): per k step its A registers times the three windows into its three
 //     m64n64 accumulators (3 x 32 f32 a thread).
-// The next tile's dy rows and its L new x rows are copied with cp.async while a tile's wgmma run (R >= 2 L + 2 (W +
-// 3) keeps the new rows off the tile's span). At the end each CTA writes its accumulators as a (9, 64, 64) f32
+// A tile's k steps run as two wgmma commit groups, each half's A in its own registers; while tile t's groups run,
+// the CTA copies tile t + 2's dy rows and L new x rows with cp.async (R >= 3 L + 2 (W + 3) keeps them off tile t's
+// span) and loads tile t + 1's first A half, so the tensor cores always have a queued group across the per-tile
+// barrier. At the end each CTA writes its accumulators as a (9, 64, 64) f32
 // partial; wgconv_wgrad_reduce_kernel adds the CTAs' partials in CTA order in float64 and scatters them into dw
 // (K, 3, 3, C). Every sum runs in a fixed order: deterministic for the plan's grid.
 #include <cuda_bf16.h>
@@ -39,7 +41,9 @@ namespace {
 
 constexpr int kThreads = 384;             // three warpgroups: filter rows r = 0, 1, 2
 constexpr int kTile = kWgconvWgradTile;   // positions per tile = mirrored ring rows
-constexpr int kSteps = kTile / 16;        // k steps of 16 positions per tile
+constexpr int kSteps = kTile / 16;        // k steps of 16 positions per tile ...
+constexpr int kHalf = kSteps / 2;         // ... in two halves (A register sets, wgmma commit groups)
+constexpr int kMirror = kWgconvWgradMirror;  // the ring's first rows repeated after its end
 constexpr int kRowsPerPass = kThreads / 8;  // rows a pass of the block's loads covers (8 pieces of 16 bytes a row)
 constexpr int kTaps = 9, kCh = 64;
 
@@ -48,7 +52,6 @@ struct WgradArgs {
   int k, c;     // dy's and x's channels (row strides); their 64-wide blocks: k / 64 x c / 64 per position range
   int ring;     // R, a power of two
   int per_cta;  // tiles per CTA
-  int phase;    // 1: the windows' descriptors carry the base offset (WgConvWgradPlan::phase_from_start)
 };
 
 __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
@@ -57,9 +60,16 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
                : "r"(addr));
 }
 
+// Tap s's m64n64 accumulator fragment within a warpgroup's three (acc: the m64n192 fragment of taps 0, 1, 2 side by
+// side -- columns 64 s + c -- which is the three m64n64 fragments one after the other).
+__device__ __forceinline__ float (&tap_acc(float (&acc)[96], int s))[32] {
+  return *reinterpret_cast<float(*)[32]>(acc + 32 * s);
+}
+
 // dy (N, H, W, K), x (N, H, W, C) of type T; part (gridDim.x, 9, 64, 64) f32: CTA b computes filter block kb and
-// channel block cb ((b mod blocks) = kb * C / 64 + cb) over position range run = b / blocks.
-template <class T>
+// channel block cb ((b mod blocks) = kb * C / 64 + cb) over position range run = b / blocks. Merged: a warpgroup's
+// three taps as one m64n192 wgmma per k step (WgConvWgradPlan::merged_taps), else three m64n64.
+template <class T, bool Merged>
 __global__ void __launch_bounds__(kThreads, 1)
     wgconv_wgrad_kernel(const void* __restrict__ dyv, const void* __restrict__ xv, float* __restrict__ part,
                         WgradArgs a) {
@@ -67,7 +77,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const T* __restrict__ x = static_cast<const T*>(xv);
   extern __shared__ uint8_t smem_raw[];
   const uint32_t ring_base = (smem_addr(smem_raw) + 1023u) & ~1023u;   // R + kTile rows
-  const uint32_t dy_base = ring_base + (a.ring + kTile) * 128;         // 2 x kTile rows (1024-aligned)
+  const uint32_t dy_base = ring_base + (a.ring + kMirror) * 128;       // 3 x kTile rows (1024-aligned)
   // wg broadcast from lane 0: warp-uniform, so the descriptors derived from it can live in uniform registers.
   const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), warp = (tid >> 5) & 3, lane = tid & 31;
   const int piece = tid & 7, row0 = tid >> 3;
@@ -80,11 +90,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int t_begin = static_cast<int>(blockIdx.x) / blocks * a.per_cta;
   const int t_end = t_begin + a.per_cta < tiles ? t_begin + a.per_cta : tiles;
 
-  float acc[3][32];
+  float acc[96];
 #pragma unroll
-  for (int s = 0; s < 3; ++s)
-#pragma unroll
-    for (int i = 0; i < 32; ++i) acc[s][i] = 0.0f;
+  for (int i = 0; i < 96; ++i) acc[i] = 0.0f;
 
   if (t_begin < t_end) {
     // Whether position pos (at padded (n, pp, qq)) is a pixel of the image, and its row of the (N, H, W) plane.
@@ -99,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int j = static_cast<int>(static_cast<unsigned>(pos) & ring_mask);
       const uint32_t col = static_cast<uint32_t>((piece ^ (j & 7)) << 4);
       cp_async16(ring_base + j * 128 + col, src, in ? 16 : 0);
-      if (j < kTile) cp_async16(ring_base + (j + a.ring) * 128 + col, src, in ? 16 : 0);
+      if (j < kMirror) cp_async16(ring_base + (j + a.ring) * 128 + col, src, in ? 16 : 0);
     };
     // ... and of dy at position pos into row i of dy buffer buf.
     auto load_dy_row = [&](int buf, int i, int pos, const PadPos& pq) {
@@ -118,46 +126,57 @@ __global__ void __launch_bounds__(kThreads, 1)
         load_x_row(pos + halo, pq);
       }
     };
-    // Tile t's wgmma: A from buffer buf, this warpgroup's three taps (wg, s).
-    auto compute = [&](int t, int buf) {
+    // Half h of tile t's A (k steps kHalf h .. kHalf h + kHalf - 1) from dy buffer buf into af. Matrix lane / 8 of
+    // each ldmatrix.x4.trans: positions 16 kk + 8 (lane / 16) + lane % 8, filters 16 warp + 8 ((lane / 8) % 2): as
+    // the mma fragment's (rows g, cols 2t), (g + 8, 2t), (g, 2t + 8), (g + 8, 2t + 8).
+    const int chunk = 2 * warp + ((lane >> 3) & 1);
+    auto load_a = [&](uint32_t (&af)[kHalf][4], int buf, int h) {
       const uint32_t dyb = dy_base + buf * kTile * 128;
-      // Matrix lane / 8 of each ldmatrix.x4.trans: positions 16 kk + 8 (lane / 16) + lane % 8, filters 16 warp +
-      // 8 ((lane / 8) % 2): as the mma fragment's (rows g, cols 2t), (g + 8, 2t), (g, 2t + 8), (g + 8, 2t + 8).
-      const int chunk = 2 * warp + ((lane >> 3) & 1);
-      uint32_t af[kSteps][4];
 #pragma unroll
-      for (int kk = 0; kk < kSteps; ++kk) {
-        const int prow = kk * 16 + ((lane >> 4) << 3) + (lane & 7);
+      for (int kk = 0; kk < kHalf; ++kk) {
+        const int prow = (h * kHalf + kk) * 16 + ((lane >> 4) << 3) + (lane & 7);
         ldsm_x4_trans(af[kk], dyb + prow * 128 + ((chunk ^ (prow & 7)) << 4));
       }
-      // The three windows' first rows; a k step is 16 rows = +2048 bytes = +128 in the descriptor's start field
-      // (contiguous through the mirror rows; no carry: the start stays below 2^14).
+    };
+    // Half h of tile t's wgmma from af: this warpgroup's three taps (wg, s), one commit group. Tap s's window starts
+    // at ring row (L t + (wg - 1) Wp + s - 1) mod R; a k step is 16 rows = +2048 bytes = +128 in the descriptor's
+    // start field (contiguous through the mirror rows; no carry: the start stays below 2^14). Merged: one N = 192
+    // operand from tap 0's window whose 64-channel blocks are 128 bytes (one row: the next tap) apart.
+    auto issue = [&](const uint32_t (&af)[kHalf][4], int t, int h) {
       uint64_t db[3];
 #pragma unroll
-      for (int s = 0; s < 3; ++s) {
+      for (int s = 0; s < (Merged ? 1 : 3); ++s) {
         const int shift = (wg - 1) * wp + (s - 1);
         const unsigned row = static_cast<unsigned>(t * kTile + shift) & ring_mask;
         const uint32_t addr = ring_base + row * 128;
-        db[s] = sw128_mn_desc(addr) | (a.phase ? static_cast<uint64_t>((addr >> 7) & 7u) << 49 : 0);
+        db[s] = Merged ? sw128_mn_desc_lbo(addr, 128) : sw128_mn_desc(addr);
       }
+      wgmma_fence();  // af just written by ldmatrix
 #pragma unroll
-      for (int s = 0; s < 3; ++s) fence_operands(acc[s]);
-      wgmma_fence();
+      for (int kk = 0; kk < kHalf; ++kk) {
+        const uint64_t step = static_cast<uint64_t>(128 * (h * kHalf + kk));
+        if constexpr (Merged) {
+          wgmma_m64n192k16_rs_tb<T>(acc, af[kk], db[0] + step);
+        } else {
 #pragma unroll
-      for (int kk = 0; kk < kSteps; ++kk)
-#pragma unroll
-        for (int s = 0; s < 3; ++s) wgmma_m64n64k16_rs_tb<T>(acc[s], af[kk], db[s] + static_cast<uint64_t>(128 * kk));
+          for (int s = 0; s < 3; ++s) wgmma_m64n64k16_rs_tb<T>(tap_acc(acc, s), af[kk], db[s] + step);
+        }
+      }
       wgmma_commit();
-      wgmma_wait<0>();
+    };
+    // After a wgmma_wait that retired the group reading af: keeps its registers live up to here (not reused while
+    // the wgmma could still read them) before ldmatrix overwrites them.
+    auto release = [](uint32_t (&af)[kHalf][4]) {
 #pragma unroll
-      for (int s = 0; s < 3; ++s) fence_operands(acc[s]);
-#pragma unroll
-      for (int kk = 0; kk < kSteps; ++kk)  // A stays in its registers until the wgmma reading it are done
+      for (int kk = 0; kk < kHalf; ++kk)
 #pragma unroll
         for (int i = 0; i < 4; ++i) fence_operand(af[kk][i]);
     };
 
-    // Tile t_begin's whole span and dy rows, then per tile: its rows in, the next tile's on their way, its wgmma.
+    // Software pipeline, three tiles deep: while tile t's two wgmma groups run, the CTA waits for tile t + 1's
+    // rows, copies tile t + 2's (dy buffer (t + 2) mod 3 -- tile t - 1's, whose ldmatrix all passed the barrier --
+    // and x rows R >= 3 L + 2 (W + 3) ahead of tile t's span: wgconv_wgrad_ring_rows) and loads tile t + 1's first
+    // A half. Commit groups: cp.async one per tile; wgmma (t, 0) and (t, 1).
     for (int r = row0; r < kTile + 2 * halo; r += kRowsPerPass) {
       const int pos = t_begin * kTile - halo + r;
       load_x_row(pos, pad_pos(pos < 0 ? 0 : pos, wp, plane));
@@ -167,15 +186,36 @@ __global__ void __launch_bounds__(kThreads, 1)
       load_dy_row(0, i, pos, pad_pos(pos, wp, plane));
     }
     cp_async_commit();
+    if (t_begin + 1 < t_end) load_tile(t_begin + 1, 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    fence_proxy_async();
+    __syncthreads();  // tile t_begin's rows in for everyone
+    uint32_t af0[kHalf][4], af1[kHalf][4] = {};
+    load_a(af0, 0, 0);
+    fence_operands(acc);
     for (int t = t_begin; t < t_end; ++t) {
-      const int buf = (t - t_begin) & 1;
-      cp_async_wait<0>();
-      fence_proxy_async();
-      __syncthreads();  // tile t's rows in for everyone; everyone's ldmatrix of tile t - 1 done (its buffer free)
-      if (t + 1 < t_end) load_tile(t + 1, buf ^ 1);
-      cp_async_commit();
-      compute(t, buf);
+      const int buf = (t - t_begin) % 3;
+      issue(af0, t, 0);
+      wgmma_wait<1>();  // (t - 1, 1) retired: af1 free
+      release(af1);
+      load_a(af1, buf, 1);
+      issue(af1, t, 1);
+      if (t + 1 < t_end) {
+        cp_async_wait<0>();
+        fence_proxy_async();
+        __syncthreads();  // tile t + 1's rows in for everyone; everyone's ldmatrix of tile t done
+        if (t + 2 < t_end) load_tile(t + 2, (buf + 2) % 3);
+        cp_async_commit();
+        wgmma_wait<1>();  // (t, 0) retired: af0 free
+        release(af0);
+        load_a(af0, (buf + 1) % 3, 0);
+      }
     }
+    wgmma_wait<0>();
+    fence_operands(acc);
+    release(af0);
+    release(af1);
   }
   // This CTA's partial: thread (warp, lane) holds filters 16 warp + g (+ 8), channels 8 j + 2 t (+ 1) of each tap in
   // registers 4 j + {0, 1} (+ {2, 3}), g = lane / 4, t = lane % 4.
@@ -187,8 +227,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const int kr = 16 * warp + g, c = 8 * j + 2 * tq;
-      *reinterpret_cast<float2*>(tap + kr * kCh + c) = make_float2(acc[s][4 * j], acc[s][4 * j + 1]);
-      *reinterpret_cast<float2*>(tap + (kr + 8) * kCh + c) = make_float2(acc[s][4 * j + 2], acc[s][4 * j + 3]);
+      *reinterpret_cast<float2*>(tap + kr * kCh + c) = make_float2(acc[32 * s + 4 * j], acc[32 * s + 4 * j + 1]);
+      *reinterpret_cast<float2*>(tap + (kr + 8) * kCh + c) = make_float2(acc[32 * s + 4 * j + 2], acc[32 * s + 4 * j + 3]);
     }
   }
 }
@@ -210,8 +250,9 @@ __global__ void wgconv_wgrad_reduce_kernel(const float* __restrict__ part, int r
 }
 
 using WgradKernel = void (*)(const void*, const void*, float*, WgradArgs);
-WgradKernel wgrad_kernel(GpuDType io) {
-  return io == GpuDType::F16 ? &wgconv_wgrad_kernel<__half> : &wgconv_wgrad_kernel<__nv_bfloat16>;
+WgradKernel wgrad_kernel(GpuDType io, bool merged) {
+  if (io == GpuDType::F16) return merged ? &wgconv_wgrad_kernel<__half, true> : &wgconv_wgrad_kernel<__half, false>;
+  return merged ? &wgconv_wgrad_kernel<__nv_bfloat16, true> : &wgconv_wgrad_kernel<__nv_bfloat16, false>;
 }
 
 }  // namespace
@@ -229,13 +270,14 @@ Result<WgConvWgradPlan> wgconv_wgrad_plan(const Conv2dGeom& g, GpuDType io) {
   WgConvWgradPlan p;
   p.g = g;
   p.io = io;
-  p.ring_rows = static_cast<int>(wgconv_ring_rows(g, kTile));
+  p.ring_rows = static_cast<int>(wgconv_wgrad_ring_rows(g));
   p.smem_bytes = static_cast<size_t>(wgconv_wgrad_smem_bytes(g));
   const int64_t tiles = (g.n * (g.h + 2) * (g.w + 2) + kTile - 1) / kTile;
   const int64_t blocks = (g.k / kCh) * (g.c / kCh);
   p.grid = blocks * std::max<int64_t>(1, std::min<int64_t>(sms.value() / blocks, tiles));
-  TRCTL_CUDA_TRY(cudaFuncSetAttribute(wgrad_kernel(io), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(p.smem_bytes)));
+  for (bool merged : {false, true})
+    TRCTL_CUDA_TRY(cudaFuncSetAttribute(wgrad_kernel(io, merged), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(p.smem_bytes)));
   return p;
 }
 
@@ -259,8 +301,7 @@ Status wgconv_wgrad_cuda(cudaStream_t stream, const WgConvWgradPlan& p, const vo
   a.ring = p.ring_rows;
   const int64_t tiles = (g.n * (g.h + 2) * (g.w + 2) + kTile - 1) / kTile, runs = p.grid / blocks;
   a.per_cta = static_cast<int>((tiles + runs - 1) / runs);
-  a.phase = p.phase_from_start ? 1 : 0;
-  wgrad_kernel(p.io)<<<static_cast<unsigned>(p.grid), kThreads, p.smem_bytes, stream>>>(dy, x,
+  wgrad_kernel(p.io, p.merged_taps)<<<static_cast<unsigned>(p.grid), kThreads, p.smem_bytes, stream>>>(dy, x,
                                                                                          static_cast<float*>(ws), a);
   TRCTL_CUDA_TRY(cudaGetLastError());
   const int outs = static_cast<int>(g.k * kTaps * g.c);
