@@ -95,35 +95,46 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < 96; ++i) acc[i] = 0.0f;
 
   if (t_begin < t_end) {
-    // Whether position pos (at padded (n, pp, qq)) is a pixel of the image, and its row of the (N, H, W) plane.
-    auto inside_at = [&](int pos, const PadPos& pq) {
-      return pos >= 0 && pos < f_total && pq.pp >= 1 && pq.pp <= a.h && pq.qq >= 1 && pq.qq <= a.wd;
+    // Whether padded position pq (of a position >= 0) is a pixel of the image, and its row of the (N, H, W) plane.
+    auto inside = [&](const PadPos& pq) {
+      return pq.n < a.n_img && static_cast<unsigned>(pq.pp - 1) < static_cast<unsigned>(a.h) &&
+             static_cast<unsigned>(pq.qq - 1) < static_cast<unsigned>(a.wd);
     };
     auto pixel_of = [&](const PadPos& pq) { return (pq.n * a.h + pq.pp - 1) * a.wd + pq.qq - 1; };
-    // This thread's 16-byte piece of x at position pos into its ring row (and the mirror row after the ring).
+    // This thread's 16-byte piece of x at position pos (pq: its padded position, 0's for pos < 0) into its ring row
+    // (and the mirror row after the ring).
     auto load_x_row = [&](int pos, const PadPos& pq) {
-      const bool in = inside_at(pos, pq);
+      const bool in = inside(pq);
       const T* src = x + (in ? pixel_of(pq) * a.c + c0 + piece * 8 : 0);
       const int j = static_cast<int>(static_cast<unsigned>(pos) & ring_mask);
       const uint32_t col = static_cast<uint32_t>((piece ^ (j & 7)) << 4);
       cp_async16(ring_base + j * 128 + col, src, in ? 16 : 0);
       if (j < kMirror) cp_async16(ring_base + (j + a.ring) * 128 + col, src, in ? 16 : 0);
     };
-    // ... and of dy at position pos into row i of dy buffer buf.
-    auto load_dy_row = [&](int buf, int i, int pos, const PadPos& pq) {
-      const bool in = inside_at(pos, pq);
+    // ... and of dy at padded position pq into row i of dy buffer buf.
+    auto load_dy_row = [&](int buf, int i, const PadPos& pq) {
+      const bool in = inside(pq);
       const T* src = dy + (in ? pixel_of(pq) * a.k + k0 + piece * 8 : 0);
       cp_async16(dy_base + (buf * kTile + i) * 128 + ((piece ^ (i & 7)) << 4), src, in ? 16 : 0);
     };
     // Tile t's dy rows into buffer buf and the kTile x rows its span adds to tile t - 1's, [L t + halo, L (t + 1)
-    // + halo): x row i of them is dy row i's position + halo.
+    // + halo): x row i of them is dy row i's position + halo = one padded row and one column on. Called for
+    // consecutive tiles from t_begin + 1; next_pq is this thread's first row's padded position (L t + row0), carried
+    // from tile to tile by additions (the integer divisions of pad_pos once per CTA).
+    PadPos next_pq = pad_pos((t_begin + 1) * kTile + row0, wp, plane);
     auto load_tile = [&](int t, int buf) {
-      for (int i = row0; i < kTile; i += kRowsPerPass) {
-        const int pos = t * kTile + i;
-        PadPos pq = pad_pos(pos, wp, plane);
-        load_dy_row(buf, i, pos, pq);
-        pad_advance(pq, halo, wp, hp);
-        load_x_row(pos + halo, pq);
+      PadPos dq = next_pq;
+      pad_advance(next_pq, kTile, wp, hp);
+#pragma unroll
+      for (int r = 0; r * kRowsPerPass < kTile; ++r) {
+        const int i = row0 + r * kRowsPerPass;
+        if (i >= kTile) break;
+        load_dy_row(buf, i, dq);
+        PadPos xq{dq.n, dq.pp + 1, dq.qq + 1};
+        if (xq.qq == wp) xq.qq = 0, ++xq.pp;
+        if (xq.pp >= hp) xq.pp -= hp, ++xq.n;
+        load_x_row(t * kTile + i + halo, xq);
+        pad_advance(dq, kRowsPerPass, wp, hp);
       }
     };
     // Half h of tile t's A (k steps kHalf h .. kHalf h + kHalf - 1) from dy buffer buf into af. Matrix lane / 8 of
@@ -181,10 +192,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int pos = t_begin * kTile - halo + r;
       load_x_row(pos, pad_pos(pos < 0 ? 0 : pos, wp, plane));
     }
-    for (int i = row0; i < kTile; i += kRowsPerPass) {
-      const int pos = t_begin * kTile + i;
-      load_dy_row(0, i, pos, pad_pos(pos, wp, plane));
-    }
+    for (int i = row0; i < kTile; i += kRowsPerPass) load_dy_row(0, i, pad_pos(t_begin * kTile + i, wp, plane));
     cp_async_commit();
     if (t_begin + 1 < t_end) load_tile(t_begin + 1, 1);
     cp_async_commit();
