@@ -224,10 +224,10 @@ enum class ConvFewc { On, Unfolded, Forward, Off };
 // consumer before its backward is that conv folded into the conv's prologue: the batch norm runs its statistics
 // alone, the conv normalises each input row as it lands and writes the normalised rows out too (bitwise the apply
 // pass's output, which the weight gradient reads). both = fwd and dgrad. wgrad = the weight gradient of every 3x3/1
-// convolution with 64 or 128 input and output channels whose ring fits (wgconv_wgrad_ring_eligible: VGG16-BN's
-// conv1_2, conv2_1, conv2_2, ResNet's layer1 3x3s) on the ring weight-gradient kernel, dW straight in f32 (not rounded to the io type
-// first, as cuDNN's is); such a weight gradient is then no train.conv_bn_apply prologue fold. all = fwd, dgrad and
-// wgrad.
+// convolution with 64 input and 64 or 128 output channels whose ring fits (wgconv_wgrad_route_eligible: VGG16-BN's
+// conv1_2 and conv2_1, ResNet's layer1 3x3s; with 128 input channels cuDNN's is faster) on the ring weight-gradient
+// kernel, dW straight in f32 (not rounded to the io type first, as cuDNN's is); such a weight gradient is then no
+// train.conv_bn_apply prologue fold. all = fwd, dgrad and wgrad.
 enum class ConvWgconv { Off, Dgrad, Fwd, Both, Wgrad, All };
 inline bool wgconv_routes_dgrad(ConvWgconv c) {
   return c == ConvWgconv::Dgrad || c == ConvWgconv::Both || c == ConvWgconv::All;

@@ -23,7 +23,7 @@ ConvRoute conv_route(const ConvRouteOptions& o, OpKind op, const Conv2dGeom& g) 
     return ConvRoute::Wgconv;
   if (o.lowp && op == OpKind::Conv2d && wgconv_routes_fwd(o.wgconv) && wgconv_fwd_ring_eligible(g))
     return ConvRoute::Wgconv;
-  if (o.lowp && op == OpKind::Conv2dGradWeight && wgconv_routes_wgrad(o.wgconv) && wgconv_wgrad_ring_eligible(g))
+  if (o.lowp && op == OpKind::Conv2dGradWeight && wgconv_routes_wgrad(o.wgconv) && wgconv_wgrad_route_eligible(g))
     return ConvRoute::Wgconv;
   if (!o.lowp || (op != OpKind::Conv2d && op != OpKind::Conv2dGradWeight)) return ConvRoute::Cudnn;
   const bool fwd = op == OpKind::Conv2d;

@@ -246,11 +246,12 @@ TEST_CASE("wgconv's ring weight gradient takes 3x3 convs with C and K of 64 or 1
   for (const Conv2dGeom& g : {conv3_1, strided, wide}) CHECK_FALSE(wgconv_wgrad_ring_eligible(g));
 }
 
-TEST_CASE("conv_route: conv_wgconv wgrad sends exactly the weight gradients the ring weight-gradient kernel takes to "
-          "wgconv, all adds the forwards and data gradients, only under AMP",
+TEST_CASE("conv_route: conv_wgconv wgrad sends the weight gradients the ring weight-gradient kernel takes with C = 64 "
+          "to wgconv, all adds the forwards and data gradients, only under AMP",
           "[conv_route][wgconv]") {
   const Conv2dGeom conv1_2 = conv_geom(256, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1);
   const Conv2dGeom conv2_1 = conv_geom(256, 112, 112, 64, 128, 3, 3, 1, 1, 1, 1);
+  const Conv2dGeom conv2_2 = conv_geom(256, 112, 112, 128, 128, 3, 3, 1, 1, 1, 1);
   const Conv2dGeom conv3_2 = conv_geom(256, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1);
   ConvRouteOptions o = opts(true, ConvIm2col::Forward, ConvS2d::Forward, ConvFewc::On);
   o.wgconv = ConvWgconv::Wgrad;
@@ -259,6 +260,7 @@ TEST_CASE("conv_route: conv_wgconv wgrad sends exactly the weight gradients the 
   CHECK(conv_route(o, kFwd, conv1_2) == ConvRoute::Cudnn);
   CHECK(conv_route(o, kDgrad, conv1_2) == ConvRoute::Cudnn);
   CHECK(conv_route(o, kWgrad, conv2_1) == ConvRoute::Wgconv);  // K = 128: two filter blocks
+  CHECK(conv_route(o, kWgrad, conv2_2) == ConvRoute::Cudnn);   // C = 128: the kernel takes it, cuDNN's is faster
   CHECK(conv_route(o, kWgrad, conv3_2) == ConvRoute::Cudnn);   // 256 channels: not the kernel's
   CHECK(conv_route(o, kWgrad, kVggConv0) == ConvRoute::Fewc);  // the RGB stem stays on the few-channel kernel
   o.wgconv = ConvWgconv::All;

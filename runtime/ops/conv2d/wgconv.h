@@ -120,12 +120,14 @@ Status wgconv_flip_filters_cuda(cudaStream_t stream, GpuDType io, const void* w,
 // ---- The ring weight gradient (wgconv_wgrad_sm90a.cu; wgconv_wgrad_ring_eligible: C, K of 64 or 128) ----
 // dw (K, 3, 3, C) f32 = sum over the output pixels of dy (N, H, W, K) x the input x (N, H, W, C) at each tap, both
 // io (F16 or BF16). A CTA takes one 64-filter x 64-channel block of dw; per tap a GEMM with its 64 filters as M, its
-// 64 channels as N and the positions of the padded plane as the reduction: A = dy^T (a tile's rows loaded into registers with ldmatrix.trans, reused by its three
-// taps), B = the tap's shifted window of x's row ring (MN-major: a row is a position's 64 channels). Persistent
-// CTAs of three warpgroups (warpgroup r takes the filter row r's three taps: 3 x 32 f32 accumulators a thread) walk
-// a contiguous range of tiles of kWgconvWgradTile positions; each CTA writes its (9, K, C) f32 partial to ws and a
-// second kernel adds the partials in CTA order in float64: deterministic for the plan's grid. The backend runs it
-// under train.conv_wgconv: wgrad or all (conv_route.h).
+// 64 channels as N and the positions of the padded plane as the reduction: A = dy^T (a tile's rows loaded into
+// registers with ldmatrix.trans, reused by its three taps), B = the tap's shifted window of x's row ring (MN-major: a
+// row is a position's 64 channels; merged_taps: the three taps as one N = 192 operand). Persistent CTAs of three
+// warpgroups (warpgroup r takes the filter row r's three taps: 3 x 32 f32 accumulators a thread) walk a contiguous
+// range of tiles of kWgconvWgradTile positions, software-pipelined three tiles deep; each CTA writes its (9, K, C)
+// f32 partial to ws and a second kernel adds the partials in CTA order in float64: deterministic for the plan's
+// grid. The backend runs it under train.conv_wgconv: wgrad or all where wgconv_wgrad_route_eligible (C = 64;
+// conv_route.h).
 struct WgConvWgradPlan {
   Conv2dGeom g;  // finished, wgconv_wgrad_ring_eligible
   GpuDType io = GpuDType::F16;
@@ -133,10 +135,11 @@ struct WgConvWgradPlan {
   int64_t grid = 0;      // CTAs: the (K / 64) x (C / 64) blocks times the position ranges (about one CTA per SM;
                          // may be lowered to another multiple of the blocks, to make each walk more tiles)
   size_t smem_bytes = 0;  // wgconv_wgrad_smem_bytes(g)
-  bool merged_taps = false;  // a warpgroup's three taps as one m64n192 wgmma per k step (its B: the first tap's
-                             // window with 64-channel blocks one ring row apart) instead of three m64n64; the
-                             // test and bench kernels run both (the windows' base offset stays 0: run 67 measured
-                             // that reading right and (start >> 7) % 8 wrong, as the forward's, run 60)
+  bool merged_taps = true;  // a warpgroup's three taps as one m64n192 wgmma per k step (its B: the first tap's
+                            // window with 64-channel blocks one ring row apart) instead of three m64n64 (false):
+                            // 1-3 % faster at conv1_2 and conv2_2 (run 67); the test and bench kernels run both.
+                            // The windows' base offset stays 0: run 67 measured that reading right and
+                            // (start >> 7) % 8 wrong, as the forward's (run 60)
 };
 // NotSupported for a geometry wgconv_wgrad_ring_eligible refuses, an io type other than F16/BF16 or a device that is
 // not compute capability 9.0; the CUDA error of the attribute or device queries otherwise. Made outside capture.

@@ -63,6 +63,8 @@ bool wgconv_wgrad_ring_eligible(const Conv2dGeom& g) {
   return wgconv_eligible(g, nullptr) && g.c <= 128 && g.k <= 128 && wgconv_wgrad_smem_bytes(g) <= kWgconvMaxSmemBytes;
 }
 
+bool wgconv_wgrad_route_eligible(const Conv2dGeom& g) { return wgconv_wgrad_ring_eligible(g) && g.c == 64; }
+
 bool wgconv_fwd_ring_eligible(const Conv2dGeom& g) {
   return wgconv_eligible(g, nullptr) && wgconv_ring_fits(g) && g.k == 64 &&
          wgconv_ring_smem_bytes(g, 64, kWgconvPxTile, kWgconvPxWindow) <= kWgconvMaxSmemBytes;

@@ -52,6 +52,10 @@ int64_t wgconv_wgrad_smem_bytes(const Conv2dGeom& g);
 // 64 x 64 block of dw: its rows of x and dy are 128 bytes of a position's channels; the blocks of one position range
 // read the same rows, so larger C and K would re-read them more) and the shared memory within kWgconvMaxSmemBytes.
 bool wgconv_wgrad_ring_eligible(const Conv2dGeom& g);
+// The weight gradients train.conv_wgconv: wgrad / all routes to that kernel (conv_route.h): wgconv_wgrad_ring_eligible
+// with C == 64. With C = 128 cuDNN's kernel is faster (VGG's conv2_2: 1.34 vs 1.67 ms, RESULTS.md run 67); with C =
+// 64 the ring kernel is ahead (conv1_2: 1.73-1.76 vs 1.96-2.10 ms) or level (conv2_1, K = 128).
+bool wgconv_wgrad_route_eligible(const Conv2dGeom& g);
 
 // Whether the forward conv g runs on the ring px kernel: wgconv_eligible, wgconv_ring_fits (C == 64), K == 64 (with
 // K = 128 the ring px kernel is slower than cuDNN: VGG's conv2_1, RESULTS.md run 62) and ring + filters within
