@@ -305,7 +305,7 @@ if has ab; then  # whole-step A/B of override sets, same machine, same autotune 
         >"/tmp/ab/${m}_$i.log" 2>&1
       rc=$?
       clock_log_stop "ab_${m}_$i"
-      echo "ab $m [${v:-defaults}]: rc $rc :: $(grep -oE '(images_per_s|j_per_step|power_w)_steady [0-9.]+' "/tmp/ab/${m}_$i.log" | tr '\n' ' ')" >>"$SUM"
+      echo "ab $m [${v:-defaults}]: rc $rc :: $(grep -oE '(images_per_s|j_per_step|power_w)_steady [0-9.]+(e[+-]?[0-9]+)?' "/tmp/ab/${m}_$i.log" | tr '\n' ' ')" >>"$SUM"
       grep -E 'batch norm|batch-norm' "/tmp/ab/${m}_$i.log" | sed 's/^\[[0-9:]*\] /    /' >>"$SUM"
     done
   done
