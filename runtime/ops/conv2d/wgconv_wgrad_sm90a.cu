@@ -9,21 +9,24 @@
 //   dw[k][r][s][c] = sum over f of DY[f][k] * X[f + (r - 1) Wp + (s - 1)][c],
 // nine GEMMs (one per tap) of M = 64 filters, N = 64 channels, reduced over the positions. A CTA (three warpgroups,
 // 384 threads) walks tiles of L = kWgconvWgradTile positions [L t, L t + L):
-//   - the tile's dy rows (L x 128 bytes, the 128-byte swizzle: piece j of row i at j ^ (i % 8)) in one of two
+//   - the tile's dy rows (L x 128 bytes, the 128-byte swizzle: piece j of row i at j ^ (i % 8)) in one of three
 //     buffers; each warpgroup loads them as wgmma's register A (the filters as rows, positions as columns) with
 //     ldmatrix.x4.trans, L / 16 k steps of 4 registers;
 //   - x's rows in a ring of R rows (position f at row f mod R, the same swizzle) holding the tile's span
-//     [L t - Wp - 1, L t + L + Wp + 1); the ring's first L rows are mirrored after its end, so that a tap's window
-//     of the tile -- L rows from (L t + shift) mod R -- is contiguous, and each k step's 16 rows are an MN-major
-//     B operand (wgmma_sm90a.cuh: sw128_mn_desc; the window starts at any row, as the forward ring's);
+//     [L t - Wp - 1, L t + L + Wp + 1); the ring's first kWgconvWgradMirror rows are mirrored after its end, so
+//     that a tap's window of the tile -- L rows from (L t + shift) mod R -- is contiguous, and each k step's 16
+//     rows are an MN-major B operand (wgmma_sm90a.cuh: sw128_mn_desc; the window starts at any row, as the forward
+//     ring's);
 //   - warpgroup g runs the taps (g, 0..2): per k step its A registers times the three windows into its three
-//     m64n64 accumulators (3 x 32 f32 a thread).
+//     m64n64 accumulators (3 x 32 f32 a thread), or (merged) times one N = 192 operand whose 64-channel blocks are
+//     the three windows, one ring row apart (sw128_mn_desc_lbo), into the m64n192 accumulator -- the same registers.
 // A tile's k steps run as two wgmma commit groups, each half's A in its own registers; while tile t's groups run,
 // the CTA copies tile t + 2's dy rows and L new x rows with cp.async (R >= 3 L + 2 (W + 3) keeps them off tile t's
-// span) and loads tile t + 1's first A half, so the tensor cores always have a queued group across the per-tile
-// barrier. At the end each CTA writes its accumulators as a (9, 64, 64) f32
-// partial; wgconv_wgrad_reduce_kernel adds the CTAs' partials in CTA order in float64 and scatters them into dw
-// (K, 3, 3, C). Every sum runs in a fixed order: deterministic for the plan's grid.
+// span; by half rows, each thread's positions carried from tile to tile by additions) and loads tile t + 1's first
+// A half, so the tensor cores always have a queued group across the per-tile barrier. At the end each CTA writes
+// its accumulators as a (9, 64, 64) f32 partial; wgconv_wgrad_reduce_kernel adds the CTAs' partials in CTA order in
+// float64 and scatters them into dw (K, 3, 3, C). Every sum runs in a fixed order: deterministic for the plan's
+// grid.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -44,7 +47,6 @@ constexpr int kTile = kWgconvWgradTile;   // positions per tile = mirrored ring 
 constexpr int kSteps = kTile / 16;        // k steps of 16 positions per tile ...
 constexpr int kHalf = kSteps / 2;         // ... in two halves (A register sets, wgmma commit groups)
 constexpr int kMirror = kWgconvWgradMirror;  // the ring's first rows repeated after its end
-constexpr int kRowsPerPass = kThreads / 8;  // rows a pass of the block's loads covers (8 pieces of 16 bytes a row)
 constexpr int kTaps = 9, kCh = 64;
 
 struct WgradArgs {
@@ -80,7 +82,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t dy_base = ring_base + (a.ring + kMirror) * 128;       // 3 x kTile rows (1024-aligned)
   // wg broadcast from lane 0: warp-uniform, so the descriptors derived from it can live in uniform registers.
   const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), warp = (tid >> 5) & 3, lane = tid & 31;
-  const int piece = tid & 7, row0 = tid >> 3;
   const int hp = a.h + 2, wp = a.wd + 2, halo = wp + 1;
   const unsigned ring_mask = static_cast<unsigned>(a.ring) - 1u;
   const int plane = hp * wp, f_total = plane * a.n_img;
@@ -101,40 +102,57 @@ __global__ void __launch_bounds__(kThreads, 1)
              static_cast<unsigned>(pq.qq - 1) < static_cast<unsigned>(a.wd);
     };
     auto pixel_of = [&](const PadPos& pq) { return (pq.n * a.h + pq.pp - 1) * a.wd + pq.qq - 1; };
-    // This thread's 16-byte piece of x at position pos (pq: its padded position, 0's for pos < 0) into its ring row
-    // (and the mirror row after the ring).
-    auto load_x_row = [&](int pos, const PadPos& pq) {
+    // The copies go by half rows: job (row, half) = the row's 16-byte pieces 2 m + half, m = 0..3 (a thread pair
+    // covers a row's four 32-byte sectors, one per copy instruction); the row's position is decoded once for them.
+    // x at position pos (pq: its padded position, 0's for pos < 0) into its ring row and, for the ring's first
+    // kMirror rows, the mirror row after the ring.
+    const int half = tid & 1;
+    auto load_x_half = [&](int pos, const PadPos& pq) {
       const bool in = inside(pq);
-      const T* src = x + (in ? pixel_of(pq) * a.c + c0 + piece * 8 : 0);
+      const T* src = x + (in ? pixel_of(pq) * a.c + c0 : 0);
       const int j = static_cast<int>(static_cast<unsigned>(pos) & ring_mask);
-      const uint32_t col = static_cast<uint32_t>((piece ^ (j & 7)) << 4);
-      cp_async16(ring_base + j * 128 + col, src, in ? 16 : 0);
-      if (j < kMirror) cp_async16(ring_base + (j + a.ring) * 128 + col, src, in ? 16 : 0);
-    };
-    // ... and of dy at padded position pq into row i of dy buffer buf.
-    auto load_dy_row = [&](int buf, int i, const PadPos& pq) {
-      const bool in = inside(pq);
-      const T* src = dy + (in ? pixel_of(pq) * a.k + k0 + piece * 8 : 0);
-      cp_async16(dy_base + (buf * kTile + i) * 128 + ((piece ^ (i & 7)) << 4), src, in ? 16 : 0);
-    };
-    // Tile t's dy rows into buffer buf and the kTile x rows its span adds to tile t - 1's, [L t + halo, L (t + 1)
-    // + halo): x row i of them is dy row i's position + halo = one padded row and one column on. Called for
-    // consecutive tiles from t_begin + 1; next_pq is this thread's first row's padded position (L t + row0), carried
-    // from tile to tile by additions (the integer divisions of pad_pos once per CTA).
-    PadPos next_pq = pad_pos((t_begin + 1) * kTile + row0, wp, plane);
-    auto load_tile = [&](int t, int buf) {
-      PadPos dq = next_pq;
-      pad_advance(next_pq, kTile, wp, hp);
+      const uint32_t dst = ring_base + j * 128, mirror = ring_base + (j + a.ring) * 128;
 #pragma unroll
-      for (int r = 0; r * kRowsPerPass < kTile; ++r) {
-        const int i = row0 + r * kRowsPerPass;
-        if (i >= kTile) break;
-        load_dy_row(buf, i, dq);
-        PadPos xq{dq.n, dq.pp + 1, dq.qq + 1};
-        if (xq.qq == wp) xq.qq = 0, ++xq.pp;
-        if (xq.pp >= hp) xq.pp -= hp, ++xq.n;
-        load_x_row(t * kTile + i + halo, xq);
-        pad_advance(dq, kRowsPerPass, wp, hp);
+      for (int m = 0; m < 4; ++m) {
+        const int piece = 2 * m + half;
+        const uint32_t col = static_cast<uint32_t>((piece ^ (j & 7)) << 4);
+        cp_async16(dst + col, src + piece * 8, in ? 16 : 0);
+        if (j < kMirror) cp_async16(mirror + col, src + piece * 8, in ? 16 : 0);
+      }
+    };
+    // ... and dy at padded position pq into row i of dy buffer buf.
+    auto load_dy_half = [&](int buf, int i, const PadPos& pq) {
+      const bool in = inside(pq);
+      const T* src = dy + (in ? pixel_of(pq) * a.k + k0 : 0);
+      const uint32_t dst = dy_base + (buf * kTile + i) * 128;
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const int piece = 2 * m + half;
+        cp_async16(dst + ((piece ^ (i & 7)) << 4), src + piece * 8, in ? 16 : 0);
+      }
+    };
+    // Tile t's copies: its kTile dy rows into buffer buf and the kTile x rows its span adds to tile t - 1's, [L t +
+    // halo, L (t + 1) + halo) -- 512 half-row jobs: thread tid < 256 takes dy row tid / 2, and when tid < 128 also
+    // new x row 64 + tid / 2; thread tid >= 256 new x row (tid - 256) / 2. Called for consecutive tiles from t_begin
+    // + 1; job_pq is the padded position of this thread's first job at that tile, carried from tile to tile by
+    // additions (the integer divisions of pad_pos once per CTA).
+    const int jrow = (tid & 255) >> 1;  // the first job's row: of dy (tid < 256) or of the new x rows
+    PadPos job_pq = pad_pos((t_begin + 1) * kTile + jrow + (tid < 256 ? 0 : halo), wp, plane);
+    auto load_tile = [&](int t, int buf) {
+      const PadPos q = job_pq;
+      pad_advance(job_pq, kTile, wp, hp);
+      if (tid < 256) {
+        load_dy_half(buf, jrow, q);
+        if (tid < 128) {  // x row 64 + jrow: position + 64 + Wp + 1
+          PadPos xq = q;
+          pad_advance(xq, 64, wp, hp);
+          ++xq.pp, ++xq.qq;
+          if (xq.qq == wp) xq.qq = 0, ++xq.pp;
+          if (xq.pp >= hp) xq.pp -= hp, ++xq.n;
+          load_x_half(t * kTile + halo + 64 + jrow, xq);
+        }
+      } else {
+        load_x_half(t * kTile + halo + jrow, q);
       }
     };
     // Half h of tile t's A (k steps kHalf h .. kHalf h + kHalf - 1) from dy buffer buf into af. Matrix lane / 8 of
@@ -188,11 +206,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     // rows, copies tile t + 2's (dy buffer (t + 2) mod 3 -- tile t - 1's, whose ldmatrix all passed the barrier --
     // and x rows R >= 3 L + 2 (W + 3) ahead of tile t's span: wgconv_wgrad_ring_rows) and loads tile t + 1's first
     // A half. Commit groups: cp.async one per tile; wgmma (t, 0) and (t, 1).
-    for (int r = row0; r < kTile + 2 * halo; r += kRowsPerPass) {
+    for (int r = tid >> 1; r < kTile + 2 * halo; r += kThreads / 2) {
       const int pos = t_begin * kTile - halo + r;
-      load_x_row(pos, pad_pos(pos < 0 ? 0 : pos, wp, plane));
+      load_x_half(pos, pad_pos(pos < 0 ? 0 : pos, wp, plane));
     }
-    for (int i = row0; i < kTile; i += kRowsPerPass) load_dy_row(0, i, pad_pos(t_begin * kTile + i, wp, plane));
+    if (tid < 256) load_dy_half(0, jrow, pad_pos(t_begin * kTile + jrow, wp, plane));
     cp_async_commit();
     if (t_begin + 1 < t_end) load_tile(t_begin + 1, 1);
     cp_async_commit();
@@ -235,8 +253,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const int kr = 16 * warp + g, c = 8 * j + 2 * tq;
-      *reinterpret_cast<float2*>(tap + kr * kCh + c) = make_float2(acc[32 * s + 4 * j], acc[32 * s + 4 * j + 1]);
-      *reinterpret_cast<float2*>(tap + (kr + 8) * kCh + c) = make_float2(acc[32 * s + 4 * j + 2], acc[32 * s + 4 * j + 3]);
+      const float* v = acc + 32 * s + 4 * j;
+      *reinterpret_cast<float2*>(tap + kr * kCh + c) = make_float2(v[0], v[1]);
+      *reinterpret_cast<float2*>(tap + (kr + 8) * kCh + c) = make_float2(v[2], v[3]);
     }
   }
 }
