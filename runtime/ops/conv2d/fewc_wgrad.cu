@@ -98,10 +98,11 @@ __device__ __forceinline__ void prefetch_task(const FewcWgradArgs& a, const Patc
 }
 
 // BNP: the staged g of the task's in-range pixels (p0 + pl < P, q < Q; the others stay 0) rewritten into the batch
-// norm's dx in place, from the staged x (rows of K) and the (5, K) constants bnc (m, a, mg, k, b rows), by the whole
-// block. Within a row, channel ch = 8 ck + e sits at e * 8 + ck: a thread's 8 channels are fixed (blockDim is a
-// multiple of 8, so its ck is tid & 7), and for each e the lanes read 8 consecutive words -- conflict-free, where
-// channel order costs a 2-way conflict per load (5 loads per element).
+// norm's dx in place, from the staged x (rows of K) and the constants bnc: K float4 (m, a, mg, k) then K floats (b),
+// by the whole block. Channel ch = 8 ck + e sits at e * 8 + ck: a thread's 8 channels are fixed (blockDim is a
+// multiple of 8, so its ck is tid & 7), and for each e the lanes read 8 consecutive float4 and 8 consecutive words
+// -- conflict-free, two loads per element (five scalar loads before: 15 % of the kernel's instructions, Nsight
+// Compute, RESULTS.md run 67).
 template <class T>
 __device__ __forceinline__ void bn_dx_in_place(const FewcWgradArgs& a, int p0, uint16_t* dys, const uint16_t* xs,
                                                const float* bnc) {
@@ -119,8 +120,8 @@ __device__ __forceinline__ void bn_dx_in_place(const FewcWgradArgs& a, int p0, u
     memcpy(xv, &xq, 16);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      const float* c = bnc + e * 8 + ck;
-      const BnBwdConsts k{c[0], c[kWgradK], c[2 * kWgradK], c[3 * kWgradK], c[4 * kWgradK]};
+      const float4 c = reinterpret_cast<const float4*>(bnc)[e * 8 + ck];
+      const BnBwdConsts k{c.x, c.y, c.z, c.w, bnc[4 * kWgradK + e * 8 + ck]};
       const T xt = t_of(xv[e], T{});
       const float gin = relu_grad_in<T>(t_of(gv[e], T{}), xt, xt, recompute, false, k.m, k.a, k.b);
       gv[e] = bits_of_t(bn_bwd_dx<T>(gin, xt, k));
@@ -146,14 +147,15 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
   uint16_t* xs = dys0 + 2 * tile_px * a.dy_stride;  // BNP: (tile_px, K) of x, one buffer
   uint16_t* raw = xs + (BNP ? tile_px * kWgradK : 0);  // (patch_rows, W * C)
   uint16_t* zero_row = raw + a.raw_elems;            // 8 zeros: B rows of pixels past Q
-  float* bnc = reinterpret_cast<float*>(zero_row + 8);  // BNP: (5, K) m, a, mg, k, b in bn_dx_in_place's order
+  float* bnc = reinterpret_cast<float*>(zero_row + 8);  // BNP: K float4 + K floats in bn_dx_in_place's order
+                                                        // (16-byte aligned: every region is 8 elements whole)
   if (tid < 8) zero_row[tid] = 0;
   if constexpr (BNP) {  // written before the task loop's first barrier, read after it
     const float inv_n = 1.0f / static_cast<float>(a.bn_rows);  // as bn_bwd_apply_kernel computes it
     for (int ch = tid; ch < kWgradK; ch += static_cast<int>(blockDim.x)) {
       const BnBwdConsts k = bn_bwd_consts(ch, a.gamma, a.mean, a.invstd, a.dgamma, a.dbeta, a.relu_beta, inv_n);
       const int at = (ch & 7) * 8 + (ch >> 3);  // channel 8 ck + e at e * 8 + ck
-      bnc[at] = k.m, bnc[kWgradK + at] = k.a, bnc[2 * kWgradK + at] = k.mg, bnc[3 * kWgradK + at] = k.k;
+      reinterpret_cast<float4*>(bnc)[at] = make_float4(k.m, k.a, k.mg, k.k);
       bnc[4 * kWgradK + at] = k.b;
     }
   }
