@@ -47,6 +47,7 @@ constexpr int kTile = kWgconvWgradTile;   // positions per tile = mirrored ring 
 constexpr int kSteps = kTile / 16;        // k steps of 16 positions per tile ...
 constexpr int kHalf = kSteps / 2;         // ... in two halves (A register sets, wgmma commit groups)
 constexpr int kMirror = kWgconvWgradMirror;  // the ring's first rows repeated after its end
+static_assert(kTile == 128 && kThreads == 384, "load_tile's jobs: 256 dy and 256 x half rows over 384 threads");
 constexpr int kTaps = 9, kCh = 64;
 
 struct WgradArgs {
