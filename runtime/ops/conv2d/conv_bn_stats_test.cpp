@@ -164,7 +164,8 @@ run: {progress: off}
 
 // VGG16-BN's batch norms whose output only the next conv reads: features_1 -> conv features_3 (224x224), 8 -> 10
 // (112), 15 -> 17, 18 -> 20 (56), then 25 -> 27, 28 -> 30 (28), 35 -> 37, 38 -> 40 (14); the others feed a max pool.
-// Under auto the first six consumers (down to 28²) are fused pairs themselves.
+// Under auto the first six consumers (down to 28²) are fused pairs themselves. The recipe's train.conv_wgconv: wgrad
+// runs features_3's weight gradient on the ring kernel, which takes no prologue: features_1 -> 3 is then no fold.
 TEST_CASE("conv_bn_apply_choose on VGG16-BN: the batch norms whose output only a fused pair's conv reads",
           "[conv_bn_stats]") {
   struct Want {
@@ -172,9 +173,11 @@ TEST_CASE("conv_bn_apply_choose on VGG16-BN: the batch norms whose output only a
     int folds;  // per program with a training batch norm
   };
   const Want cases[] = {
-      {{"train.conv_bn_stats=auto", "train.conv_bn_apply=prologue"}, 6},
-      {{"train.conv_bn_stats=fused", "train.conv_bn_apply=prologue"}, 8},
-      {{"train.conv_bn_stats=fused"}, 0},  // conv_bn_apply: separate
+      {{"train.conv_wgconv=off", "train.conv_bn_stats=auto", "train.conv_bn_apply=prologue"}, 6},
+      {{"train.conv_wgconv=off", "train.conv_bn_stats=fused", "train.conv_bn_apply=prologue"}, 8},
+      {{"train.conv_wgconv=off", "train.conv_bn_stats=fused"}, 0},  // conv_bn_apply: separate
+      {{"train.conv_bn_stats=auto", "train.conv_bn_apply=prologue"}, 5},  // the recipe's conv_wgconv: wgrad
+      {{"train.conv_bn_stats=fused", "train.conv_bn_apply=prologue"}, 7},
   };
   for (const Want& w : cases) {
     std::string tag;
