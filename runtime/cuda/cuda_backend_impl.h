@@ -161,7 +161,7 @@ class CudaBackend final : public Backend {
   // Data gradients on trctl's wgmma ring kernel under AMP (train.conv_wgconv: dgrad, wgconv_dgrad_ring_eligible):
   // the filters flipped into conv_ws_, then the forward kernel on dY; forwards (fwd, wgconv_fwd_ring_eligible), with
   // their statistics epilogue for a conv_bn_stats pair and a folded batch norm's apply as their prologue; weight
-  // gradients (wgrad, wgconv_wgrad_ring_eligible) on the ring weight-gradient kernel, dW in f32 into the gradient
+  // gradients (wgrad, wgconv_wgrad_route_eligible) on the ring weight-gradient kernel, dW in f32 into the gradient
   // (runtime/cuda/cuda_lower_wgconv.cpp).
   bool wgconv_node(const Node& n) const;
   Status plan_wgconv(const Node& n);

@@ -1,8 +1,9 @@
 // Internal to the *_sm90a.cu files (compiled for sm_90a alone): Hopper's warpgroup MMA (wgmma) and what feeding
 // it from shared memory takes -- the 128-byte-swizzle matrix descriptor, the async-proxy fence (cp.async itself:
 // cp_async.cuh). K-major operands (and one MN-major form, further down): each row (an A row = an output pixel, a
-// B row = an output channel) is 64 16-bit elements = 128 bytes; 8 rows form a 1024-byte swizzle atom in which the 16-byte piece j of row r sits at
-// piece j ^ (r % 8). Tiles start on 1024-byte boundaries; a 16-element k step inside the row is +32 bytes on the start.
+// B row = an output channel) is 64 16-bit elements = 128 bytes; 8 rows form a 1024-byte swizzle atom in which the
+// 16-byte piece j of row r sits at piece j ^ (r % 8). Tiles start on 1024-byte boundaries; a 16-element k step
+// inside the row is +32 bytes on the start.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -41,23 +42,18 @@ __device__ __forceinline__ uint64_t sw128_desc_at(uint32_t saddr, bool phase_fro
 
 // The descriptor of an MN-major 128-byte-swizzled operand whose rows are the reduction (K) index: each row 128
 // bytes = 64 M or N elements, rows stored as the K-major tiles' (piece j of row r at j ^ (r % 8)), a K step of 16 =
-// two 8-row groups 1024 bytes apart. Only one 64-element MN block is used (m64 / n64), so the leading byte offset
-// (the MN block stride) and the stride byte offset (the 8-row group stride) are both set to 1024: the layout reads
-// the same whichever of the two the hardware takes for the group stride. Any start row (a shifted window of a ring,
-// as sw128_desc_at: the base offset stays 0). The operand's transpose flag must be set (imm-trans 1).
-__device__ __forceinline__ uint64_t sw128_mn_desc(uint32_t saddr) {
-  return static_cast<uint64_t>((saddr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(1024 >> 4) << 16) |
-         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
-}
-
-// sw128_mn_desc with the leading byte offset -- the stride between the operand's 64-element MN blocks (CUTLASS's
-// canonical MN-major SW128 layout ((T, 8, m), (8, k)) : ((1, T, LBO), (8 T, SBO))) -- set to lbo bytes (a multiple
-// of 16 below 2^18) and the 8-row group stride kept at 1024: an N = 192 operand whose blocks are the same rows
-// shifted by lbo / 128 (the three taps of a filter row over a ring: lbo = 128; the swizzle follows the address).
+// two 8-row groups 1024 bytes apart (the stride byte offset), and lbo (a multiple of 16 below 2^18) the leading byte
+// offset: the stride between the operand's 64-element MN blocks (CUTLASS's canonical MN-major SW128 layout ((T, 8,
+// m), (8, k)) : ((1, T, LBO), (8 T, SBO))). With lbo = 128 an N = 192 operand's blocks are the same rows shifted by
+// one (the three taps of a filter row over a ring; the swizzle follows the address). Any start row (a shifted window
+// of a ring, as sw128_desc_at: the base offset stays 0). The operand's transpose flag must be set (imm-trans 1).
 __device__ __forceinline__ uint64_t sw128_mn_desc_lbo(uint32_t saddr, uint32_t lbo) {
   return static_cast<uint64_t>((saddr & 0x3FFFF) >> 4) | (static_cast<uint64_t>((lbo & 0x3FFFF) >> 4) << 16) |
          (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
 }
+// One 64-element MN block (m64 / n64): the leading byte offset is unused, set to 1024 like the group stride, so the
+// layout reads the same whichever of the two the hardware takes for the group stride.
+__device__ __forceinline__ uint64_t sw128_mn_desc(uint32_t saddr) { return sw128_mn_desc_lbo(saddr, 1024); }
 
 // This thread's shared-memory writes (cp.async included, once waited for) visible to the async proxy wgmma reads
 // through; a CTA barrier after it makes everyone's visible.

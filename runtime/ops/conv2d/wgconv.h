@@ -137,7 +137,8 @@ struct WgConvWgradPlan {
   size_t smem_bytes = 0;  // wgconv_wgrad_smem_bytes(g)
   bool merged_taps = true;  // a warpgroup's three taps as one m64n192 wgmma per k step (its B: the first tap's
                             // window with 64-channel blocks one ring row apart) instead of three m64n64 (false):
-                            // 1-3 % faster at conv1_2 and conv2_2 (run 67); the test and bench kernels run both.
+                            // 10-16 % faster at conv1_2 and conv2_2 (run 67, call 7); the test and bench kernels
+                            // run both.
                             // The windows' base offset stays 0: run 67 measured that reading right and
                             // (start >> 7) % 8 wrong, as the forward's (run 60)
 };

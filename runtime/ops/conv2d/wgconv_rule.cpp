@@ -30,12 +30,17 @@ Conv2dGeom wgconv_dgrad_geom(const Conv2dGeom& g) {
   return d;
 }
 
-int64_t wgconv_ring_rows(const Conv2dGeom& g, int tile_len) {
-  const int64_t need = 2 * static_cast<int64_t>(tile_len) + 2 * (g.w + 3);
+namespace {
+// The ring rows that hold `tiles` tiles of tile_len positions and both halos (2 (W + 3)): a power of two.
+int64_t ring_rows_for(const Conv2dGeom& g, int64_t tiles, int64_t tile_len) {
+  const int64_t need = tiles * tile_len + 2 * (g.w + 3);
   int64_t rows = 8;
   while (rows < need) rows *= 2;
   return rows;
 }
+}  // namespace
+
+int64_t wgconv_ring_rows(const Conv2dGeom& g, int tile_len) { return ring_rows_for(g, 2, tile_len); }
 
 int64_t wgconv_ring_smem_bytes(const Conv2dGeom& g, int bn, int tile_len, int window) {
   return (9 * static_cast<int64_t>(bn) + wgconv_ring_rows(g, tile_len) + window) * 128 + 1024;
@@ -47,12 +52,7 @@ bool wgconv_dgrad_ring_eligible(const Conv2dGeom& g) {
          wgconv_ring_smem_bytes(d, 64, kWgconvPxTile, kWgconvPxWindow) <= kWgconvMaxSmemBytes;
 }
 
-int64_t wgconv_wgrad_ring_rows(const Conv2dGeom& g) {
-  const int64_t need = 3 * static_cast<int64_t>(kWgconvWgradTile) + 2 * (g.w + 3);
-  int64_t rows = 8;
-  while (rows < need) rows *= 2;
-  return rows;
-}
+int64_t wgconv_wgrad_ring_rows(const Conv2dGeom& g) { return ring_rows_for(g, 3, kWgconvWgradTile); }
 
 int64_t wgconv_wgrad_smem_bytes(const Conv2dGeom& g) {
   const int64_t rows = wgconv_wgrad_ring_rows(g) + kWgconvWgradMirror + 3 * static_cast<int64_t>(kWgconvWgradTile);

@@ -36,8 +36,8 @@ int64_t wgconv_ring_smem_bytes(const Conv2dGeom& g, int bn, int tile_len, int wi
 // train.conv_wgconv: dgrad routes exactly these (conv_route.h).
 bool wgconv_dgrad_ring_eligible(const Conv2dGeom& g);
 
-// The ring weight-gradient kernel (wgconv.h's wgconv_wgrad_cuda): positions per tile, which is also its mirrored
-// rows (each warpgroup's 16-position windows of a tap run up to a tile past the ring's last row).
+// The ring weight-gradient kernel (wgconv.h's wgconv_wgrad_cuda): positions per tile (a tap's window of a tile runs
+// up to a tile past the ring's last row, hence the mirror rows below).
 constexpr int kWgconvWgradTile = 128;
 // ... and the ring's first rows it repeats after its end: a tile, and the merged taps' N = 192 windows reach two rows
 // further (8, keeping the dy buffers after them 1024-byte aligned).

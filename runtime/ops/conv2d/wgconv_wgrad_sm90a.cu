@@ -43,7 +43,7 @@ namespace trctl {
 namespace {
 
 constexpr int kThreads = 384;             // three warpgroups: filter rows r = 0, 1, 2
-constexpr int kTile = kWgconvWgradTile;   // positions per tile = mirrored ring rows
+constexpr int kTile = kWgconvWgradTile;   // positions per tile
 constexpr int kSteps = kTile / 16;        // k steps of 16 positions per tile ...
 constexpr int kHalf = kSteps / 2;         // ... in two halves (A register sets, wgmma commit groups)
 constexpr int kMirror = kWgconvWgradMirror;  // the ring's first rows repeated after its end
@@ -277,6 +277,9 @@ __global__ void wgconv_wgrad_reduce_kernel(const float* __restrict__ part, int r
   dw[i] = static_cast<float>(sum);
 }
 
+// Tiles of kTile positions over g's padded plane (every CTA's range is a run of them).
+int64_t wgrad_tiles(const Conv2dGeom& g) { return (g.n * (g.h + 2) * (g.w + 2) + kTile - 1) / kTile; }
+
 using WgradKernel = void (*)(const void*, const void*, float*, WgradArgs);
 WgradKernel wgrad_kernel(GpuDType io, bool merged) {
   if (io == GpuDType::F16) return merged ? &wgconv_wgrad_kernel<__half, true> : &wgconv_wgrad_kernel<__half, false>;
@@ -300,9 +303,8 @@ Result<WgConvWgradPlan> wgconv_wgrad_plan(const Conv2dGeom& g, GpuDType io) {
   p.io = io;
   p.ring_rows = static_cast<int>(wgconv_wgrad_ring_rows(g));
   p.smem_bytes = static_cast<size_t>(wgconv_wgrad_smem_bytes(g));
-  const int64_t tiles = (g.n * (g.h + 2) * (g.w + 2) + kTile - 1) / kTile;
   const int64_t blocks = (g.k / kCh) * (g.c / kCh);
-  p.grid = blocks * std::max<int64_t>(1, std::min<int64_t>(sms.value() / blocks, tiles));
+  p.grid = blocks * std::max<int64_t>(1, std::min<int64_t>(sms.value() / blocks, wgrad_tiles(g)));
   for (bool merged : {false, true})
     TRCTL_CUDA_TRY(cudaFuncSetAttribute(wgrad_kernel(io, merged), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(p.smem_bytes)));
@@ -327,8 +329,8 @@ Status wgconv_wgrad_cuda(cudaStream_t stream, const WgConvWgradPlan& p, const vo
   a.n_img = static_cast<int>(g.n), a.h = static_cast<int>(g.h), a.wd = static_cast<int>(g.w);
   a.k = static_cast<int>(g.k), a.c = static_cast<int>(g.c);
   a.ring = p.ring_rows;
-  const int64_t tiles = (g.n * (g.h + 2) * (g.w + 2) + kTile - 1) / kTile, runs = p.grid / blocks;
-  a.per_cta = static_cast<int>((tiles + runs - 1) / runs);
+  const int64_t runs = p.grid / blocks;
+  a.per_cta = static_cast<int>((wgrad_tiles(g) + runs - 1) / runs);
   wgrad_kernel(p.io, p.merged_taps)<<<static_cast<unsigned>(p.grid), kThreads, p.smem_bytes, stream>>>(dy, x,
                                                                                          static_cast<float*>(ws), a);
   TRCTL_CUDA_TRY(cudaGetLastError());
