@@ -581,15 +581,24 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
         const size_t wwsb = wgconv_wgrad_workspace_bytes(wp.value());
         TRCTL_CUDA_TRY(cudaMalloc(&dw32.p, static_cast<size_t>(nw) * 4));
         TRCTL_CUDA_TRY(cudaMalloc(&wws.p, wwsb));
-        for (bool merged : {false, true}) {  // three m64n64 wgmma a k step, or one m64n192 (merged_taps)
-          WgConvWgradPlan plan = wp.value();
-          plan.merged_taps = merged;
+        // Three m64n64 wgmma a k step, or one m64n192 (merged_taps), at the plan's pipeline depth; merged at the
+        // shallowest depth too where the plan's is deeper.
+        Result<WgConvWgradPlan> shallow = wgconv_wgrad_plan(g, GpuDType::F16, kWgconvWgradMinDepth);
+        if (!shallow.ok()) return shallow.errors();
+        std::vector<WgConvWgradPlan> rows(2, wp.value());
+        rows[0].merged_taps = false;
+        rows[1].merged_taps = true;
+        if (shallow->depth != wp->depth) {
+          rows.push_back(shallow.value());
+          rows.back().merged_taps = true;
+        }
+        for (const WgConvWgradPlan& plan : rows)
           if (st.ok())
-            st = b.add(nwg + (merged ? " wgconv ring merged f16" : " wgconv ring f16"), vc->size, vc->flops, true,
-                       b.gemm_f16, [&] {
+            st = b.add(nwg + (plan.merged_taps ? " wgconv ring merged" : " wgconv ring") + " depth " +
+                           std::to_string(plan.depth) + " f16",
+                       vc->size, vc->flops, true, b.gemm_f16, [&] {
                          return wgconv_wgrad_cuda(s, plan, y.p, x.p, static_cast<float*>(dw32.p), wws.p, wwsb);
                        });
-        }
       }
     }
     if (!st.ok()) return st;

@@ -4,8 +4,8 @@
 // sizes (one row, one column, positions not a multiple of the 128-position tile, images
 // whose padded plane is smaller than a tile), many tiles per CTA (grids of 1 and 7 CTAs walking their ranges through
 // the ring) and VGG's 224-wide rows, each with a warpgroup's three taps as three m64n64 wgmma and merged into one
-// m64n192 (WgConvWgradPlan::merged_taps); two runs and a captured graph's replay bitwise equal to the eager run; what
-// the plan and the launch refuse.
+// m64n192 (WgConvWgradPlan::merged_taps), at pipeline depths 3 and 4 where each fits (300-wide rows: 3 only); two
+// runs and a captured graph's replay bitwise equal to the eager run; what the plan and the launch refuse.
 //
 // Tolerances (as tests/gpu/fewc_wgrad_test.cpp): inputs on the 1/64 grid, so every product is exact in fp32; the
 // sums are fp32 (wgmma accumulators over a CTA's positions) and float64 across CTAs, dw f32: |got - ref| <= acc * mag
@@ -27,17 +27,18 @@ using namespace trctl::gputest;
 
 namespace {
 
-// The plan, or a visible skip when the device is not compute capability 9.0 (the kernel is sm_90a code).
-bool wgrad_plan(const Conv2dGeom& g, GpuDType t, WgConvWgradPlan* out) {
-  Result<WgConvWgradPlan> p = wgconv_wgrad_plan(g, t);
+// The plan (depth 0: the deepest that fits), or a visible skip when the device is not compute capability 9.0 (the
+// kernel is sm_90a code).
+bool wgrad_plan(const Conv2dGeom& g, GpuDType t, WgConvWgradPlan* out, int depth = 0) {
+  Result<WgConvWgradPlan> p = wgconv_wgrad_plan(g, t, depth);
   if (!p.ok() && p.errors().front().code == ErrCode::NotSupported && wgconv_wgrad_ring_eligible(g)) {
     WARN("skipped: " << p.error_text());
     return false;
   }
   if (!p.ok()) FAIL(p.error_text());
-  std::printf("  wgconv wgrad %s %s: grid %lld, ring %d rows, smem %zu B\n", gpu_dtype_name(t),
-              conv2d_geom_str(g).c_str(), static_cast<long long>(p.value().grid), p.value().ring_rows,
-              p.value().smem_bytes);
+  std::printf("  wgconv wgrad %s %s: grid %lld, depth %d, ring %d rows, smem %zu B\n", gpu_dtype_name(t),
+              conv2d_geom_str(g).c_str(), static_cast<long long>(p.value().grid), p.value().depth,
+              p.value().ring_rows, p.value().smem_bytes);
   *out = p.value();
   return true;
 }
@@ -59,6 +60,40 @@ Status run_wgrad(const CudaContext& ctx, const WgConvWgradPlan& p, const WgradBu
   return wgconv_wgrad_cuda(ctx.stream, p, b.dy.get(), b.x.get(), b.dw.as<float>(), b.ws.get(), b.ws_bytes);
 }
 
+// One plan against the reference: dw close, a rerun bitwise, and fewer CTAs (each walking more tiles through its
+// ring: another order of the sums, close, not bitwise; the grid stays a multiple of the 64 x 64 blocks).
+void check_wgrad(const CudaContext& ctx, const Conv2dGeom& g, const StemInputs& in, const StemRef& ref,
+                 const StemMode& m, const WgConvWgradPlan& plan, const std::string& tag) {
+  WgradBuffers b = wgrad_buffers(m.io, in, plan);
+  poison(b.dw);
+  poison(b.ws);
+  REQUIRE_OK(run_wgrad(ctx, plan, b));
+  sync_ok(ctx);
+  const std::vector<float> dw = from_device<float>(b.dw.get(), in.w.size());
+  check_stem_close("wgconv wgrad dw " + tag, m.acc, m.rel, std::ldexp(1.0, -24), dw, ref.dw, ref.dw_mag,
+                   g.r * g.s * g.c);
+  // A second run (poisoned workspace and output again) is bitwise the first.
+  poison(b.dw);
+  poison(b.ws);
+  REQUIRE_OK(run_wgrad(ctx, plan, b));
+  sync_ok(ctx);
+  const std::vector<float> again = from_device<float>(b.dw.get(), in.w.size());
+  CHECK_RESULT(compare_bitwise("wgconv wgrad rerun " + tag, again.data(), dw.data(), dw.size() * 4, 4));
+  const int64_t blocks = (g.k / 64) * (g.c / 64);
+  for (int64_t runs : {1, 7}) {
+    if (runs * blocks >= plan.grid) continue;
+    WgConvWgradPlan fewer = plan;  // the launch and the workspace take the grid from the plan
+    fewer.grid = runs * blocks;
+    WgradBuffers bf = wgrad_buffers(m.io, in, fewer);
+    poison(bf.dw);
+    poison(bf.ws);
+    REQUIRE_OK(run_wgrad(ctx, fewer, bf));
+    sync_ok(ctx);
+    check_stem_close("wgconv wgrad runs " + std::to_string(runs) + " " + tag, m.acc, m.rel, std::ldexp(1.0, -24),
+                     from_device<float>(bf.dw.get(), in.w.size()), ref.dw, ref.dw_mag, g.r * g.s * g.c);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("wgconv ring weight gradient matches the float64 direct conv (f16, bf16; odd sizes, one row or column, "
@@ -76,7 +111,9 @@ TEST_CASE("wgconv ring weight gradient matches the float64 direct conv (f16, bf1
       {"224x224 N=1 (VGG's conv1_2 rows)", conv_geom(1, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1)},
       {"12x10 N=2 C=64 K=128 (two filter blocks)", conv_geom(2, 12, 10, 64, 128, 3, 3, 1, 1, 1, 1)},
       {"9x13 N=2 C=128 K=64 (two channel blocks)", conv_geom(2, 9, 13, 128, 64, 3, 3, 1, 1, 1, 1)},
-      {"28x28 N=2 C=128 K=128 (four blocks)", conv_geom(2, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1)}};
+      {"28x28 N=2 C=128 K=128 (four blocks)", conv_geom(2, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1)},
+      {"2x300 N=1 (300-wide rows: four tiles' ring too large, depth 3 only)",
+       conv_geom(1, 2, 300, 64, 64, 3, 3, 1, 1, 1, 1)}};
   uint64_t seed = 9100;
   for (const auto& [name, g] : cases) {
     REQUIRE(wgconv_wgrad_ring_eligible(g));
@@ -84,42 +121,17 @@ TEST_CASE("wgconv ring weight gradient matches the float64 direct conv (f16, bf1
     const StemRef ref = stem_ref(g, in, &pool);
     for (const StemMode& m : kStemModes) {
       if (m.io == GpuDType::F32) continue;
-      for (bool merged : {false, true}) {
-        const std::string tag = std::string(name) + " " + gpu_dtype_name(m.io) + (merged ? " merged taps" : "");
-        INFO(tag << ": " << conv2d_geom_str(g));
-        WgConvWgradPlan plan;
-        if (!wgrad_plan(g, m.io, &plan)) return;
-        plan.merged_taps = merged;
-        WgradBuffers b = wgrad_buffers(m.io, in, plan);
-        poison(b.dw);
-        poison(b.ws);
-        REQUIRE_OK(run_wgrad(ctx, plan, b));
-        sync_ok(ctx);
-        const std::vector<float> dw = from_device<float>(b.dw.get(), in.w.size());
-        check_stem_close("wgconv wgrad dw " + tag, m.acc, m.rel, std::ldexp(1.0, -24), dw, ref.dw, ref.dw_mag,
-                         g.r * g.s * g.c);
-        // A second run (poisoned workspace and output again) is bitwise the first.
-        poison(b.dw);
-        poison(b.ws);
-        REQUIRE_OK(run_wgrad(ctx, plan, b));
-        sync_ok(ctx);
-        const std::vector<float> again = from_device<float>(b.dw.get(), in.w.size());
-        CHECK_RESULT(compare_bitwise("wgconv wgrad rerun " + tag, again.data(), dw.data(), dw.size() * 4, 4));
-        // Fewer CTAs: each walks more tiles through its ring (another order of the sums: close, not bitwise); the
-        // grid stays a multiple of the 64 x 64 blocks.
-        const int64_t blocks = (g.k / 64) * (g.c / 64);
-        for (int64_t runs : {1, 7}) {
-          if (runs * blocks >= plan.grid) continue;
-          WgConvWgradPlan fewer = plan;  // the launch and the workspace take the grid from the plan
-          fewer.grid = runs * blocks;
-          WgradBuffers bf = wgrad_buffers(m.io, in, fewer);
-          poison(bf.dw);
-          poison(bf.ws);
-          REQUIRE_OK(run_wgrad(ctx, fewer, bf));
-          sync_ok(ctx);
-          check_stem_close("wgconv wgrad runs " + std::to_string(runs) + " " + tag, m.acc, m.rel,
-                           std::ldexp(1.0, -24), from_device<float>(bf.dw.get(), in.w.size()), ref.dw, ref.dw_mag,
-                           g.r * g.s * g.c);
+      for (int depth = kWgconvWgradMinDepth; depth <= kWgconvWgradMaxDepth; ++depth) {
+        if (wgconv_wgrad_smem_bytes(g, depth) > kWgconvMaxSmemBytes) continue;
+        for (bool merged : {false, true}) {
+          const std::string tag = std::string(name) + " " + gpu_dtype_name(m.io) + " depth " +
+                                  std::to_string(depth) + (merged ? " merged taps" : "");
+          INFO(tag << ": " << conv2d_geom_str(g));
+          WgConvWgradPlan plan;
+          if (!wgrad_plan(g, m.io, &plan, depth)) return;
+          REQUIRE(plan.depth == depth);
+          plan.merged_taps = merged;
+          check_wgrad(ctx, g, in, ref, m, plan, tag);
         }
       }
     }
@@ -164,6 +176,14 @@ TEST_CASE("wgconv ring weight gradient refuses geometries, io types and workspac
     REQUIRE_FALSE(p.ok());
     CHECK(p.errors().front().code == ErrCode::NotSupported);
     CHECK_THAT(p.error_text(), Catch::Contains("C and K of 64 or 128"));
+  }
+  // Pipeline depths outside 3..4, or whose shared memory does not fit (four tiles' ring at 300-wide rows).
+  const Conv2dGeom w300 = conv_geom(1, 2, 300, 64, 64, 3, 3, 1, 1, 1, 1);
+  for (const auto& [geom, depth] : {std::pair{g, 2}, std::pair{g, 5}, std::pair{w300, 4}}) {
+    Result<WgConvWgradPlan> p = wgconv_wgrad_plan(geom, GpuDType::F16, depth);
+    REQUIRE_FALSE(p.ok());
+    CHECK(p.errors().front().code == ErrCode::NotSupported);
+    CHECK_THAT(p.error_text(), Catch::Contains("pipeline depth"));
   }
   const StemInputs in = stem_inputs(g, true, 9300);
   WgradBuffers b = wgrad_buffers(GpuDType::F16, in, plan);

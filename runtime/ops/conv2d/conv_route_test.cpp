@@ -235,13 +235,24 @@ TEST_CASE("wgconv's ring weight gradient takes 3x3 convs with C and K of 64 or 1
   const Conv2dGeom conv2_2 = conv_geom(256, 112, 112, 128, 128, 3, 3, 1, 1, 1, 1);  // C = K = 128: four blocks
   const Conv2dGeom conv3_1 = conv_geom(256, 56, 56, 128, 256, 3, 3, 1, 1, 1, 1);   // K = 256: not taken
   const Conv2dGeom strided = conv_geom(4, 16, 16, 64, 64, 3, 3, 2, 2, 1, 1);
+  const Conv2dGeom w300 = conv_geom(1, 8, 300, 64, 64, 3, 3, 1, 1, 1, 1);  // 4 tiles + 606 halo rows: 2048 rows
   const Conv2dGeom wide = conv_geom(1, 8, 600, 64, 64, 3, 3, 1, 1, 1, 1);  // its ring: 2048 rows, 321 KiB
-  // conv1_2: 3 tiles of 128 and 2 (W + 3) halo rows = 838 -> 1024 ring rows, + 136 mirrored + 3 x 128 dy rows
-  CHECK(wgconv_wgrad_ring_rows(conv1_2) == 1024);
-  CHECK(wgconv_wgrad_ring_rows(conv2_2) == 1024);  // 614 rows needed (512 would hold two tiles, not three)
-  CHECK(wgconv_wgrad_ring_rows(narrow) == 512);    // 3 x 128 + 16
-  CHECK(wgconv_wgrad_smem_bytes(conv1_2) == (1024 + 136 + 3 * 128) * 128 + 1024);
-  CHECK(wgconv_wgrad_smem_bytes(wide) == (2048 + 136 + 3 * 128) * 128 + 1024);
+  // conv1_2: 3 tiles of 128 and 2 (W + 3) halo rows = 838 -> 1024 ring rows, + 136 mirrored + 3 x 128 dy rows; four
+  // tiles: 966 -> 1024 too, + 4 x 128 dy rows
+  CHECK(wgconv_wgrad_ring_rows(conv1_2, 3) == 1024);
+  CHECK(wgconv_wgrad_ring_rows(conv1_2, 4) == 1024);
+  CHECK(wgconv_wgrad_ring_rows(conv2_2, 3) == 1024);  // 614 rows needed (512 would hold two tiles, not three)
+  CHECK(wgconv_wgrad_ring_rows(narrow, 3) == 512);    // 3 x 128 + 16
+  CHECK(wgconv_wgrad_ring_rows(narrow, 4) == 1024);   // 4 x 128 + 16
+  CHECK(wgconv_wgrad_smem_bytes(conv1_2, 3) == (1024 + 136 + 3 * 128) * 128 + 1024);
+  CHECK(wgconv_wgrad_smem_bytes(conv1_2, 4) == (1024 + 136 + 4 * 128) * 128 + 1024);
+  CHECK(wgconv_wgrad_smem_bytes(wide, 3) == (2048 + 136 + 3 * 128) * 128 + 1024);
+  // The deepest pipeline that fits: 4 at VGG's and ResNet's layers, 3 where four tiles' ring would need 2048 rows.
+  for (const Conv2dGeom& g : {conv1_2, layer1, narrow, conv2_1, conv2_2}) CHECK(wgconv_wgrad_depth(g) == 4);
+  CHECK(wgconv_wgrad_ring_rows(w300, 3) == 1024);
+  CHECK(wgconv_wgrad_depth(w300) == 3);
+  CHECK(wgconv_wgrad_depth(wide) == 0);
+  CHECK(wgconv_wgrad_ring_eligible(w300));
   for (const Conv2dGeom& g : {conv1_2, layer1, narrow, conv2_1, conv2_2}) CHECK(wgconv_wgrad_ring_eligible(g));
   for (const Conv2dGeom& g : {conv3_1, strided, wide}) CHECK_FALSE(wgconv_wgrad_ring_eligible(g));
 }

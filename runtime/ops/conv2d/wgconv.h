@@ -124,17 +124,18 @@ Status wgconv_flip_filters_cuda(cudaStream_t stream, GpuDType io, const void* w,
 // registers with ldmatrix.trans, reused by its three taps), B = the tap's shifted window of x's row ring (MN-major: a
 // row is a position's 64 channels; merged_taps: the three taps as one N = 192 operand). Persistent CTAs of three
 // warpgroups (warpgroup r takes the filter row r's three taps: 3 x 32 f32 accumulators a thread) walk a contiguous
-// range of tiles of kWgconvWgradTile positions, software-pipelined three tiles deep; each CTA writes its (9, K, C)
-// f32 partial to ws and a second kernel adds the partials in CTA order in float64: deterministic for the plan's
-// grid. The backend runs it under train.conv_wgconv: wgrad or all where wgconv_wgrad_route_eligible (C = 64;
+// range of tiles of kWgconvWgradTile positions, software-pipelined three or four tiles deep; each CTA writes its
+// (9, K, C) f32 partial to ws and a second kernel adds the partials in CTA order in float64: deterministic for the
+// plan's grid. The backend runs it under train.conv_wgconv: wgrad or all where wgconv_wgrad_route_eligible (C = 64;
 // conv_route.h).
 struct WgConvWgradPlan {
   Conv2dGeom g;  // finished, wgconv_wgrad_ring_eligible
   GpuDType io = GpuDType::F16;
-  int ring_rows = 0;     // wgconv_wgrad_ring_rows(g)
+  int depth = 0;         // tiles in shared memory at once (wgconv_wgrad_depth(g) unless the plan was asked for 3)
+  int ring_rows = 0;     // wgconv_wgrad_ring_rows(g, depth)
   int64_t grid = 0;      // CTAs: the (K / 64) x (C / 64) blocks times the position ranges (about one CTA per SM;
                          // may be lowered to another multiple of the blocks, to make each walk more tiles)
-  size_t smem_bytes = 0;  // wgconv_wgrad_smem_bytes(g)
+  size_t smem_bytes = 0;  // wgconv_wgrad_smem_bytes(g, depth)
   bool merged_taps = true;  // a warpgroup's three taps as one m64n192 wgmma per k step (its B: the first tap's
                             // window with 64-channel blocks one ring row apart) instead of three m64n64 (false):
                             // 10-16 % faster at conv1_2 and conv2_2 (run 67, call 7); the test and bench kernels
@@ -142,9 +143,11 @@ struct WgConvWgradPlan {
                             // The windows' base offset stays 0: run 67 measured that reading right and
                             // (start >> 7) % 8 wrong, as the forward's (run 60)
 };
+// depth: 0 for the deepest pipeline that fits (wgconv_wgrad_depth), else kWgconvWgradMinDepth ..
+// kWgconvWgradMaxDepth (NotSupported where its shared memory does not fit).
 // NotSupported for a geometry wgconv_wgrad_ring_eligible refuses, an io type other than F16/BF16 or a device that is
 // not compute capability 9.0; the CUDA error of the attribute or device queries otherwise. Made outside capture.
-Result<WgConvWgradPlan> wgconv_wgrad_plan(const Conv2dGeom& g, GpuDType io);
+Result<WgConvWgradPlan> wgconv_wgrad_plan(const Conv2dGeom& g, GpuDType io, int depth = 0);
 size_t wgconv_wgrad_workspace_bytes(const WgConvWgradPlan& plan);  // grid x 9 x 64 x 64 f32
 // dy, x 16-byte aligned; ws of wgconv_wgrad_workspace_bytes, a grid that is a multiple of the blocks (Internal error
 // otherwise); dw (K, 3, 3, C) f32 overwritten. Allocates nothing, does not synchronize: capturable.

@@ -52,15 +52,21 @@ bool wgconv_dgrad_ring_eligible(const Conv2dGeom& g) {
          wgconv_ring_smem_bytes(d, 64, kWgconvPxTile, kWgconvPxWindow) <= kWgconvMaxSmemBytes;
 }
 
-int64_t wgconv_wgrad_ring_rows(const Conv2dGeom& g) { return ring_rows_for(g, 3, kWgconvWgradTile); }
+int64_t wgconv_wgrad_ring_rows(const Conv2dGeom& g, int depth) { return ring_rows_for(g, depth, kWgconvWgradTile); }
 
-int64_t wgconv_wgrad_smem_bytes(const Conv2dGeom& g) {
-  const int64_t rows = wgconv_wgrad_ring_rows(g) + kWgconvWgradMirror + 3 * static_cast<int64_t>(kWgconvWgradTile);
+int64_t wgconv_wgrad_smem_bytes(const Conv2dGeom& g, int depth) {
+  const int64_t rows = wgconv_wgrad_ring_rows(g, depth) + kWgconvWgradMirror + depth * int64_t{kWgconvWgradTile};
   return rows * 128 + 1024;
 }
 
+int wgconv_wgrad_depth(const Conv2dGeom& g) {
+  for (int d = kWgconvWgradMaxDepth; d >= kWgconvWgradMinDepth; --d)
+    if (wgconv_wgrad_smem_bytes(g, d) <= kWgconvMaxSmemBytes) return d;
+  return 0;
+}
+
 bool wgconv_wgrad_ring_eligible(const Conv2dGeom& g) {
-  return wgconv_eligible(g, nullptr) && g.c <= 128 && g.k <= 128 && wgconv_wgrad_smem_bytes(g) <= kWgconvMaxSmemBytes;
+  return wgconv_eligible(g, nullptr) && g.c <= 128 && g.k <= 128 && wgconv_wgrad_depth(g) > 0;
 }
 
 bool wgconv_wgrad_route_eligible(const Conv2dGeom& g) { return wgconv_wgrad_ring_eligible(g) && g.c == 64; }

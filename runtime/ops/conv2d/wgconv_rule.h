@@ -42,15 +42,21 @@ constexpr int kWgconvWgradTile = 128;
 // ... and the ring's first rows it repeats after its end: a tile, and the merged taps' N = 192 windows reach two rows
 // further (8, keeping the dy buffers after them 1024-byte aligned).
 constexpr int kWgconvWgradMirror = kWgconvWgradTile + 8;
-// Its ring's rows: a power of two of at least three tiles and both halos, 3 L + 2 (W + 3) (the kernel copies tile t
-// + 2's rows while tile t's wgmma still read its span).
-int64_t wgconv_wgrad_ring_rows(const Conv2dGeom& g);
-// Its CTA's dynamic shared memory: that ring and its kWgconvWgradMirror mirror rows, three tile buffers of dy rows,
-// 128 bytes each, plus 1 KiB of alignment slack (VGG's conv1_2: 198,656 B).
-int64_t wgconv_wgrad_smem_bytes(const Conv2dGeom& g);
+// Its software pipeline's depth: tiles whose rows are in shared memory at once (the kernel copies tile t + depth - 1's
+// rows while tile t's wgmma read its span): 3 at least, 4 where the shared memory holds it.
+constexpr int kWgconvWgradMinDepth = 3;
+constexpr int kWgconvWgradMaxDepth = 4;
+// Its ring's rows at a depth: a power of two of at least depth tiles and both halos, depth L + 2 (W + 3).
+int64_t wgconv_wgrad_ring_rows(const Conv2dGeom& g, int depth);
+// Its CTA's dynamic shared memory at a depth: that ring and its kWgconvWgradMirror mirror rows, depth tile buffers
+// of dy rows, 128 bytes each, plus 1 KiB of alignment slack (VGG's conv1_2 at depth 3: 198,656 B; 4: 215,040 B).
+int64_t wgconv_wgrad_smem_bytes(const Conv2dGeom& g, int depth);
+// The deepest depth (<= kWgconvWgradMaxDepth) whose shared memory fits kWgconvMaxSmemBytes; 0 when not even
+// kWgconvWgradMinDepth's does.
+int wgconv_wgrad_depth(const Conv2dGeom& g);
 // Whether the weight gradient of conv g runs on that kernel: wgconv_eligible, C and K of 64 or 128 (a CTA takes one
 // 64 x 64 block of dw: its rows of x and dy are 128 bytes of a position's channels; the blocks of one position range
-// read the same rows, so larger C and K would re-read them more) and the shared memory within kWgconvMaxSmemBytes.
+// read the same rows, so larger C and K would re-read them more) and a pipeline depth that fits (wgconv_wgrad_depth).
 bool wgconv_wgrad_ring_eligible(const Conv2dGeom& g);
 // The weight gradients train.conv_wgconv: wgrad / all routes to that kernel (conv_route.h): wgconv_wgrad_ring_eligible
 // with C == 64. With C = 128 cuDNN's kernel is faster (VGG's conv2_2: 1.34 vs 1.67 ms, RESULTS.md run 67); with C =

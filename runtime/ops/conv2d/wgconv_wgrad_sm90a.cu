@@ -9,8 +9,9 @@
 //   dw[k][r][s][c] = sum over f of DY[f][k] * X[f + (r - 1) Wp + (s - 1)][c],
 // nine GEMMs (one per tap) of M = 64 filters, N = 64 channels, reduced over the positions. A CTA (three warpgroups,
 // 384 threads) walks tiles of L = kWgconvWgradTile positions [L t, L t + L):
-//   - the tile's dy rows (L x 128 bytes, the 128-byte swizzle: piece j of row i at j ^ (i % 8)) in one of three
-//     buffers; each warpgroup loads them as wgmma's register A (the filters as rows, positions as columns) with
+//   - the tile's dy rows (L x 128 bytes, the 128-byte swizzle: piece j of row i at j ^ (i % 8)) in one of D
+//     buffers (D, the pipeline's depth: 3, or 4 where shared memory holds it -- wgconv_wgrad_depth); each
+//     warpgroup loads them as wgmma's register A (the filters as rows, positions as columns) with
 //     ldmatrix.x4.trans, L / 16 k steps of 4 registers;
 //   - x's rows in a ring of R rows (position f at row f mod R, the same swizzle) holding the tile's span
 //     [L t - Wp - 1, L t + L + Wp + 1); the ring's first kWgconvWgradMirror rows are mirrored after its end, so
@@ -21,9 +22,10 @@
 //     m64n64 accumulators (3 x 32 f32 a thread), or (merged) times one N = 192 operand whose 64-channel blocks are
 //     the three windows, one ring row apart (sw128_mn_desc_lbo), into the m64n192 accumulator -- the same registers.
 // A tile's k steps run as two wgmma commit groups, each half's A in its own registers; while tile t's groups run,
-// the CTA copies tile t + 2's dy rows and L new x rows with cp.async (R >= 3 L + 2 (W + 3) keeps them off tile t's
-// span; by half rows, each thread's positions carried from tile to tile by additions) and loads tile t + 1's first
-// A half, so the tensor cores always have a queued group across the per-tile barrier. At the end each CTA writes
+// the CTA copies tile t + D - 1's dy rows and L new x rows with cp.async (R >= D L + 2 (W + 3) keeps them off the
+// spans of tiles t .. t + D - 2; by half rows, each thread's positions carried from tile to tile by additions) and
+// loads tile t + 1's first A half, so the tensor cores always have a queued group across the per-tile barrier; the
+// barrier waits for tile t + 1's rows, copied D - 2 tiles earlier. At the end each CTA writes
 // its accumulators as a (9, 64, 64) f32 partial; wgconv_wgrad_reduce_kernel adds the CTAs' partials in CTA order in
 // float64 and scatters them into dw (K, 3, 3, C). Every sum runs in a fixed order: deterministic for the plan's
 // grid.
@@ -71,8 +73,9 @@ __device__ __forceinline__ float (&tap_acc(float (&acc)[96], int s))[32] {
 
 // dy (N, H, W, K), x (N, H, W, C) of type T; part (gridDim.x, 9, 64, 64) f32: CTA b computes filter block kb and
 // channel block cb ((b mod blocks) = kb * C / 64 + cb) over position range run = b / blocks. Merged: a warpgroup's
-// three taps as one m64n192 wgmma per k step (WgConvWgradPlan::merged_taps), else three m64n64.
-template <class T, bool Merged>
+// three taps as one m64n192 wgmma per k step (WgConvWgradPlan::merged_taps), else three m64n64. Depth: dy buffers
+// and tiles in flight (WgConvWgradPlan::depth).
+template <class T, bool Merged, int Depth>
 __global__ void __launch_bounds__(kThreads, 1)
     wgconv_wgrad_kernel(const void* __restrict__ dyv, const void* __restrict__ xv, float* __restrict__ part,
                         WgradArgs a) {
@@ -80,7 +83,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const T* __restrict__ x = static_cast<const T*>(xv);
   extern __shared__ uint8_t smem_raw[];
   const uint32_t ring_base = (smem_addr(smem_raw) + 1023u) & ~1023u;   // R + kTile rows
-  const uint32_t dy_base = ring_base + (a.ring + kMirror) * 128;       // 3 x kTile rows (1024-aligned)
+  const uint32_t dy_base = ring_base + (a.ring + kMirror) * 128;       // Depth x kTile rows (1024-aligned)
   // wg broadcast from lane 0: warp-uniform, so the descriptors derived from it can live in uniform registers.
   const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), warp = (tid >> 5) & 3, lane = tid & 31;
   const int hp = a.h + 2, wp = a.wd + 2, halo = wp + 1;
@@ -203,40 +206,45 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int i = 0; i < 4; ++i) fence_operand(af[kk][i]);
     };
 
-    // Software pipeline, three tiles deep: while tile t's two wgmma groups run, the CTA waits for tile t + 1's
-    // rows, copies tile t + 2's (dy buffer (t + 2) mod 3 -- tile t - 1's, whose ldmatrix all passed the barrier --
-    // and x rows R >= 3 L + 2 (W + 3) ahead of tile t's span: wgconv_wgrad_ring_rows) and loads tile t + 1's first
-    // A half. Commit groups: cp.async one per tile; wgmma (t, 0) and (t, 1).
+    // Software pipeline, Depth tiles deep: while tile t's two wgmma groups run, the CTA waits for tile t + 1's
+    // rows, copies tile t + Depth - 1's (dy buffer (t - 1) mod Depth -- tile t - 1's, whose ldmatrix all passed the
+    // barrier -- and x rows that R >= Depth L + 2 (W + 3) keeps off the spans of tiles t .. t + Depth - 2:
+    // wgconv_wgrad_ring_rows) and loads tile t + 1's first A half. Commit groups: cp.async one per tile (the
+    // prologue's for tiles t_begin .. t_begin + Depth - 2, empty past t_end); wgmma (t, 0) and (t, 1).
     for (int r = tid >> 1; r < kTile + 2 * halo; r += kThreads / 2) {
       const int pos = t_begin * kTile - halo + r;
       load_x_half(pos, pad_pos(pos < 0 ? 0 : pos, wp, plane));
     }
     if (tid < 256) load_dy_half(0, jrow, pad_pos(t_begin * kTile + jrow, wp, plane));
     cp_async_commit();
-    if (t_begin + 1 < t_end) load_tile(t_begin + 1, 1);
-    cp_async_commit();
-    cp_async_wait<1>();
+#pragma unroll
+    for (int u = 1; u < Depth - 1; ++u) {  // consecutive tiles: load_tile's positions carried from t_begin + 1
+      if (t_begin + u < t_end) load_tile(t_begin + u, u);
+      cp_async_commit();
+    }
+    cp_async_wait<Depth - 2>();
     fence_proxy_async();
     __syncthreads();  // tile t_begin's rows in for everyone
     uint32_t af0[kHalf][4], af1[kHalf][4] = {};
     load_a(af0, 0, 0);
     fence_operands(acc);
-    for (int t = t_begin; t < t_end; ++t) {
-      const int buf = (t - t_begin) % 3;
+    // buf: tile t's dy buffer, (t - t_begin) mod Depth; next: tile t + 1's; last: tile t - 1's (= t + Depth - 1's).
+    for (int t = t_begin, buf = 0; t < t_end; ++t, buf = buf + 1 == Depth ? 0 : buf + 1) {
+      const int next = buf + 1 == Depth ? 0 : buf + 1, last = buf == 0 ? Depth - 1 : buf - 1;
       issue(af0, t, 0);
       wgmma_wait<1>();  // (t - 1, 1) retired: af1 free
       release(af1);
       load_a(af1, buf, 1);
       issue(af1, t, 1);
       if (t + 1 < t_end) {
-        cp_async_wait<0>();
+        cp_async_wait<Depth - 3>();  // this thread's copies of tile t + 1 (those of t + 2 .. t + Depth - 2 may fly)
         fence_proxy_async();
-        __syncthreads();  // tile t + 1's rows in for everyone; everyone's ldmatrix of tile t done
-        if (t + 2 < t_end) load_tile(t + 2, (buf + 2) % 3);
+        __syncthreads();  // tile t + 1's rows in for everyone; everyone's ldmatrix and wgmma of tile t - 1 done
+        if (t + Depth - 1 < t_end) load_tile(t + Depth - 1, last);
         cp_async_commit();
         wgmma_wait<1>();  // (t, 0) retired: af0 free
         release(af0);
-        load_a(af0, (buf + 1) % 3, 0);
+        load_a(af0, next, 0);
       }
     }
     wgmma_wait<0>();
@@ -281,14 +289,22 @@ __global__ void wgconv_wgrad_reduce_kernel(const float* __restrict__ part, int r
 int64_t wgrad_tiles(const Conv2dGeom& g) { return (g.n * (g.h + 2) * (g.w + 2) + kTile - 1) / kTile; }
 
 using WgradKernel = void (*)(const void*, const void*, float*, WgradArgs);
-WgradKernel wgrad_kernel(GpuDType io, bool merged) {
-  if (io == GpuDType::F16) return merged ? &wgconv_wgrad_kernel<__half, true> : &wgconv_wgrad_kernel<__half, false>;
-  return merged ? &wgconv_wgrad_kernel<__nv_bfloat16, true> : &wgconv_wgrad_kernel<__nv_bfloat16, false>;
+template <class T, int Depth>
+WgradKernel wgrad_kernel_of(bool merged) {
+  return merged ? &wgconv_wgrad_kernel<T, true, Depth> : &wgconv_wgrad_kernel<T, false, Depth>;
+}
+template <class T>
+WgradKernel wgrad_kernel_of(int depth, bool merged) {
+  static_assert(kWgconvWgradMinDepth == 3 && kWgconvWgradMaxDepth == 4, "one instantiation per depth");
+  return depth == 4 ? wgrad_kernel_of<T, 4>(merged) : wgrad_kernel_of<T, 3>(merged);
+}
+WgradKernel wgrad_kernel(GpuDType io, int depth, bool merged) {
+  return io == GpuDType::F16 ? wgrad_kernel_of<__half>(depth, merged) : wgrad_kernel_of<__nv_bfloat16>(depth, merged);
 }
 
 }  // namespace
 
-Result<WgConvWgradPlan> wgconv_wgrad_plan(const Conv2dGeom& g, GpuDType io) {
+Result<WgConvWgradPlan> wgconv_wgrad_plan(const Conv2dGeom& g, GpuDType io, int depth) {
   if (io != GpuDType::F16 && io != GpuDType::BF16)
     return Error{ErrCode::NotSupported, "wgconv",
                  std::string("the wgmma weight gradient takes f16 or bf16, not ") + gpu_dtype_name(io)};
@@ -296,18 +312,24 @@ Result<WgConvWgradPlan> wgconv_wgrad_plan(const Conv2dGeom& g, GpuDType io) {
     return Error{ErrCode::NotSupported, "wgconv",
                  "the ring weight gradient takes 3x3 stride-1 padding-1 convs with C and K of 64 or 128 whose ring "
                  "fits shared memory: " + conv2d_geom_str(g)};
+  if (depth != 0 && (depth < kWgconvWgradMinDepth || depth > kWgconvWgradMaxDepth ||
+                     wgconv_wgrad_smem_bytes(g, depth) > kWgconvMaxSmemBytes))
+    return Error{ErrCode::NotSupported, "wgconv",
+                 "the ring weight gradient's pipeline depth " + std::to_string(depth) + " (3 or 4, its shared memory "
+                 "within the limit) for " + conv2d_geom_str(g)};
   Result<int> sms = wgconv_device_sms("the wgmma weight gradient");
   if (!sms.ok()) return sms.errors();
   WgConvWgradPlan p;
   p.g = g;
   p.io = io;
-  p.ring_rows = static_cast<int>(wgconv_wgrad_ring_rows(g));
-  p.smem_bytes = static_cast<size_t>(wgconv_wgrad_smem_bytes(g));
+  p.depth = depth != 0 ? depth : wgconv_wgrad_depth(g);
+  p.ring_rows = static_cast<int>(wgconv_wgrad_ring_rows(g, p.depth));
+  p.smem_bytes = static_cast<size_t>(wgconv_wgrad_smem_bytes(g, p.depth));
   const int64_t blocks = (g.k / kCh) * (g.c / kCh);
   p.grid = blocks * std::max<int64_t>(1, std::min<int64_t>(sms.value() / blocks, wgrad_tiles(g)));
   for (bool merged : {false, true})
-    TRCTL_CUDA_TRY(cudaFuncSetAttribute(wgrad_kernel(io, merged), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(p.smem_bytes)));
+    TRCTL_CUDA_TRY(cudaFuncSetAttribute(wgrad_kernel(io, p.depth, merged),
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem_bytes)));
   return p;
 }
 
@@ -325,13 +347,17 @@ Status wgconv_wgrad_cuda(cudaStream_t stream, const WgConvWgradPlan& p, const vo
   const int64_t blocks = (g.k / kCh) * (g.c / kCh);
   if (p.grid < blocks || p.grid % blocks != 0 || p.grid >= (static_cast<int64_t>(1) << 31))
     return Error{ErrCode::Internal, "wgconv", "weight gradient grid not a multiple of its 64 x 64 blocks"};
+  if (p.depth < kWgconvWgradMinDepth || p.depth > kWgconvWgradMaxDepth ||
+      p.ring_rows != wgconv_wgrad_ring_rows(g, p.depth) ||
+      p.smem_bytes != static_cast<size_t>(wgconv_wgrad_smem_bytes(g, p.depth)))
+    return Error{ErrCode::Internal, "wgconv", "weight gradient plan: depth, ring and shared memory disagree"};
   WgradArgs a;
   a.n_img = static_cast<int>(g.n), a.h = static_cast<int>(g.h), a.wd = static_cast<int>(g.w);
   a.k = static_cast<int>(g.k), a.c = static_cast<int>(g.c);
   a.ring = p.ring_rows;
   const int64_t runs = p.grid / blocks;
   a.per_cta = static_cast<int>((wgrad_tiles(g) + runs - 1) / runs);
-  wgrad_kernel(p.io, p.merged_taps)<<<static_cast<unsigned>(p.grid), kThreads, p.smem_bytes, stream>>>(dy, x,
+  wgrad_kernel(p.io, p.depth, p.merged_taps)<<<static_cast<unsigned>(p.grid), kThreads, p.smem_bytes, stream>>>(dy, x,
                                                                                          static_cast<float*>(ws), a);
   TRCTL_CUDA_TRY(cudaGetLastError());
   const int outs = static_cast<int>(g.k * kTaps * g.c);
