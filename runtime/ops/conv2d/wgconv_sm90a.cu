@@ -58,11 +58,11 @@ __device__ __forceinline__ void st_global_b32_if(bool on, void* p, uint32_t v) {
 }
 
 template <class T, int BN>
-__device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint64_t a, uint64_t b) {
+__device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint64_t a, uint64_t b, int scale_d = 1) {
   if constexpr (BN == 64)
-    wgmma_m64n64k16<T>(d, a, b);
+    wgmma_m64n64k16<T>(d, a, b, scale_d);
   else
-    wgmma_m64n128k16<T>(d, a, b);
+    wgmma_m64n128k16<T>(d, a, b, scale_d);
 }
 
 // x (N, H, W, C), w (K, 3, 3, C), y (N, H, W, K) of type T; a 1-D grid of (K / BN) * ceil(N*H*W / BM) CTAs, the
@@ -292,6 +292,33 @@ __global__ void __launch_bounds__(kThreads, 1)
       cursor_move(c, 32);
     }
   };
+  // Without the batch-norm prologue (which transforms the pieces a thread loaded itself, 8 channels' constants a
+  // thread), a tile's new rows load by half rows: job (row, h) = the row's pieces 2 m + h, m = 0..3 (a thread
+  // pair per row: each 32-byte sector by one copy instruction of the pair), rows hrow + 128 i of the tile's new rows
+  // -- one decode of the position per four copies instead of per copy (Nsight Compute, RESULTS.md run 68: the
+  // per-piece loads were ~285 of 1,147 instructions a warp per tile).
+  const int pair_half = tid & 1, hrow = tid >> 1;
+  static_assert(kThreads == 256 && kTile % 128 == 0, "half-row jobs: 128 rows a pass");
+  auto load_half_row_at = [&](int pos, const PadPos& pq) {
+    const bool inside = inside_at(pos, pq);
+    const T* s = x + (inside ? pixel_of(pq) * 64 : 0);
+    const int j = ring_row(pos);
+    const uint32_t dst = a_base + j * 128, mirror = dst + a.ring * 128;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const int pc = 2 * m + pair_half;
+      const uint32_t col = static_cast<uint32_t>((pc ^ (j & 7)) << 4);
+      cp_async16(dst + col, s + pc * 8, inside ? 16 : 0);
+      if (j < kWin) cp_async16(mirror + col, s + pc * 8, inside ? 16 : 0);
+    }
+  };
+  auto each_new_half_row = [&](Cursor& c) {
+#pragma unroll
+    for (int i = 0; i < kTile / 128; ++i) {
+      load_half_row_at(c.pos, c.pq);
+      cursor_move(c, 128);
+    }
+  };
   // The batch-norm prologue (a.pro.gamma set): this thread's 8 channels' constants, and the transform of a piece
   // it loaded itself and has waited for (inside positions only: the padding stays 0), mirror copy included.
   const bool bn = a.pro.gamma != nullptr;
@@ -325,7 +352,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (a.pro.act_out)  // the same element of the (N, H, W, 64) activation
       *reinterpret_cast<uint4*>(static_cast<T*>(a.pro.act_out) + (pixel_of(pq) * 64 + piece * 8)) = v;
   };
-  // Tile t's 36 wgmma of this warpgroup's window. The window descriptors are computed before the first wgmma (a
+  // Tile t's 36 wgmma of this warpgroup's window, the first with scale-d 0 (d = A B: the previous tile's values in
+  // d are dropped without zeroing the registers). The window descriptors are computed before the first wgmma (a
   // register written between two wgmma makes the compiler fence them).
   auto issue = [&](int t, float (&d)[kAcc]) {
     const int f0 = t * kTile + wg * kWin;
@@ -340,15 +368,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {  // +32 bytes = +2 in the descriptor's start field (no carry: start < 2^14)
         const uint64_t filt = b_desc + static_cast<uint64_t>((tap * BN * 128 + kk * 32) >> 4);
+        const int scale_d = tap == 0 && kk == 0 ? 0 : 1;
         if constexpr (PXN)
-          wgmma_m64n128k16<T>(d, filt, da[tap] + 2 * kk);
+          wgmma_m64n128k16<T>(d, filt, da[tap] + 2 * kk, scale_d);
         else
-          wgmma_tile<T, BN>(d, da[tap] + 2 * kk, filt);
+          wgmma_tile<T, BN>(d, da[tap] + 2 * kk, filt, scale_d);
       }
     wgmma_commit();
   };
-  // Tile t's outputs (its wgmma complete) to y, inside positions only; d zeroed for the next tile. Branch-free per
-  // output (predicated stores) so the lane exchanges stay in converged code.
+  // Tile t's outputs (its wgmma complete) to y, inside positions only (the next tile's first wgmma overwrites d).
+  // Branch-free per output (predicated stores) so the lane exchanges stay in converged code.
   float st_sum[2] = {0.0f, 0.0f}, st_sq[2] = {0.0f, 0.0f};  // PXN statistics of filters r and r + 8
   // This warpgroup's next tile's first position of this thread (tiles are stored in order).
   Cursor out_at = cursor_at(t_begin * kTile + wg * kWin + (PXN ? 2 * (lane & 3) : warp * 16 + (lane >> 2)));
@@ -397,8 +426,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     cursor_move(out_at, kTile - (PXN ? kWin : 16));  // the pair walk covered kWin positions, the row walk 16
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) d[i] = 0.0f;
   };
   // The filter slice (row tap * BN + k - n0) and tile t_begin's whole span; then per tile: its rows in, the next
   // tile's rows on their way, its wgmma, its outputs.
@@ -416,7 +443,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // tensor cores busy, instead of both storing at once with the tensor cores idle. At the barrier both have waited
   // for their wgmma of tile t - 1, so tile t - 1's rows are free for tile t + 1's loads, issued once tile t's
   // wgmma are (the address arithmetic overlaps them).
-  Cursor load_at = cursor_at((t_begin + 1) * kTile + halo + row0), bn_at = load_at;  // tile t_begin + 1's rows
+  // Tile t_begin + 1's rows: this thread's first (the piece walk's row0, the half-row walk's hrow).
+  Cursor load_at = cursor_at((t_begin + 1) * kTile + halo + (bn ? row0 : hrow)), bn_at = load_at;
   for (int t = t_begin; t < t_end; ++t) {
     cp_async_wait<0>();
     if (bn) {  // this thread's own pieces of the rows tile t adds (or, first, of its whole span)
@@ -429,7 +457,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // tile t's rows in for everyone; everyone's wgmma of tile t - 1 done (its rows reusable)
     if (wg == 1 && t > t_begin) store(acc);  // tile t - 1
     issue(t, acc);
-    if (t + 1 < t_end) each_new_row(load_at, load_row_at);
+    if (t + 1 < t_end) {
+      if (bn)
+        each_new_row(load_at, load_row_at);
+      else
+        each_new_half_row(load_at);
+    }
     cp_async_commit();
     wgmma_wait<0>();
     if (wg == 0) store(acc);  // tile t
