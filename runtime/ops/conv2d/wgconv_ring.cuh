@@ -1,7 +1,11 @@
 // Internal to the wgconv ring kernels (wgconv_sm90a.cu: forward and data gradient; wgconv_wgrad_sm90a.cu: weight
-// gradient): positions of the zero-padded input plane. Padded plane: Hp = H + 2, Wp = W + 2; position
-// f = (n Hp + pp) Wp + qq over N Hp Wp positions; the input at f is x[n][pp - 1][qq - 1] inside, 0 on the border.
+// gradient): positions of the zero-padded input plane, and the copy of a ring row by a thread pair. Padded plane:
+// Hp = H + 2, Wp = W + 2; position f = (n Hp + pp) Wp + qq over N Hp Wp positions; the input at f is
+// x[n][pp - 1][qq - 1] inside, 0 on the border.
 #pragma once
+#include <cstdint>
+
+#include "runtime/cuda/cp_async.cuh"
 
 namespace trctl {
 namespace {
@@ -27,6 +31,21 @@ __device__ __forceinline__ void pad_advance(PadPos& p, int d, int wp, int hp) {
   while (p.qq >= wp) {
     p.qq -= wp;
     if (++p.pp == hp) p.pp = 0, ++p.n;
+  }
+}
+
+// A thread's half of a 128-byte ring row (the kernels copy rows by thread pairs, one position decode per four
+// copies): the 16-byte pieces 2 m + h (m = 0..3) of src (a position's 64 two-byte elements; zeros where !in) into
+// ring row j at row_addr, the 128-byte swizzle (piece p at (p ^ (j % 8)) * 16) -- the pair covers each 32-byte
+// sector with one copy instruction -- and, when mirror, the same into the row mirror_off bytes further.
+__device__ __forceinline__ void copy_half_row(uint32_t row_addr, int j, const uint16_t* src, bool in, int h,
+                                              bool mirror, uint32_t mirror_off) {
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const int piece = 2 * m + h;
+    const uint32_t col = static_cast<uint32_t>((piece ^ (j & 7)) << 4);
+    cp_async16(row_addr + col, src + piece * 8, in ? 16 : 0);
+    if (mirror) cp_async16(row_addr + mirror_off + col, src + piece * 8, in ? 16 : 0);
   }
 }
 

@@ -301,16 +301,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(kThreads == 256 && kTile % 128 == 0, "half-row jobs: 128 rows a pass");
   auto load_half_row_at = [&](int pos, const PadPos& pq) {
     const bool inside = inside_at(pos, pq);
-    const T* s = x + (inside ? pixel_of(pq) * 64 : 0);
     const int j = ring_row(pos);
-    const uint32_t dst = a_base + j * 128, mirror = dst + a.ring * 128;
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const int pc = 2 * m + pair_half;
-      const uint32_t col = static_cast<uint32_t>((pc ^ (j & 7)) << 4);
-      cp_async16(dst + col, s + pc * 8, inside ? 16 : 0);
-      if (j < kWin) cp_async16(mirror + col, s + pc * 8, inside ? 16 : 0);
-    }
+    copy_half_row(a_base + j * 128, j, reinterpret_cast<const uint16_t*>(x + (inside ? pixel_of(pq) * 64 : 0)), inside,
+                  pair_half, j < kWin, a.ring * 128);
   };
   auto each_new_half_row = [&](Cursor& c) {
 #pragma unroll

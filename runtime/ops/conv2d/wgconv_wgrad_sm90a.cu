@@ -113,27 +113,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int half = tid & 1;
     auto load_x_half = [&](int pos, const PadPos& pq) {
       const bool in = inside(pq);
-      const T* src = x + (in ? pixel_of(pq) * a.c + c0 : 0);
       const int j = static_cast<int>(static_cast<unsigned>(pos) & ring_mask);
-      const uint32_t dst = ring_base + j * 128, mirror = ring_base + (j + a.ring) * 128;
-#pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        const int piece = 2 * m + half;
-        const uint32_t col = static_cast<uint32_t>((piece ^ (j & 7)) << 4);
-        cp_async16(dst + col, src + piece * 8, in ? 16 : 0);
-        if (j < kMirror) cp_async16(mirror + col, src + piece * 8, in ? 16 : 0);
-      }
+      copy_half_row(ring_base + j * 128, j, reinterpret_cast<const uint16_t*>(x + (in ? pixel_of(pq) * a.c + c0 : 0)),
+                    in, half, j < kMirror, a.ring * 128);
     };
     // ... and dy at padded position pq into row i of dy buffer buf.
     auto load_dy_half = [&](int buf, int i, const PadPos& pq) {
       const bool in = inside(pq);
-      const T* src = dy + (in ? pixel_of(pq) * a.k + k0 : 0);
-      const uint32_t dst = dy_base + (buf * kTile + i) * 128;
-#pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        const int piece = 2 * m + half;
-        cp_async16(dst + ((piece ^ (i & 7)) << 4), src + piece * 8, in ? 16 : 0);
-      }
+      copy_half_row(dy_base + (buf * kTile + i) * 128, i,
+                    reinterpret_cast<const uint16_t*>(dy + (in ? pixel_of(pq) * a.k + k0 : 0)), in, half, false, 0);
     };
     // Tile t's copies: its kTile dy rows into buffer buf and the kTile x rows its span adds to tile t - 1's, [L t +
     // halo, L (t + 1) + halo) -- 512 half-row jobs: thread tid < 256 takes dy row tid / 2, and when tid < 128 also
