@@ -499,13 +499,8 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
     const std::vector<WgConvTile> all(std::begin(kWgConvTiles), std::end(kWgConvTiles));
     if (st.ok())
       st = each_wgconv_plan(b, g, all, n + " wgconv", vc->size, [&](WgConvTile t, const WgConvPlan& p) {
-        Status r = b.add(n + " wgconv " + wgconv_tile_name(t) + " f16", vc->size, vc->flops, true, b.gemm_f16,
-                         [&] { return wgconv_fwd_cuda(s, p, x.p, w.p, y.p); });
-        if (!r.ok() || t != WgConvTile::RingPx256N64) return r;
-        WgConvPlan pp = p;  // one accumulator set a warpgroup, the warpgroups ping-ponging (double_acc off)
-        pp.double_acc = false;
-        return b.add(n + " wgconv " + wgconv_tile_name(t) + " ping-pong f16", vc->size, vc->flops, true, b.gemm_f16,
-                     [&] { return wgconv_fwd_cuda(s, pp, x.p, w.p, y.p); });
+        return b.add(n + " wgconv " + wgconv_tile_name(t) + " f16", vc->size, vc->flops, true, b.gemm_f16,
+                     [&] { return wgconv_fwd_cuda(s, p, x.p, w.p, y.p); });
       });
     if (!st.ok()) return st;
     // The input's batch norm + ReLU then the conv (C = 64): the apply pass + cuDNN's conv against the ring kernels
@@ -547,13 +542,8 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
           // The whole forward layer chain in one kernel: the activation written out too (for the weight gradient).
           WgConvPrologue pa = pro;
           pa.act_out = z.p;
-          r = b.add(nb + "+stats wgconv " + wgconv_tile_name(t) + " prologue+act f16", vc->size, vc->flops, true,
-                    b.gemm_f16, [&] { return wgconv_fwd_cuda(s, p, x.p, w.p, y.p, &pa, &so); });
-          if (!r.ok()) return r;
-          WgConvPlan pp = p;
-          pp.double_acc = false;
-          return b.add(nb + "+stats wgconv " + wgconv_tile_name(t) + " prologue+act ping-pong f16", vc->size,
-                       vc->flops, true, b.gemm_f16, [&] { return wgconv_fwd_cuda(s, pp, x.p, w.p, y.p, &pa, &so); });
+          return b.add(nb + "+stats wgconv " + wgconv_tile_name(t) + " prologue+act f16", vc->size, vc->flops, true,
+                       b.gemm_f16, [&] { return wgconv_fwd_cuda(s, p, x.p, w.p, y.p, &pa, &so); });
         });
       if (!st.ok()) return st;
     }
@@ -565,20 +555,12 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
     });
     if (st.ok())
       st = each_wgconv_plan(b, wgconv_dgrad_geom(g), all, "", vc->size, [&](WgConvTile t, const WgConvPlan& p) {
-        Status r = ok_status();
-        for (bool double_acc : {true, false}) {  // RingPx256N64's two forms (the other tiles have one)
-          if (!double_acc && t != WgConvTile::RingPx256N64) break;
-          WgConvPlan q = p;
-          q.double_acc = double_acc;
-          r = b.add(nd + " wgconv " + wgconv_tile_name(t) + (double_acc ? "" : " ping-pong") + " f16", vc->size,
-                    vc->flops, true, b.gemm_f16, [&]() -> Status {
-                      if (Status f = wgconv_flip_filters_cuda(s, GpuDType::F16, w.p, g.k, g.c, wf.p); !f.ok())
-                        return f;
-                      return wgconv_fwd_cuda(s, q, y.p, wf.p, x.p);
-                    });
-          if (!r.ok()) return r;
-        }
-        return r;
+        return b.add(nd + " wgconv " + wgconv_tile_name(t) + " f16", vc->size, vc->flops, true, b.gemm_f16,
+                     [&]() -> Status {
+                       if (Status f = wgconv_flip_filters_cuda(s, GpuDType::F16, w.p, g.k, g.c, wf.p); !f.ok())
+                         return f;
+                       return wgconv_fwd_cuda(s, p, y.p, wf.p, x.p);
+                     });
       });
     if (!st.ok()) return st;
     // The weight gradient: cuDNN's (dw in f16, the filter type) against the ring weight-gradient kernel (dw in

@@ -12,7 +12,6 @@
 // Inputs on the 1/64 grid (exact in f16 and bf16): every product and every fp32 partial sum is exact (at most
 // 9 * 192 terms of magnitude <= 1 on the 2^-12 grid: below 2^24 units), so y is the exact sum rounded once and the
 // tolerance (2u of the magnitude) holds with room to spare.
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -166,17 +165,6 @@ TEST_CASE("wgconv ring kernel walking many tiles per CTA matches the float64 con
                                        b.y_bytes, 2));
           check_tail(what + " runs", b);
         }
-        if (tile == WgConvTile::RingPx256N64) {  // the ping-pong form (one accumulator set): the same sums, bitwise
-          for (int64_t runs : {plan.grid_m, int64_t{1}, int64_t{3}}) {
-            WgConvPlan pp = plan;
-            pp.double_acc = false;
-            pp.grid_m = std::min(runs, plan.grid_m);
-            const std::vector<uint8_t> got_pp = run(ctx, pp, b);
-            CHECK_RESULT(compare_bitwise(what + " ping-pong in " + std::to_string(pp.grid_m) + " runs",
-                                         got_pp.data(), want.data(), b.y_bytes, 2));
-            check_tail(what + " ping-pong", b);
-          }
-        }
       }
   }
 }
@@ -273,21 +261,17 @@ TEST_CASE("wgconv ring kernels apply the input's batch norm while staging it, bi
           WgConvPlan plan;
           if (!wg_plan(g, t, tile, &plan)) return;
           const std::vector<uint8_t> want = run(ctx, plan, ba);
-          for (int64_t runs : {plan.grid_m, int64_t{1}, int64_t{2}})
-            for (bool double_acc : {true, false}) {  // RingPx256N64's two forms (the others have one)
-              if (!double_acc && tile != WgConvTile::RingPx256N64) continue;
-              WgConvPlan p = plan;
-              p.grid_m = runs;
-              p.double_acc = double_acc;
-              poison(b.y);
-              REQUIRE_OK(wgconv_fwd_cuda(ctx.stream, p, b.x.get(), b.w.get(), b.y.get(), &pro));
-              sync_ok(ctx);
-              const std::vector<uint8_t> got = from_device<uint8_t>(b.y.get(), b.y_bytes);
-              CHECK_RESULT(compare_bitwise(what + (double_acc ? "" : " ping-pong") + " in " + std::to_string(runs) +
-                                               " runs",
-                                           got.data(), want.data(), b.y_bytes, 2));
-              check_tail(what, b);
-            }
+          for (int64_t runs : {plan.grid_m, int64_t{1}, int64_t{2}}) {
+            WgConvPlan p = plan;
+            p.grid_m = runs;
+            poison(b.y);
+            REQUIRE_OK(wgconv_fwd_cuda(ctx.stream, p, b.x.get(), b.w.get(), b.y.get(), &pro));
+            sync_ok(ctx);
+            const std::vector<uint8_t> got = from_device<uint8_t>(b.y.get(), b.y_bytes);
+            CHECK_RESULT(compare_bitwise(what + " in " + std::to_string(runs) + " runs", got.data(), want.data(),
+                                         b.y_bytes, 2));
+            check_tail(what, b);
+          }
           const double u = unit_roundoff(t);
           check_stem_close(what + " vs float64", 2 * u, 1e-2, u, from_device_as(t, b.y.get(), in.dy.size()), aref.y,
                            aref.y_mag, g.k);
@@ -375,11 +359,6 @@ TEST_CASE("wgconv ring px statistics epilogue sums y as stored per channel, dete
       check_sums("", got);
       const std::vector<float> again = run_stats(plan, nullptr);
       CHECK_RESULT(compare_bitwise(what + " rerun", again.data(), got.data(), got.size() * sizeof(float), 4));
-      // The ping-pong form: each thread adds its outputs in the same tile order -- bitwise the same sums.
-      WgConvPlan pp = plan;
-      pp.double_acc = false;
-      const std::vector<float> pp_sums = run_stats(pp, nullptr);
-      CHECK_RESULT(compare_bitwise(what + " ping-pong", pp_sums.data(), got.data(), got.size() * sizeof(float), 4));
       WgConvPlan one = plan;
       one.grid_m = 1;
       const std::vector<float> single = run_stats(one, nullptr);

@@ -61,8 +61,6 @@ struct WgConvPlan {
   int ring_rows = 0;               // ring: rows of the ring (a power of two; a window of mirror rows follow it)
   bool phase_from_start = false;   // ring: the window descriptors' base offset (wgmma_sm90a.cuh, sw128_desc_at;
                                    // false is what the hardware follows, run 60)
-  bool double_acc = true;          // RingPx256N64: two accumulator sets a warpgroup, a tile's epilogue overlapping
-                                   // the next tile's wgmma (false: the warpgroups ping-pong one set each)
   size_t smem_bytes = 0;           // dynamic shared memory of one CTA (with 1 KiB of alignment slack)
 };
 

@@ -214,16 +214,12 @@ struct RingArgs {
   float* stats_ws;     // PXN: the per-CTA statistics partials (runs x K x 2), or null
 };
 
-// DA (double accumulators, PXN only; WgConvPlan::double_acc): each warpgroup keeps two accumulator sets, issues
-// tile t's wgmma into one right after the tile's barrier and stores tile t - 1 from the other while they run; else
-// the warpgroups ping-pong one set each (below).
-template <class T, int BN, bool PXN, bool ST, bool DA>
+template <class T, int BN, bool PXN, bool ST>
 __global__ void __launch_bounds__(kThreads, 1)
     wgconv_ring_kernel(const void* __restrict__ xv, const void* __restrict__ wv, void* __restrict__ yv,
                        RingArgs a) {
   static_assert(!PXN || BN == 64, "pixels as N: one 64-filter m block");
   static_assert(PXN || !ST, "statistics: the pixels-as-N kernel only");
-  static_assert(PXN || !DA, "double accumulators: the pixels-as-N kernel only");
   constexpr int kTile = RingShape<PXN>::kTile, kWin = RingShape<PXN>::kWin;
   constexpr int kAcc = PXN ? kWin / 2 : BN / 2;  // f32 accumulators per thread
   const T* __restrict__ x = static_cast<const T*>(xv);
@@ -435,11 +431,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   float acc[kAcc];
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+  // Ping-pong: warpgroup 0 stores tile t right after its wgmma, warpgroup 1 stores tile t - 1 after the barrier of
+  // tile t, before issuing tile t's wgmma -- so one warpgroup's epilogue runs while the other's wgmma keep the
+  // tensor cores busy, instead of both storing at once with the tensor cores idle. At the barrier both have waited
+  // for their wgmma of tile t - 1, so tile t - 1's rows are free for tile t + 1's loads, issued once tile t's
+  // wgmma are (the address arithmetic overlaps them).
   // Tile t_begin + 1's rows: this thread's first (the piece walk's row0, the half-row walk's hrow).
   Cursor load_at = cursor_at((t_begin + 1) * kTile + halo + (bn ? row0 : hrow)), bn_at = load_at;
-  // Tile t's rows in (this thread's copies, its prologue transform) and, after the barrier, everyone's: the
-  // barrier also orders everyone's wgmma of tile t - 1 (waited for) before tile t + 1's copies overwrite its rows.
-  auto rows_in = [&](int t) {
+  for (int t = t_begin; t < t_end; ++t) {
     cp_async_wait<0>();
     if (bn) {  // this thread's own pieces of the rows tile t adds (or, first, of its whole span)
       if (t == t_begin)
@@ -449,8 +448,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     fence_proxy_async();
     __syncthreads();  // tile t's rows in for everyone; everyone's wgmma of tile t - 1 done (its rows reusable)
-  };
-  auto copy_next = [&](int t) {  // tile t + 1's new rows, issued once tile t's wgmma are (they overlap them)
+    if (wg == 1 && t > t_begin) store(acc);  // tile t - 1
+    issue(t, acc);
     if (t + 1 < t_end) {
       if (bn)
         each_new_row(load_at, load_row_at);
@@ -458,48 +457,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         each_new_half_row(load_at);
     }
     cp_async_commit();
-  };
-  if constexpr (DA) {
-    // Double accumulators: both warpgroups issue tile t's 36 wgmma right after the barrier (72 queued for the
-    // tensor cores), then store tile t - 1 from the other set and issue tile t + 1's copies while they run, and
-    // wait for them before the next barrier. The loop runs tiles in pairs so each set is a fixed register array.
-    float acc2[kAcc];
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) acc2[i] = 0.0f;
-    auto step = [&](int t, float (&cur)[kAcc], float (&prev)[kAcc]) {
-      rows_in(t);
-      issue(t, cur);
-      if (t > t_begin) store(prev);  // tile t - 1 (its wgmma waited for before the barrier)
-      copy_next(t);
-      wgmma_wait<0>();
-    };
-    int t = t_begin;
-    for (; t + 1 < t_end; t += 2) {
-      step(t, acc, acc2);
-      step(t + 1, acc2, acc);
-    }
-    if (t < t_end) {
-      step(t, acc, acc2);
-      store(acc);
-    } else {
-      store(acc2);
-    }
-  } else {
-    // Ping-pong: warpgroup 0 stores tile t right after its wgmma, warpgroup 1 stores tile t - 1 after the barrier of
-    // tile t, before issuing tile t's wgmma -- so one warpgroup's epilogue runs while the other's wgmma keep the
-    // tensor cores busy, instead of both storing at once with the tensor cores idle. At the barrier both have waited
-    // for their wgmma of tile t - 1, so tile t - 1's rows are free for tile t + 1's loads, issued once tile t's
-    // wgmma are (the address arithmetic overlaps them).
-    for (int t = t_begin; t < t_end; ++t) {
-      rows_in(t);
-      if (wg == 1 && t > t_begin) store(acc);  // tile t - 1
-      issue(t, acc);
-      copy_next(t);
-      wgmma_wait<0>();
-      if (wg == 0) store(acc);  // tile t
-    }
-    if (wg == 1) store(acc);  // tile t_end - 1
+    wgmma_wait<0>();
+    if (wg == 0) store(acc);  // tile t
   }
+  if (wg == 1) store(acc);  // tile t_end - 1
   if constexpr (ST) {  // the 4 lanes of a filter row, then the two warpgroups, into this CTA's partial
 #pragma unroll
     for (int half = 0; half < 2; ++half)
@@ -542,9 +503,9 @@ __global__ void wgconv_stats_finalize_kernel(const float* __restrict__ part, int
 
 using RingKernel = void (*)(const void*, const void*, void*, RingArgs);
 
-template <class T, int BN, bool PXN, bool ST = false, bool DA = false>
+template <class T, int BN, bool PXN, bool ST = false>
 RingKernel ring_kernel_t() {
-  return &wgconv_ring_kernel<T, BN, PXN, ST, DA>;
+  return &wgconv_ring_kernel<T, BN, PXN, ST>;
 }
 
 // w (K, 3, 3, C) -> wf (C, 3, 3, K), wf[c][r][s][k] = w[k][2 - r][2 - s][c]; one thread per element of wf (16-bit).
@@ -582,12 +543,7 @@ void tile_dims(WgConvTile t, int* bm, int* bn) {
   *bn = t == WgConvTile::M128N128 || t == WgConvTile::M256N128 || t == WgConvTile::Ring128N128 ? 128 : 64;
 }
 
-template <class T, bool ST>
-RingKernel ring_px_kernel(bool double_acc) {
-  return double_acc ? ring_kernel_t<T, 64, true, ST, true>() : ring_kernel_t<T, 64, true, ST, false>();
-}
-// double_acc: RingPx256N64's double-accumulator kernel (the other ring tiles have one form).
-RingKernel ring_kernel(GpuDType io, WgConvTile t, bool stats, bool double_acc) {
+RingKernel ring_kernel(GpuDType io, WgConvTile t, bool stats = false) {
   const bool h = io == GpuDType::F16;
   switch (t) {
     case WgConvTile::Ring128N64:
@@ -595,8 +551,8 @@ RingKernel ring_kernel(GpuDType io, WgConvTile t, bool stats, bool double_acc) {
     case WgConvTile::Ring128N128:
       return h ? ring_kernel_t<__half, 128, false>() : ring_kernel_t<__nv_bfloat16, 128, false>();
     case WgConvTile::RingPx256N64:
-      if (stats) return h ? ring_px_kernel<__half, true>(double_acc) : ring_px_kernel<__nv_bfloat16, true>(double_acc);
-      return h ? ring_px_kernel<__half, false>(double_acc) : ring_px_kernel<__nv_bfloat16, false>(double_acc);
+      if (stats) return h ? ring_kernel_t<__half, 64, true, true>() : ring_kernel_t<__nv_bfloat16, 64, true, true>();
+      return h ? ring_kernel_t<__half, 64, true>() : ring_kernel_t<__nv_bfloat16, 64, true>();
     default: return nullptr;
   }
 }
@@ -681,10 +637,9 @@ Result<WgConvPlan> wgconv_plan(const Conv2dGeom& g, GpuDType io, WgConvTile tile
                        " B of shared memory, over the limit: " + conv2d_geom_str(g)};
     p.grid_m = std::max<int64_t>(1, sms.value() / p.grid_n);
     for (bool st : {false, true})
-      for (bool da : {false, true})
-        if (RingKernel k = ring_kernel(io, tile, st, da); k)
-          TRCTL_CUDA_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(p.smem_bytes)));
+      if (RingKernel k = ring_kernel(io, tile, st); k)
+        TRCTL_CUDA_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(p.smem_bytes)));
     return p;
   }
   p.stages = wg_stages(p.bm, p.bn);
@@ -746,7 +701,7 @@ Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& p, const void* x, 
     a.phase = p.phase_from_start ? 1 : 0;
     if (prologue) a.pro = *prologue;
     a.stats_ws = stats ? static_cast<float*>(stats->ws) : nullptr;
-    ring_kernel(p.io, p.tile, stats != nullptr, p.double_acc)<<<grid, kThreads, p.smem_bytes, stream>>>(x, w, y, a);
+    ring_kernel(p.io, p.tile, stats != nullptr)<<<grid, kThreads, p.smem_bytes, stream>>>(x, w, y, a);
     TRCTL_CUDA_TRY(cudaGetLastError());
     if (stats) {
       wgconv_stats_finalize_kernel<<<static_cast<unsigned>((g.k + 127) / 128), 128, 0, stream>>>(
