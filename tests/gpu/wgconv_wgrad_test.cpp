@@ -122,7 +122,7 @@ TEST_CASE("wgconv ring weight gradient matches the float64 direct conv (f16, bf1
     for (const StemMode& m : kStemModes) {
       if (m.io == GpuDType::F32) continue;
       for (int depth = kWgconvWgradMinDepth; depth <= kWgconvWgradMaxDepth; ++depth) {
-        if (wgconv_wgrad_smem_bytes(g, depth) > kWgconvMaxSmemBytes) continue;
+        if (!wgconv_wgrad_depth_fits(g, depth)) continue;
         for (bool merged : {false, true}) {
           const std::string tag = std::string(name) + " " + gpu_dtype_name(m.io) + " depth " +
                                   std::to_string(depth) + (merged ? " merged taps" : "");

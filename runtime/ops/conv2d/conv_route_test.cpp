@@ -251,6 +251,9 @@ TEST_CASE("wgconv's ring weight gradient takes 3x3 convs with C and K of 64 or 1
   for (const Conv2dGeom& g : {conv1_2, layer1, narrow, conv2_1, conv2_2}) CHECK(wgconv_wgrad_depth(g) == 4);
   CHECK(wgconv_wgrad_ring_rows(w300, 3) == 1024);
   CHECK(wgconv_wgrad_depth(w300) == 3);
+  CHECK(wgconv_wgrad_depth_fits(w300, 3));
+  CHECK_FALSE(wgconv_wgrad_depth_fits(w300, 4));  // 2048 ring rows
+  for (int d : {2, 5}) CHECK_FALSE(wgconv_wgrad_depth_fits(conv1_2, d));  // depths the kernel does not have
   CHECK(wgconv_wgrad_depth(wide) == 0);
   CHECK(wgconv_wgrad_ring_eligible(w300));
   for (const Conv2dGeom& g : {conv1_2, layer1, narrow, conv2_1, conv2_2}) CHECK(wgconv_wgrad_ring_eligible(g));

@@ -144,7 +144,7 @@ struct WgConvWgradPlan {
                             // (start >> 7) % 8 wrong, as the forward's (run 60)
 };
 // depth: 0 for the deepest pipeline that fits (wgconv_wgrad_depth), else kWgconvWgradMinDepth ..
-// kWgconvWgradMaxDepth (NotSupported where its shared memory does not fit).
+// kWgconvWgradMaxDepth (NotSupported where wgconv_wgrad_depth_fits says no).
 // NotSupported for a geometry wgconv_wgrad_ring_eligible refuses, an io type other than F16/BF16 or a device that is
 // not compute capability 9.0; the CUDA error of the attribute or device queries otherwise. Made outside capture.
 Result<WgConvWgradPlan> wgconv_wgrad_plan(const Conv2dGeom& g, GpuDType io, int depth = 0);

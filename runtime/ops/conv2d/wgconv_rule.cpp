@@ -59,9 +59,14 @@ int64_t wgconv_wgrad_smem_bytes(const Conv2dGeom& g, int depth) {
   return rows * 128 + 1024;
 }
 
+bool wgconv_wgrad_depth_fits(const Conv2dGeom& g, int depth) {
+  return depth >= kWgconvWgradMinDepth && depth <= kWgconvWgradMaxDepth &&
+         wgconv_wgrad_smem_bytes(g, depth) <= kWgconvMaxSmemBytes;
+}
+
 int wgconv_wgrad_depth(const Conv2dGeom& g) {
   for (int d = kWgconvWgradMaxDepth; d >= kWgconvWgradMinDepth; --d)
-    if (wgconv_wgrad_smem_bytes(g, d) <= kWgconvMaxSmemBytes) return d;
+    if (wgconv_wgrad_depth_fits(g, d)) return d;
   return 0;
 }
 

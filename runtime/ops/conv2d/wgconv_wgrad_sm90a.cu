@@ -300,8 +300,7 @@ Result<WgConvWgradPlan> wgconv_wgrad_plan(const Conv2dGeom& g, GpuDType io, int 
     return Error{ErrCode::NotSupported, "wgconv",
                  "the ring weight gradient takes 3x3 stride-1 padding-1 convs with C and K of 64 or 128 whose ring "
                  "fits shared memory: " + conv2d_geom_str(g)};
-  if (depth != 0 && (depth < kWgconvWgradMinDepth || depth > kWgconvWgradMaxDepth ||
-                     wgconv_wgrad_smem_bytes(g, depth) > kWgconvMaxSmemBytes))
+  if (depth != 0 && !wgconv_wgrad_depth_fits(g, depth))
     return Error{ErrCode::NotSupported, "wgconv",
                  "the ring weight gradient's pipeline depth " + std::to_string(depth) + " (3 or 4, its shared memory "
                  "within the limit) for " + conv2d_geom_str(g)};
