@@ -2,7 +2,7 @@
 // norm's step into another op share (runtime/ops/conv2d/fewc_wgrad.cu computes the backward's dx while staging its
 // dy; the wgmma conv's ring kernels apply its input's batch norm while staging it): ApplyConsts / apply_affine (the
 // apply pass's affine), apply_relu, relu_kept (the fused ReLU's mask recomputed from x), relu_grad_in (the
-// backward's masked incoming gradient), BnBwdConsts / bn_bwd_dx (the backward's dx of one element).
+// backward's masked incoming gradient), BnBwdConsts / bn_bwd_dx / bn_bwd_dx_f32 (the backward's dx of one element).
 // One definition each, so that a fused step's values are bitwise the batch norm's own. Internal linkage (an
 // anonymous namespace), device code only.
 #pragma once
@@ -54,8 +54,9 @@ __device__ __forceinline__ bool relu_kept(float xf, float m, float scale, float 
 template <class T>
 __device__ __forceinline__ float relu_grad_in(T dy, T x, T y, bool recompute, bool stored, float m, float scale,
                                               float beta) {
+  const float g = to_f32(dy);  // converted either way: a select, not a branch around the conversion
   const bool masked = recompute ? !relu_kept<T>(to_f32(x), m, scale, beta) : (stored && !(to_f32(y) > 0.0f));
-  return masked ? 0.0f : to_f32(dy);
+  return masked ? 0.0f : g;
 }
 
 // The backward's per-channel constants (training batch norm over n rows): m = mean, a = gamma * invstd (also the
@@ -73,10 +74,14 @@ __device__ __forceinline__ BnBwdConsts bn_bwd_consts(int64_t ch, const float* __
           relu_beta ? relu_beta[ch] : 0.0f};
 }
 // dx = gamma * invstd * (g - dbeta / n - (x - mean) * invstd * dgamma / n) of one element, g the masked incoming
-// gradient (relu_grad_in), rounded once to T.
+// gradient (relu_grad_in), x as f32, before the rounding to T (bn_bwd_dx; a caller that rounds two at once).
+__device__ __forceinline__ float bn_bwd_dx_f32(float g, float xf, const BnBwdConsts& k) {
+  return k.a * fmaf(-(xf - k.m), k.k, g - k.mg);
+}
+// The same rounded once to T.
 template <class T>
 __device__ __forceinline__ T bn_bwd_dx(float g, T x, const BnBwdConsts& k) {
-  return from_f32<T>(k.a * fmaf(-(to_f32(x) - k.m), k.k, g - k.mg));
+  return from_f32<T>(bn_bwd_dx_f32(g, to_f32(x), k));
 }
 
 }  // namespace

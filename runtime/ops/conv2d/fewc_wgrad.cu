@@ -101,38 +101,44 @@ __device__ __forceinline__ void prefetch_task(const FewcWgradArgs& a, const Patc
 // norm's dx in place, from the staged x (rows of K) and the constants bnc: K float4 (m, a, mg, k) then K floats (b),
 // by the whole block. Channel ch = 8 ck + e sits at e * 8 + ck: a thread's 8 channels are fixed (blockDim is a
 // multiple of 8, so its ck is tid & 7), and for each e the lanes read 8 consecutive float4 and 8 consecutive words
-// -- conflict-free, two loads per element (five scalar loads before: 15 % of the kernel's instructions, Nsight
-// Compute, RESULTS.md run 67).
-template <class T>
-__device__ __forceinline__ void bn_dx_in_place(const FewcWgradArgs& a, int p0, uint16_t* dys, const uint16_t* xs,
-                                               const float* bnc) {
+// (conflict-free). A piece is worked on as 32-bit words of two channels (one conversion each way), a pixel's range
+// check is one comparison per row (no loop), and kMask (the ReLU mask recomputed from x: relu_beta) is a template
+// argument, so the loop holds no branch on it (Nsight Compute, RESULTS.md run 68: the earlier loop spent ~27
+// instructions an element). (Two pieces per constants load spilled ~160 bytes: the accumulators stay live here;
+// without the mask the kernel spills 44 bytes, with it 0-4.)
+template <class T, bool kMask>
+__device__ __forceinline__ void bn_dx_pieces(const FewcWgradArgs& a, int p0, uint16_t* dys, const uint16_t* xs,
+                                             const float* bnc) {
   const int row_px = a.mt * 16, pieces = a.tp * row_px * (kWgradK / 8);
-  const bool recompute = a.relu_beta != nullptr;
   for (int i = static_cast<int>(threadIdx.x); i < pieces; i += static_cast<int>(blockDim.x)) {
     const int px = i >> 3, ck = i & 7;
-    int pl = 0, q = px;  // px = pl * row_px + q, pl < TP <= 2: no division
-    while (q >= row_px) q -= row_px, ++pl;
+    const int pl = px >= row_px ? 1 : 0, q = px - pl * row_px;  // px = pl * row_px + q, pl < TP <= 2
     if (p0 + pl >= a.p || q >= a.q) continue;
-    uint16_t gv[8], xv[8];
-    const uint4 gq = *reinterpret_cast<const uint4*>(dys + px * a.dy_stride + ck * 8);
-    const uint4 xq = *reinterpret_cast<const uint4*>(xs + px * kWgradK + ck * 8);
-    memcpy(gv, &gq, 16);
-    memcpy(xv, &xq, 16);
+    uint4 g = *reinterpret_cast<const uint4*>(dys + px * a.dy_stride + ck * 8);
+    const uint4 x = *reinterpret_cast<const uint4*>(xs + px * kWgradK + ck * 8);
+    uint32_t* gw = &g.x;
+    const uint32_t* xw = &x.x;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float4 c = reinterpret_cast<const float4*>(bnc)[e * 8 + ck];
-      const BnBwdConsts k{c.x, c.y, c.z, c.w, bnc[4 * kWgradK + e * 8 + ck]};
-      const T xt = t_of(xv[e], T{});
-      const float gin = relu_grad_in<T>(t_of(gv[e], T{}), xt, xt, recompute, false, k.m, k.a, k.b);
-      gv[e] = bits_of_t(bn_bwd_dx<T>(gin, xt, k));
+    for (int w = 0; w < 4; ++w) {  // channels 8 ck + 2 w and + 1
+      float r[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int at = (2 * w + h) * 8 + ck;
+        const float4 c = reinterpret_cast<const float4*>(bnc)[at];
+        const BnBwdConsts k{c.x, c.y, c.z, c.w, kMask ? bnc[4 * kWgradK + at] : 0.0f};
+        const T xt = t_of(static_cast<uint16_t>(xw[w] >> (16 * h)), T{});
+        const T gt = t_of(static_cast<uint16_t>(gw[w] >> (16 * h)), T{});
+        r[h] = bn_bwd_dx_f32(relu_grad_in<T>(gt, xt, xt, kMask, false, k.m, k.a, k.b), to_f32(xt), k);
+      }
+      gw[w] = pack2<T>(r[0], r[1]);
     }
-    uint4 out;
-    memcpy(&out, gv, 16);
-    *reinterpret_cast<uint4*>(dys + px * a.dy_stride + ck * 8) = out;
+    *reinterpret_cast<uint4*>(dys + px * a.dy_stride + ck * 8) = g;
   }
 }
 
-template <class T, bool BNP>
+// BNP: 0 no batch-norm prologue; 1 the prologue without a ReLU mask, 2 with the mask recomputed from x (relu_beta):
+// one prologue loop per kernel (both in one kernel spilled the accumulators).
+template <class T, int BNP>
 __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(FewcWgradArgs a) {
   extern __shared__ __align__(16) uint16_t smem[];
   const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -147,7 +153,7 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
   uint16_t* xs = dys0 + 2 * tile_px * a.dy_stride;  // BNP: (tile_px, K) of x, one buffer
   uint16_t* raw = xs + (BNP ? tile_px * kWgradK : 0);  // (patch_rows, W * C)
   uint16_t* zero_row = raw + a.raw_elems;            // 8 zeros: B rows of pixels past Q
-  float* bnc = reinterpret_cast<float*>(zero_row + 8);  // BNP: K float4 + K floats in bn_dx_in_place's order
+  float* bnc = reinterpret_cast<float*>(zero_row + 8);  // BNP: K float4 + K floats in bn_dx_pieces' order
                                                         // (16-byte aligned: every region is 8 elements whole)
   if (tid < 8) zero_row[tid] = 0;
   if constexpr (BNP) {  // written before the task loop's first barrier, read after it
@@ -195,7 +201,7 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
       scatter_patch(raw, pg, p0, patch);
     else
       load_patch(a.x + static_cast<int64_t>(n) * a.h * a.w_in * a.c, pg, p0, patch);
-    if constexpr (BNP) bn_dx_in_place<T>(a, p0, dys0 + buf * tile_px * a.dy_stride, xs, bnc);
+    if constexpr (BNP != 0) bn_dx_pieces<T, BNP == 2>(a, p0, dys0 + buf * tile_px * a.dy_stride, xs, bnc);
     __syncthreads();  // the patch (and BNP's dx) is complete; raw and BNP's x buffer are free
     if (task + static_cast<int>(gridDim.x) < a.tasks)
       prefetch_task(a, pg, task + static_cast<int>(gridDim.x), dys0 + (buf ^ 1) * tile_px * a.dy_stride,
@@ -296,10 +302,16 @@ __global__ void fewc_wgrad_reduce_kernel(const float* __restrict__ partial, int 
 }
 
 using WgradKernel = void (*)(FewcWgradArgs);
-WgradKernel wgrad_kernel(GpuDType io, bool bn) {
-  if (io == GpuDType::F16) return bn ? fewc_wgrad_kernel<__half, true> : fewc_wgrad_kernel<__half, false>;
+// The kernel of an io type, with the batch-norm prologue (bn) and its ReLU mask (mask) or not. The two prologue
+// variants have the same launch bounds and shared memory (the plan's residency holds for both).
+WgradKernel wgrad_kernel(GpuDType io, bool bn, bool mask) {
+  const int v = bn ? (mask ? 2 : 1) : 0;
+  if (io == GpuDType::F16)
+    return v == 2 ? fewc_wgrad_kernel<__half, 2> : v == 1 ? fewc_wgrad_kernel<__half, 1> : fewc_wgrad_kernel<__half, 0>;
   if (io == GpuDType::BF16)
-    return bn ? fewc_wgrad_kernel<__nv_bfloat16, true> : fewc_wgrad_kernel<__nv_bfloat16, false>;
+    return v == 2   ? fewc_wgrad_kernel<__nv_bfloat16, 2>
+           : v == 1 ? fewc_wgrad_kernel<__nv_bfloat16, 1>
+                    : fewc_wgrad_kernel<__nv_bfloat16, 0>;
   return nullptr;
 }
 
@@ -323,7 +335,7 @@ Result<FewcWgradPlan> fewc_wgrad_plan(const Conv2dGeom& g, GpuDType io, bool bn_
     return Error{ErrCode::NotSupported, "fewc conv",
                  "the batch-norm prologue needs " + std::to_string(plan.t.bn_smem_bytes) +
                      " B of shared memory: " + conv2d_geom_str(g)};
-  const WgradKernel kernel = wgrad_kernel(io, bn_prologue);
+  const WgradKernel kernel = wgrad_kernel(io, bn_prologue, true);
   const int64_t smem = bn_prologue ? plan.t.bn_smem_bytes : plan.t.smem_bytes;
   // The prologue's kernel may use more than the rule's cap (one CTA per SM).
   Result<int> sms = fewc_sm_count();
@@ -344,7 +356,7 @@ size_t fewc_wgrad_workspace_bytes(const FewcWgradPlan& plan) {
 
 Status fewc_conv_wgrad_cuda(cudaStream_t stream, const FewcWgradPlan& plan, const void* dy, const void* x, float* dw,
                             void* ws, size_t ws_bytes, const FewcBnGradIn* bn) {
-  const WgradKernel kernel = wgrad_kernel(plan.io, plan.bn);
+  const WgradKernel kernel = wgrad_kernel(plan.io, plan.bn, bn && bn->relu_beta);
   if (!kernel) return Error{ErrCode::Internal, "fewc conv", "weight gradient of an unplanned type"};
   if ((bn != nullptr) != plan.bn)
     return Error{ErrCode::Internal, "fewc conv", "the batch-norm prologue's inputs and the plan disagree"};

@@ -38,17 +38,6 @@ constexpr int wg_stages(int bm, int bn) {
 }
 constexpr size_t wg_smem(int bm, int bn) { return static_cast<size_t>(wg_stages(bm, bn)) * (bm + bn) * 128 + 1024; }
 
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float a, float b) {
-  if constexpr (std::is_same_v<T, __half>) {
-    const __half2 h = __floats2half2_rn(a, b);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  } else {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
-}
-
 // *p = v where `on` (a predicated store: no branch around it).
 __device__ __forceinline__ void st_global_b32_if(bool on, void* p, uint32_t v) {
   asm volatile(
