@@ -9,8 +9,9 @@
 //   the tile goes through the warp's shared staging (16 pixels x (K + 8)) so that y is written in whole 16-byte
 //   pieces, each pixel's K channels contiguous;
 //   with statistics (STATS, fewc_cuda.h's FewcStatsOut) each lane also sums the stored values of its 8 channels
-//   (a lane's 16-byte pieces keep one channel group: ck = lane % (K / 8)) and their squares, a shuffle tree adds
-//   the lanes of one group, and the warp adds the tile's sums into its (2, K) f32 row in shared memory; at the end
+//   (a lane's 16-byte pieces keep one channel group: ck = lane % (K / 8)) and their squares over its unit's two
+//   tiles, a shuffle tree adds the lanes of one group, and the warp adds the sums into its (2, K) f32 row in shared
+//   memory (once per unit: sums carried across units stayed live through the MMAs and spilled); at the end
 //   the CTA adds its warps' rows in warp order into its partial (grid, 2, K), which fewc_stats_reduce_kernel sums.
 // Values are copied as bits up to the MMA: the kernel works on uint16_t storage for f16 and bf16 alike.
 #include <cuda_bf16.h>
@@ -171,6 +172,10 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
         }
       }
       // Epilogue: round (with the bias) into the staging tile, then whole 16-byte pieces of y.
+      constexpr int kChunks = K / 8;  // 16-byte pieces per pixel
+      float sy[8], sq[8];             // STATS: this lane's channels ck * 8 + e (ck = lane % kChunks), both tiles
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sy[e] = 0.0f, sq[e] = 0.0f;
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         if (i == 1 && !two) break;
@@ -188,10 +193,6 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
         }
         __syncwarp();
         const int p = p0 + pl[i];
-        constexpr int kChunks = K / 8;  // 16-byte pieces per pixel
-        float sy[8], sq[8];             // STATS: this lane's channels ck * 8 + e (ck = lane % kChunks)
-#pragma unroll
-        for (int e = 0; e < 8; ++e) sy[e] = 0.0f, sq[e] = 0.0f;
         for (int cidx = lane; cidx < 16 * kChunks; cidx += 32) {
           const int px = cidx / kChunks, ck = cidx - px * kChunks;
           const int q = q0[i] + px;
@@ -209,21 +210,21 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
             }
           }
         }
-        if constexpr (STATS) {
-#pragma unroll
-          for (int off = kChunks; off < 32; off <<= 1)
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-              sy[e] += __shfl_xor_sync(0xffffffffu, sy[e], off);
-              sq[e] += __shfl_xor_sync(0xffffffffu, sq[e], off);
-            }
-          if (lane < kChunks) {
-            float* mine = wsum + warp * 2 * K + lane * 8;
-#pragma unroll
-            for (int e = 0; e < 8; ++e) mine[e] += sy[e], mine[K + e] += sq[e];
-          }
-        }
         __syncwarp();
+      }
+      if constexpr (STATS) {  // the lanes of a channel group (a tree), then into this warp's row: once per unit
+#pragma unroll
+        for (int off = kChunks; off < 32; off <<= 1)
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            sy[e] += __shfl_xor_sync(0xffffffffu, sy[e], off);
+            sq[e] += __shfl_xor_sync(0xffffffffu, sq[e], off);
+          }
+        if (lane < kChunks) {
+          float* mine = wsum + warp * 2 * K + lane * 8;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) mine[e] += sy[e], mine[K + e] += sq[e];
+        }
       }
     }
   }
