@@ -184,21 +184,19 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
         for (int j = 0; j < NT; ++j) {
           const int ch = j * 8 + 2 * t;  // and ch + 1; the bias read here (cached), not held in registers
           const float b0 = a.bias ? f32_of(a.bias[ch], T{}) : 0.0f, b1 = a.bias ? f32_of(a.bias[ch + 1], T{}) : 0.0f;
-          const uint32_t lo = static_cast<uint32_t>(bits_of(acc[i][j][0] + b0, T{})) |
-                              (static_cast<uint32_t>(bits_of(acc[i][j][1] + b1, T{})) << 16);
-          const uint32_t hi = static_cast<uint32_t>(bits_of(acc[i][j][2] + b0, T{})) |
-                              (static_cast<uint32_t>(bits_of(acc[i][j][3] + b1, T{})) << 16);
+          const uint32_t lo = pack2<T>(acc[i][j][0] + b0, acc[i][j][1] + b1);  // one conversion per pair
+          const uint32_t hi = pack2<T>(acc[i][j][2] + b0, acc[i][j][3] + b1);
           *reinterpret_cast<uint32_t*>(st + g * kStage + ch) = lo;
           *reinterpret_cast<uint32_t*>(st + (g + 8) * kStage + ch) = hi;
         }
         __syncwarp();
         const int p = p0 + pl[i];
+        uint16_t* yrow = a.y + ((static_cast<int64_t>(n) * a.p + p) * a.q + q0[i]) * K;  // the tile's first pixel
         for (int cidx = lane; cidx < 16 * kChunks; cidx += 32) {
           const int px = cidx / kChunks, ck = cidx - px * kChunks;
-          const int q = q0[i] + px;
-          if (p < a.p && q < a.q) {
+          if (p < a.p && q0[i] + px < a.q) {
             const uint4 v = *reinterpret_cast<const uint4*>(st + px * kStage + ck * 8);
-            *reinterpret_cast<uint4*>(a.y + ((static_cast<int64_t>(n) * a.p + p) * a.q + q) * K + ck * 8) = v;
+            *reinterpret_cast<uint4*>(yrow + px * K + ck * 8) = v;
             if constexpr (STATS) {
               const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
