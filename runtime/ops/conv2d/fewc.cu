@@ -5,7 +5,7 @@
 //   A fragments: one 32-bit shared load per register (an element pair is two channels of one input pixel: the
 //     patch keeps 4 channels per pixel, so k pairs never straddle pixels), any stride;
 //   B fragments: ldmatrix.x4 from the filter rows (row stride 2 ksteps + 1 sixteen-byte units: conflict-free);
-//   mma.sync m16n8k16 with fp32 accumulators, one rounding to the io type at the end (+ the bias in fp32);
+//   mma.sync m16n8k16 with fp32 accumulators, one rounding to the io type at the end (+ the bias in fp32 if any);
 //   the tile goes through the warp's shared staging (16 pixels x (K + 8)) so that y is written in whole 16-byte
 //   pieces, each pixel's K channels contiguous;
 //   with statistics (STATS, fewc_cuda.h's FewcStatsOut) each lane also sums the stored values of its 8 channels
@@ -180,15 +180,27 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
       for (int i = 0; i < 2; ++i) {
         if (i == 1 && !two) break;
         uint16_t* st = stage + (warp * 2 + i) * 16 * kStage;
+        // The tile rounded into the staging rows, one conversion per output pair; with a bias (read here, cached,
+        // not held in registers) added in fp32 first. Without one, no load and no add: a branch per tile instead of
+        // a predicated load, its conversion and two adds of 0 per pair (~1/10 of the kernel's instructions, Nsight
+        // Compute, RESULTS.md run 69; acc is never -0, so adding +0 changed no value).
+        auto stage_tile = [&](auto with_bias) {
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          const int ch = j * 8 + 2 * t;  // and ch + 1; the bias read here (cached), not held in registers
-          const float b0 = a.bias ? f32_of(a.bias[ch], T{}) : 0.0f, b1 = a.bias ? f32_of(a.bias[ch + 1], T{}) : 0.0f;
-          const uint32_t lo = pack2<T>(acc[i][j][0] + b0, acc[i][j][1] + b1);  // one conversion per pair
-          const uint32_t hi = pack2<T>(acc[i][j][2] + b0, acc[i][j][3] + b1);
-          *reinterpret_cast<uint32_t*>(st + g * kStage + ch) = lo;
-          *reinterpret_cast<uint32_t*>(st + (g + 8) * kStage + ch) = hi;
-        }
+          for (int j = 0; j < NT; ++j) {
+            const int ch = j * 8 + 2 * t;  // and ch + 1
+            float v[4] = {acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]};
+            if constexpr (decltype(with_bias)::value) {
+              const float b0 = f32_of(a.bias[ch], T{}), b1 = f32_of(a.bias[ch + 1], T{});
+              v[0] += b0, v[1] += b1, v[2] += b0, v[3] += b1;
+            }
+            *reinterpret_cast<uint32_t*>(st + g * kStage + ch) = pack2<T>(v[0], v[1]);
+            *reinterpret_cast<uint32_t*>(st + (g + 8) * kStage + ch) = pack2<T>(v[2], v[3]);
+          }
+        };
+        if (a.bias)
+          stage_tile(std::true_type{});
+        else
+          stage_tile(std::false_type{});
         __syncwarp();
         const int p = p0 + pl[i];
         uint16_t* yrow = a.y + ((static_cast<int64_t>(n) * a.p + p) * a.q + q0[i]) * K;  // the tile's first pixel
