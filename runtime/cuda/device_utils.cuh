@@ -38,6 +38,14 @@ __device__ __forceinline__ uint32_t pack2(float a, float b) {
   }
 }
 
+// v to global p (16-byte aligned) as one 16-byte store instruction. `*reinterpret_cast<uint4*>(p) = v` is split into
+// four 4-byte stores when the kernel also takes v's words apart (the fewc forward's statistics: NVVM scalarised the
+// store, RESULTS.md run 69).
+__device__ __forceinline__ void st_global_v4(void* p, const uint4& v) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
 // V consecutive elements, aligned to their total size so that one load/store instruction moves them.
 template <class T, int V>
 struct alignas(sizeof(T) * V) Pack {

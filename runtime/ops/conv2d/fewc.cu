@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
           const int px = cidx / kChunks, ck = cidx - px * kChunks;
           if (p < a.p && q0[i] + px < a.q) {
             const uint4 v = *reinterpret_cast<const uint4*>(st + px * kStage + ck * 8);
-            *reinterpret_cast<uint4*>(yrow + px * K + ck * 8) = v;
+            st_global_v4(yrow + px * K + ck * 8, v);  // one instruction (the statistics below split a plain store)
             if constexpr (STATS) {
               const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
