@@ -103,9 +103,9 @@ __device__ __forceinline__ void prefetch_task(const FewcWgradArgs& a, const Patc
 // multiple of 8, so its ck is tid & 7), and for each e the lanes read 8 consecutive float4 and 8 consecutive words
 // (conflict-free). A piece is worked on as 32-bit words of two channels (one conversion each way), a pixel's range
 // check is one comparison per row (no loop), and kMask (the ReLU mask recomputed from x: relu_beta) is a template
-// argument, so the loop holds no branch on it (Nsight Compute, RESULTS.md run 68: the earlier loop spent ~27
-// instructions an element). (Two pieces per constants load spilled ~160 bytes: the accumulators stay live here;
-// without the mask the kernel spills 44 bytes, with it 0-4.)
+// argument, so the loop holds no branch on it (Nsight Compute, RESULTS.md run 69: 16.6 instructions an element; ~27
+// in run 67, before the constants' float4). (Two pieces per constants load spilled ~160 bytes: the accumulators stay
+// live here; without the mask the kernel spills 44 bytes, with it 0-4.)
 template <class T, bool kMask>
 __device__ __forceinline__ void bn_dx_pieces(const FewcWgradArgs& a, int p0, uint16_t* dys, const uint16_t* xs,
                                              const float* bnc) {
