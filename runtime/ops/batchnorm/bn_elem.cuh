@@ -54,9 +54,8 @@ __device__ __forceinline__ bool relu_kept(float xf, float m, float scale, float 
 template <class T>
 __device__ __forceinline__ float relu_grad_in(T dy, T x, T y, bool recompute, bool stored, float m, float scale,
                                               float beta) {
-  const float g = to_f32(dy);  // converted either way: a select, not a branch around the conversion
   const bool masked = recompute ? !relu_kept<T>(to_f32(x), m, scale, beta) : (stored && !(to_f32(y) > 0.0f));
-  return masked ? 0.0f : g;
+  return masked ? 0.0f : to_f32(dy);
 }
 
 // The backward's per-channel constants (training batch norm over n rows): m = mean, a = gamma * invstd (also the

@@ -128,7 +128,11 @@ __device__ __forceinline__ void bn_dx_pieces(const FewcWgradArgs& a, int p0, uin
         const BnBwdConsts k{c.x, c.y, c.z, c.w, kMask ? bnc[4 * kWgradK + at] : 0.0f};
         const T xt = t_of(static_cast<uint16_t>(xw[w] >> (16 * h)), T{});
         const T gt = t_of(static_cast<uint16_t>(gw[w] >> (16 * h)), T{});
-        r[h] = bn_bwd_dx_f32(relu_grad_in<T>(gt, xt, xt, kMask, false, k.m, k.a, k.b), to_f32(xt), k);
+        // relu_grad_in<T>(gt, xt, xt, kMask, false, ...) with g converted first: a select, not a branch around
+        // the conversion (the batch-norm kernels keep relu_grad_in's own form, and their code)
+        const float gf = to_f32(gt);
+        const float gin = kMask && !relu_kept<T>(to_f32(xt), k.m, k.a, k.b) ? 0.0f : gf;
+        r[h] = bn_bwd_dx_f32(gin, to_f32(xt), k);
       }
       gw[w] = pack2<T>(r[0], r[1]);
     }
