@@ -38,6 +38,7 @@ std::string run_facts_json(const RunFacts& f) {
     if (c.wgconv_dgrad > 0) s += ", \"wgconv_dgrad\": " + std::to_string(c.wgconv_dgrad);
     if (c.wgconv_fwd > 0) s += ", \"wgconv_fwd\": " + std::to_string(c.wgconv_fwd);
     if (c.wgconv_bn_folded > 0) s += ", \"wgconv_bn_folded\": " + std::to_string(c.wgconv_bn_folded);
+    if (c.wgconv_bn_unwritten > 0) s += ", \"wgconv_bn_unwritten\": " + std::to_string(c.wgconv_bn_unwritten);
     if (c.wgconv_wgrad > 0) s += ", \"wgconv_wgrad\": " + std::to_string(c.wgconv_wgrad);
     if (c.bn_bwd_mode != "separate")
       s += ", \"bn_backward\": {\"mode\": " + json_quote(c.bn_bwd_mode) + ", \"fused\": " +
@@ -148,7 +149,8 @@ Result<RunFacts> run_facts_parse(const std::string& text, const std::string& pat
   if (conv->find("bn_grad_folded") && !count_of(*conv, "bn_grad_folded", &f.conv.bn_grad_folded))
     return Error{ErrCode::Format, path, "conv_algorithms.bn_grad_folded: expected a count (an integer >= 0)"};
   for (auto [key, out] : {std::pair{"wgconv_dgrad", &f.conv.wgconv_dgrad}, {"wgconv_fwd", &f.conv.wgconv_fwd},
-                          {"wgconv_bn_folded", &f.conv.wgconv_bn_folded}, {"wgconv_wgrad", &f.conv.wgconv_wgrad}})
+                          {"wgconv_bn_folded", &f.conv.wgconv_bn_folded},
+                          {"wgconv_bn_unwritten", &f.conv.wgconv_bn_unwritten}, {"wgconv_wgrad", &f.conv.wgconv_wgrad}})
     if (conv->find(key) && !count_of(*conv, key, out))
       return Error{ErrCode::Format, path,
                    std::string("conv_algorithms.") + key + ": expected a count (an integer >= 0)"};

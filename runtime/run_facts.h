@@ -45,8 +45,10 @@ struct ConvAlgoSources {
   // holds it when > 0.
   int wgconv_dgrad = 0;
   // train.conv_wgconv fwd or both: forwards on the ring kernel (per node of every program) and the training batch
-  // norms folded into such a forward's prologue (wgconv_bn_apply_choose); run.json holds each when > 0.
-  int wgconv_fwd = 0, wgconv_bn_folded = 0;
+  // norms folded into such a forward's prologue (wgconv_bn_apply_choose); run.json holds each when > 0. Of those, the
+  // ones whose output is never written (train.conv_wgconv all: the ring weight gradients apply them to x
+  // themselves): wgconv_bn_unwritten.
+  int wgconv_fwd = 0, wgconv_bn_folded = 0, wgconv_bn_unwritten = 0;
   // train.conv_wgconv wgrad or all: weight gradients on the ring weight-gradient kernel, per node of every program;
   // run.json holds it when > 0.
   int wgconv_wgrad = 0;

@@ -599,6 +599,23 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
                        vc->size, vc->flops, true, b.gemm_f16, [&] {
                          return wgconv_wgrad_cuda(s, plan, y.p, x.p, static_cast<float*>(dw32.p), wws.p, wwsb);
                        });
+        // x as a batch norm's input, normalised (+ ReLU) as its rows land (WgConvWgradPlan::prologue): the weight
+        // gradient of conv(relu(bn(x))) without the apply pass's output. C = 64 (the layers whose forward folds it).
+        Result<WgConvWgradPlan> pp = wgconv_wgrad_plan(g, GpuDType::F16, 0, true);
+        if (!pp.ok() && pp.errors().front().code != ErrCode::NotSupported) return pp.errors();
+        if (st.ok() && g.c == 64 && pp.ok()) {
+          DeviceBuffer par;
+          TRCTL_CUDA_TRY(cudaMalloc(&par.p, 64 * 8 * sizeof(float)));
+          if (Status f = fill_random(par.p, 64 * 8, 22); !f.ok()) return f;
+          const BnParams bp(static_cast<float*>(par.p), 64);
+          WgConvPrologue pro;
+          pro.gamma = bp.gamma, pro.beta = bp.beta, pro.mean = bp.mean, pro.invstd = bp.invstd;
+          const WgConvWgradPlan plan = pp.value();
+          st = b.add(nwg + " wgconv ring merged depth " + std::to_string(plan.depth) + " + bn prologue f16", vc->size,
+                     vc->flops, true, b.gemm_f16, [&] {
+                       return wgconv_wgrad_cuda(s, plan, y.p, x.p, static_cast<float*>(dw32.p), wws.p, wwsb, &pro);
+                     });
+        }
       }
     }
     if (!st.ok()) return st;

@@ -237,8 +237,11 @@ class CudaBackend final : public Backend {
   std::map<std::string, WgConvWgradPlan> wgconv_wgrad_;  // weight gradients by conv_key (partials in conv_ws_)
   struct WgFold {  // a batch norm whose apply + ReLU its consumer wgconv forward runs (wgconv_bn_apply_choose)
     ValueId x = kNoValue, gamma = kNoValue, beta = kNoValue, mean = kNoValue, invstd = kNoValue;
+    bool unwritten = false;  // y's other readers are ring weight gradients applying it to x themselves: the conv
+                             // writes no y (their plans: wgconv_wgrad_'s "bn " + conv_key entries)
   };
   std::map<ValueId, WgFold> wg_fold_;                 // by the batch norm's output y (the conv writes it)
+  WgConvPrologue wg_prologue(const WgFold& f);        // its apply as a ring kernel's prologue (cuda_lower_wgconv.cpp)
   // The batch norms whose backward dx the few-channel weight gradient computes (fewc_bn_grad_choose), by dx;
   // their weight gradients' plans are fewc_wgrad_'s "bn " + conv_key entries.
   std::map<ValueId, FewcBnGradFold> fewc_bn_grad_;

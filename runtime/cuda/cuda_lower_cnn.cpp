@@ -143,10 +143,23 @@ Status CudaBackend::plan_cnn() {
   if (Status st = plan_conv_bn_bwd(); !st.ok()) return st;    // likewise
   if (Status st = plan_pool_xa(); !st.ok()) return st;
   // train.conv_wgconv fwd: batch norms whose apply + ReLU their wgconv consumer runs (its prologue writes y).
+  // With only ring weight gradients reading y besides (f.wgrads), they apply it to x themselves and y is never
+  // written (their plans take the prologue: "bn " + conv_key).
   for (const ConvBnApplyFold& f : wgconv_bn_apply_choose(c_.graph, c_.spec)) {
     const Node& bn = c_.graph.programs[f.program].nodes[f.bn];
-    wg_fold_[f.y] = WgFold{f.x, bn.in[1], bn.in[2], bn.out[1], bn.out[2]};
+    wg_fold_[f.y] = WgFold{f.x, bn.in[1], bn.in[2], bn.out[1], bn.out[2], !f.wgrads.empty()};
     ++conv_sources_.wgconv_bn_folded;
+    if (!f.wgrads.empty()) ++conv_sources_.wgconv_bn_unwritten;
+    for (size_t wi : f.wgrads) {
+      const Node& n = c_.graph.programs[f.program].nodes[wi];
+      const Conv2dGeom g = conv2d_geom_of(c_.graph, n, n.in[1], n.out[0]);
+      const std::string key = "bn " + conv_key(g);
+      if (wgconv_wgrad_.count(key)) continue;
+      Result<WgConvWgradPlan> plan = wgconv_wgrad_plan(g, act_type(), 0, true);
+      if (!plan.ok()) return plan.errors();
+      conv_ws_bytes_ = std::max(conv_ws_bytes_, wgconv_wgrad_workspace_bytes(plan.value()));
+      wgconv_wgrad_.emplace(key, plan.value());
+    }
   }
   if (conv_ws_bytes_ > 0) TRCTL_CUDA_TRY(cudaMalloc(&conv_ws_, conv_ws_bytes_));
   if (bn_ws_bytes_ > 0) TRCTL_CUDA_TRY(cudaMalloc(&bn_ws_, bn_ws_bytes_));

@@ -10,7 +10,9 @@
 //   + ReLU with the batch norm's saved mean and invstd as each row lands and writes the result to y (bitwise the
 //   apply pass's output) while the batch norm itself computes its statistics alone.
 // - Weight gradients (wgrad, all): dW (K, 3, 3, C) f32 straight into the parameter's gradient from dY and X by the
-//   ring weight-gradient kernel (wgconv_wgrad_cuda), its per-CTA partials in conv_ws_.
+//   ring weight-gradient kernel (wgconv_wgrad_cuda), its per-CTA partials in conv_ws_. When X is a folded batch
+//   norm's y whose only other readers are such weight gradients (WgFold::unwritten, train.conv_wgconv: all), they
+//   read the batch norm's input x and apply it as their prologue, and the forward writes no y.
 // Deterministic: one fixed summation order per element; the statistics are fixed for the plan's grid.
 #include <algorithm>
 
@@ -57,6 +59,18 @@ Status CudaBackend::plan_wgconv(const Node& n) {
   return ok_status();
 }
 
+// A folded batch norm's apply as a ring kernel's prologue: its parameters and saved statistics, its ReLU (no act_out).
+WgConvPrologue CudaBackend::wg_prologue(const WgFold& f) {
+  auto f32 = [&](ValueId v) { return reinterpret_cast<const float*>(at(v)); };
+  WgConvPrologue p;
+  p.gamma = f32(f.gamma);
+  p.beta = f32(f.beta);
+  p.mean = f32(f.mean);
+  p.invstd = f32(f.invstd);
+  p.relu = true;
+  return p;
+}
+
 Status CudaBackend::lower_wgconv_conv_node(const Node& n, std::vector<Launch>& out) {
   if (n.op != OpKind::Conv2dGradInput && n.op != OpKind::Conv2d && n.op != OpKind::Conv2dGradWeight)
     return Error{ErrCode::Internal, "cuda backend", "wgconv runs convolutions and their gradients, not " + n.name};
@@ -65,16 +79,20 @@ Status CudaBackend::lower_wgconv_conv_node(const Node& n, std::vector<Launch>& o
   const auto [xv, wv] = conv_operands(n);
   const Conv2dGeom g = conv2d_geom_of(c_.graph, n, xv, wv);
   if (n.op == OpKind::Conv2dGradWeight) {  // dY (n.in[0]), X (n.in[1]) -> dW (f32, the parameter's gradient)
-    auto wit = wgconv_wgrad_.find(conv_key(g));
+    // X a folded batch norm's y that is never written: the batch norm's input x with its apply as the prologue.
+    const auto fold = wg_fold_.find(n.in[1]);
+    const bool pro = fold != wg_fold_.end() && fold->second.unwritten;
+    auto wit = wgconv_wgrad_.find((pro ? "bn " : "") + conv_key(g));
     if (wit == wgconv_wgrad_.end()) return Error{ErrCode::Internal, "cuda backend", "no wgconv plan for " + n.name};
     const WgConvWgradPlan* plan = &wit->second;
     const cudaStream_t s = ctx_.stream;
     const void* dy = at(n.in[0]);
-    const void* x = at(n.in[1]);
+    const void* x = at(pro ? fold->second.x : n.in[1]);
     float* dw = reinterpret_cast<float*>(at(n.out[0]));
     void* ws = conv_ws_;
     const size_t wsb = conv_ws_bytes_;
-    out.push_back([=] { return wgconv_wgrad_cuda(s, *plan, dy, x, dw, ws, wsb); });
+    const WgConvPrologue prologue = pro ? wg_prologue(fold->second) : WgConvPrologue{};
+    out.push_back([=] { return wgconv_wgrad_cuda(s, *plan, dy, x, dw, ws, wsb, pro ? &prologue : nullptr); });
     return ok_status();
   }
   const bool fwd = n.op == OpKind::Conv2d;
@@ -97,14 +115,9 @@ Status CudaBackend::lower_wgconv_conv_node(const Node& n, std::vector<Launch>& o
   bool has_prologue = false, has_stats = false;
   WgConvPrologue prologue;
   if (auto fold = wg_fold_.find(n.in[0]); fold != wg_fold_.end()) {  // X is a folded batch norm's y
-    auto f32 = [&](ValueId v) { return reinterpret_cast<const float*>(at(v)); };
     x = at(fold->second.x);
-    prologue.gamma = f32(fold->second.gamma);
-    prologue.beta = f32(fold->second.beta);
-    prologue.mean = f32(fold->second.mean);
-    prologue.invstd = f32(fold->second.invstd);
-    prologue.relu = true;
-    prologue.act_out = at(n.in[0]);
+    prologue = wg_prologue(fold->second);
+    prologue.act_out = fold->second.unwritten ? nullptr : at(n.in[0]);  // y written for readers that read it
     has_prologue = true;
   }
   WgConvStats stats;

@@ -309,7 +309,10 @@ std::string conv_algorithms_text(const YAML::Node& train, BackendKind be, const 
     s += "; " + std::to_string(c.wgconv_dgrad) + " data gradients on trctl's wgmma kernel (train.conv_wgconv)";
   if (c.wgconv_fwd > 0)
     s += "; " + std::to_string(c.wgconv_fwd) + " forward convolutions on trctl's wgmma kernel (train.conv_wgconv), " +
-         std::to_string(c.wgconv_bn_folded) + " batch norms' apply in their prologue";
+         std::to_string(c.wgconv_bn_folded) + " batch norms' apply in their prologue" +
+         (c.wgconv_bn_unwritten > 0
+              ? " (" + std::to_string(c.wgconv_bn_unwritten) + " of them also in their weight gradient's, not stored)"
+              : std::string());
   if (c.wgconv_wgrad > 0)
     s += "; " + std::to_string(c.wgconv_wgrad) + " weight gradients on trctl's wgmma kernel (train.conv_wgconv)";
   if (c.bn_bwd_mode != "separate")

@@ -653,8 +653,8 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
     log.info("data gradients on trctl's wgmma kernel (train.conv_wgconv): {} (per program)", conv->wgconv_dgrad);
   if (const ConvAlgoSources* conv = be->conv_algo_sources(); conv && conv->wgconv_fwd > 0)
     log.info("forward convolutions on trctl's wgmma kernel (train.conv_wgconv): {} (per program), {} batch norms' "
-             "apply folded into their prologue",
-             conv->wgconv_fwd, conv->wgconv_bn_folded);
+             "apply folded into their prologue ({} also into their weight gradient's, their output not stored)",
+             conv->wgconv_fwd, conv->wgconv_bn_folded, conv->wgconv_bn_unwritten);
   if (const ConvAlgoSources* conv = be->conv_algo_sources(); conv && conv->wgconv_wgrad > 0)
     log.info("weight gradients on trctl's wgmma ring kernel (train.conv_wgconv): {} (per program)", conv->wgconv_wgrad);
   if (const ConvAlgoSources* conv = be->conv_algo_sources(); conv && conv->bn_grad_folded > 0)

@@ -481,7 +481,14 @@ TEST_CASE("run.json's conv -> batch norm statistics counts (train.conv_bn_stats)
       "run.json");
   REQUIRE_FALSE(bad_fwd.ok());
   CHECK_THAT(bad_fwd.error_text(), Catch::Contains("conv_algorithms.wgconv_bn_folded"));
-  f.conv.wgconv_fwd = f.conv.wgconv_bn_folded = 0;
+  CHECK_THAT(with_fwd, !Catch::Contains("wgconv_bn_unwritten"));  // train.conv_wgconv all's folds only
+  f.conv.wgconv_bn_unwritten = 1;
+  const std::string with_unwritten = run_facts_json(f);
+  CHECK_THAT(with_unwritten, Catch::Contains("\"wgconv_bn_unwritten\": 1"));
+  Result<RunFacts> back_unwritten = run_facts_parse(with_unwritten, "run.json");
+  REQUIRE(back_unwritten.ok());
+  CHECK(back_unwritten->conv.wgconv_bn_unwritten == 1);
+  f.conv.wgconv_fwd = f.conv.wgconv_bn_folded = f.conv.wgconv_bn_unwritten = 0;
   CHECK_THAT(with_grad, !Catch::Contains("wgconv_wgrad"));  // train.conv_wgconv wgrad / all only
   f.conv.wgconv_wgrad = 3;
   const std::string with_wgrad = run_facts_json(f);

@@ -154,6 +154,10 @@ TEST_CASE("train.conv_wgconv wgrad runs the 64-channel weight gradient on wgconv
   CHECK(src->wgconv_wgrad == backward);
   CHECK(src->wgconv_dgrad == backward);
   CHECK(src->wgconv_fwd >= backward);
+  // bn0's apply folded into conv1's forward and, conv1's weight gradient being y's only other reader, into that
+  // weight gradient too (its ring kernel's batch-norm prologue): bn0's output is never written.
+  CHECK(src->wgconv_bn_folded == backward);
+  CHECK(src->wgconv_bn_unwritten == backward);
   const double la = one_train_step(all, sample);
   CHECK(std::abs(la - lo) <= 1e-3 * std::abs(lo));
   const std::vector<float> ga = floats_of(all.be->read_region(Region::Grads));

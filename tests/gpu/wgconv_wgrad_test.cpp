@@ -138,6 +138,83 @@ TEST_CASE("wgconv ring weight gradient matches the float64 direct conv (f16, bf1
   }
 }
 
+// The batch-norm prologue (WgConvWgradPlan::prologue): x is the batch norm's input and each x row is normalised (+
+// ReLU) as it lands; dw equals, bitwise, the plain kernel's on the apply pass's output (emulated here with
+// bn_elem.cuh's float operations: x - mean, one fmaf with gamma * invstd and beta, the ReLU, one rounding) on the same
+// grid. With and without the ReLU, f16 and bf16, depths 3 and 4, merged and not, a second channel block (C = 128: the
+// constants of channels 64..127), odd sizes, many tiles per CTA (grid of one run) and 224-wide rows.
+TEST_CASE("wgconv ring weight gradient applies x's batch norm as its rows land, bitwise the plain kernel on the "
+          "apply pass's output",
+          "[kernel][wgconv][conv2d]") {
+  CudaContext ctx = make_context();
+  const std::pair<const char*, Conv2dGeom> cases[] = {
+      {"13x7 N=3 odd", conv_geom(3, 13, 7, 64, 64, 3, 3, 1, 1, 1, 1)},
+      {"9x13 N=2 C=128 (two channel blocks)", conv_geom(2, 9, 13, 128, 64, 3, 3, 1, 1, 1, 1)},
+      {"3x224 N=2 (VGG's conv1_2 rows)", conv_geom(2, 3, 224, 64, 64, 3, 3, 1, 1, 1, 1)}};
+  uint64_t seed = 9400;
+  for (const auto& [name, g] : cases) {
+    const StemInputs in = stem_inputs(g, true, ++seed);
+    Rng rng(seed);
+    const size_t c = static_cast<size_t>(g.c);
+    const std::vector<float> gamma = rng.uniform_vec(c, 0.5f, 1.5f), beta = rng.uniform_vec(c, -0.5f, 0.5f),
+                             mean = rng.uniform_vec(c, -0.2f, 0.2f), invstd = rng.uniform_vec(c, 0.5f, 2.0f);
+    const DevBuf dg = to_device(gamma), db = to_device(beta), dm = to_device(mean), di = to_device(invstd);
+    for (GpuDType t : {GpuDType::F16, GpuDType::BF16})
+      for (bool relu : {true, false}) {
+        StemInputs ain = in;  // x replaced by the apply pass's output, as the io type stores it
+        for (size_t i = 0; i < ain.x.size(); ++i) {
+          const size_t ch = i % c;
+          float v = std::fmaf(round_to(t, in.x[i]) - mean[ch], gamma[ch] * invstd[ch], beta[ch]);
+          if (relu) v = (v > 0.0f || v != v) ? v : 0.0f;
+          ain.x[i] = round_to(t, v);
+        }
+        WgConvPrologue pro;
+        pro.gamma = static_cast<const float*>(dg.get()), pro.beta = static_cast<const float*>(db.get());
+        pro.mean = static_cast<const float*>(dm.get()), pro.invstd = static_cast<const float*>(di.get());
+        pro.relu = relu;
+        for (int depth = kWgconvWgradMinDepth; depth <= kWgconvWgradMaxDepth; ++depth)
+          for (bool merged : {false, true}) {
+            const std::string tag = std::string("wgconv wgrad prologue ") + name + " " + gpu_dtype_name(t) +
+                                    (relu ? " relu" : "") + " depth " + std::to_string(depth) +
+                                    (merged ? " merged" : "");
+            INFO(tag << ": " << conv2d_geom_str(g));
+            Result<WgConvWgradPlan> pp = wgconv_wgrad_plan(g, t, depth, true);
+            if (!pp.ok() && pp.errors().front().code == ErrCode::NotSupported) {
+              WARN("skipped: " << pp.error_text());
+              return;
+            }
+            REQUIRE_OK(pp);
+            WgConvWgradPlan pplan = pp.value();
+            pplan.merged_taps = merged;
+            WgConvWgradPlan plain;
+            if (!wgrad_plan(g, t, &plain, depth)) return;
+            plain.merged_taps = merged;
+            const int64_t blocks = (g.k / 64) * (g.c / 64);
+            for (int64_t grid : {pplan.grid, blocks}) {  // about one CTA per SM; one run (every tile through one ring)
+              pplan.grid = plain.grid = grid;
+              WgradBuffers b = wgrad_buffers(t, in, pplan), ba = wgrad_buffers(t, ain, plain);
+              REQUIRE_OK(run_wgrad(ctx, plain, ba));
+              poison(b.dw);
+              poison(b.ws);
+              REQUIRE_OK(wgconv_wgrad_cuda(ctx.stream, pplan, b.dy.get(), b.x.get(), b.dw.as<float>(), b.ws.get(),
+                                           b.ws_bytes, &pro));
+              sync_ok(ctx);
+              const std::vector<float> want = from_device<float>(ba.dw.get(), in.w.size()),
+                                       got = from_device<float>(b.dw.get(), in.w.size());
+              CHECK_RESULT(compare_bitwise(tag + " grid " + std::to_string(grid), got.data(), want.data(),
+                                           got.size() * 4, 4));
+            }
+            // The prologue's plan without its constants, and the plain plan with them, are refused.
+            WgradBuffers b = wgrad_buffers(t, in, pplan);
+            CHECK_FALSE(run_wgrad(ctx, pplan, b).ok());
+            CHECK_FALSE(wgconv_wgrad_cuda(ctx.stream, plain, b.dy.get(), b.x.get(), b.dw.as<float>(), b.ws.get(),
+                                          b.ws_bytes, &pro)
+                            .ok());
+          }
+      }
+  }
+}
+
 TEST_CASE("wgconv ring weight gradient: a captured graph's replay is bitwise the eager run", "[kernel][wgconv][conv2d]") {
   CudaContext ctx = make_context();
   const Conv2dGeom g = conv_geom(2, 30, 30, 64, 64, 3, 3, 1, 1, 1, 1);

@@ -145,7 +145,26 @@ std::vector<ConvBnApplyFold> wgconv_bn_apply_choose(const Graph& graph, const Sp
       }
       for (size_t ni = 0; ni < bi && ok; ++ni)  // nothing reads y before the batch norm writes it (a loop-carried use)
         for (ValueId v : p.nodes[ni].in) ok = ok && v != y;
-      if (ok && bn_grad > static_cast<int64_t>(f.conv)) out.push_back(std::move(f));
+      if (!ok || bn_grad <= static_cast<int64_t>(f.conv)) continue;
+      // y's other readers: when every one is a weight gradient of the conv routed to the ring kernel (as X) or the
+      // batch norm's own backward (its Y, not read: the mask is recomputed from x), and that backward comes after
+      // them (x alive), those weight gradients apply the batch norm to x themselves (wgconv_wgrad_plan's prologue)
+      // and y is never written: `wgrads` lists them. Otherwise `wgrads` stays empty and the conv writes y.
+      bool all_ring = true;
+      for (size_t ni = f.conv + 1; ni < p.nodes.size() && all_ring; ++ni) {
+        const Node& n = p.nodes[ni];
+        for (size_t k = 0; k < n.in.size() && all_ring; ++k) {
+          if (n.in[k] != y) continue;
+          if (n.op == OpKind::Conv2dGradWeight && k == 1 && static_cast<int64_t>(ni) < bn_grad &&
+              conv_route(ro, n.op, conv2d_geom_of(graph, n, n.in[1], n.out[0])) == ConvRoute::Wgconv)
+            f.wgrads.push_back(ni);
+          else if (!(n.op == OpKind::BatchNormGrad && n.in.size() > 5 && k == 5 &&
+                     n.in[3] == p.nodes[f.bn].out[1]))
+            all_ring = false;
+        }
+      }
+      if (!all_ring) f.wgrads.clear();
+      out.push_back(std::move(f));
     }
   }
   return out;

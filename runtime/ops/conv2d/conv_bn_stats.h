@@ -73,7 +73,10 @@ std::vector<ConvBnApplyFold> conv_bn_apply_choose(const Graph& graph, const Spec
 // that conv. Independent of train.conv_bn_stats (the conv's own statistics epilogue is a pair of that choice). The
 // batch norm then computes its statistics alone; the conv applies the normalisation + ReLU to x's rows as they land
 // (its prologue) and writes the normalised rows to y -- bitwise the apply pass's output -- so every later reader of y
-// (the conv's weight gradient) is unchanged. x stays alive to the backward. `wgrads` is left empty.
+// (the conv's weight gradient) is unchanged. x stays alive to the backward. When y's only other readers are the
+// conv's weight gradients routed to the ring kernel (train.conv_wgconv: all) and the batch norm's own backward,
+// `wgrads` lists those weight gradients: they apply the batch norm to x's rows themselves (wgconv_wgrad_plan's
+// prologue) and y is never written (the conv's prologue without act_out); else `wgrads` is empty.
 std::vector<ConvBnApplyFold> wgconv_bn_apply_choose(const Graph& graph, const Spec& spec);
 
 // A training batch norm + ReLU's backward whose reductions the preceding convolution data gradient computes

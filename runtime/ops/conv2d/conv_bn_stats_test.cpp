@@ -338,6 +338,19 @@ TEST_CASE("train.conv_wgconv fwd: VGG16-BN's conv1_2 routes to wgconv with its s
     Spec off = c.spec;
     off.train.conv_wgconv = ConvWgconv::Dgrad;
     CHECK(wgconv_bn_apply_choose(c.graph, off).empty());
+    // train.conv_wgconv: all -- features_3's weight gradient runs on the ring kernel too, and y's only other reader:
+    // it applies the batch norm to x itself and y is never written.
+    Spec all = c.spec;
+    all.train.conv_wgconv = ConvWgconv::All;
+    const std::vector<ConvBnApplyFold> all_folds = wgconv_bn_apply_choose(c.graph, all);
+    CHECK(static_cast<int>(all_folds.size()) == p);
+    for (const ConvBnApplyFold& f : all_folds) {
+      REQUIRE(f.wgrads.size() == 1);
+      const Node& wg = c.graph.programs[f.program].nodes[f.wgrads.front()];
+      CHECK(wg.op == OpKind::Conv2dGradWeight);
+      CHECK(wg.name == "features_3.grad_weight");
+      CHECK(wg.in[1] == f.y);
+    }
   }
   const Compiled r = compile_amp(testing::config_spec(
       "resnet50.yaml", {"data.synthetic.train_size=512", "data.synthetic.val_size=256", "train.precision=fp16",

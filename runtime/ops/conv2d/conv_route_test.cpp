@@ -255,6 +255,10 @@ TEST_CASE("wgconv's ring weight gradient takes 3x3 convs with C and K of 64 or 1
   CHECK_FALSE(wgconv_wgrad_depth_fits(w300, 4));  // 2048 ring rows
   for (int d : {2, 5}) CHECK_FALSE(wgconv_wgrad_depth_fits(conv1_2, d));  // depths the kernel does not have
   CHECK(wgconv_wgrad_depth(wide) == 0);
+  // x's batch-norm prologue adds its constants (64 x 16 bytes); VGG's and ResNet's layers keep depth 4 with it.
+  CHECK(wgconv_wgrad_smem_bytes(conv1_2, 4, true) == wgconv_wgrad_smem_bytes(conv1_2, 4) + 1024);
+  for (const Conv2dGeom& g : {conv1_2, layer1, narrow, conv2_1, conv2_2}) CHECK(wgconv_wgrad_depth(g, true) == 4);
+  CHECK(wgconv_wgrad_depth(w300, true) == 3);
   CHECK(wgconv_wgrad_ring_eligible(w300));
   for (const Conv2dGeom& g : {conv1_2, layer1, narrow, conv2_1, conv2_2}) CHECK(wgconv_wgrad_ring_eligible(g));
   for (const Conv2dGeom& g : {conv3_1, strided, wide}) CHECK_FALSE(wgconv_wgrad_ring_eligible(g));

@@ -135,7 +135,10 @@ struct WgConvWgradPlan {
   int ring_rows = 0;     // wgconv_wgrad_ring_rows(g, depth)
   int64_t grid = 0;      // CTAs: the (K / 64) x (C / 64) blocks times the position ranges (about one CTA per SM;
                          // may be lowered to another multiple of the blocks, to make each walk more tiles)
-  size_t smem_bytes = 0;  // wgconv_wgrad_smem_bytes(g, depth)
+  size_t smem_bytes = 0;  // wgconv_wgrad_smem_bytes(g, depth, prologue)
+  bool prologue = false;  // x is a batch norm's input: the launch takes its WgConvPrologue (act_out unused) and the
+                          // kernel applies it to each x row as it lands -- bitwise the weight gradient of the apply
+                          // pass's output, without that output
   bool merged_taps = true;  // a warpgroup's three taps as one m64n192 wgmma per k step (its B: the first tap's
                             // window with 64-channel blocks one ring row apart) instead of three m64n64 (false):
                             // 10-16 % faster at conv1_2 and conv2_2 (run 67, call 7); the test and bench kernels
@@ -147,11 +150,13 @@ struct WgConvWgradPlan {
 // kWgconvWgradMaxDepth (NotSupported where wgconv_wgrad_depth_fits says no).
 // NotSupported for a geometry wgconv_wgrad_ring_eligible refuses, an io type other than F16/BF16 or a device that is
 // not compute capability 9.0; the CUDA error of the attribute or device queries otherwise. Made outside capture.
-Result<WgConvWgradPlan> wgconv_wgrad_plan(const Conv2dGeom& g, GpuDType io, int depth = 0);
+// prologue: WgConvWgradPlan::prologue (its constants' shared memory counted in the depth's fit).
+Result<WgConvWgradPlan> wgconv_wgrad_plan(const Conv2dGeom& g, GpuDType io, int depth = 0, bool prologue = false);
 size_t wgconv_wgrad_workspace_bytes(const WgConvWgradPlan& plan);  // grid x 9 x 64 x 64 f32
 // dy, x 16-byte aligned; ws of wgconv_wgrad_workspace_bytes, a grid that is a multiple of the blocks (Internal error
-// otherwise); dw (K, 3, 3, C) f32 overwritten. Allocates nothing, does not synchronize: capturable.
+// otherwise); dw (K, 3, 3, C) f32 overwritten. pro: set exactly when plan.prologue (x then the batch norm's input;
+// training constants, its ReLU flag; act_out ignored). Allocates nothing, does not synchronize: capturable.
 Status wgconv_wgrad_cuda(cudaStream_t stream, const WgConvWgradPlan& plan, const void* dy, const void* x, float* dw,
-                         void* ws, size_t ws_bytes);
+                         void* ws, size_t ws_bytes, const WgConvPrologue* pro = nullptr);
 
 }  // namespace trctl

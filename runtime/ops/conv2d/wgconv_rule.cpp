@@ -54,19 +54,19 @@ bool wgconv_dgrad_ring_eligible(const Conv2dGeom& g) {
 
 int64_t wgconv_wgrad_ring_rows(const Conv2dGeom& g, int depth) { return ring_rows_for(g, depth, kWgconvWgradTile); }
 
-int64_t wgconv_wgrad_smem_bytes(const Conv2dGeom& g, int depth) {
+int64_t wgconv_wgrad_smem_bytes(const Conv2dGeom& g, int depth, bool prologue) {
   const int64_t rows = wgconv_wgrad_ring_rows(g, depth) + kWgconvWgradMirror + depth * int64_t{kWgconvWgradTile};
-  return rows * 128 + 1024;
+  return rows * 128 + 1024 + (prologue ? kWgconvWgradPrologueBytes : 0);
 }
 
-bool wgconv_wgrad_depth_fits(const Conv2dGeom& g, int depth) {
+bool wgconv_wgrad_depth_fits(const Conv2dGeom& g, int depth, bool prologue) {
   return depth >= kWgconvWgradMinDepth && depth <= kWgconvWgradMaxDepth &&
-         wgconv_wgrad_smem_bytes(g, depth) <= kWgconvMaxSmemBytes;
+         wgconv_wgrad_smem_bytes(g, depth, prologue) <= kWgconvMaxSmemBytes;
 }
 
-int wgconv_wgrad_depth(const Conv2dGeom& g) {
+int wgconv_wgrad_depth(const Conv2dGeom& g, bool prologue) {
   for (int d = kWgconvWgradMaxDepth; d >= kWgconvWgradMinDepth; --d)
-    if (wgconv_wgrad_depth_fits(g, d)) return d;
+    if (wgconv_wgrad_depth_fits(g, d, prologue)) return d;
   return 0;
 }
 

@@ -48,14 +48,17 @@ constexpr int kWgconvWgradMinDepth = 3;
 constexpr int kWgconvWgradMaxDepth = 4;
 // Its ring's rows at a depth: a power of two of at least depth tiles and both halos, depth L + 2 (W + 3).
 int64_t wgconv_wgrad_ring_rows(const Conv2dGeom& g, int depth);
+// With x's batch-norm prologue (WgConvWgradPlan::prologue): its per-channel constants, 64 x (m, scale, shift, 0) f32.
+constexpr int64_t kWgconvWgradPrologueBytes = 64 * 16;
 // Its CTA's dynamic shared memory at a depth: that ring and its kWgconvWgradMirror mirror rows, depth tile buffers
-// of dy rows, 128 bytes each, plus 1 KiB of alignment slack (VGG's conv1_2 at depth 3: 198,656 B; 4: 215,040 B).
-int64_t wgconv_wgrad_smem_bytes(const Conv2dGeom& g, int depth);
+// of dy rows, 128 bytes each, plus 1 KiB of alignment slack (VGG's conv1_2 at depth 3: 198,656 B; 4: 215,040 B),
+// plus kWgconvWgradPrologueBytes with the prologue.
+int64_t wgconv_wgrad_smem_bytes(const Conv2dGeom& g, int depth, bool prologue = false);
 // Whether depth is one the kernel has (kWgconvWgradMinDepth .. kWgconvWgradMaxDepth) and its shared memory fits
 // kWgconvMaxSmemBytes (the plan's check of an asked-for depth).
-bool wgconv_wgrad_depth_fits(const Conv2dGeom& g, int depth);
+bool wgconv_wgrad_depth_fits(const Conv2dGeom& g, int depth, bool prologue = false);
 // The deepest depth that fits (wgconv_wgrad_depth_fits); 0 when none does.
-int wgconv_wgrad_depth(const Conv2dGeom& g);
+int wgconv_wgrad_depth(const Conv2dGeom& g, bool prologue = false);
 // Whether the weight gradient of conv g runs on that kernel: wgconv_eligible, C and K of 64 or 128 (a CTA takes one
 // 64 x 64 block of dw: its rows of x and dy are 128 bytes of a position's channels; the blocks of one position range
 // read the same rows, so larger C and K would re-read them more) and a pipeline depth that fits (wgconv_wgrad_depth).

@@ -29,6 +29,11 @@
 // its accumulators as a (9, 64, 64) f32 partial; wgconv_wgrad_reduce_kernel adds the CTAs' partials in CTA order in
 // float64 and scatters them into dw (K, 3, 3, C). Every sum runs in a fixed order: deterministic for the plan's
 // grid.
+// With x's batch-norm prologue (WgConvWgradPlan::prologue; the Pro kernels) x is the batch norm's input: the CTA keeps
+// its 64 channels' (m, scale, shift) in shared memory, and each thread rewrites the x half rows it copied, once they
+// have landed and before the barrier that hands them to the wgmma, with bn_elem.cuh's apply arithmetic (+ ReLU) --
+// tile t + 1's new rows while tile t's wgmma run (they lie outside tile t's span), tile t_begin's span before the
+// loop -- so dw is bitwise the plain kernel's on the apply pass's output, which need not exist.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -37,7 +42,9 @@
 #include <string>
 
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_utils.cuh"
 #include "runtime/cuda/wgmma_sm90a.cuh"
+#include "runtime/ops/batchnorm/bn_elem.cuh"
 #include "runtime/ops/conv2d/wgconv.h"
 #include "runtime/ops/conv2d/wgconv_ring.cuh"
 
@@ -57,6 +64,7 @@ struct WgradArgs {
   int k, c;     // dy's and x's channels (row strides); their 64-wide blocks: k / 64 x c / 64 per position range
   int ring;     // R, a power of two
   int per_cta;  // tiles per CTA
+  WgConvPrologue pro;  // Pro: x's batch norm (+ ReLU) applied to its rows as they land (act_out unused)
 };
 
 __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
@@ -74,8 +82,9 @@ __device__ __forceinline__ float (&tap_acc(float (&acc)[96], int s))[32] {
 // dy (N, H, W, K), x (N, H, W, C) of type T; part (gridDim.x, 9, 64, 64) f32: CTA b computes filter block kb and
 // channel block cb ((b mod blocks) = kb * C / 64 + cb) over position range run = b / blocks. Merged: a warpgroup's
 // three taps as one m64n192 wgmma per k step (WgConvWgradPlan::merged_taps), else three m64n64. Depth: dy buffers
-// and tiles in flight (WgConvWgradPlan::depth).
-template <class T, bool Merged, int Depth>
+// and tiles in flight (WgConvWgradPlan::depth). Pro: x is a batch norm's input, and each x row's normalisation (+
+// ReLU) is applied in shared memory once it has landed, by the threads that copied it (WgConvWgradPlan::prologue).
+template <class T, bool Merged, int Depth, bool Pro>
 __global__ void __launch_bounds__(kThreads, 1)
     wgconv_wgrad_kernel(const void* __restrict__ dyv, const void* __restrict__ xv, float* __restrict__ part,
                         WgradArgs a) {
@@ -84,6 +93,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   const uint32_t ring_base = (smem_addr(smem_raw) + 1023u) & ~1023u;   // R + kTile rows
   const uint32_t dy_base = ring_base + (a.ring + kMirror) * 128;       // Depth x kTile rows (1024-aligned)
+  const uint32_t pro_base = dy_base + Depth * kTile * 128;               // Pro: 64 x (m, scale, shift, 0) f32
   // wg broadcast from lane 0: warp-uniform, so the descriptors derived from it can live in uniform registers.
   const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), warp = (tid >> 5) & 3, lane = tid & 31;
   const int hp = a.h + 2, wp = a.wd + 2, halo = wp + 1;
@@ -117,6 +127,39 @@ __global__ void __launch_bounds__(kThreads, 1)
       copy_half_row(ring_base + j * 128, j, reinterpret_cast<const uint16_t*>(x + (in ? pixel_of(pq) * a.c + c0 : 0)),
                     in, half, j < kMirror, a.ring * 128);
     };
+    // Pro: the batch norm (+ ReLU) applied to this thread's half of ring row pos (pq: its padded position) after its
+    // copies landed: bn_elem.cuh's arithmetic, so the rows are bitwise the apply pass's output; the padding stays 0;
+    // the mirror row too.
+    auto transform_x_half = [&](int pos, const PadPos& pq) {
+      if (!inside(pq)) return;
+      const int j = static_cast<int>(static_cast<unsigned>(pos) & ring_mask);
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const int piece = 2 * m + half;
+        const uint32_t at = ring_base + sw128_offset(j, piece);
+        uint4 v;
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "r"(at));
+        T* e = reinterpret_cast<T*>(&v);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          float4 k;
+          asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                       : "=f"(k.x), "=f"(k.y), "=f"(k.z), "=f"(k.w)
+                       : "r"(pro_base + (piece * 8 + i) * 16));
+          float f = apply_affine(to_f32(e[i]), ApplyConsts{k.x, k.y, k.z});
+          if (a.pro.relu) f = apply_relu(f);
+          e[i] = from_f32<T>(f);
+        }
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                     : "memory");
+        if (j < kMirror)
+          asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(at + a.ring * 128), "r"(v.x), "r"(v.y),
+                       "r"(v.z), "r"(v.w)
+                       : "memory");
+      }
+    };
     // ... and dy at padded position pq into row i of dy buffer buf.
     auto load_dy_half = [&](int buf, int i, const PadPos& pq) {
       const bool in = inside(pq);
@@ -130,22 +173,31 @@ __global__ void __launch_bounds__(kThreads, 1)
     // additions (the integer divisions of pad_pos once per CTA).
     const int jrow = (tid & 255) >> 1;  // the first job's row: of dy (tid < 256) or of the new x rows
     PadPos job_pq = pad_pos((t_begin + 1) * kTile + jrow + (tid < 256 ? 0 : halo), wp, plane);
+    PadPos pro_pq = job_pq;  // Pro: the same walk for the transforms, Depth - 2 tiles behind the copies
+    // f(pos, pq) for this thread's x job of tile t, if it has one (q: its job's position at tile t).
+    auto x_job = [&](int t, const PadPos& q, auto&& f) {
+      if (tid < 128) {  // x row 64 + jrow: position + 64 + Wp + 1
+        PadPos xq = q;
+        pad_advance(xq, 64, wp, hp);
+        ++xq.pp, ++xq.qq;
+        if (xq.qq == wp) xq.qq = 0, ++xq.pp;
+        if (xq.pp >= hp) xq.pp -= hp, ++xq.n;
+        f(t * kTile + halo + 64 + jrow, xq);
+      } else if (tid >= 256) {
+        f(t * kTile + halo + jrow, q);
+      }
+    };
     auto load_tile = [&](int t, int buf) {
       const PadPos q = job_pq;
       pad_advance(job_pq, kTile, wp, hp);
-      if (tid < 256) {
-        load_dy_half(buf, jrow, q);
-        if (tid < 128) {  // x row 64 + jrow: position + 64 + Wp + 1
-          PadPos xq = q;
-          pad_advance(xq, 64, wp, hp);
-          ++xq.pp, ++xq.qq;
-          if (xq.qq == wp) xq.qq = 0, ++xq.pp;
-          if (xq.pp >= hp) xq.pp -= hp, ++xq.n;
-          load_x_half(t * kTile + halo + 64 + jrow, xq);
-        }
-      } else {
-        load_x_half(t * kTile + halo + jrow, q);
-      }
+      if (tid < 256) load_dy_half(buf, jrow, q);
+      x_job(t, q, load_x_half);
+    };
+    // Pro: tile t's new x rows, as load_tile(t) copied them (called for the same consecutive tiles).
+    auto transform_tile = [&](int t) {
+      const PadPos q = pro_pq;
+      pad_advance(pro_pq, kTile, wp, hp);
+      x_job(t, q, transform_x_half);
     };
     // Half h of tile t's A (k steps kHalf h .. kHalf h + kHalf - 1) from dy buffer buf into af. Matrix lane / 8 of
     // each ldmatrix.x4.trans: positions 16 kk + 8 (lane / 16) + lane % 8, filters 16 warp + 8 ((lane / 8) % 2): as
@@ -199,10 +251,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     // barrier -- and x rows that R >= Depth L + 2 (W + 3) keeps off the spans of tiles t .. t + Depth - 2:
     // wgconv_wgrad_ring_rows) and loads tile t + 1's first A half. Commit groups: cp.async one per tile (the
     // prologue's for tiles t_begin .. t_begin + Depth - 2, empty past t_end); wgmma (t, 0) and (t, 1).
-    for (int r = tid >> 1; r < kTile + 2 * halo; r += kThreads / 2) {
-      const int pos = t_begin * kTile - halo + r;
-      load_x_half(pos, pad_pos(pos < 0 ? 0 : pos, wp, plane));
+    if constexpr (Pro) {  // the constants of channels c0 .. c0 + 63, before any transform reads them
+      if (tid < kCh) {
+        const ApplyConsts k = apply_consts(c0 + tid, a.pro.gamma, a.pro.beta, a.pro.mean, a.pro.invstd, false, 0.0f,
+                                           nullptr);
+        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(pro_base + tid * 16), "f"(k.m), "f"(k.scale),
+                     "f"(k.shift), "f"(0.0f)
+                     : "memory");
+      }
+      __syncthreads();
     }
+    // Tile t_begin's whole span, by thread pairs (f: load_x_half, then Pro's transform of the same half rows).
+    auto each_span_half = [&](auto&& f) {
+      for (int r = tid >> 1; r < kTile + 2 * halo; r += kThreads / 2) {
+        const int pos = t_begin * kTile - halo + r;
+        f(pos, pad_pos(pos < 0 ? 0 : pos, wp, plane));
+      }
+    };
+    each_span_half(load_x_half);
     if (tid < 256) load_dy_half(0, jrow, pad_pos(t_begin * kTile + jrow, wp, plane));
     cp_async_commit();
 #pragma unroll
@@ -211,6 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       cp_async_commit();
     }
     cp_async_wait<Depth - 2>();
+    if constexpr (Pro) each_span_half(transform_x_half);  // this thread's own copies, landed
     fence_proxy_async();
     __syncthreads();  // tile t_begin's rows in for everyone
     uint32_t af0[kHalf][4], af1[kHalf][4] = {};
@@ -226,6 +293,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       issue(af1, t, 1);
       if (t + 1 < t_end) {
         cp_async_wait<Depth - 3>();  // this thread's copies of tile t + 1 (those of t + 2 .. t + Depth - 2 may fly)
+        if constexpr (Pro) transform_tile(t + 1);  // its x rows lie outside tile t's span, which the wgmma read
         fence_proxy_async();
         __syncthreads();  // tile t + 1's rows in for everyone; everyone's ldmatrix and wgmma of tile t - 1 done
         if (t + Depth - 1 < t_end) load_tile(t + Depth - 1, last);
@@ -277,22 +345,27 @@ __global__ void wgconv_wgrad_reduce_kernel(const float* __restrict__ part, int r
 int64_t wgrad_tiles(const Conv2dGeom& g) { return (g.n * (g.h + 2) * (g.w + 2) + kTile - 1) / kTile; }
 
 using WgradKernel = void (*)(const void*, const void*, float*, WgradArgs);
-template <class T, int Depth>
+template <class T, int Depth, bool Pro>
 WgradKernel wgrad_kernel_of(bool merged) {
-  return merged ? &wgconv_wgrad_kernel<T, true, Depth> : &wgconv_wgrad_kernel<T, false, Depth>;
+  return merged ? &wgconv_wgrad_kernel<T, true, Depth, Pro> : &wgconv_wgrad_kernel<T, false, Depth, Pro>;
 }
-template <class T>
+template <class T, bool Pro>
 WgradKernel wgrad_kernel_of(int depth, bool merged) {
   static_assert(kWgconvWgradMinDepth == 3 && kWgconvWgradMaxDepth == 4, "one instantiation per depth");
-  return depth == 4 ? wgrad_kernel_of<T, 4>(merged) : wgrad_kernel_of<T, 3>(merged);
+  return depth == 4 ? wgrad_kernel_of<T, 4, Pro>(merged) : wgrad_kernel_of<T, 3, Pro>(merged);
 }
-WgradKernel wgrad_kernel(GpuDType io, int depth, bool merged) {
-  return io == GpuDType::F16 ? wgrad_kernel_of<__half>(depth, merged) : wgrad_kernel_of<__nv_bfloat16>(depth, merged);
+template <class T>
+WgradKernel wgrad_kernel_of(int depth, bool merged, bool pro) {
+  return pro ? wgrad_kernel_of<T, true>(depth, merged) : wgrad_kernel_of<T, false>(depth, merged);
+}
+WgradKernel wgrad_kernel(GpuDType io, int depth, bool merged, bool pro) {
+  return io == GpuDType::F16 ? wgrad_kernel_of<__half>(depth, merged, pro)
+                             : wgrad_kernel_of<__nv_bfloat16>(depth, merged, pro);
 }
 
 }  // namespace
 
-Result<WgConvWgradPlan> wgconv_wgrad_plan(const Conv2dGeom& g, GpuDType io, int depth) {
+Result<WgConvWgradPlan> wgconv_wgrad_plan(const Conv2dGeom& g, GpuDType io, int depth, bool prologue) {
   if (io != GpuDType::F16 && io != GpuDType::BF16)
     return Error{ErrCode::NotSupported, "wgconv",
                  std::string("the wgmma weight gradient takes f16 or bf16, not ") + gpu_dtype_name(io)};
@@ -300,22 +373,24 @@ Result<WgConvWgradPlan> wgconv_wgrad_plan(const Conv2dGeom& g, GpuDType io, int 
     return Error{ErrCode::NotSupported, "wgconv",
                  "the ring weight gradient takes 3x3 stride-1 padding-1 convs with C and K of 64 or 128 whose ring "
                  "fits shared memory: " + conv2d_geom_str(g)};
-  if (depth != 0 && !wgconv_wgrad_depth_fits(g, depth))
+  if (depth != 0 ? !wgconv_wgrad_depth_fits(g, depth, prologue) : wgconv_wgrad_depth(g, prologue) == 0)
     return Error{ErrCode::NotSupported, "wgconv",
                  "the ring weight gradient's pipeline depth " + std::to_string(depth) + " (3 or 4, its shared memory "
-                 "within the limit) for " + conv2d_geom_str(g)};
+                 "within the limit" + (prologue ? " with the batch-norm prologue" : "") + ") for " +
+                     conv2d_geom_str(g)};
   Result<int> sms = wgconv_device_sms("the wgmma weight gradient");
   if (!sms.ok()) return sms.errors();
   WgConvWgradPlan p;
   p.g = g;
   p.io = io;
-  p.depth = depth != 0 ? depth : wgconv_wgrad_depth(g);
+  p.depth = depth != 0 ? depth : wgconv_wgrad_depth(g, prologue);
+  p.prologue = prologue;
   p.ring_rows = static_cast<int>(wgconv_wgrad_ring_rows(g, p.depth));
-  p.smem_bytes = static_cast<size_t>(wgconv_wgrad_smem_bytes(g, p.depth));
+  p.smem_bytes = static_cast<size_t>(wgconv_wgrad_smem_bytes(g, p.depth, prologue));
   const int64_t blocks = (g.k / kCh) * (g.c / kCh);
   p.grid = blocks * std::max<int64_t>(1, std::min<int64_t>(sms.value() / blocks, wgrad_tiles(g)));
   for (bool merged : {false, true})
-    TRCTL_CUDA_TRY(cudaFuncSetAttribute(wgrad_kernel(io, p.depth, merged),
+    TRCTL_CUDA_TRY(cudaFuncSetAttribute(wgrad_kernel(io, p.depth, merged, prologue),
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem_bytes)));
   return p;
 }
@@ -325,9 +400,12 @@ size_t wgconv_wgrad_workspace_bytes(const WgConvWgradPlan& p) {
 }
 
 Status wgconv_wgrad_cuda(cudaStream_t stream, const WgConvWgradPlan& p, const void* dy, const void* x, float* dw,
-                         void* ws, size_t ws_bytes) {
+                         void* ws, size_t ws_bytes, const WgConvPrologue* pro) {
   if ((reinterpret_cast<uintptr_t>(dy) | reinterpret_cast<uintptr_t>(x)) % 16 != 0 || !dw)
     return Error{ErrCode::Internal, "wgconv", "the weight gradient's dy and x must be 16-byte aligned, dw set"};
+  if ((pro != nullptr) != p.prologue || (pro && (!pro->gamma || !pro->beta || !pro->mean || !pro->invstd)))
+    return Error{ErrCode::Internal, "wgconv",
+                 "the weight gradient's batch-norm prologue: the plan and the constants disagree, or one is null"};
   if (!ws || ws_bytes < wgconv_wgrad_workspace_bytes(p))
     return Error{ErrCode::Internal, "wgconv", "the weight gradient needs wgconv_wgrad_workspace_bytes of ws"};
   const Conv2dGeom& g = p.g;
@@ -336,7 +414,7 @@ Status wgconv_wgrad_cuda(cudaStream_t stream, const WgConvWgradPlan& p, const vo
     return Error{ErrCode::Internal, "wgconv", "weight gradient grid not a multiple of its 64 x 64 blocks"};
   if (p.depth < kWgconvWgradMinDepth || p.depth > kWgconvWgradMaxDepth ||
       p.ring_rows != wgconv_wgrad_ring_rows(g, p.depth) ||
-      p.smem_bytes != static_cast<size_t>(wgconv_wgrad_smem_bytes(g, p.depth)))
+      p.smem_bytes != static_cast<size_t>(wgconv_wgrad_smem_bytes(g, p.depth, p.prologue)))
     return Error{ErrCode::Internal, "wgconv", "weight gradient plan: depth, ring and shared memory disagree"};
   WgradArgs a;
   a.n_img = static_cast<int>(g.n), a.h = static_cast<int>(g.h), a.wd = static_cast<int>(g.w);
@@ -344,8 +422,9 @@ Status wgconv_wgrad_cuda(cudaStream_t stream, const WgConvWgradPlan& p, const vo
   a.ring = p.ring_rows;
   const int64_t runs = p.grid / blocks;
   a.per_cta = static_cast<int>((wgrad_tiles(g) + runs - 1) / runs);
-  wgrad_kernel(p.io, p.depth, p.merged_taps)<<<static_cast<unsigned>(p.grid), kThreads, p.smem_bytes, stream>>>(dy, x,
-                                                                                         static_cast<float*>(ws), a);
+  if (pro) a.pro = *pro;
+  const WgradKernel kernel = wgrad_kernel(p.io, p.depth, p.merged_taps, p.prologue);
+  kernel<<<static_cast<unsigned>(p.grid), kThreads, p.smem_bytes, stream>>>(dy, x, static_cast<float*>(ws), a);
   TRCTL_CUDA_TRY(cudaGetLastError());
   const int outs = static_cast<int>(g.k * kTaps * g.c);
   wgconv_wgrad_reduce_kernel<<<(outs + 255) / 256, 256, 0, stream>>>(
