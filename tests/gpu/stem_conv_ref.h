@@ -41,6 +41,23 @@ inline StemInputs stem_inputs(const Conv2dGeom& g, bool lowp, uint64_t seed) {
   return in;
 }
 
+// The training batch norm's apply pass (+ ReLU) of x (rows of c channels) as the io type t stores it, with
+// runtime/ops/batchnorm/bn_elem.cuh's float operations: x - mean, one fmaf with gamma * invstd and beta, the ReLU,
+// one rounding -- what the wgconv ring kernels' prologues must reproduce bitwise.
+inline std::vector<float> bn_apply_stored(GpuDType t, const std::vector<float>& x, const std::vector<float>& gamma,
+                                          const std::vector<float>& beta, const std::vector<float>& mean,
+                                          const std::vector<float>& invstd, bool relu) {
+  const size_t c = gamma.size();
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const size_t ch = i % c;
+    float v = std::fmaf(round_to(t, x[i]) - mean[ch], gamma[ch] * invstd[ch], beta[ch]);
+    if (relu) v = (v > 0.0f || v != v) ? v : 0.0f;
+    out[i] = round_to(t, v);
+  }
+  return out;
+}
+
 struct StemRef {
   std::vector<double> y, y_mag, yb, yb_mag, dw, dw_mag;  // the direct conv without and with bias; its wgrad
 };

@@ -217,8 +217,8 @@ TEST_CASE("wgconv data gradient (flipped filters through the forward kernels) ma
 }
 
 // The batch-norm prologue of the ring kernels: conv(relu(bn(x))) with the apply done while staging equals,
-// bitwise, the plain kernel on the apply pass's output (emulated here with the same float operations as
-// bn_elem.cuh: x - mean, one fmaf with gamma * invstd and beta, the ReLU, one rounding), and is close to the float64
+// bitwise, the plain kernel on the apply pass's output (emulated with bn_elem.cuh's float operations:
+// stem_conv_ref.h's bn_apply_stored), and is close to the float64
 // conv of that output; with and without the ReLU, f16 and bf16, runs of many tiles per CTA; a tiled plan refuses it.
 TEST_CASE("wgconv ring kernels apply the input's batch norm while staging it, bitwise the separate apply (and write "
           "that activation out when asked)",
@@ -237,16 +237,8 @@ TEST_CASE("wgconv ring kernels apply the input's batch norm while staging it, bi
     const DevBuf dg = to_device(gamma), db = to_device(beta), dm = to_device(mean), di = to_device(invstd);
     for (GpuDType t : {GpuDType::F16, GpuDType::BF16})
       for (bool relu : {true, false}) {
-        std::vector<float> act(in.x.size());  // the apply pass's output, as the io type stores it
-        for (size_t i = 0; i < act.size(); ++i) {
-          const size_t c = i % 64;
-          const float x = round_to(t, in.x[i]);
-          float v = std::fmaf(x - mean[c], gamma[c] * invstd[c], beta[c]);
-          if (relu) v = (v > 0.0f || v != v) ? v : 0.0f;
-          act[i] = round_to(t, v);
-        }
-        StemInputs ain = in;
-        ain.x = act;
+        StemInputs ain = in;  // x replaced by the apply pass's output, as the io type stores it
+        ain.x = bn_apply_stored(t, in.x, gamma, beta, mean, invstd, relu);
         const StemRef aref = stem_ref(g, ain, &pool);
         const Buffers b = buffers(t, in), ba = buffers(t, ain);
         WgConvPrologue pro;

@@ -139,10 +139,10 @@ TEST_CASE("wgconv ring weight gradient matches the float64 direct conv (f16, bf1
 }
 
 // The batch-norm prologue (WgConvWgradPlan::prologue): x is the batch norm's input and each x row is normalised (+
-// ReLU) as it lands; dw equals, bitwise, the plain kernel's on the apply pass's output (emulated here with
-// bn_elem.cuh's float operations: x - mean, one fmaf with gamma * invstd and beta, the ReLU, one rounding) on the same
-// grid. With and without the ReLU, f16 and bf16, depths 3 and 4, merged and not, a second channel block (C = 128: the
-// constants of channels 64..127), odd sizes, many tiles per CTA (grid of one run) and 224-wide rows.
+// ReLU) as it lands; dw equals, bitwise, the plain kernel's on the apply pass's output (emulated with bn_elem.cuh's
+// float operations: stem_conv_ref.h's bn_apply_stored) on the same grid. With and without the ReLU, f16 and bf16,
+// depths 3 and 4, merged and not, a second channel block (C = 128: the constants of channels 64..127), odd sizes,
+// many tiles per CTA (grid of one run) and 224-wide rows.
 TEST_CASE("wgconv ring weight gradient applies x's batch norm as its rows land, bitwise the plain kernel on the "
           "apply pass's output",
           "[kernel][wgconv][conv2d]") {
@@ -162,12 +162,7 @@ TEST_CASE("wgconv ring weight gradient applies x's batch norm as its rows land, 
     for (GpuDType t : {GpuDType::F16, GpuDType::BF16})
       for (bool relu : {true, false}) {
         StemInputs ain = in;  // x replaced by the apply pass's output, as the io type stores it
-        for (size_t i = 0; i < ain.x.size(); ++i) {
-          const size_t ch = i % c;
-          float v = std::fmaf(round_to(t, in.x[i]) - mean[ch], gamma[ch] * invstd[ch], beta[ch]);
-          if (relu) v = (v > 0.0f || v != v) ? v : 0.0f;
-          ain.x[i] = round_to(t, v);
-        }
+        ain.x = bn_apply_stored(t, in.x, gamma, beta, mean, invstd, relu);
         WgConvPrologue pro;
         pro.gamma = static_cast<const float*>(dg.get()), pro.beta = static_cast<const float*>(db.get());
         pro.mean = static_cast<const float*>(dm.get()), pro.invstd = static_cast<const float*>(di.get());
