@@ -64,8 +64,6 @@ __device__ __forceinline__ void mma16816(float (&acc)[4], uint32_t a0, uint32_t 
 
 __device__ __forceinline__ __half t_of(uint16_t b, __half) { return __ushort_as_half(b); }
 __device__ __forceinline__ __nv_bfloat16 t_of(uint16_t b, __nv_bfloat16) { return __ushort_as_bfloat16(b); }
-__device__ __forceinline__ uint16_t bits_of_t(__half v) { return __half_as_ushort(v); }
-__device__ __forceinline__ uint16_t bits_of_t(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
 __device__ __forceinline__ float f32_of(uint16_t b, __half) { return __half2float(__ushort_as_half(b)); }
 __device__ __forceinline__ float f32_of(uint16_t b, __nv_bfloat16) {
   return __bfloat162float(__ushort_as_bfloat16(b));

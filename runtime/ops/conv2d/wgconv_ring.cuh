@@ -1,11 +1,14 @@
 // Internal to the wgconv ring kernels (wgconv_sm90a.cu: forward and data gradient; wgconv_wgrad_sm90a.cu: weight
-// gradient): positions of the zero-padded input plane, and the copy of a ring row by a thread pair. Padded plane:
+// gradient): positions of the zero-padded input plane, the copy of a ring row by a thread pair, and a staged piece's
+// batch-norm apply (the kernels' prologues). Padded plane:
 // Hp = H + 2, Wp = W + 2; position f = (n Hp + pp) Wp + qq over N Hp Wp positions; the input at f is
 // x[n][pp - 1][qq - 1] inside, 0 on the border.
 #pragma once
 #include <cstdint>
 
 #include "runtime/cuda/cp_async.cuh"
+#include "runtime/cuda/device_utils.cuh"
+#include "runtime/ops/batchnorm/bn_elem.cuh"
 
 namespace trctl {
 namespace {
@@ -47,6 +50,29 @@ __device__ __forceinline__ void copy_half_row(uint32_t row_addr, int j, const ui
     cp_async16(row_addr + col, src + piece * 8, in ? 16 : 0);
     if (mirror) cp_async16(row_addr + mirror_off + col, src + piece * 8, in ? 16 : 0);
   }
+}
+
+// The batch norm's apply (+ ReLU when relu) of the staged 16-byte piece of T at shared address at, in place, with
+// element i's constants k(i) -- bn_elem.cuh's arithmetic, so bitwise the apply pass's output -- and into the mirror
+// row mirror_off bytes further when mirror. Returns the piece as stored.
+template <class T, class Consts>
+__device__ __forceinline__ uint4 bn_apply_piece(uint32_t at, Consts&& k, bool relu, bool mirror, uint32_t mirror_off) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(at));
+  T* e = reinterpret_cast<T*>(&v);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    float f = apply_affine(to_f32(e[i]), k(i));
+    if (relu) f = apply_relu(f);
+    e[i] = from_f32<T>(f);
+  }
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+  if (mirror)
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(at + mirror_off), "r"(v.x), "r"(v.y), "r"(v.z),
+                 "r"(v.w)
+                 : "memory");
+  return v;
 }
 
 }  // namespace

@@ -313,24 +313,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto transform_row_at = [&](int pos, const PadPos& pq) {
     if (!inside_at(pos, pq)) return;
     const int j = ring_row(pos);
-    uint4 v;
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(a_base + sw128_offset(j, piece)));
-    T* e = reinterpret_cast<T*>(&v);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      float f = apply_affine(to_f32(e[i]), kc[i]);
-      if (a.pro.relu) f = apply_relu(f);
-      e[i] = from_f32<T>(f);
-    }
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a_base + sw128_offset(j, piece)), "r"(v.x),
-                 "r"(v.y), "r"(v.z), "r"(v.w)
-                 : "memory");
-    if (j < kWin)
-      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a_base + sw128_offset(j + a.ring, piece)),
-                   "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                   : "memory");
+    const uint4 v = bn_apply_piece<T>(a_base + sw128_offset(j, piece), [&](int i) { return kc[i]; }, a.pro.relu,
+                                      j < kWin, a.ring * 128);
     if (a.pro.act_out)  // the same element of the (N, H, W, 64) activation
       *reinterpret_cast<uint4*>(static_cast<T*>(a.pro.act_out) + (pixel_of(pq) * 64 + piece * 8)) = v;
   };

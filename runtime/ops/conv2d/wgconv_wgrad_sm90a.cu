@@ -136,28 +136,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int m = 0; m < 4; ++m) {
         const int piece = 2 * m + half;
-        const uint32_t at = ring_base + sw128_offset(j, piece);
-        uint4 v;
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "r"(at));
-        T* e = reinterpret_cast<T*>(&v);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
+        auto consts = [&](int i) {
           float4 k;
           asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
                        : "=f"(k.x), "=f"(k.y), "=f"(k.z), "=f"(k.w)
                        : "r"(pro_base + (piece * 8 + i) * 16));
-          float f = apply_affine(to_f32(e[i]), ApplyConsts{k.x, k.y, k.z});
-          if (a.pro.relu) f = apply_relu(f);
-          e[i] = from_f32<T>(f);
-        }
-        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                     : "memory");
-        if (j < kMirror)
-          asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(at + a.ring * 128), "r"(v.x), "r"(v.y),
-                       "r"(v.z), "r"(v.w)
-                       : "memory");
+          return ApplyConsts{k.x, k.y, k.z};
+        };
+        bn_apply_piece<T>(ring_base + sw128_offset(j, piece), consts, a.pro.relu, j < kMirror, a.ring * 128);
       }
     };
     // ... and dy at padded position pq into row i of dy buffer buf.
