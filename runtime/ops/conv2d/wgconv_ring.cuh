@@ -52,27 +52,45 @@ __device__ __forceinline__ void copy_half_row(uint32_t row_addr, int j, const ui
   }
 }
 
-// The batch norm's apply (+ ReLU when relu) of the staged 16-byte piece of T at shared address at, in place, with
-// element i's constants k(i) -- bn_elem.cuh's arithmetic, so bitwise the apply pass's output -- and into the mirror
-// row mirror_off bytes further when mirror. Returns the piece as stored.
-template <class T, class Consts>
-__device__ __forceinline__ uint4 bn_apply_piece(uint32_t at, Consts&& k, bool relu, bool mirror, uint32_t mirror_off) {
-  uint4 v;
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(at));
-  T* e = reinterpret_cast<T*>(&v);
+// The W 32-bit words v into shared address at (one st.shared.v2 / .v4).
+template <int W>
+__device__ __forceinline__ void sts_words(uint32_t at, const uint32_t (&v)[W]) {
+  if constexpr (W == 4)
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+                 : "memory");
+  else
+    asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(at), "r"(v[0]), "r"(v[1]) : "memory");
+}
+
+// The batch norm's apply (+ ReLU when relu) of the W 32-bit words (W = 4: a 16-byte piece; 2: half a piece) of T
+// staged at shared address at, in place, with element i's constants k(i) -- bn_elem.cuh's arithmetic, so bitwise the
+// apply pass's output -- and into the mirror row mirror_off bytes further when mirror; v: the words as stored.
+template <class T, int W, class Consts>
+__device__ __forceinline__ void bn_apply_words(uint32_t (&v)[W], uint32_t at, Consts&& k, bool relu, bool mirror,
+                                               uint32_t mirror_off) {
+  static_assert(W == 2 || W == 4, "8- or 16-byte pieces");
+  if constexpr (W == 4)
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+                 : "r"(at));
+  else
+    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v[0]), "=r"(v[1]) : "r"(at));
+  T* e = reinterpret_cast<T*>(v);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < 2 * W; ++i) {
     float f = apply_affine(to_f32(e[i]), k(i));
     if (relu) f = apply_relu(f);
     e[i] = from_f32<T>(f);
   }
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-  if (mirror)
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(at + mirror_off), "r"(v.x), "r"(v.y), "r"(v.z),
-                 "r"(v.w)
-                 : "memory");
-  return v;
+  sts_words(at, v);
+  if (mirror) sts_words(at + mirror_off, v);
+}
+// The same of a 16-byte piece, returned as stored.
+template <class T, class Consts>
+__device__ __forceinline__ uint4 bn_apply_piece(uint32_t at, Consts&& k, bool relu, bool mirror, uint32_t mirror_off) {
+  uint32_t v[4];
+  bn_apply_words<T, 4>(v, at, k, relu, mirror, mirror_off);
+  return make_uint4(v[0], v[1], v[2], v[3]);
 }
 
 }  // namespace

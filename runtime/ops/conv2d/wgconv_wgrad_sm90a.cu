@@ -127,23 +127,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       copy_half_row(ring_base + j * 128, j, reinterpret_cast<const uint16_t*>(x + (in ? pixel_of(pq) * a.c + c0 : 0)),
                     in, half, j < kMirror, a.ring * 128);
     };
+    // Pro: channel c's (m, scale, shift) of the CTA's 64, at 16-byte slot pro_slot(c) = 16 (c % 4) + c / 4 of
+    // pro_base: transform_tile's lanes h = 0..15 read channel 4 h + e together, which this puts in consecutive slots
+    // (no bank conflict).
+    auto pro_slot = [](int c) { return (c & 3) * 16 + (c >> 2); };
+    auto pro_consts = [&](int c) {
+      float4 k;
+      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=f"(k.x), "=f"(k.y), "=f"(k.z), "=f"(k.w)
+                   : "r"(pro_base + pro_slot(c) * 16));
+      return ApplyConsts{k.x, k.y, k.z};
+    };
     // Pro: the batch norm (+ ReLU) applied to this thread's half of ring row pos (pq: its padded position) after its
     // copies landed: bn_elem.cuh's arithmetic, so the rows are bitwise the apply pass's output; the padding stays 0;
-    // the mirror row too.
+    // the mirror row too. (Tile t_begin's span only; the loop's tiles go by transform_tile.)
     auto transform_x_half = [&](int pos, const PadPos& pq) {
       if (!inside(pq)) return;
       const int j = static_cast<int>(static_cast<unsigned>(pos) & ring_mask);
 #pragma unroll
       for (int m = 0; m < 4; ++m) {
         const int piece = 2 * m + half;
-        auto consts = [&](int i) {
-          float4 k;
-          asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                       : "=f"(k.x), "=f"(k.y), "=f"(k.z), "=f"(k.w)
-                       : "r"(pro_base + (piece * 8 + i) * 16));
-          return ApplyConsts{k.x, k.y, k.z};
-        };
-        bn_apply_piece<T>(ring_base + sw128_offset(j, piece), consts, a.pro.relu, j < kMirror, a.ring * 128);
+        bn_apply_piece<T>(ring_base + sw128_offset(j, piece), [&](int i) { return pro_consts(piece * 8 + i); },
+                          a.pro.relu, j < kMirror, a.ring * 128);
       }
     };
     // ... and dy at padded position pq into row i of dy buffer buf.
@@ -179,11 +184,36 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (tid < 256) load_dy_half(buf, jrow, q);
       x_job(t, q, load_x_half);
     };
-    // Pro: tile t's new x rows, as load_tile(t) copied them (called for the same consecutive tiles).
+    // Pro: tile t's new x rows, as load_tile(t) copied them (called for the same consecutive tiles, after each
+    // thread's wait for its own copies), transformed by the warp that copied them: a warp with x jobs copied 16
+    // consecutive rows (lanes 2 r and 2 r + 1 row r), so after __syncwarp all of them are in for all its lanes, and
+    // lane l takes the 8-byte half piece h = l % 16 (channels 4 h .. 4 h + 3) of rows l / 16 + 2 i, i = 0..7: its 4
+    // channels' constants loaded once a tile and kept in 12 registers (a 16-byte piece's 24 spilled: the in-flight
+    // wgmma hold 128). Sixteen lanes cover one row: no bank conflict. (By the copy jobs' half rows, each piece
+    // needed its own 8 loads of two-way conflicting constants: Nsight Compute, RESULTS.md run 70.)
     auto transform_tile = [&](int t) {
       const PadPos q = pro_pq;
       pad_advance(pro_pq, kTile, wp, hp);
-      x_job(t, q, transform_x_half);
+      if (tid >= 128 && tid < 256) return;  // warpgroup 1 copies no x rows (warp-uniform)
+      bool in = false;
+      int pos = 0;
+      x_job(t, q, [&](int p, const PadPos& pq) { in = inside(pq), pos = p; });
+      const unsigned rows_in = __ballot_sync(0xffffffffu, in);  // bit 2 r: the warp's row r is a pixel
+      const int pos0 = __shfl_sync(0xffffffffu, pos, 0);        // the warp's row 0
+      __syncwarp();  // every lane's copies, each waited for by its lane, visible to the whole warp
+      const int h = lane & 15;
+      ApplyConsts kc[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) kc[e] = pro_consts(4 * h + e);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int r = (lane >> 4) + 2 * i;
+        if (!((rows_in >> (2 * r)) & 1u)) continue;  // the padding stays 0
+        const int j = static_cast<int>(static_cast<unsigned>(pos0 + r) & ring_mask);
+        uint32_t v[2];
+        bn_apply_words<T, 2>(v, ring_base + sw128_offset(j, h >> 1) + 8 * (h & 1), [&](int e) { return kc[e]; },
+                             a.pro.relu, j < kMirror, a.ring * 128);
+      }
     };
     // Half h of tile t's A (k steps kHalf h .. kHalf h + kHalf - 1) from dy buffer buf into af. Matrix lane / 8 of
     // each ldmatrix.x4.trans: positions 16 kk + 8 (lane / 16) + lane % 8, filters 16 warp + 8 ((lane / 8) % 2): as
@@ -241,8 +271,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (tid < kCh) {
         const ApplyConsts k = apply_consts(c0 + tid, a.pro.gamma, a.pro.beta, a.pro.mean, a.pro.invstd, false, 0.0f,
                                            nullptr);
-        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(pro_base + tid * 16), "f"(k.m), "f"(k.scale),
-                     "f"(k.shift), "f"(0.0f)
+        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(pro_base + pro_slot(tid) * 16), "f"(k.m),
+                     "f"(k.scale), "f"(k.shift), "f"(0.0f)
                      : "memory");
       }
       __syncthreads();
