@@ -164,7 +164,7 @@ class CudaBackend final : public Backend {
   // gradients (wgrad, wgconv_wgrad_route_eligible) on the ring weight-gradient kernel, dW in f32 into the gradient
   // (runtime/cuda/cuda_lower_wgconv.cpp).
   bool wgconv_node(const Node& n) const;
-  Status plan_wgconv(const Node& n);
+  Status plan_wgconv(const Node& n, bool bn_prologue);  // bn_prologue: a weight gradient of a WgFold::unwritten y
   Status lower_wgconv_conv_node(const Node& n, std::vector<Launch>& out);
   // train.conv_bn_stats (fused / auto): the conv -> training batch norm pairs whose conv runs cuDNN's conv + genstats
   // graph and whose batch norm finalizes its statistics from the sums; planned at the end of plan_cnn.

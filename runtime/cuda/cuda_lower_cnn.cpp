@@ -79,15 +79,23 @@ Status CudaBackend::plan_cnn() {
   for (const Program& p : c_.graph.programs)
     for (const Node& n : p.nodes)
       if (n.op == OpKind::Conv2dGradInput && !wgconv_node(n)) dgrad_keys.insert(conv_key(planned_geom(n)));
-  for (const Program& p : c_.graph.programs)
-    for (const Node& n : p.nodes) {
+  // train.conv_wgconv fwd: batch norms whose apply + ReLU their wgconv consumer runs (its prologue writes y).
+  // With only ring weight gradients reading y besides (f.wgrads), they apply it to x themselves and y is never
+  // written: those weight gradients are planned with the prologue alone ("bn " + conv_key, plan_wgconv).
+  const std::vector<ConvBnApplyFold> wg_folds = wgconv_bn_apply_choose(c_.graph, c_.spec);
+  std::set<std::pair<size_t, size_t>> bn_wgrads;  // (program, node) of those weight gradients
+  for (const ConvBnApplyFold& f : wg_folds)
+    for (size_t wi : f.wgrads) bn_wgrads.emplace(f.program, wi);
+  for (size_t pi = 0; pi < c_.graph.programs.size(); ++pi)
+    for (size_t ni = 0; ni < c_.graph.programs[pi].nodes.size(); ++ni) {
+      const Node& n = c_.graph.programs[pi].nodes[ni];
       if (is_conv_op(n.op) && !pointwise_conv(n)) {  // pointwise ones are cuBLASLt GEMMs (plan_gemms)
         if (fewc_node(n)) {  // trctl's kernel: no cuDNN plan (nor a count in conv_sources_)
           if (Status st = plan_fewc(n); !st.ok()) return st;
           continue;
         }
         if (wgconv_node(n)) {  // trctl's wgmma kernel: no cuDNN plan (counted: conv_sources_.wgconv_dgrad / _fwd)
-          if (Status st = plan_wgconv(n); !st.ok()) return st;
+          if (Status st = plan_wgconv(n, bn_wgrads.count({pi, ni}) > 0); !st.ok()) return st;
           continue;
         }
         if (im2col_node(n)) {  // im2col + GEMM: no cuDNN plan (nor a count in conv_sources_), like the 1x1 GEMMs
@@ -142,24 +150,11 @@ Status CudaBackend::plan_cnn() {
   if (Status st = plan_conv_bn_stats(); !st.ok()) return st;  // may grow conv_ws_bytes_
   if (Status st = plan_conv_bn_bwd(); !st.ok()) return st;    // likewise
   if (Status st = plan_pool_xa(); !st.ok()) return st;
-  // train.conv_wgconv fwd: batch norms whose apply + ReLU their wgconv consumer runs (its prologue writes y).
-  // With only ring weight gradients reading y besides (f.wgrads), they apply it to x themselves and y is never
-  // written (their plans take the prologue: "bn " + conv_key).
-  for (const ConvBnApplyFold& f : wgconv_bn_apply_choose(c_.graph, c_.spec)) {
+  for (const ConvBnApplyFold& f : wg_folds) {  // (their weight gradients' plans: plan_wgconv above)
     const Node& bn = c_.graph.programs[f.program].nodes[f.bn];
     wg_fold_[f.y] = WgFold{f.x, bn.in[1], bn.in[2], bn.out[1], bn.out[2], !f.wgrads.empty()};
     ++conv_sources_.wgconv_bn_folded;
     if (!f.wgrads.empty()) ++conv_sources_.wgconv_bn_unwritten;
-    for (size_t wi : f.wgrads) {
-      const Node& n = c_.graph.programs[f.program].nodes[wi];
-      const Conv2dGeom g = conv2d_geom_of(c_.graph, n, n.in[1], n.out[0]);
-      const std::string key = "bn " + conv_key(g);
-      if (wgconv_wgrad_.count(key)) continue;
-      Result<WgConvWgradPlan> plan = wgconv_wgrad_plan(g, act_type(), 0, true);
-      if (!plan.ok()) return plan.errors();
-      conv_ws_bytes_ = std::max(conv_ws_bytes_, wgconv_wgrad_workspace_bytes(plan.value()));
-      wgconv_wgrad_.emplace(key, plan.value());
-    }
   }
   if (conv_ws_bytes_ > 0) TRCTL_CUDA_TRY(cudaMalloc(&conv_ws_, conv_ws_bytes_));
   if (bn_ws_bytes_ > 0) TRCTL_CUDA_TRY(cudaMalloc(&bn_ws_, bn_ws_bytes_));

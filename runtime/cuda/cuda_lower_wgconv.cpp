@@ -24,14 +24,14 @@ bool CudaBackend::wgconv_node(const Node& n) const { return conv_route_of(n) == 
 
 // A Conv2dGradInput node (dY, W -> dX): the forward geometry is dX's and W's (conv_operands); a Conv2d node (X, W ->
 // Y); a Conv2dGradWeight node (dY, X -> dW). Counted per node of every program.
-Status CudaBackend::plan_wgconv(const Node& n) {
+Status CudaBackend::plan_wgconv(const Node& n, bool bn_prologue) {
   const auto [x, w] = conv_operands(n);
   const Conv2dGeom g = conv2d_geom_of(c_.graph, n, x, w);
   if (n.op == OpKind::Conv2dGradWeight) {
     if (Status st = lowp_wgrad_supported(n); !st.ok()) return st;  // dW written into the parameter's own slot
-    const std::string key = conv_key(g);
+    const std::string key = (bn_prologue ? "bn " : "") + conv_key(g);
     if (!wgconv_wgrad_.count(key)) {
-      Result<WgConvWgradPlan> plan = wgconv_wgrad_plan(g, act_type());
+      Result<WgConvWgradPlan> plan = wgconv_wgrad_plan(g, act_type(), 0, bn_prologue);
       if (!plan.ok()) return plan.errors();  // NotSupported off compute capability 9.0: says so
       conv_ws_bytes_ = std::max(conv_ws_bytes_, wgconv_wgrad_workspace_bytes(plan.value()));
       wgconv_wgrad_.emplace(key, plan.value());
