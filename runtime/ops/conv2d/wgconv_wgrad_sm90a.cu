@@ -303,13 +303,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int t = t_begin, buf = 0; t < t_end; ++t, buf = buf + 1 == Depth ? 0 : buf + 1) {
       const int next = buf + 1 == Depth ? 0 : buf + 1, last = buf == 0 ? Depth - 1 : buf - 1;
       issue(af0, t, 0);
+      // Pro: tile t + 1's x rows transformed here, where the most wgmma work is queued ((t - 1, 1) and (t, 0));
+      // they lie outside the spans of tiles t - 1 and t, which those read. (After issue(af1) only (t, 1) was left
+      // to cover the transform and the barrier: the kernel ran at 1.6-1.8x the plain one's time, run 70.)
+      if constexpr (Pro) {
+        if (t + 1 < t_end) {
+          cp_async_wait<Depth - 3>();  // this thread's copies of tile t + 1 (those of t + 2 .. may fly)
+          transform_tile(t + 1);
+        }
+      }
       wgmma_wait<1>();  // (t - 1, 1) retired: af1 free
       release(af1);
       load_a(af1, buf, 1);
       issue(af1, t, 1);
       if (t + 1 < t_end) {
-        cp_async_wait<Depth - 3>();  // this thread's copies of tile t + 1 (those of t + 2 .. t + Depth - 2 may fly)
-        if constexpr (Pro) transform_tile(t + 1);  // its x rows lie outside tile t's span, which the wgmma read
+        if constexpr (!Pro) cp_async_wait<Depth - 3>();  // this thread's copies of tile t + 1 (t + 2 .. may fly)
         fence_proxy_async();
         __syncthreads();  // tile t + 1's rows in for everyone; everyone's ldmatrix and wgmma of tile t - 1 done
         if (t + Depth - 1 < t_end) load_tile(t + Depth - 1, last);
