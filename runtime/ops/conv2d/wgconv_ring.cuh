@@ -52,7 +52,17 @@ __device__ __forceinline__ void copy_half_row(uint32_t row_addr, int j, const ui
   }
 }
 
-// The W 32-bit words v into shared address at (one st.shared.v2 / .v4).
+// The W 32-bit words at shared address at into v, and v into at (one ld/st.shared.v2 / .v4).
+template <int W>
+__device__ __forceinline__ void lds_words(uint32_t at, uint32_t (&v)[W]) {
+  static_assert(W == 2 || W == 4, "8- or 16-byte pieces");
+  if constexpr (W == 4)
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+                 : "r"(at));
+  else
+    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v[0]), "=r"(v[1]) : "r"(at));
+}
 template <int W>
 __device__ __forceinline__ void sts_words(uint32_t at, const uint32_t (&v)[W]) {
   if constexpr (W == 4)
@@ -62,19 +72,10 @@ __device__ __forceinline__ void sts_words(uint32_t at, const uint32_t (&v)[W]) {
     asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(at), "r"(v[0]), "r"(v[1]) : "memory");
 }
 
-// The batch norm's apply (+ ReLU when relu) of the W 32-bit words (W = 4: a 16-byte piece; 2: half a piece) of T
-// staged at shared address at, in place, with element i's constants k(i) -- bn_elem.cuh's arithmetic, so bitwise the
-// apply pass's output -- and into the mirror row mirror_off bytes further when mirror; v: the words as stored.
+// The batch norm's apply (+ ReLU when relu) of the 2 W elements of T in the words v, in place, with element i's
+// constants k(i): bn_elem.cuh's arithmetic, so bitwise the apply pass's output.
 template <class T, int W, class Consts>
-__device__ __forceinline__ void bn_apply_words(uint32_t (&v)[W], uint32_t at, Consts&& k, bool relu, bool mirror,
-                                               uint32_t mirror_off) {
-  static_assert(W == 2 || W == 4, "8- or 16-byte pieces");
-  if constexpr (W == 4)
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
-                 : "r"(at));
-  else
-    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v[0]), "=r"(v[1]) : "r"(at));
+__device__ __forceinline__ void bn_apply_regs(uint32_t (&v)[W], Consts&& k, bool relu) {
   T* e = reinterpret_cast<T*>(v);
 #pragma unroll
   for (int i = 0; i < 2 * W; ++i) {
@@ -82,6 +83,14 @@ __device__ __forceinline__ void bn_apply_words(uint32_t (&v)[W], uint32_t at, Co
     if (relu) f = apply_relu(f);
     e[i] = from_f32<T>(f);
   }
+}
+// The same of the W words (W = 4: a 16-byte piece; 2: half a piece) staged at shared address at, in place, and into
+// the mirror row mirror_off bytes further when mirror; v: the words as stored.
+template <class T, int W, class Consts>
+__device__ __forceinline__ void bn_apply_words(uint32_t (&v)[W], uint32_t at, Consts&& k, bool relu, bool mirror,
+                                               uint32_t mirror_off) {
+  lds_words(at, v);
+  bn_apply_regs<T>(v, k, relu);
   sts_words(at, v);
   if (mirror) sts_words(at + mirror_off, v);
 }
