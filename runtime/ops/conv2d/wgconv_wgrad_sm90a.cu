@@ -30,10 +30,11 @@
 // float64 and scatters them into dw (K, 3, 3, C). Every sum runs in a fixed order: deterministic for the plan's
 // grid.
 // With x's batch-norm prologue (WgConvWgradPlan::prologue; the Pro kernels) x is the batch norm's input: the CTA keeps
-// its 64 channels' (m, scale, shift) in shared memory, and each thread rewrites the x half rows it copied, once they
-// have landed and before the barrier that hands them to the wgmma, with bn_elem.cuh's apply arithmetic (+ ReLU) --
-// tile t + 1's new rows while tile t's wgmma run (they lie outside tile t's span), tile t_begin's span before the
-// loop -- so dw is bitwise the plain kernel's on the apply pass's output, which need not exist.
+// its 64 channels' (m, scale, shift) in shared memory, and the x rows are rewritten in place once they have landed and
+// before the barrier that hands them to the wgmma, with bn_elem.cuh's apply arithmetic (+ ReLU) -- tile t_begin's
+// span before the loop by the threads that copied it; tile t + 1's new rows by the warps that copied them, right after
+// tile t's first wgmma group is issued (transform_tile: they lie outside tiles t - 1's and t's spans) -- so dw is
+// bitwise the plain kernel's on the apply pass's output, which need not exist.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
