@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) kc[e] = pro_consts(4 * h + e);
       // kBatch rows' loads issued together (one after another each row waited for its load, Nsight Compute run 70).
-      constexpr int kBatch = 2;  // 4 spills (128 registers are the in-flight wgmma's)
+      constexpr int kBatch = 2;  // 4 spilled 12-40 bytes (128 registers are the in-flight wgmma's)
 #pragma unroll
       for (int i0 = 0; i0 < 8; i0 += kBatch) {
         uint32_t v[kBatch][2];
