@@ -58,6 +58,7 @@ constexpr int kSteps = kTile / 16;        // k steps of 16 positions per tile ..
 constexpr int kHalf = kSteps / 2;         // ... in two halves (A register sets, wgmma commit groups)
 constexpr int kMirror = kWgconvWgradMirror;  // the ring's first rows repeated after its end
 static_assert(kTile == 128 && kThreads == 384, "load_tile's jobs: 256 dy and 256 x half rows over 384 threads");
+constexpr int kProParts = 2;  // the prologue's transform of a tile's rows in 1 or 2 places of the loop
 constexpr int kTaps = 9, kCh = 64;
 
 struct WgradArgs {
@@ -191,10 +192,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     // lane l takes the 8-byte half piece h = l % 16 (channels 4 h .. 4 h + 3) of rows l / 16 + 2 i, i = 0..7: its 4
     // channels' constants loaded once a tile and kept in 12 registers (a 16-byte piece's 24 spilled: the in-flight
     // wgmma hold 128). Sixteen lanes cover one row: no bank conflict. (By the copy jobs' half rows, each piece
-    // needed its own 8 loads of two-way conflicting constants: Nsight Compute, RESULTS.md run 70.)
-    auto transform_tile = [&](int t) {
+    // needed its own 8 loads of two-way conflicting constants: Nsight Compute, RESULTS.md run 70.) In kProParts calls
+    // (part 0, 1, ..): part p the rows i in [8 p / kProParts, 8 (p + 1) / kProParts) (the loop spreads them over two
+    // places where wgmma work is queued).
+    auto transform_tile = [&](int t, int part) {
       const PadPos q = pro_pq;
-      pad_advance(pro_pq, kTile, wp, hp);
+      if (part == kProParts - 1) pad_advance(pro_pq, kTile, wp, hp);
       if (tid >= 128 && tid < 256) return;  // warpgroup 1 copies no x rows (warp-uniform)
       bool in = false;
       int pos = 0;
@@ -208,8 +211,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int e = 0; e < 4; ++e) kc[e] = pro_consts(4 * h + e);
       // kBatch rows' loads issued together (one after another each row waited for its load, Nsight Compute run 70).
       constexpr int kBatch = 2;  // 4 spilled 12-40 bytes (128 registers are the in-flight wgmma's)
+      static_assert((8 / kProParts) % kBatch == 0, "whole batches a part");
 #pragma unroll
-      for (int i0 = 0; i0 < 8; i0 += kBatch) {
+      for (int i0 = 8 / kProParts * part; i0 < 8 / kProParts * (part + 1); i0 += kBatch) {
         uint32_t v[kBatch][2];
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
@@ -316,13 +320,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int t = t_begin, buf = 0; t < t_end; ++t, buf = buf + 1 == Depth ? 0 : buf + 1) {
       const int next = buf + 1 == Depth ? 0 : buf + 1, last = buf == 0 ? Depth - 1 : buf - 1;
       issue(af0, t, 0);
-      // Pro: tile t + 1's x rows transformed here, where the most wgmma work is queued ((t - 1, 1) and (t, 0));
-      // they lie outside the spans of tiles t - 1 and t, which those read. (After issue(af1) only (t, 1) was left
-      // to cover the transform and the barrier: the kernel ran at 1.6-1.8x the plain one's time, run 70.)
+      // Pro: tile t + 1's x rows transformed here, where the most wgmma work is queued ((t - 1, 1) and (t, 0)), and
+      // (kProParts 2) half of them after issue(af1) ((t, 0) and (t, 1) queued). They lie outside the spans of tiles
+      // t - 1 and t, which those read. (All after issue(af1): 1.6-1.8x the plain kernel's time; all here: 1.38x --
+      // run 70.)
       if constexpr (Pro) {
         if (t + 1 < t_end) {
           cp_async_wait<Depth - 3>();  // this thread's copies of tile t + 1 (those of t + 2 .. may fly)
-          transform_tile(t + 1);
+          transform_tile(t + 1, 0);
         }
       }
       wgmma_wait<1>();  // (t - 1, 1) retired: af1 free
@@ -331,6 +336,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       issue(af1, t, 1);
       if (t + 1 < t_end) {
         if constexpr (!Pro) cp_async_wait<Depth - 3>();  // this thread's copies of tile t + 1 (t + 2 .. may fly)
+        if constexpr (Pro && kProParts == 2) transform_tile(t + 1, 1);
         fence_proxy_async();
         __syncthreads();  // tile t + 1's rows in for everyone; everyone's ldmatrix and wgmma of tile t - 1 done
         if (t + Depth - 1 < t_end) load_tile(t + Depth - 1, last);
