@@ -284,6 +284,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     // barrier -- and x rows that R >= Depth L + 2 (W + 3) keeps off the spans of tiles t .. t + Depth - 2:
     // wgconv_wgrad_ring_rows) and loads tile t + 1's first A half. Commit groups: cp.async one per tile (the
     // prologue's for tiles t_begin .. t_begin + Depth - 2, empty past t_end); wgmma (t, 0) and (t, 1).
+    // kLateCopies (Depth 4): the copies of tile t + Depth - 1 are issued one iteration later, right after tile t + 1's
+    // first wgmma group (then (t, 1) and (t + 1, 0) are queued), instead of between barrier t and that group --
+    // the barrier-to-wgmma path (Nsight Compute, run 70: the barrier's wait ~20 % of the plain kernel's stall
+    // samples) without them; the copies still land ~1.5 tiles before their wait. Depth 3 keeps them after the
+    // barrier (one tile ahead only).
+    constexpr bool kLateCopies = Depth >= 4;
     if constexpr (Pro) {  // the constants of channels c0 .. c0 + 63, before any transform reads them
       if (tid < kCh) {
         const ApplyConsts k = apply_consts(c0 + tid, a.pro.gamma, a.pro.beta, a.pro.mean, a.pro.invstd, false, 0.0f,
@@ -319,7 +325,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     // buf: tile t's dy buffer, (t - t_begin) mod Depth; next: tile t + 1's; last: tile t - 1's (= t + Depth - 1's).
     for (int t = t_begin, buf = 0; t < t_end; ++t, buf = buf + 1 == Depth ? 0 : buf + 1) {
       const int next = buf + 1 == Depth ? 0 : buf + 1, last = buf == 0 ? Depth - 1 : buf - 1;
+      static_cast<void>(last);  // (kLateCopies: unused)
       issue(af0, t, 0);
+      if constexpr (kLateCopies) {  // tile t + Depth - 2's copies, which iteration t - 1 would have issued after its
+        // barrier: into tile t - 2's dy buffer (its ldmatrix passed barrier t - 1), x rows that the same R keeps off
+        // the spans of tiles t - 1 .. t + Depth - 3 ((t - 1, 1) and (t, 0) are in flight)
+        if (t > t_begin) {
+          if (t + Depth - 2 < t_end) load_tile(t + Depth - 2, buf >= 2 ? buf - 2 : buf + Depth - 2);
+          cp_async_commit();
+        }
+      }
       // Pro: tile t + 1's x rows transformed here, where the most wgmma work is queued ((t - 1, 1) and (t, 0)), and
       // (kProParts 2) half of them after issue(af1) ((t, 0) and (t, 1) queued). They lie outside the spans of tiles
       // t - 1 and t, which those read. (All after issue(af1): 1.6-1.8x the plain kernel's time; all here: 1.38x --
@@ -339,8 +354,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr (Pro && kProParts == 2) transform_tile(t + 1, 1);
         fence_proxy_async();
         __syncthreads();  // tile t + 1's rows in for everyone; everyone's ldmatrix and wgmma of tile t - 1 done
-        if (t + Depth - 1 < t_end) load_tile(t + Depth - 1, last);
-        cp_async_commit();
+        if constexpr (!kLateCopies) {
+          if (t + Depth - 1 < t_end) load_tile(t + Depth - 1, last);
+          cp_async_commit();
+        }
         wgmma_wait<1>();  // (t, 0) retired: af0 free
         release(af0);
         load_a(af0, next, 0);
