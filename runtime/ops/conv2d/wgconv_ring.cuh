@@ -71,6 +71,12 @@ __device__ __forceinline__ void sts_words(uint32_t at, const uint32_t (&v)[W]) {
   else
     asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(at), "r"(v[0]), "r"(v[1]) : "memory");
 }
+// ... and, when mirror, also into the mirror row mirror_off bytes further.
+template <int W>
+__device__ __forceinline__ void sts_words(uint32_t at, const uint32_t (&v)[W], bool mirror, uint32_t mirror_off) {
+  sts_words(at, v);
+  if (mirror) sts_words(at + mirror_off, v);
+}
 
 // The batch norm's apply (+ ReLU when relu) of the 2 W elements of T in the words v, in place, with element i's
 // constants k(i): bn_elem.cuh's arithmetic, so bitwise the apply pass's output.
@@ -84,21 +90,14 @@ __device__ __forceinline__ void bn_apply_regs(uint32_t (&v)[W], Consts&& k, bool
     e[i] = from_f32<T>(f);
   }
 }
-// The same of the W words (W = 4: a 16-byte piece; 2: half a piece) staged at shared address at, in place, and into
-// the mirror row mirror_off bytes further when mirror; v: the words as stored.
-template <class T, int W, class Consts>
-__device__ __forceinline__ void bn_apply_words(uint32_t (&v)[W], uint32_t at, Consts&& k, bool relu, bool mirror,
-                                               uint32_t mirror_off) {
-  lds_words(at, v);
-  bn_apply_regs<T>(v, k, relu);
-  sts_words(at, v);
-  if (mirror) sts_words(at + mirror_off, v);
-}
-// The same of a 16-byte piece, returned as stored.
+// The same of the 16-byte piece staged at shared address at, in place, and into the mirror row mirror_off bytes
+// further when mirror. Returns the piece as stored.
 template <class T, class Consts>
 __device__ __forceinline__ uint4 bn_apply_piece(uint32_t at, Consts&& k, bool relu, bool mirror, uint32_t mirror_off) {
   uint32_t v[4];
-  bn_apply_words<T, 4>(v, at, k, relu, mirror, mirror_off);
+  lds_words(at, v);
+  bn_apply_regs<T>(v, k, relu);
+  sts_words(at, v, mirror, mirror_off);
   return make_uint4(v[0], v[1], v[2], v[3]);
 }
 

@@ -85,7 +85,7 @@ __device__ __forceinline__ float (&tap_acc(float (&acc)[96], int s))[32] {
 // channel block cb ((b mod blocks) = kb * C / 64 + cb) over position range run = b / blocks. Merged: a warpgroup's
 // three taps as one m64n192 wgmma per k step (WgConvWgradPlan::merged_taps), else three m64n64. Depth: dy buffers
 // and tiles in flight (WgConvWgradPlan::depth). Pro: x is a batch norm's input, and each x row's normalisation (+
-// ReLU) is applied in shared memory once it has landed, by the threads that copied it (WgConvWgradPlan::prologue).
+// ReLU) is applied in shared memory once it has landed, by the warps that copied it (WgConvWgradPlan::prologue).
 template <class T, bool Merged, int Depth, bool Pro>
 __global__ void __launch_bounds__(kThreads, 1)
     wgconv_wgrad_kernel(const void* __restrict__ dyv, const void* __restrict__ xv, float* __restrict__ part,
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // additions (the integer divisions of pad_pos once per CTA).
     const int jrow = (tid & 255) >> 1;  // the first job's row: of dy (tid < 256) or of the new x rows
     PadPos job_pq = pad_pos((t_begin + 1) * kTile + jrow + (tid < 256 ? 0 : halo), wp, plane);
-    PadPos pro_pq = job_pq;  // Pro: the same walk for the transforms, Depth - 2 tiles behind the copies
+    PadPos pro_pq = job_pq;  // Pro: the same walk for the transforms, behind the copies
     // f(pos, pq) for this thread's x job of tile t, if it has one (q: its job's position at tile t).
     auto x_job = [&](int t, const PadPos& q, auto&& f) {
       if (tid < 128) {  // x row 64 + jrow: position + 64 + Wp + 1
@@ -215,20 +215,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int i0 = 8 / kProParts * part; i0 < 8 / kProParts * (part + 1); i0 += kBatch) {
         uint32_t v[kBatch][2];
+        int j[kBatch];  // the rows' ring rows
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
-          const int j = static_cast<int>(static_cast<unsigned>(pos0 + (lane >> 4) + 2 * (i0 + b)) & ring_mask);
-          lds_words(ring_base + sw128_offset(j, h >> 1) + 8 * (h & 1), v[b]);
+          j[b] = static_cast<int>(static_cast<unsigned>(pos0 + (lane >> 4) + 2 * (i0 + b)) & ring_mask);
+          lds_words(ring_base + sw128_offset(j[b], h >> 1) + 8 * (h & 1), v[b]);
         }
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
-          const int r = (lane >> 4) + 2 * (i0 + b);
-          if (!((rows_in >> (2 * r)) & 1u)) continue;  // the padding stays 0
-          const int j = static_cast<int>(static_cast<unsigned>(pos0 + r) & ring_mask);
-          const uint32_t at = ring_base + sw128_offset(j, h >> 1) + 8 * (h & 1);
+          if (!((rows_in >> (2 * ((lane >> 4) + 2 * (i0 + b)))) & 1u)) continue;  // the padding stays 0
           bn_apply_regs<T>(v[b], [&](int e) { return kc[e]; }, a.pro.relu);
-          sts_words(at, v[b]);
-          if (j < kMirror) sts_words(at + a.ring * 128, v[b]);
+          sts_words(ring_base + sw128_offset(j[b], h >> 1) + 8 * (h & 1), v[b], j[b] < kMirror, a.ring * 128);
         }
       }
     };
@@ -324,8 +321,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_operands(acc);
     // buf: tile t's dy buffer, (t - t_begin) mod Depth; next: tile t + 1's; last: tile t - 1's (= t + Depth - 1's).
     for (int t = t_begin, buf = 0; t < t_end; ++t, buf = buf + 1 == Depth ? 0 : buf + 1) {
-      const int next = buf + 1 == Depth ? 0 : buf + 1, last = buf == 0 ? Depth - 1 : buf - 1;
-      static_cast<void>(last);  // (kLateCopies: unused)
+      const int next = buf + 1 == Depth ? 0 : buf + 1;
       issue(af0, t, 0);
       if constexpr (kLateCopies) {  // tile t + Depth - 2's copies, which iteration t - 1 would have issued after its
         // barrier: into tile t - 2's dy buffer (its ldmatrix passed barrier t - 1), x rows that the same R keeps off
@@ -355,7 +351,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_proxy_async();
         __syncthreads();  // tile t + 1's rows in for everyone; everyone's ldmatrix and wgmma of tile t - 1 done
         if constexpr (!kLateCopies) {
-          if (t + Depth - 1 < t_end) load_tile(t + Depth - 1, last);
+          if (t + Depth - 1 < t_end) load_tile(t + Depth - 1, buf == 0 ? Depth - 1 : buf - 1);  // tile t - 1's buffer
           cp_async_commit();
         }
         wgmma_wait<1>();  // (t, 0) retired: af0 free
