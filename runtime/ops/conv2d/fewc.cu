@@ -8,11 +8,11 @@
 //   mma.sync m16n8k16 with fp32 accumulators, one rounding to the io type at the end (+ the bias in fp32 if any);
 //   the tile goes through the warp's shared staging (16 pixels x (K + 8)) so that y is written in whole 16-byte
 //   pieces, each pixel's K channels contiguous;
-//   with statistics (STATS, fewc_cuda.h's FewcStatsOut) each lane also sums the stored values of its 8 channels
-//   (a lane's 16-byte pieces keep one channel group: ck = lane % (K / 8)) and their squares over its unit's two
-//   tiles, a shuffle tree adds the lanes of one group, and the warp adds the sums into its (2, K) f32 row in shared
-//   memory (once per unit: sums carried across units stayed live through the MMAs and spilled); at the end
-//   the CTA adds its warps' rows in warp order into its partial (grid, 2, K), which fewc_stats_reduce_kernel sums.
+//   with statistics (STATS, fewc_cuda.h's FewcStatsOut) the sums of the stored values and their squares over a
+//   unit's two staged tiles are MMAs too (fewc_stats_mma: per 8 channels [Y^T; ones] x Y, whose diagonal and
+//   lower half are the sums of y^2 and y), and the warp adds them into its (2, K) f32 row in shared memory once per
+//   unit (sums carried across units stayed live through the MMAs and spilled); at the end the CTA adds its warps'
+//   rows in warp order into its partial (grid, 2, K), which fewc_stats_reduce_kernel sums.
 // Values are copied as bits up to the MMA: the kernel works on uint16_t storage for f16 and bf16 alike.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -48,6 +48,56 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// A unit's per-channel sums of y and y^2 from its staged tiles (st: tile 0's 16 x kStage rows, tile 1's after it;
+// tile 1 only when two; rows of pixels that are not y's hold 0), added into this warp's (2, K) f32 row wsum: per
+// column tile j (channels 8 j .. 8 j + 7) one m16n8k16 MMA a tile, A = [Y_j^T; ones] (rows 0..7 the tile's 8
+// channels over its 16 pixels, rows 8..15 all 1), B = Y_j (16 pixels x 8 channels), so D[n][n] = sum of y_n^2 and
+// D[8 + m][n] = sum of y_n, products exact in f32 (D accumulates tile 1 onto tile 0). ldmatrix.trans gives lane
+// (g, t) = (lane / 4, lane % 4) the pixel pair (2t, 2t + 1) of channel g in each 8 x 8 matrix, which is both A's
+// (rows g, k 2t..) and B's (k 2t.., column g) fragment. Lane (g, g / 2) holds channel g's sums: c[g % 2] (D[g][g])
+// and c[2 + g % 2] (D[8 + g][g]). 4 ldmatrix and 8 MMA a tile (K = 64) where the per-element sums took ~130 lane
+// instructions.
+template <class T, int NT>
+__device__ __forceinline__ void fewc_stats_mma(const uint16_t* st, bool two, float* wsum, int lane) {
+  constexpr int K = NT * 8, kStage = K + 8;
+  constexpr uint32_t kOnes = std::is_same_v<T, __half> ? 0x3C003C00u : 0x3F803F80u;  // (1, 1) in T
+  float d[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) d[j][e] = 0.0f;
+  // Matrix lane / 8 of each ldmatrix.x4.trans: pixels 8 ((lane / 8) % 2) + lane % 8, channels of column tile
+  // 2 jj + lane / 16.
+  const uint32_t base = smem_addr(st + ((lane & 7) + 8 * ((lane >> 3) & 1)) * kStage + (lane >> 4) * 8);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (i == 1 && !two) break;
+#pragma unroll
+    for (int jj = 0; jj < NT / 2; ++jj) {
+      uint32_t r[4];  // tile 2 jj: pixels 0..7 (r0), 8..15 (r1); tile 2 jj + 1: r2, r3
+      ldsm_x4_trans(r, base + (i * 16 * kStage + jj * 16) * 2);
+      mma16816<T>(d[2 * jj], r[0], kOnes, r[1], kOnes, r[0], r[1]);
+      mma16816<T>(d[2 * jj + 1], r[2], kOnes, r[3], kOnes, r[2], r[3]);
+    }
+  }
+  const int g = lane >> 2, t = lane & 3;
+  if (t == (g >> 1)) {
+    float* mine = wsum + g;
+    const bool odd = g & 1;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      mine[8 * j] += odd ? d[j][3] : d[j][2];
+      mine[K + 8 * j] += odd ? d[j][1] : d[j][0];
+    }
+  }
 }
 
 // T: __half or __nv_bfloat16 (the MMA type and the output rounding); NT = K / 8 column tiles; STATS: y's
@@ -171,14 +221,14 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
           }
         }
       }
-      // Epilogue: round (with the bias) into the staging tile, then whole 16-byte pieces of y.
-      constexpr int kChunks = K / 8;  // 16-byte pieces per pixel
-      float sy[8], sq[8];             // STATS: this lane's channels ck * 8 + e (ck = lane % kChunks), both tiles
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sy[e] = 0.0f, sq[e] = 0.0f;
+      // Epilogue: both tiles rounded (with the bias) into the staging tiles; STATS: their statistics by MMA;
+      // then whole 16-byte pieces of y.
+      int valid[2];  // pixels 0 .. valid - 1 of each tile are y's (the others lie past P or Q, or the tile is none)
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        if (i == 1 && !two) break;
+        const bool tile = i == 0 || two;
+        valid[i] = tile && p0 + pl[i] < a.p ? min(16, a.q - q0[i]) : 0;
+        if (!tile) break;
         uint16_t* st = stage + (warp * 2 + i) * 16 * kStage;
         // The tile rounded into the staging rows, one conversion per output pair; with a bias (read here, cached,
         // not held in registers) added in fp32 first. Without one, no load and no add: a branch per tile instead of
@@ -201,41 +251,35 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
           stage_tile(std::true_type{});
         else
           stage_tile(std::false_type{});
-        __syncwarp();
-        const int p = p0 + pl[i];
-        uint16_t* yrow = a.y + ((static_cast<int64_t>(n) * a.p + p) * a.q + q0[i]) * K;  // the tile's first pixel
+      }
+      __syncwarp();
+      constexpr int kChunks = K / 8;  // 16-byte pieces per pixel
+      if constexpr (STATS) {
+        // Rows past P or Q zeroed (a warp-uniform branch, edge tiles only), so that the MMAs below add 0 for them.
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          if (valid[i] == 16 || (i == 1 && !two)) continue;
+          uint16_t* st = stage + (warp * 2 + i) * 16 * kStage;
+          for (int cidx = lane; cidx < 16 * kChunks; cidx += 32) {
+            const int px = cidx / kChunks, ck = cidx - px * kChunks;
+            if (px >= valid[i]) *reinterpret_cast<uint4*>(st + px * kStage + ck * 8) = uint4{0, 0, 0, 0};
+          }
+          __syncwarp();
+        }
+        fewc_stats_mma<T, NT>(stage + warp * 2 * 16 * kStage, two, wsum + warp * 2 * K, lane);
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        if (i == 1 && !two) break;
+        const uint16_t* st = stage + (warp * 2 + i) * 16 * kStage;
+        uint16_t* yrow = a.y + ((static_cast<int64_t>(n) * a.p + p0 + pl[i]) * a.q + q0[i]) * K;  // first pixel
         for (int cidx = lane; cidx < 16 * kChunks; cidx += 32) {
           const int px = cidx / kChunks, ck = cidx - px * kChunks;
-          if (p < a.p && q0[i] + px < a.q) {
-            const uint4 v = *reinterpret_cast<const uint4*>(st + px * kStage + ck * 8);
-            st_global_v4(yrow + px * K + ck * 8, v);  // one instruction (the statistics below split a plain store)
-            if constexpr (STATS) {
-              const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-              for (int e = 0; e < 8; ++e) {
-                const float f = f32_of(static_cast<uint16_t>(words[e >> 1] >> (16 * (e & 1))), T{});
-                sy[e] += f;
-                sq[e] += f * f;
-              }
-            }
-          }
-        }
-        __syncwarp();
-      }
-      if constexpr (STATS) {  // the lanes of a channel group (a tree), then into this warp's row: once per unit
-#pragma unroll
-        for (int off = kChunks; off < 32; off <<= 1)
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            sy[e] += __shfl_xor_sync(0xffffffffu, sy[e], off);
-            sq[e] += __shfl_xor_sync(0xffffffffu, sq[e], off);
-          }
-        if (lane < kChunks) {
-          float* mine = wsum + warp * 2 * K + lane * 8;
-#pragma unroll
-          for (int e = 0; e < 8; ++e) mine[e] += sy[e], mine[K + e] += sq[e];
+          // one instruction (NVVM had split the plain uint4 store into four in the statistics variants: run 69)
+          if (px < valid[i]) st_global_v4(yrow + px * K + ck * 8, *reinterpret_cast<const uint4*>(st + px * kStage + ck * 8));
         }
       }
+      __syncwarp();  // the staging tiles read before the next unit writes them
     }
   }
   if constexpr (STATS) {
