@@ -276,7 +276,8 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
         for (int cidx = lane; cidx < 16 * kChunks; cidx += 32) {
           const int px = cidx / kChunks, ck = cidx - px * kChunks;
           // one instruction (NVVM had split the plain uint4 store into four in the statistics variants: run 69)
-          if (px < valid[i]) st_global_v4(yrow + px * K + ck * 8, *reinterpret_cast<const uint4*>(st + px * kStage + ck * 8));
+          if (px < valid[i])
+            st_global_v4(yrow + px * K + ck * 8, *reinterpret_cast<const uint4*>(st + px * kStage + ck * 8));
         }
       }
       __syncwarp();  // the staging tiles read before the next unit writes them
