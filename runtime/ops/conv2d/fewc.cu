@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
       for (int r = 0; r < a.r; ++r) {
         for (int sg = 0; sg < a.sg; ++sg, baddr += 32) {
           const int off = (r * a.patch_cols + sg * 4) * 2;
-          // A of both tiles (the second a copy of the first when there is none: its MMAs are dropped).
+          // A of both tiles (the second a copy of the first when there is none: its products are not stored).
           // Taps past the filter (s >= S: zero weights) read 0, not the pixel: an Inf there must not give NaN.
           const bool in1 = (in_mask >> (2 * sg)) & 1, in2 = (in_mask >> (2 * sg + 1)) & 1;
           uint32_t af[2][4];
@@ -212,18 +212,30 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
           for (int j = 0; j < NT; j += 2) {
             if (j + 2 < NT) ldsm_x4(b[(j / 2 + 1) & 1], baddr + (j + 2) * 8 * a.w_stride * 2);
             const uint32_t(&bj)[4] = b[(j / 2) & 1];
+            // Both tiles' MMAs even without a second tile (its A is a copy of the first's, its acc unused): no
+            // branch around mma.sync, whose warp-uniform condition the compiler cannot see (WARPSYNCs, run 69).
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
-              if (i == 1 && !two) break;
               mma16816<T>(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], bj[0], bj[1]);
               mma16816<T>(acc[i][j + 1], af[i][0], af[i][1], af[i][2], af[i][3], bj[2], bj[3]);
             }
           }
         }
       }
-      // Epilogue: both tiles rounded (with the bias) into the staging tiles; STATS: their statistics by MMA;
-      // then whole 16-byte pieces of y.
+      // Epilogue: the tiles rounded (with the bias) into the staging tiles, then whole 16-byte pieces of y; STATS:
+      // both tiles staged first, then their statistics by MMA, then the stores.
+      constexpr int kChunks = K / 8;  // 16-byte pieces per pixel
       int valid[2];  // pixels 0 .. valid - 1 of each tile are y's (the others lie past P or Q, or the tile is none)
+      auto store_tile = [&](int i) {
+        const uint16_t* st = stage + (warp * 2 + i) * 16 * kStage;
+        uint16_t* yrow = a.y + ((static_cast<int64_t>(n) * a.p + p0 + pl[i]) * a.q + q0[i]) * K;  // first pixel
+        for (int cidx = lane; cidx < 16 * kChunks; cidx += 32) {
+          const int px = cidx / kChunks, ck = cidx - px * kChunks;
+          // one instruction (NVVM had split the plain uint4 store into four in the statistics variants: run 69)
+          if (px < valid[i])
+            st_global_v4(yrow + px * K + ck * 8, *reinterpret_cast<const uint4*>(st + px * kStage + ck * 8));
+        }
+      };
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const bool tile = i == 0 || two;
@@ -251,10 +263,13 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
           stage_tile(std::true_type{});
         else
           stage_tile(std::false_type{});
+        if constexpr (!STATS) {
+          __syncwarp();
+          store_tile(i);
+        }
       }
-      __syncwarp();
-      constexpr int kChunks = K / 8;  // 16-byte pieces per pixel
       if constexpr (STATS) {
+        __syncwarp();
         // Rows past P or Q zeroed (a warp-uniform branch, edge tiles only), so that the MMAs below add 0 for them.
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -267,17 +282,10 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
           __syncwarp();
         }
         fewc_stats_mma<T, NT>(stage + warp * 2 * 16 * kStage, two, wsum + warp * 2 * K, lane);
-      }
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        if (i == 1 && !two) break;
-        const uint16_t* st = stage + (warp * 2 + i) * 16 * kStage;
-        uint16_t* yrow = a.y + ((static_cast<int64_t>(n) * a.p + p0 + pl[i]) * a.q + q0[i]) * K;  // first pixel
-        for (int cidx = lane; cidx < 16 * kChunks; cidx += 32) {
-          const int px = cidx / kChunks, ck = cidx - px * kChunks;
-          // one instruction (NVVM had split the plain uint4 store into four in the statistics variants: run 69)
-          if (px < valid[i])
-            st_global_v4(yrow + px * K + ck * 8, *reinterpret_cast<const uint4*>(st + px * kStage + ck * 8));
+        for (int i = 0; i < 2; ++i) {
+          if (i == 1 && !two) break;
+          store_tile(i);
         }
       }
       __syncwarp();  // the staging tiles read before the next unit writes them
