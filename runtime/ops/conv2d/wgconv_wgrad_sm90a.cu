@@ -58,7 +58,9 @@ constexpr int kSteps = kTile / 16;        // k steps of 16 positions per tile ..
 constexpr int kHalf = kSteps / 2;         // ... in two halves (A register sets, wgmma commit groups)
 constexpr int kMirror = kWgconvWgradMirror;  // the ring's first rows repeated after its end
 static_assert(kTile == 128 && kThreads == 384, "load_tile's jobs: 256 dy and 256 x half rows over 384 threads");
-constexpr int kProParts = 2;  // the prologue's transform of a tile's rows in 1 or 2 places of the loop
+// The prologue's transform of a tile's rows in 1 or 2 places of the loop. 1: e12ada4's placement (run 70: conv1_2
+// 2,030-2,068 us); run 71 measured 2 together with kLateCopies in the Pro kernel at 2,469-2,550, not yet alone.
+constexpr int kProParts = 1;
 constexpr int kTaps = 9, kCh = 64;
 
 struct WgradArgs {
@@ -284,9 +286,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     // kLateCopies (Depth 4): the copies of tile t + Depth - 1 are issued one iteration later, right after tile t + 1's
     // first wgmma group (then (t, 1) and (t + 1, 0) are queued), instead of between barrier t and that group --
     // the barrier-to-wgmma path (Nsight Compute, run 70: the barrier's wait ~20 % of the plain kernel's stall
-    // samples) without them; the copies still land ~1.5 tiles before their wait. Depth 3 keeps them after the
-    // barrier (one tile ahead only).
-    constexpr bool kLateCopies = Depth >= 4;
+    // samples) without them; the copies still land ~1.5 tiles before their wait (run 71, H100: conv1_2 1,471 ->
+    // 1,376-1,381 us, conv2_1 749-773 -> 694-696). Depth 3 keeps them after the barrier (one tile ahead only), and
+    // so does the Pro kernel, whose transform of tile t + 1 follows the same first group: the copies issued there
+    // delayed it (run 71: 2,469-2,550 us with kProParts 2, against e12ada4's 2,068 in the same lease).
+    constexpr bool kLateCopies = Depth >= 4 && !Pro;
     if constexpr (Pro) {  // the constants of channels c0 .. c0 + 63, before any transform reads them
       if (tid < kCh) {
         const ApplyConsts k = apply_consts(c0 + tid, a.pro.gamma, a.pro.beta, a.pro.mean, a.pro.invstd, false, 0.0f,
