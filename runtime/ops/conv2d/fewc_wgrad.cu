@@ -2,7 +2,8 @@
 // dW (K=64, kred) = dy^T (64, pixels) x A (pixels, kred), the reduction over the output pixels of each task.
 // A persistent CTA of tgroups x ceil(ksteps / 2) warps (fewc.h) loops over its tasks (image n, output rows p0 ..
 // p0+TP-1): the task's dy pixels (TP * MT * 16, K + 8) and raw input rows were copied with cp.async while the
-// previous task computed (dy in one of two buffers); the raw rows are scattered into the patch (as the forward's).
+// previous task computed (dy in one of two buffers, issued right after the previous task's first barrier; the rows
+// once its patch was built); the raw rows are scattered into the patch (as the forward's).
 // Then for every 16-pixel row tile of its tile group, warp (group, w) (reduction steps 2w and 2w + 1, all 64
 // channels) loads
 //   A = dy^T fragments of its 4 row tiles of 16 channels with 4 ldmatrix.x4.trans of the staged dy (rows =
@@ -83,11 +84,16 @@ __device__ __forceinline__ void stage_dy(const FewcWgradArgs& a, const uint16_t*
   }
 }
 
-// The next copies of a task: its dy into dys, BNP's x into xs (else nullptr) and, when pipelined, its raw input
-// rows.
-__device__ __forceinline__ void prefetch_task(const FewcWgradArgs& a, const PatchGeom& pg, int task, uint16_t* dys,
-                                              uint16_t* xs, uint16_t* raw) {
+// A task's copies in two commit groups: its dy into dys (prefetch_dy), then BNP's x into xs (else nullptr) and,
+// when pipelined, its raw input rows (prefetch_rows). The task loop issues the next task's dy as soon as its buffer is
+// free (every warp past the loop's first barrier) and the rest once the scatter and BNP's prologue are done with raw
+// and xs.
+__device__ __forceinline__ void prefetch_dy(const FewcWgradArgs& a, int task, uint16_t* dys) {
   stage_dy(a, a.dy, task, dys, a.dy_stride);
+  cp_async_commit();
+}
+__device__ __forceinline__ void prefetch_rows(const FewcWgradArgs& a, const PatchGeom& pg, int task, uint16_t* xs,
+                                              uint16_t* raw) {
   if (xs) stage_dy(a, a.bn_x, task, xs, kWgradK);
   if (a.pipe) {
     const int n = task / a.row_tasks;
@@ -194,22 +200,26 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
 
   const PatchGeom pg{a.h, a.w_in, a.c, a.stride, a.pad_h, a.pad_w, a.patch_rows, a.patch_cols, a.vec != 0};
   zero_patch(pg, patch);  // ordered before the first patch write by the task loop's first barrier
-  if (static_cast<int>(blockIdx.x) < a.tasks) prefetch_task(a, pg, blockIdx.x, dys0, BNP ? xs : nullptr, raw);
+  if (static_cast<int>(blockIdx.x) < a.tasks) {
+    prefetch_dy(a, blockIdx.x, dys0);
+    prefetch_rows(a, pg, blockIdx.x, BNP ? xs : nullptr, raw);
+  }
   const int tiles = a.tp * a.mt;
   int buf = 0;
   for (int task = blockIdx.x; task < a.tasks; task += gridDim.x, buf ^= 1) {
     const int n = task / a.row_tasks, p0 = (task - n * a.row_tasks) * a.tp;
+    const int next = task + static_cast<int>(gridDim.x);
     cp_async_wait_all();  // this task's dy and rows (this thread's copies), then everyone's; the previous task's
     __syncthreads();      // fragments are read (its dy buffer is free)
+    // The next task's dy (its buffer is free) in flight during the scatter, BNP's prologue and the MMAs.
+    if (next < a.tasks) prefetch_dy(a, next, dys0 + (buf ^ 1) * tile_px * a.dy_stride);
     if (a.pipe)
       scatter_patch(raw, pg, p0, patch);
     else
       load_patch(a.x + static_cast<int64_t>(n) * a.h * a.w_in * a.c, pg, p0, patch);
     if constexpr (BNP != 0) bn_dx_pieces<T, BNP == 2>(a, p0, dys0 + buf * tile_px * a.dy_stride, xs, bnc);
     __syncthreads();  // the patch (and BNP's dx) is complete; raw and BNP's x buffer are free
-    if (task + static_cast<int>(gridDim.x) < a.tasks)
-      prefetch_task(a, pg, task + static_cast<int>(gridDim.x), dys0 + (buf ^ 1) * tile_px * a.dy_stride,
-                    BNP ? xs : nullptr, raw);
+    if (next < a.tasks) prefetch_rows(a, pg, next, BNP ? xs : nullptr, raw);
     if (shifted) {
       // odd := the patch one pixel (4 elements, 8 bytes) further; its last pixel is never read (fewc.h).
       const uint2* src = reinterpret_cast<const uint2*>(patch);
