@@ -24,6 +24,7 @@
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_utils.cuh"
+#include "runtime/cuda/ldmatrix.cuh"
 #include "runtime/ops/conv2d/fewc_cuda.h"
 #include "runtime/ops/conv2d/fewc_kernels.cuh"
 
@@ -42,19 +43,6 @@ struct FewcArgs {
   float* part;    // STATS: (grid, 2, K) f32 partial sums of y and y^2
   int stats_off;  // STATS: the warps' (warps, 2, K) f32 sums in shared memory, at smem + stats_off elements
 };
-
-// ldmatrix.x4 (non-transposed) of the four 8x8 matrices whose rows this warp's lanes address (shared address).
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
 
 // A unit's per-channel sums of y and y^2 from its staged tiles (st: tile 0's 16 x kStage rows, tile 1's after it;
 // tile 1 only when two; rows of pixels that are not y's hold 0), added into this warp's (2, K) f32 row wsum: per
@@ -225,23 +213,29 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
       // Epilogue: the tiles rounded (with the bias) into the staging tiles, then whole 16-byte pieces of y; STATS:
       // both tiles staged first, then their statistics by MMA, then the stores.
       constexpr int kChunks = K / 8;  // 16-byte pieces per pixel
-      int valid[2];  // pixels 0 .. valid - 1 of each tile are y's (the others lie past P or Q, or the tile is none)
-      auto store_tile = [&](int i) {
-        const uint16_t* st = stage + (warp * 2 + i) * 16 * kStage;
-        uint16_t* yrow = a.y + ((static_cast<int64_t>(n) * a.p + p0 + pl[i]) * a.q + q0[i]) * K;  // first pixel
+      // Pixels 0 .. valid[i] - 1 of tile i are y's (the others lie past P or Q, or the tile is none); set below.
+      int valid[2] = {0, 0};
+      auto staged = [&](int i) { return stage + (warp * 2 + i) * 16 * kStage; };  // tile i's 16 staging rows
+      // f(px, ck, at) for this lane's 16-byte pieces of tile i: pixel px, channels 8 ck .., at its staging address.
+      auto each_piece = [&](int i, auto&& f) {
         for (int cidx = lane; cidx < 16 * kChunks; cidx += 32) {
           const int px = cidx / kChunks, ck = cidx - px * kChunks;
-          // one instruction (NVVM had split the plain uint4 store into four in the statistics variants: run 69)
-          if (px < valid[i])
-            st_global_v4(yrow + px * K + ck * 8, *reinterpret_cast<const uint4*>(st + px * kStage + ck * 8));
+          f(px, ck, staged(i) + px * kStage + ck * 8);
         }
+      };
+      auto store_tile = [&](int i) {
+        uint16_t* yrow = a.y + ((static_cast<int64_t>(n) * a.p + p0 + pl[i]) * a.q + q0[i]) * K;  // first pixel
+        each_piece(i, [&](int px, int ck, const uint16_t* at) {
+          // one instruction (NVVM had split the plain uint4 store into four in the statistics variants: run 69)
+          if (px < valid[i]) st_global_v4(yrow + px * K + ck * 8, *reinterpret_cast<const uint4*>(at));
+        });
       };
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const bool tile = i == 0 || two;
         valid[i] = tile && p0 + pl[i] < a.p ? min(16, a.q - q0[i]) : 0;
         if (!tile) break;
-        uint16_t* st = stage + (warp * 2 + i) * 16 * kStage;
+        uint16_t* st = staged(i);
         // The tile rounded into the staging rows, one conversion per output pair; with a bias (read here, cached,
         // not held in registers) added in fp32 first. Without one, no load and no add: a branch per tile instead of
         // a predicated load, its conversion and two adds of 0 per pair (~1/10 of the kernel's instructions, Nsight
@@ -274,14 +268,12 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           if (valid[i] == 16 || (i == 1 && !two)) continue;
-          uint16_t* st = stage + (warp * 2 + i) * 16 * kStage;
-          for (int cidx = lane; cidx < 16 * kChunks; cidx += 32) {
-            const int px = cidx / kChunks, ck = cidx - px * kChunks;
-            if (px >= valid[i]) *reinterpret_cast<uint4*>(st + px * kStage + ck * 8) = uint4{0, 0, 0, 0};
-          }
+          each_piece(i, [&](int px, int, uint16_t* at) {
+            if (px >= valid[i]) *reinterpret_cast<uint4*>(at) = uint4{0, 0, 0, 0};
+          });
           __syncwarp();
         }
-        fewc_stats_mma<T, NT>(stage + warp * 2 * 16 * kStage, two, wsum + warp * 2 * K, lane);
+        fewc_stats_mma<T, NT>(staged(0), two, wsum + warp * 2 * K, lane);
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           if (i == 1 && !two) break;

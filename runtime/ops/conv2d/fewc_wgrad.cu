@@ -33,6 +33,7 @@
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_utils.cuh"
+#include "runtime/cuda/ldmatrix.cuh"
 #include "runtime/ops/batchnorm/bn_elem.cuh"
 #include "runtime/ops/conv2d/fewc_cuda.h"
 #include "runtime/ops/conv2d/fewc_kernels.cuh"
@@ -59,13 +60,6 @@ struct FewcWgradArgs {
   const float *gamma, *mean, *invstd, *dgamma, *dbeta, *relu_beta;
   int64_t bn_rows;
 };
-
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* row_addr) {
-  const uint32_t a = smem_addr(row_addr);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
 
 // cp.async of the task's pixels of src (N, P, Q, K: dy, or BNP's x) into dys, stride elements per pixel (tile pixel
 // i: output row p0 + i / (16 MT), column i % (16 MT)); pixels past P or Q are zero-filled.
@@ -238,12 +232,13 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
       uint32_t af[kWgradMt][4];
 #pragma unroll
       for (int m = 0; m < kWgradMt; ++m)
-        ldsm_x4_trans(af[m], dys + (tile * 16 + (mi >> 1) * 8 + (lane & 7)) * a.dy_stride + m * 16 + (mi & 1) * 8);
+        ldsm_x4_trans(af[m],
+                      smem_addr(dys + (tile * 16 + (mi >> 1) * 8 + (lane & 7)) * a.dy_stride + m * 16 + (mi & 1) * 8));
       // B: (px 0-7, half 0), (px 8-15, half 0), (px 0-7, half 1), (px 8-15, half 1).
       uint32_t bf[2][4];
       const int base = (pl * a.stride * a.patch_cols + q * a.stride) * 4;
 #pragma unroll
-      for (int j = 0; j < 2; ++j) ldsm_x4_trans(bf[j], q < a.q ? bsrc + base + boff[j] : zero_row);
+      for (int j = 0; j < 2; ++j) ldsm_x4_trans(bf[j], smem_addr(q < a.q ? bsrc + base + boff[j] : zero_row));
 #pragma unroll
       for (int j = 0; j < 2; ++j)
 #pragma unroll

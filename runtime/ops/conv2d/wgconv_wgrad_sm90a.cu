@@ -44,6 +44,7 @@
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_utils.cuh"
+#include "runtime/cuda/ldmatrix.cuh"
 #include "runtime/cuda/wgmma_sm90a.cuh"
 #include "runtime/ops/batchnorm/bn_elem.cuh"
 #include "runtime/ops/conv2d/wgconv.h"
@@ -70,12 +71,6 @@ struct WgradArgs {
   int per_cta;  // tiles per CTA
   WgConvPrologue pro;  // Pro: x's batch norm (+ ReLU) applied to its rows as they land (act_out unused)
 };
-
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
 
 // Tap s's m64n64 accumulator fragment within a warpgroup's three (acc: the m64n192 fragment of taps 0, 1, 2 side by
 // side -- columns 64 s + c -- which is the three m64n64 fragments one after the other).
