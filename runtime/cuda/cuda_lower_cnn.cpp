@@ -321,8 +321,8 @@ Status CudaBackend::plan_conv_bn_stats() {
 }
 
 // train.conv_bn_backward fused or auto (effective_conv_bn_backward fused): graph (d) for every pair
-// conv_bn_bwd_choose picks (the few-channel folds keep their batch norm's first pass); a pair cuDNN has no engine for
-// runs separately (counted, the first reason kept).
+// conv_bn_bwd_choose picks (a few-channel fold's batch norm too: its weight gradient's prologue then reads the masked
+// g); a pair cuDNN has no engine for runs separately (counted, the first reason kept).
 Status CudaBackend::plan_conv_bn_bwd() {
   conv_sources_.bn_bwd_mode = to_string(effective_conv_bn_backward(c_.spec.train));  // fused or separate
   std::vector<FewcBnGradFold> fewc;
@@ -652,7 +652,10 @@ Status CudaBackend::lower_fewc_conv_node(const Node& n, std::vector<Launch>& out
       in.invstd = f32(bnn.in[4]);
       in.dgamma = f32(bnn.out[1]);
       in.dbeta = f32(bnn.out[2]);
-      in.relu_beta = f.relu_beta != kNoValue ? f32(f.relu_beta) : nullptr;
+      // train.conv_bn_backward fused (conv_bn_bwd_choose's fewc_dx): g is the data gradient's masked g and dgamma,
+      // dbeta its reductions; the prologue applies no mask again (batchnorm_bwd_apply_cuda's arithmetic).
+      const bool masked = conv_bn_bwd_.count(f.g) > 0;
+      in.relu_beta = f.relu_beta != kNoValue && !masked ? f32(f.relu_beta) : nullptr;
       out.push_back([=] { return fewc_conv_wgrad_cuda(s, *plan, dy, x, dw, ws, wsb, &in); });
       return ok_status();
     }
@@ -745,6 +748,7 @@ Status CudaBackend::lower_batch_norm_node(const Node& n, std::vector<Launch>& ou
     void* dx = fewc_bn_grad_.count(n.out[0]) ? nullptr : at(n.out[0]);
     float *dg = f32(n.out[1]), *db = f32(n.out[2]);
     if (conv_bn_bwd_.count(n.in[0])) {  // train.conv_bn_backward: the data gradient wrote the masked g, dgamma, dbeta
+      if (!dx) return ok_status();  // and the few-channel weight gradient computes dx from it: nothing left here
       const float* gm = f32(n.in[2]);
       const float *mean = f32(n.in[3]), *inv = f32(n.in[4]);
       void* dxo = at(n.out[0]);

@@ -82,3 +82,49 @@ TEST_CASE("the stem batch norm's backward folds into the few-channel weight grad
     CHECK(r < 1e-2);
   }
 }
+
+// With train.conv_bn_backward fused (train.deterministic: false), bn0's reductions come from conv1's data gradient
+// (cuDNN graph (d): the masked g, dgamma, dbeta) and its dx still from the stem's weight gradient, whose prologue
+// then applies no mask of its own (conv_bn_bwd_choose's fewc_dx): counted in both, bn0's backward node runs nothing.
+// Against conv_fewc unfolded under the same fusion (graph (d), batchnorm_bwd_apply_cuda's dx, the plain kernel: the
+// same element functions) every gradient within 1e-3 (graph (d) is not bitwise repeatable); against the separate
+// batch-norm backward within 1e-2 (graph (d)'s own dgrad engine and fp32 reductions, its mask recomputed in fp32).
+TEST_CASE("the stem batch norm's fold with its reductions from the data gradient (conv_bn_backward fused): counted, "
+          "and the gradients of the unfolded and the separate paths (fp16 AMP)",
+          "[gpu][backend][cnn][fewc][fuseddgrad]") {
+  const std::vector<std::string> nd = {"train.deterministic=false", "train.conv_bn_stats=separate"};
+  auto with = [&](std::vector<std::string> o) {
+    o.insert(o.end(), nd.begin(), nd.end());
+    return build_backend(spec_of(o));
+  };
+  const BuiltBackend on = with({"train.conv_fewc=on", "train.conv_bn_backward=fused"}),
+                     unf = with({"train.conv_fewc=unfolded", "train.conv_bn_backward=fused"}),
+                     sep = with({"train.conv_fewc=on", "train.conv_bn_backward=separate"});
+  const int backward = backward_programs(*on.c);
+  REQUIRE(backward >= 1);
+  const ConvAlgoSources* src = on.be->conv_algo_sources();
+  INFO("fallback reason: " << src->bn_bwd_fallback_reason);
+  REQUIRE(src->bn_bwd_fallback == 0);  // cuDNN serves graph (d) for conv1's stride-1 data gradient
+  CHECK(src->bn_grad_folded == backward);
+  CHECK(src->bn_bwd_fused == backward);     // bn0 (conv1's data gradient); bn1's g comes from the pool: separate
+  CHECK(src->bn_bwd_separate == backward);
+  CHECK(unf.be->conv_algo_sources()->bn_grad_folded == 0);
+  CHECK(unf.be->conv_algo_sources()->bn_bwd_fused == backward);
+  CHECK(sep.be->conv_algo_sources()->bn_grad_folded == backward);
+  CHECK(sep.be->conv_algo_sources()->bn_bwd_fused == 0);
+  const int64_t sample = 40 * 48 * 3;
+  const double lo = one_train_step(on, sample), lu = one_train_step(unf, sample), ls = one_train_step(sep, sample);
+  CHECK(lo == Approx(lu).epsilon(1e-5));  // the same forward (non-deterministic algorithms allowed)
+  CHECK(lo == Approx(ls).epsilon(1e-5));
+  const std::vector<float> go = floats_of(on.be->read_region(Region::Grads)),
+                           gu = floats_of(unf.be->read_region(Region::Grads)),
+                           gs = floats_of(sep.be->read_region(Region::Grads));
+  for (const char* name :
+       {"stem.weight.grad", "conv1.weight.grad", "bn0.weight.grad", "bn0.bias.grad", "bn1.weight.grad", "fc.weight.grad"}) {
+    const double ru = testing::rel_diff(value_slice(*on.c, go, name), value_slice(*unf.c, gu, name)),
+                 rs = testing::rel_diff(value_slice(*on.c, go, name), value_slice(*sep.c, gs, name));
+    INFO(name << ": relative difference " << ru << " to unfolded, " << rs << " to the separate backward");
+    CHECK(ru < 1e-3);
+    CHECK(rs < 1e-2);
+  }
+}

@@ -185,7 +185,8 @@ ConvBnBwdChoice conv_bn_bwd_choose(const Graph& graph, const MemoryPlan& plan, c
       ConvBnBwdPair pr;
       pr.program = static_cast<int>(pi);
       pr.bn_grad = bi;
-      bool ok = !bn.attrs.residual && !bn.attrs.pool && bn.in.size() >= 5 && bi > 0 && !folded_into_fewc;
+      pr.fewc_dx = folded_into_fewc;
+      bool ok = !bn.attrs.residual && !bn.attrs.pool && bn.in.size() >= 5 && bi > 0;
       if (ok) pr.beta = bn_grad_relu_beta(graph, bn);  // the mask is recomputed from x with the forward's beta
       ok = ok && pr.beta != kNoValue;
       const ValueId g = bn.in[0];

@@ -82,13 +82,15 @@ std::vector<ConvBnApplyFold> wgconv_bn_apply_choose(const Graph& graph, const Sp
 // A training batch norm + ReLU's backward whose reductions the preceding convolution data gradient computes
 // (train.conv_bn_backward fused or auto; cuDNN's dgrad + ReLU backward + BN-backward-weights graph): that
 // Conv2dGradInput writes the masked incoming gradient g in its output's place plus dgamma and dbeta, and the
-// BatchNormGrad runs its dx pass only.
+// BatchNormGrad runs its dx pass only -- or nothing, when a few-channel weight gradient computes its dx (fewc_dx:
+// fewc_bn_grad_choose's fold, whose prologue then takes the masked g and applies no mask of its own).
 struct ConvBnBwdPair {
   int program = 0;
   size_t dgrad = 0;    // the Conv2dGradInput node: its output is the batch norm's dY
   size_t bn_grad = 0;  // the BatchNormGrad node right after it
   Conv2dGeom g;        // the convolution's real (finished) geometry
   ValueId beta = kNoValue;  // the forward's beta (the ReLU mask recomputed from x)
+  bool fewc_dx = false;     // the batch norm is a FewcBnGradFold's: its dx is the next weight gradient's prologue
 };
 struct ConvBnBwdChoice {
   std::vector<ConvBnBwdPair> fuse;
@@ -99,8 +101,8 @@ struct ConvBnBwdChoice {
 // forward (the BatchNorm that wrote its save_mean) fused the ReLU without a residual, whose dY (in[0]) the node
 // right before it writes — a Conv2dGradInput without accumulation that
 // the CUDA backend runs as a plain cuDNN data gradient (conv_route Cudnn, real channels, groups 1, C % 8 == 0) —
-// and that no other node reads (nor is a named value), whose dx is not computed by a few-channel weight gradient
-// (`fewc`: fewc_bn_grad_choose's folds, which need the batch norm's own first pass), and whose dgamma and dbeta the
+// and that no other node reads (nor is a named value) -- its dx may be computed by a few-channel weight gradient
+// (`fewc`: fewc_bn_grad_choose's folds; the pair's fewc_dx: VGG16-BN's features_1) --, and whose dgamma and dbeta the
 // data gradient may write one node early (memplan_early_write_safe: always in the gradient region; a frozen
 // gamma/beta's are activations that could share storage with the data gradient's input). Adjacent, because the
 // fused graph reads x and recomputes the mask at the data gradient's place in the schedule. Every other

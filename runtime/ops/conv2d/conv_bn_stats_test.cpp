@@ -231,21 +231,24 @@ TEST_CASE("conv_bn_apply_choose folds only batch norms whose backward keeps x al
 }
 
 // train.conv_bn_backward: fused on VGG16-BN: the non-pool batch norms + ReLU (features_1, 8, 15, 18, 25, 28, 35, 38)
-// whose dY the next conv's data gradient writes right before them; features_1's dx goes to the few-channel weight
-// gradient (fewc_bn_grad_choose) with conv_fewc on, so it keeps its first pass. The five pooled ones are separate.
+// whose dY the next conv's data gradient writes right before them; with conv_fewc on, features_1's dx goes to the
+// few-channel weight gradient (fewc_bn_grad_choose), which then reads the data gradient's masked g (fewc_dx). The
+// five pooled ones are separate.
 TEST_CASE("conv_bn_bwd_choose on VGG16-BN: the data gradients before the non-pool batch norms' backward",
           "[conv_bn_stats]") {
   struct Want {
     std::vector<std::string> overrides;
     int fused, separate;  // per program with a batch-norm backward
+    bool fewc_dx;         // features_1's pair has its dx computed by the few-channel weight gradient
   };
   const Want cases[] = {
-      {{"train.conv_bn_backward=fused", "train.precision=fp16"}, 7, 6},
-      {{"train.conv_bn_backward=fused", "train.precision=fp16", "train.conv_fewc=off"}, 8, 5},
-      {{"train.conv_bn_backward=separate", "train.precision=fp16"}, 0, 0},
-      {{"train.conv_bn_backward=auto", "train.precision=fp16"}, 7, 6},
-      {{"train.precision=fp16"}, 7, 6},  // the default: auto, fused here
-      {{"train.precision=bf16"}, 0, 0},  // auto under bf16: separate (graph (d) takes f16), nothing counted
+      {{"train.conv_bn_backward=fused", "train.precision=fp16"}, 8, 5, true},
+      {{"train.conv_bn_backward=fused", "train.precision=fp16", "train.conv_fewc=off"}, 8, 5, false},
+      {{"train.conv_bn_backward=fused", "train.precision=fp16", "train.conv_fewc=unfolded"}, 8, 5, false},
+      {{"train.conv_bn_backward=separate", "train.precision=fp16"}, 0, 0, false},
+      {{"train.conv_bn_backward=auto", "train.precision=fp16"}, 8, 5, true},
+      {{"train.precision=fp16"}, 8, 5, true},  // the default: auto, fused here
+      {{"train.precision=bf16"}, 0, 0, false},  // auto under bf16: separate (graph (d) takes f16), nothing counted
   };
   for (const Want& w : cases) {
     std::string tag;
@@ -254,13 +257,24 @@ TEST_CASE("conv_bn_bwd_choose on VGG16-BN: the data gradients before the non-poo
     const Compiled c = compile_amp(vgg(w.overrides));
     const int p = programs_with(c.graph, OpKind::BatchNormGrad);
     REQUIRE(p >= 1);
-    const ConvBnBwdChoice ch = conv_bn_bwd_choose(c.graph, c.plan, c.spec, fewc_bn_grad_choose(c.graph, c.spec));
+    const std::vector<FewcBnGradFold> fewc = fewc_bn_grad_choose(c.graph, c.spec);
+    const ConvBnBwdChoice ch = conv_bn_bwd_choose(c.graph, c.plan, c.spec, fewc);
     CHECK(static_cast<int>(ch.fuse.size()) == w.fused * p);
     CHECK(ch.separate == w.separate * p);
+    int fewc_dx = 0;
     for (const ConvBnBwdPair& pr : ch.fuse) {
       const Program& prog = c.graph.programs[pr.program];
       const Node &d = prog.nodes[pr.dgrad], &bn = prog.nodes[pr.bn_grad];
       INFO(d.name << " -> " << bn.name);
+      const bool first = bn.name.rfind("features_1.", 0) == 0;  // features_1's backward, not features_10's
+      CHECK(pr.fewc_dx == (w.fewc_dx && first));
+      if (pr.fewc_dx) {  // the fold's g is the pair's masked g; its weight gradient the next node
+        ++fewc_dx;
+        bool in_fewc = false;
+        for (const FewcBnGradFold& f : fewc)
+          in_fewc |= f.program == pr.program && f.bn_grad == pr.bn_grad && f.g == d.out[0] && f.wgrad == pr.bn_grad + 1;
+        CHECK(in_fewc);
+      }
       CHECK(d.op == OpKind::Conv2dGradInput);
       CHECK(bn.op == OpKind::BatchNormGrad);
       CHECK(pr.bn_grad == pr.dgrad + 1);
@@ -269,6 +283,7 @@ TEST_CASE("conv_bn_bwd_choose on VGG16-BN: the data gradients before the non-poo
       CHECK(pr.g.c == c.graph.values[d.out[0]].shape.dims.back());
       CHECK(pr.beta != kNoValue);
     }
+    CHECK(fewc_dx == (w.fewc_dx ? p : 0));
   }
 }
 
