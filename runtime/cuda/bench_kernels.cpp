@@ -334,6 +334,14 @@ Status bench_stem_convs(Bench& b, const void* random, int64_t random_n) {
         st = b.add(n + " wgrad fewc+bn dx f16", size, flops, true, ceil, [&] {
           return fewc_conv_wgrad_cuda(s, bp.value(), nullptr, x.p, static_cast<float*>(dw.p), bws.p, bwsb, &bn);
         });
+        // With train.conv_bn_backward fused (conv_bn_bwd_choose's fewc_dx): g arrives masked from cuDNN's graph (d),
+        // the prologue applies no mask (the kernel variant without relu_beta).
+        FewcBnGradIn masked = bn;
+        masked.relu_beta = nullptr;
+        if (st.ok())
+          st = b.add(n + " wgrad fewc+bn dx (masked g) f16", size, flops, true, ceil, [&] {
+            return fewc_conv_wgrad_cuda(s, bp.value(), nullptr, x.p, static_cast<float*>(dw.p), bws.p, bwsb, &masked);
+          });
       }
     }
     if (!st.ok()) return st;
