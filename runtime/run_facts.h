@@ -49,7 +49,7 @@ struct ConvAlgoSources {
   // ones whose output is never written (train.conv_wgconv all: the ring weight gradients apply them to x
   // themselves): wgconv_bn_unwritten.
   int wgconv_fwd = 0, wgconv_bn_folded = 0, wgconv_bn_unwritten = 0;
-  // train.conv_wgconv wgrad or all: weight gradients on the ring weight-gradient kernel, per node of every program;
+  // train.conv_wgconv wgrad, bwd or all: weight gradients on the ring weight-gradient kernel, per node of every program;
   // run.json holds it when > 0.
   int wgconv_wgrad = 0;
   // train.conv_bn_backward: the mode in effect (effective_conv_bn_backward: "separate" or "fused"; auto resolved)

@@ -215,7 +215,8 @@ enum class ConvFewc { On, Unfolded, Forward, Off };
 // dgrad = the data gradient of every 3x3/1 convolution with 64 output channels whose ring px kernel fits
 // (wgconv_dgrad_ring_eligible, runtime/ops/conv2d/wgconv_rule.h: VGG16-BN's conv1_2, ResNet's layer1 3x3s) runs
 // on it instead of cuDNN (on the H200 at VGG's conv1_2, 224² x 64, batch 256: 2,242 µs against cuDNN's 2,586,
-// RESULTS.md run 61); such a data gradient is then no train.conv_bn_backward pair. off (the default) = cuDNN.
+// RESULTS.md run 61); under train.conv_bn_backward fused its epilogue computes the next batch norm's backward
+// reductions (its own variant of cuDNN's graph (d)). off (the default) = cuDNN.
 // Deterministic (one fixed summation order); the same gradient up to summation order. A GPU other than compute
 // capability 9.0 refuses the plan ("not supported"); no effect under fp32/tf32 or on the CPU backend.
 // fwd = the forward of every 3x3/1 convolution with 64 input and 64 output channels whose ring px kernel fits
@@ -227,15 +228,17 @@ enum class ConvFewc { On, Unfolded, Forward, Off };
 // convolution with 64 input and 64 or 128 output channels whose ring fits (wgconv_wgrad_route_eligible: VGG16-BN's
 // conv1_2 and conv2_1, ResNet's layer1 3x3s; with 128 input channels cuDNN's is faster) on the ring weight-gradient
 // kernel, dW straight in f32 (not rounded to the io type first, as cuDNN's is); such a weight gradient is then no
-// train.conv_bn_apply prologue fold. all = fwd, dgrad and wgrad.
-enum class ConvWgconv { Off, Dgrad, Fwd, Both, Wgrad, All };
+// train.conv_bn_apply prologue fold. bwd = dgrad and wgrad (not the forward). all = fwd, dgrad and wgrad.
+enum class ConvWgconv { Off, Dgrad, Fwd, Both, Wgrad, Bwd, All };
 inline bool wgconv_routes_dgrad(ConvWgconv c) {
-  return c == ConvWgconv::Dgrad || c == ConvWgconv::Both || c == ConvWgconv::All;
+  return c == ConvWgconv::Dgrad || c == ConvWgconv::Both || c == ConvWgconv::Bwd || c == ConvWgconv::All;
 }
 inline bool wgconv_routes_fwd(ConvWgconv c) {
   return c == ConvWgconv::Fwd || c == ConvWgconv::Both || c == ConvWgconv::All;
 }
-inline bool wgconv_routes_wgrad(ConvWgconv c) { return c == ConvWgconv::Wgrad || c == ConvWgconv::All; }
+inline bool wgconv_routes_wgrad(ConvWgconv c) {
+  return c == ConvWgconv::Wgrad || c == ConvWgconv::Bwd || c == ConvWgconv::All;
+}
 // Where a training batch norm that reads a convolution's output gets its batch statistics on the CUDA backend under
 // AMP: separate = trctl's statistics pass over the conv output (bitwise reproducible); fused = every eligible conv ->
 // batch norm pair (a cuDNN-routed conv, groups 1, no bias, unpadded channels) runs cuDNN's runtime-fusion conv +
@@ -287,7 +290,7 @@ struct TrainSpec {
   ConvIm2col conv_im2col = ConvIm2col::Forward;  // YAML conv_im2col: on | forward | off
   ConvS2d conv_s2d = ConvS2d::Forward;           // YAML conv_s2d: on | forward | off
   ConvFewc conv_fewc = ConvFewc::On;             // YAML conv_fewc: on | unfolded | forward | off
-  ConvWgconv conv_wgconv = ConvWgconv::Off;      // YAML conv_wgconv: off | dgrad | fwd | both | wgrad | all
+  ConvWgconv conv_wgconv = ConvWgconv::Off;      // YAML conv_wgconv: off | dgrad | fwd | both | wgrad | bwd | all
   ConvBnStats conv_bn_stats = ConvBnStats::Auto;      // YAML conv_bn_stats: separate | fused | auto
   ConvBnApply conv_bn_apply = ConvBnApply::Separate;  // YAML conv_bn_apply: separate | prologue
   ConvBnBackward conv_bn_backward = ConvBnBackward::Auto;  // YAML conv_bn_backward: separate | fused | auto

@@ -139,6 +139,7 @@ const char* to_string(ConvWgconv c) {
     case ConvWgconv::Fwd: return "fwd";
     case ConvWgconv::Both: return "both";
     case ConvWgconv::Wgrad: return "wgrad";
+    case ConvWgconv::Bwd: return "bwd";
     case ConvWgconv::All: return "all";
   }
   return "?";

@@ -250,7 +250,8 @@ void parse_train_section(Diagnostics& d, const YamlNode& map, TrainSpec& out) {
   get_enum(d, map, s, "conv_fewc", {ConvFewc::On, ConvFewc::Unfolded, ConvFewc::Forward, ConvFewc::Off},
            out.conv_fewc);
   get_enum(d, map, s, "conv_wgconv",
-           {ConvWgconv::Off, ConvWgconv::Dgrad, ConvWgconv::Fwd, ConvWgconv::Both, ConvWgconv::Wgrad, ConvWgconv::All},
+           {ConvWgconv::Off, ConvWgconv::Dgrad, ConvWgconv::Fwd, ConvWgconv::Both, ConvWgconv::Wgrad, ConvWgconv::Bwd,
+            ConvWgconv::All},
            out.conv_wgconv);
   parse_conv_bn_keys(d, map, out);
   get_int(d, map, s, "checkpoint_every", int_at_least(0), out.checkpoint_every);

@@ -570,6 +570,34 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
                        return wgconv_fwd_cuda(s, p, y.p, wf.p, x.p);
                      });
       });
+    // With the next batch norm's backward reductions in the epilogue (train.conv_bn_backward fused on a wgconv data
+    // gradient, WgConvBnBwd): g masked by the ReLU recomputed from bx (= x's random values) and stored elsewhere,
+    // dgamma and dbeta (the flip and the partials' reduction inside the timing). C = 64 layers (the route's).
+    if (st.ok() && g.k == 64) {
+      Result<WgConvPlan> dp = wgconv_plan(wgconv_dgrad_geom(g), GpuDType::F16, WgConvTile::RingPx256N64);
+      if (dp.ok()) {
+        DeviceBuffer par, gm, pws;
+        TRCTL_CUDA_TRY(cudaMalloc(&par.p, static_cast<size_t>(g.c) * 8 * sizeof(float)));
+        TRCTL_CUDA_TRY(cudaMalloc(&gm.p, static_cast<size_t>(nx) * 2));
+        TRCTL_CUDA_TRY(cudaMalloc(&pws.p, wgconv_stats_workspace_bytes(dp.value())));
+        if (Status f = fill_random(par.p, g.c * 8, 23); !f.ok()) return f;
+        const BnParams bp(static_cast<float*>(par.p), g.c);
+        WgConvBnBwd bb;
+        bb.x = x.p;
+        bb.gamma = bp.gamma, bb.beta = bp.beta, bb.mean = bp.mean, bb.invstd = bp.invstd;
+        bb.dgamma = bp.sum, bb.dbeta = bp.sqsum;
+        bb.ws = pws.p, bb.ws_bytes = wgconv_stats_workspace_bytes(dp.value());
+        const WgConvPlan p = dp.value();
+        st = b.add(nd + " wgconv " + wgconv_tile_name(p.tile) + " + bn backward f16", vc->size, vc->flops, true,
+                   b.gemm_f16, [&]() -> Status {
+                     if (Status f = wgconv_flip_filters_cuda(s, GpuDType::F16, w.p, g.k, g.c, wf.p); !f.ok())
+                       return f;
+                     return wgconv_fwd_cuda(s, p, y.p, wf.p, gm.p, nullptr, nullptr, &bb);
+                   });
+      } else if (dp.errors().front().code != ErrCode::NotSupported) {
+        return dp.errors();
+      }
+    }
     if (!st.ok()) return st;
     // The weight gradient: cuDNN's (dw in f16, the filter type) against the ring weight-gradient kernel (dw in
     // f32, its partials' reduction inside the timing; its taps as m64n64 and as merged m64n192 wgmma) where it

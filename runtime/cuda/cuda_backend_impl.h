@@ -166,6 +166,9 @@ class CudaBackend final : public Backend {
   bool wgconv_node(const Node& n) const;
   Status plan_wgconv(const Node& n, bool bn_prologue);  // bn_prologue: a weight gradient of a WgFold::unwritten y
   Status lower_wgconv_conv_node(const Node& n, std::vector<Launch>& out);
+  // conv_ws_ bytes of a wgconv data gradient's flipped filters (K x 9 x C of the io type, rounded up to 256): its
+  // batch-norm backward epilogue's partials follow them (cuda_lower_wgconv.cpp).
+  size_t wgconv_flipped_bytes(const Conv2dGeom& g) const;
   // train.conv_bn_stats (fused / auto): the conv -> training batch norm pairs whose conv runs cuDNN's conv + genstats
   // graph and whose batch norm finalizes its statistics from the sums; planned at the end of plan_cnn.
   Status plan_conv_bn_stats();

@@ -322,7 +322,8 @@ Status CudaBackend::plan_conv_bn_stats() {
 
 // train.conv_bn_backward fused or auto (effective_conv_bn_backward fused): graph (d) for every pair
 // conv_bn_bwd_choose picks (a few-channel fold's batch norm too: its weight gradient's prologue then reads the masked
-// g); a pair cuDNN has no engine for runs separately (counted, the first reason kept).
+// g), or, for a data gradient on wgconv, the ring px kernel's batch-norm backward epilogue; a pair cuDNN has no
+// engine for runs separately (counted, the first reason kept).
 Status CudaBackend::plan_conv_bn_bwd() {
   conv_sources_.bn_bwd_mode = to_string(effective_conv_bn_backward(c_.spec.train));  // fused or separate
   std::vector<FewcBnGradFold> fewc;
@@ -333,6 +334,15 @@ Status CudaBackend::plan_conv_bn_bwd() {
   int64_t max_c = 0;
   for (const ConvBnBwdPair& pr : choice.fuse) {
     const Node& d = c_.graph.programs[pr.program].nodes[pr.dgrad];
+    if (pr.wgconv) {  // the ring px kernel's own batch-norm backward epilogue: its partials after the flipped filters
+      auto it = wgconv_.find(conv_key(pr.g));
+      if (it == wgconv_.end())
+        return Error{ErrCode::Internal, "cuda backend", "no wgconv data-gradient plan for " + d.name};
+      conv_ws_bytes_ = std::max(conv_ws_bytes_, wgconv_flipped_bytes(pr.g) + wgconv_stats_workspace_bytes(it->second));
+      conv_bn_bwd_.emplace(d.out[0], pr);
+      ++conv_sources_.bn_bwd_fused;
+      continue;
+    }
     FusedDgradDesc desc;
     desc.g = pr.g;
     desc.io = act_type();

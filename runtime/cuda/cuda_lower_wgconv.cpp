@@ -1,7 +1,7 @@
 // CudaBackend's convolutions on trctl's wgmma ring kernel (train.conv_wgconv; runtime/ops/conv2d/wgconv.h): which
 // nodes (conv_route's rule), their plans (RingPx256N64; a data gradient's on wgconv_dgrad_geom of its forward
 // geometry, a forward's on its own) and their launches.
-// - Data gradients (dgrad, both): the filters W (K, 3, 3, C) of the AMP weight copy flipped and transposed into
+// - Data gradients (dgrad, both, bwd, all): the filters W (K, 3, 3, C) of the AMP weight copy flipped and transposed into
 //   W' (C, 3, 3, K) in conv_ws_ (the step's launches run one after another, so the shared workspace is free), then
 //   dX (N, H, W, C) = the forward kernel on dY (N, H, W, K) and W'.
 // - Forwards (fwd, both): Y = conv(X, W); for a conv_bn_stats pair (route Wgconv) Y's per-channel sum and sum of
@@ -9,7 +9,7 @@
 //   (wg_fold_: X is that batch norm's output y) the kernel reads the batch norm's input x, applies the normalisation
 //   + ReLU with the batch norm's saved mean and invstd as each row lands and writes the result to y (bitwise the
 //   apply pass's output) while the batch norm itself computes its statistics alone.
-// - Weight gradients (wgrad, all): dW (K, 3, 3, C) f32 straight into the parameter's gradient from dY and X by the
+// - Weight gradients (wgrad, bwd, all): dW (K, 3, 3, C) f32 straight into the parameter's gradient from dY and X by the
 //   ring weight-gradient kernel (wgconv_wgrad_cuda), its per-CTA partials in conv_ws_. When X is a folded batch
 //   norm's y whose only other readers are such weight gradients (WgFold::unwritten, train.conv_wgconv: all), they
 //   read the batch norm's input x and apply it as their prologue, and the forward writes no y.
@@ -55,8 +55,13 @@ Status CudaBackend::plan_wgconv(const Node& n, bool bn_prologue) {
     return ok_status();
   }
   ++conv_sources_.wgconv_dgrad;
-  conv_ws_bytes_ = std::max(conv_ws_bytes_, static_cast<size_t>(g.k * 9 * g.c) * gpu_dtype_size(act_type()));
+  conv_ws_bytes_ = std::max(conv_ws_bytes_, wgconv_flipped_bytes(g));
   return ok_status();
+}
+
+size_t CudaBackend::wgconv_flipped_bytes(const Conv2dGeom& g) const {
+  const size_t b = static_cast<size_t>(g.k * 9 * g.c) * gpu_dtype_size(act_type());
+  return (b + 255) / 256 * 256;
 }
 
 // A folded batch norm's apply as a ring kernel's prologue: its parameters and saved statistics, its ReLU (no act_out).
@@ -108,6 +113,25 @@ Status CudaBackend::lower_wgconv_conv_node(const Node& n, std::vector<Launch>& o
     void* wf = conv_ws_;
     const int64_t k = g.k, c = g.c;
     out.push_back([=] { return wgconv_flip_filters_cuda(s, io, w, k, c, wf); });
+    if (auto pair = conv_bn_bwd_.find(n.out[0]); pair != conv_bn_bwd_.end()) {
+      // train.conv_bn_backward fused: the next batch norm's backward reductions from the epilogue, which stores
+      // its masked g (as graph (d) does for a cuDNN data gradient); the partials after the flipped filters.
+      const Node& bn = c_.graph.programs[pair->second.program].nodes[pair->second.bn_grad];
+      auto f32 = [&](ValueId v) { return reinterpret_cast<float*>(at(v)); };
+      WgConvBnBwd bb;
+      bb.x = at(bn.in[1]);
+      bb.gamma = f32(bn.in[2]);
+      bb.beta = f32(pair->second.beta);
+      bb.mean = f32(bn.in[3]);
+      bb.invstd = f32(bn.in[4]);
+      bb.dgamma = f32(bn.out[1]);
+      bb.dbeta = f32(bn.out[2]);
+      const size_t off = wgconv_flipped_bytes(g);
+      bb.ws = static_cast<char*>(conv_ws_) + off;
+      bb.ws_bytes = conv_ws_bytes_ - off;
+      out.push_back([=] { return wgconv_fwd_cuda(s, *plan, dy, wf, y, nullptr, nullptr, &bb); });
+      return ok_status();
+    }
     out.push_back([=] { return wgconv_fwd_cuda(s, *plan, dy, wf, y); });  // no lazy setup: nothing to warm
     return ok_status();
   }

@@ -316,8 +316,8 @@ std::string conv_algorithms_text(const YAML::Node& train, BackendKind be, const 
   if (c.wgconv_wgrad > 0)
     s += "; " + std::to_string(c.wgconv_wgrad) + " weight gradients on trctl's wgmma kernel (train.conv_wgconv)";
   if (c.bn_bwd_mode != "separate")
-    s += "; " + std::to_string(c.bn_bwd_fused) + " batch norms' backward reductions in cuDNN's data-gradient " +
-         "epilogue (train.conv_bn_backward: " + c.bn_bwd_mode + ")";
+    s += "; " + std::to_string(c.bn_bwd_fused) + " batch norms' backward reductions in their data gradient's " +
+         "epilogue (cuDNN's graph (d) or wgconv's; train.conv_bn_backward: " + c.bn_bwd_mode + ")";
   if (c.bn_stats_mode == "separate") return s;
   s += "; batch-norm statistics (train.conv_bn_stats: " + c.bn_stats_mode + ") of " +
        std::to_string(c.bn_stats_fused) +

@@ -343,7 +343,7 @@ TEST_CASE("train.conv_wgconv is written only when not the default 'off', so olde
   Result<Spec> back = spec_parse(y, "emitted.yaml");
   REQUIRE(back.ok());
   CHECK(back.value().train.conv_wgconv == ConvWgconv::Dgrad);
-  for (ConvWgconv m : {ConvWgconv::Fwd, ConvWgconv::Both, ConvWgconv::Wgrad, ConvWgconv::All}) {
+  for (ConvWgconv m : {ConvWgconv::Fwd, ConvWgconv::Both, ConvWgconv::Wgrad, ConvWgconv::Bwd, ConvWgconv::All}) {
     s.train.conv_wgconv = m;
     Result<Spec> again = spec_parse(spec_to_yaml(s), "emitted.yaml");
     REQUIRE(again.ok());

@@ -177,12 +177,13 @@ TEST_CASE("train.conv_fewc takes on, unfolded, forward or off, default on") {
   CHECK(has_error(r, "expected one of: on, unfolded, forward, off"));
 }
 
-TEST_CASE("train.conv_wgconv takes off, dgrad, fwd, both, wgrad or all, default off") {
+TEST_CASE("train.conv_wgconv takes off, dgrad, fwd, both, wgrad, bwd or all, default off") {
   Result<Spec> def = parse(kModel);
   REQUIRE(def.ok());
   CHECK(def.value().train.conv_wgconv == ConvWgconv::Off);
   for (auto [text, mode] : {std::pair{"off", ConvWgconv::Off}, {"dgrad", ConvWgconv::Dgrad}, {"fwd", ConvWgconv::Fwd},
-                            {"both", ConvWgconv::Both}, {"wgrad", ConvWgconv::Wgrad}, {"all", ConvWgconv::All}}) {
+                            {"both", ConvWgconv::Both}, {"wgrad", ConvWgconv::Wgrad}, {"bwd", ConvWgconv::Bwd},
+                            {"all", ConvWgconv::All}}) {
     Result<Spec> ok = parse(std::string("train:\n  conv_wgconv: ") + text + "\n" + kModel);
     REQUIRE(ok.ok());
     CHECK(ok.value().train.conv_wgconv == mode);
@@ -190,7 +191,7 @@ TEST_CASE("train.conv_wgconv takes off, dgrad, fwd, both, wgrad or all, default 
   Result<Spec> r = parse("train:\n  conv_wgconv: on\n" + kModel);
   CHECK(only_code(r) == ErrCode::UnknownEnum);
   CHECK(has_error(r, "test.yaml:2:16: unknown value 'on' for 'train.conv_wgconv'"));
-  CHECK(has_error(r, "expected one of: off, dgrad, fwd, both, wgrad, all"));
+  CHECK(has_error(r, "expected one of: off, dgrad, fwd, both, wgrad, bwd, all"));
 }
 
 TEST_CASE("train.conv_bn_stats takes separate, fused or auto, default auto; fused needs deterministic: false and "

@@ -89,8 +89,8 @@ TEST_CASE("the stem batch norm's backward folds into the few-channel weight grad
 // Against conv_fewc unfolded under the same fusion (graph (d), batchnorm_bwd_apply_cuda's dx, the plain kernel: the
 // same element functions) every gradient within 1e-3 (graph (d) is not bitwise repeatable); against the separate
 // batch-norm backward within 1e-2 (graph (d)'s own dgrad engine and fp32 reductions, its mask recomputed in fp32).
-TEST_CASE("the stem batch norm's fold with its reductions from the data gradient (conv_bn_backward fused): counted, "
-          "and the gradients of the unfolded and the separate paths (fp16 AMP)",
+TEST_CASE("the stem batch norm's fold with conv_bn_backward fused: graph (d)'s masked g, unfolded's and separate's "
+          "gradients",
           "[gpu][backend][cnn][fewc][fuseddgrad]") {
   const std::vector<std::string> nd = {"train.deterministic=false", "train.conv_bn_stats=separate"};
   auto with = [&](std::vector<std::string> o) {

@@ -86,14 +86,17 @@ TEST_CASE("train.conv_wgconv dgrad does nothing under fp32 (the kernel takes f16
 // fusion in effect (deterministic false), bn1's sums from the conv's epilogue. Against off: the loss within fp16
 // rounding (the conv sums in another order), every gradient within 1e-2 norm-wise (a wrong prologue, a missing
 // activation write or wrong sums are off by O(1)); two backends of one seed bitwise equal; counted per program.
-TEST_CASE("train.conv_wgconv fwd runs the 64-channel forward on wgconv with the batch norm folded into its prologue: "
-          "counted, repeatable, the same gradients as cuDNN's (fp16 AMP)",
+// (conv_bn_backward separate: since bn0's backward may pair with conv1's cuDNN data gradient (graph (d), not bitwise
+// repeatable) under deterministic false, the bitwise check would test cuDNN.)
+TEST_CASE("train.conv_wgconv fwd: the 64-channel forward on wgconv, the batch norm in its prologue; counted, "
+          "repeatable, cuDNN's gradients",
           "[gpu][backend][cnn][wgconv]") {
   for (const char* det : {"train.deterministic=true", "train.deterministic=false"}) {
     INFO(det);
-    const BuiltBackend wg = build_backend(spec_of({"train.conv_wgconv=fwd", det})),
-                       wg2 = build_backend(spec_of({"train.conv_wgconv=fwd", det})),
-                       off = build_backend(spec_of({det}));
+    const char* sep = "train.conv_bn_backward=separate";
+    const BuiltBackend wg = build_backend(spec_of({"train.conv_wgconv=fwd", det, sep})),
+                       wg2 = build_backend(spec_of({"train.conv_wgconv=fwd", det, sep})),
+                       off = build_backend(spec_of({det, sep}));
     const int backward = backward_programs(*wg.c);
     REQUIRE(backward >= 1);
     const ConvAlgoSources* src = wg.be->conv_algo_sources();
@@ -166,5 +169,54 @@ TEST_CASE("train.conv_wgconv wgrad runs the 64-channel weight gradient on wgconv
     const double ra = testing::rel_diff(value_slice(*all.c, ga, name), value_slice(*off.c, go, name));
     INFO(name << " (all): relative difference " << ra);
     CHECK(ra < 1e-2);
+  }
+}
+
+// train.conv_wgconv bwd (data and weight gradients on wgconv) with train.conv_bn_backward fused: conv1's data
+// gradient takes bn0's backward reductions in the ring px kernel's epilogue (its masked g, dgamma, dbeta; no cuDNN
+// graph (d)), and bn0's dx comes from the stem's few-channel weight gradient, whose prologue applies no mask of its
+// own; bn0's backward node runs nothing. Against the separate backward (bn0's reductions in its own first pass, the
+// prologue masking g itself), from the same weights and batch: the same loss; conv1's and everything downstream of
+// g untouched, bitwise; bn0's and the stem's gradients within 1e-4 (the same masks and dx arithmetic; only the
+// reductions' summation order differs: a dropped or doubled mask or a wrong sum is off by O(1)); two backends of one
+// seed within 1e-6 (every kernel on this path is deterministic, cuDNN's choices under deterministic: false aside).
+TEST_CASE("train.conv_wgconv bwd, conv_bn_backward fused: bn0's reductions in the wgconv data gradient's epilogue",
+          "[gpu][backend][cnn][wgconv][fuseddgrad]") {
+  const std::vector<std::string> base = {"train.conv_wgconv=bwd", "train.deterministic=false",
+                                         "train.conv_bn_stats=separate"};
+  auto with = [&](const char* o) {
+    std::vector<std::string> v = base;
+    v.push_back(o);
+    return build_backend(spec_of(v));
+  };
+  const BuiltBackend fu = with("train.conv_bn_backward=fused"), fu2 = with("train.conv_bn_backward=fused"),
+                     sep = with("train.conv_bn_backward=separate");
+  const int backward = backward_programs(*fu.c);
+  REQUIRE(backward >= 1);
+  const ConvAlgoSources* src = fu.be->conv_algo_sources();
+  CHECK(src->wgconv_dgrad == backward);
+  CHECK(src->wgconv_wgrad == backward);  // conv1's weight gradient (the stem's is the few-channel kernel's)
+  CHECK(src->wgconv_fwd == 0);
+  CHECK(src->bn_bwd_mode == "fused");
+  CHECK(src->bn_bwd_fused == backward);     // bn0, from conv1's wgconv data gradient
+  CHECK(src->bn_bwd_separate == backward);  // bn1: its g comes from the pool
+  CHECK(src->bn_bwd_fallback == 0);
+  CHECK(src->bn_grad_folded == backward);
+  CHECK(sep.be->conv_algo_sources()->bn_bwd_fused == 0);
+  CHECK(sep.be->conv_algo_sources()->bn_grad_folded == backward);
+  const int64_t sample = 20 * 24 * 3;
+  const double lf = one_train_step(fu, sample), lf2 = one_train_step(fu2, sample), ls = one_train_step(sep, sample);
+  CHECK(lf == ls);
+  CHECK(lf == lf2);
+  const std::vector<float> gf = floats_of(fu.be->read_region(Region::Grads)),
+                           gf2 = floats_of(fu2.be->read_region(Region::Grads)),
+                           gs = floats_of(sep.be->read_region(Region::Grads));
+  CHECK(testing::rel_diff(gf, gf2) < 1e-6);
+  for (const char* name : {"conv1.weight.grad", "bn1.weight.grad", "bn1.bias.grad", "fc.weight.grad"})
+    CHECK(value_slice(*fu.c, gf, name) == value_slice(*sep.c, gs, name));
+  for (const char* name : {"stem.weight.grad", "bn0.weight.grad", "bn0.bias.grad"}) {
+    const double r = testing::rel_diff(value_slice(*fu.c, gf, name), value_slice(*sep.c, gs, name));
+    INFO(name << ": relative difference " << r << " to the separate backward");
+    CHECK(r < 1e-4);
   }
 }

@@ -198,8 +198,12 @@ ConvBnBwdChoice conv_bn_bwd_choose(const Graph& graph, const MemoryPlan& plan, c
         if (ok) {
           // The forward conv's geometry: its input is the dgrad's output (N, H, W, C), its filter d.in[1].
           pr.g = conv2d_geom_of(graph, d, d.out[0], d.in[1]);
-          ok = !pointwise_conv(d) && conv_route(ro, OpKind::Conv2dGradInput, pr.g) == ConvRoute::Cudnn &&
-               conv_plan_geom(ro, OpKind::Conv2dGradInput, pr.g).c == pr.g.c && pr.g.groups == 1 && pr.g.c % 8 == 0;
+          const ConvRoute route = conv_route(ro, OpKind::Conv2dGradInput, pr.g);
+          pr.wgconv = !pointwise_conv(d) && route == ConvRoute::Wgconv;
+          ok = !pointwise_conv(d) &&
+               (pr.wgconv || (route == ConvRoute::Cudnn &&
+                              conv_plan_geom(ro, OpKind::Conv2dGradInput, pr.g).c == pr.g.c && pr.g.groups == 1 &&
+                              pr.g.c % 8 == 0));
         }
         ok = ok && read_only_at(p, g, bi, 0);  // g read by the batch norm's backward alone
         for (int k = 1; k <= 2 && ok; ++k)  // dgamma, dbeta written at the data gradient

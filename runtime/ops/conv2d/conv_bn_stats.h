@@ -91,6 +91,7 @@ struct ConvBnBwdPair {
   Conv2dGeom g;        // the convolution's real (finished) geometry
   ValueId beta = kNoValue;  // the forward's beta (the ReLU mask recomputed from x)
   bool fewc_dx = false;     // the batch norm is a FewcBnGradFold's: its dx is the next weight gradient's prologue
+  bool wgconv = false;      // the data gradient runs on wgconv (train.conv_wgconv): its own epilogue, not graph (d)
 };
 struct ConvBnBwdChoice {
   std::vector<ConvBnBwdPair> fuse;
@@ -100,7 +101,8 @@ struct ConvBnBwdChoice {
 // fp16; else none, nothing counted): every BatchNormGrad node with a fused ReLU, no residual and no fused pool whose
 // forward (the BatchNorm that wrote its save_mean) fused the ReLU without a residual, whose dY (in[0]) the node
 // right before it writes — a Conv2dGradInput without accumulation that
-// the CUDA backend runs as a plain cuDNN data gradient (conv_route Cudnn, real channels, groups 1, C % 8 == 0) —
+// the CUDA backend runs as a plain cuDNN data gradient (conv_route Cudnn, real channels, groups 1, C % 8 == 0:
+// graph (d)) or on wgconv (conv_route Wgconv: the ring px kernel's batch-norm backward epilogue, the pair's wgconv) —
 // and that no other node reads (nor is a named value) -- its dx may be computed by a few-channel weight gradient
 // (`fewc`: fewc_bn_grad_choose's folds; the pair's fewc_dx: VGG16-BN's features_1) --, and whose dgamma and dbeta the
 // data gradient may write one node early (memplan_early_write_safe: always in the gradient region; a frozen

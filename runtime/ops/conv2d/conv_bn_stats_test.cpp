@@ -303,22 +303,52 @@ TEST_CASE("conv_bn_bwd_choose on ResNet-50: the first batch norm of each bottlen
   }
 }
 
-// train.conv_wgconv: dgrad takes layer1's three 3x3 data gradients (64 output channels, 56x56) to wgconv: they are
-// no longer cuDNN data gradients, so graph (d) cannot serve them (RESULTS.md run 61: 16 -> 13 fused pairs).
-TEST_CASE("conv_bn_bwd_choose on ResNet-50 with conv_wgconv dgrad leaves out the data gradients wgconv runs",
+// train.conv_wgconv: dgrad takes layer1's three 3x3 data gradients (64 output channels, 56x56) to wgconv: graph (d)
+// cannot serve them (no cuDNN data gradient; RESULTS.md run 61: 16 -> 13 graph (d) pairs) and the ring px kernel's
+// batch-norm backward epilogue does (the pair's wgconv): 16 pairs, layer1's three on wgconv.
+TEST_CASE("conv_bn_bwd_choose on ResNet-50 with conv_wgconv dgrad pairs the data gradients wgconv runs with its "
+          "epilogue",
           "[conv_bn_stats][wgconv]") {
   const Compiled c = compile_amp(testing::config_spec(
       "resnet50.yaml", {"data.synthetic.train_size=512", "data.synthetic.val_size=256", "train.deterministic=false",
                         "train.precision=fp16", "train.conv_bn_backward=fused", "train.conv_wgconv=dgrad"}));
   const ConvBnBwdChoice ch = conv_bn_bwd_choose(c.graph, c.plan, c.spec, fewc_bn_grad_choose(c.graph, c.spec));
   const int p = programs_with(c.graph, OpKind::BatchNormGrad);
-  CHECK(static_cast<int>(ch.fuse.size()) == 13 * p);
+  CHECK(static_cast<int>(ch.fuse.size()) == 16 * p);
+  int wg = 0;
   for (const ConvBnBwdPair& pr : ch.fuse) {
     const Node& d = c.graph.programs[pr.program].nodes[pr.dgrad];
     INFO(d.name);
     CHECK(d.name.find("conv2.grad_input") != std::string::npos);
-    CHECK(d.name.find("layer1") == std::string::npos);
+    CHECK(pr.wgconv == (d.name.find("layer1") != std::string::npos));
+    CHECK_FALSE(pr.fewc_dx);
+    wg += pr.wgconv ? 1 : 0;
   }
+  CHECK(wg == 3 * p);
+}
+
+// conv_wgconv bwd on VGG16-BN: conv1_2's data gradient (features_3) on wgconv pairs with features_1's backward through
+// the epilogue, whose dx the few-channel weight gradient computes (wgconv and fewc_dx); the other 7 pairs graph (d).
+TEST_CASE("conv_bn_bwd_choose on VGG16-BN with conv_wgconv bwd: features_3's data gradient on wgconv, features_1's dx "
+          "in the few-channel weight gradient",
+          "[conv_bn_stats][wgconv]") {
+  const Compiled c = compile_amp(vgg({"train.conv_bn_backward=fused", "train.precision=fp16", "train.conv_wgconv=bwd"}));
+  const std::vector<FewcBnGradFold> fewc = fewc_bn_grad_choose(c.graph, c.spec);
+  const ConvBnBwdChoice ch = conv_bn_bwd_choose(c.graph, c.plan, c.spec, fewc);
+  const int p = programs_with(c.graph, OpKind::BatchNormGrad);
+  REQUIRE(p >= 1);
+  CHECK(static_cast<int>(ch.fuse.size()) == 8 * p);
+  CHECK(ch.separate == 5 * p);
+  int wg = 0;
+  for (const ConvBnBwdPair& pr : ch.fuse) {
+    const Node& d = c.graph.programs[pr.program].nodes[pr.dgrad];
+    INFO(d.name);
+    const bool f3 = d.name.rfind("features_3.", 0) == 0;
+    CHECK(pr.wgconv == f3);
+    CHECK(pr.fewc_dx == f3);
+    wg += pr.wgconv ? 1 : 0;
+  }
+  CHECK(wg == p);
 }
 
 TEST_CASE("train.conv_wgconv fwd: VGG16-BN's conv1_2 routes to wgconv with its statistics pair, and features_1's apply "

@@ -30,9 +30,9 @@ ConvRouteOptions conv_route_options(const Spec& spec);
 inline bool fewc_routes_wgrad(ConvFewc f) { return f == ConvFewc::On || f == ConvFewc::Unfolded; }
 
 // op: Conv2d, Conv2dGradInput or Conv2dGradWeight; g: the real geometry. Under AMP, wgconv for the data gradient
-// of a wgconv_dgrad_ring_eligible conv when conv_wgconv is dgrad, both or all, for the forward of a
+// of a wgconv_dgrad_ring_eligible conv when conv_wgconv is dgrad, both, bwd or all, for the forward of a
 // wgconv_fwd_ring_eligible one when it is fwd, both or all, and for the weight gradient of a
-// wgconv_wgrad_route_eligible one when it is wgrad or all; the few-channel kernel for
+// wgconv_wgrad_route_eligible one when it is wgrad, bwd or all; the few-channel kernel for
 // fewc_conv_eligible convs' forward unless conv_fewc is off, and for fewc_wgrad_eligible ones' weight gradient
 // when it is on or unfolded; else space-to-depth for s2d_conv_eligible convs (forward unless conv_s2d is off, weight
 // gradient when on), else im2col for im2col_conv_eligible ones (forward unless conv_im2col is off, weight gradient

@@ -352,6 +352,13 @@ Result<FewcWgradPlan> fewc_wgrad_plan(const Conv2dGeom& g, GpuDType io, bool bn_
   Result<int> per_sm = fewc_resident_ctas(kernel, static_cast<int>(plan.t.warps) * 32, smem,
                                           bn_prologue ? kFewcMaxBnSmemBytes : kFewcMaxSmemBytes);
   if (!per_sm.ok()) return per_sm.errors();
+  if (bn_prologue) {  // the variant without the mask (g masked already: conv_bn_backward fused) needs the same
+                      // shared-memory limit set (fewc_resident_ctas sets it; without it a launch over 48 KiB fails)
+    Result<int> unmasked = fewc_resident_ctas(wgrad_kernel(io, true, false), static_cast<int>(plan.t.warps) * 32,
+                                              smem, kFewcMaxBnSmemBytes);
+    if (!unmasked.ok()) return unmasked.errors();
+    per_sm = std::min(per_sm.value(), unmasked.value());
+  }
   if (per_sm.value() < 1)
     return Error{ErrCode::NotSupported, "fewc conv",
                  "no weight-gradient CTA of " + std::to_string(smem) + " B shared memory fits an SM"};

@@ -104,11 +104,35 @@ struct WgConvStats {
 };
 size_t wgconv_stats_workspace_bytes(const WgConvPlan& plan);
 
+// The backward of a training batch norm + ReLU whose incoming gradient g this conv computes (RingPx256N64 only; a
+// data gradient: y is dL/d relu(bn(bx)) of the batch norm's input bx, shape (N, H, W, K)), from the epilogue, as
+// cuDNN's graph (d) does for train.conv_bn_backward fused: each output rounded to io, then masked by the ReLU
+// recomputed from bx (bn_elem.cuh's relu_kept with the forward's beta: bitwise the batch norm's own mask) and stored
+// masked; dbeta[k] = sum of the masked g and dgamma[k] = invstd[k] * sum of g * (bx - mean[k]) over the N*H*W
+// outputs (batchnorm_bwd_cuda's first two passes: each thread's own outputs in f32 in its tile order, the 8 lanes
+// of a channel pair and the two warpgroups in a fixed order into a per-CTA partial, grid_m x K x 2 f32 in ws, the
+// partials added in float64 in run order by a second kernel: deterministic for the plan's grid). The batch norm then
+// needs its dx pass alone (batchnorm_bwd_apply_cuda), or nothing where a few-channel weight gradient computes dx.
+struct WgConvBnBwd {
+  const void* x = nullptr;  // bx (N, H, W, K) of io, 4-byte aligned
+  const float* gamma = nullptr;
+  const float* beta = nullptr;  // the forward's (the ReLU mask)
+  const float* mean = nullptr;  // save_mean
+  const float* invstd = nullptr;  // save_invstd
+  float* dgamma = nullptr;  // (K) out
+  float* dbeta = nullptr;   // (K) out
+  void* ws = nullptr;       // wgconv_stats_workspace_bytes
+  size_t ws_bytes = 0;
+};
+
 // x, w 16-byte aligned, y 4-byte aligned (Internal error otherwise). prologue: nullptr, or (a ring plan only, else
 // NotSupported) x's batch norm applied while staging it. stats: nullptr, or (RingPx256N64 only, else NotSupported;
-// a short workspace is an Internal error) y's statistics. Allocates nothing, does not synchronize: capturable.
+// a short workspace is an Internal error) y's statistics. bn_bwd: nullptr, or (RingPx256N64 only, not with stats
+// or a prologue, else NotSupported) the batch-norm backward epilogue. Allocates nothing, does not synchronize:
+// capturable.
 Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& plan, const void* x, const void* w, void* y,
-                       const WgConvPrologue* prologue = nullptr, const WgConvStats* stats = nullptr);
+                       const WgConvPrologue* prologue = nullptr, const WgConvStats* stats = nullptr,
+                       const WgConvBnBwd* bn_bwd = nullptr);
 
 // The data gradient through the same kernels: for a forward geometry g, dx (N, H, W, C) = conv(dy (N, H, W, K), w')
 // with w' (C, 3, 3, K), w'[c][r][s][k] = w[k][2 - r][2 - s][c] (the filters flipped and transposed, what
@@ -126,7 +150,7 @@ Status wgconv_flip_filters_cuda(cudaStream_t stream, GpuDType io, const void* w,
 // warpgroups (warpgroup r takes the filter row r's three taps: 3 x 32 f32 accumulators a thread) walk a contiguous
 // range of tiles of kWgconvWgradTile positions, software-pipelined three or four tiles deep; each CTA writes its
 // (9, K, C) f32 partial to ws and a second kernel adds the partials in CTA order in float64: deterministic for the
-// plan's grid. The backend runs it under train.conv_wgconv: wgrad or all where wgconv_wgrad_route_eligible (C = 64;
+// plan's grid. The backend runs it under train.conv_wgconv: wgrad, bwd or all where wgconv_wgrad_route_eligible (C = 64;
 // conv_route.h).
 struct WgConvWgradPlan {
   Conv2dGeom g;  // finished, wgconv_wgrad_ring_eligible

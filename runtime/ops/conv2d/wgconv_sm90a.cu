@@ -46,6 +46,16 @@ __device__ __forceinline__ void st_global_b32_if(bool on, void* p, uint32_t v) {
       : "memory");
 }
 
+// *p where `on`, else 0 (a predicated read-only load, issued in program order with the wgmma asm around it).
+__device__ __forceinline__ uint32_t ld_global_b32_if(bool on, const void* p) {
+  uint32_t v;
+  asm volatile(
+      "{\n .reg .pred q;\n setp.ne.b32 q, %1, 0;\n mov.b32 %0, 0;\n @q ld.global.nc.b32 %0, [%2];\n}\n"
+      : "=r"(v)
+      : "r"(static_cast<int>(on)), "l"(p));
+  return v;
+}
+
 template <class T, int BN>
 __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint64_t a, uint64_t b, int scale_d = 1) {
   if constexpr (BN == 64)
@@ -200,15 +210,19 @@ struct RingArgs {
   int per_cta;        // tiles per CTA run
   int phase;          // 1: window descriptors carry a base offset (sw128_desc_at; wrong on the H200, run 60)
   WgConvPrologue pro;  // gamma null: none
-  float* stats_ws;     // PXN: the per-CTA statistics partials (runs x K x 2), or null
+  float* stats_ws;     // PXN: the per-CTA statistics (or BB's batch-norm backward) partials (runs x K x 2), or null
+  WgConvBnBwd bnb;     // BB: the batch norm's input bx and parameters (wgconv.h)
 };
 
-template <class T, int BN, bool PXN, bool ST>
+// ST: y's statistics from the epilogue; BB: the batch-norm backward epilogue (WgConvBnBwd): y masked by the ReLU
+// recomputed from bx before it is stored, its sums and those of y (bx - mean) per channel.
+template <class T, int BN, bool PXN, bool ST, bool BB = false>
 __global__ void __launch_bounds__(kThreads, 1)
     wgconv_ring_kernel(const void* __restrict__ xv, const void* __restrict__ wv, void* __restrict__ yv,
                        RingArgs a) {
   static_assert(!PXN || BN == 64, "pixels as N: one 64-filter m block");
-  static_assert(PXN || !ST, "statistics: the pixels-as-N kernel only");
+  static_assert(PXN || !(ST || BB), "statistics and the batch-norm backward: the pixels-as-N kernel only");
+  static_assert(!(ST && BB), "one epilogue reduction");
   constexpr int kTile = RingShape<PXN>::kTile, kWin = RingShape<PXN>::kWin;
   constexpr int kAcc = PXN ? kWin / 2 : BN / 2;  // f32 accumulators per thread
   const T* __restrict__ x = static_cast<const T*>(xv);
@@ -231,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tiles = (f_total + kTile - 1) / kTile;
   const int t_begin = run * a.per_cta, t_end = t_begin + a.per_cta < tiles ? t_begin + a.per_cta : tiles;
   if (t_begin >= t_end) {  // no tile: a zero partial
-    if (ST && tid < BN)
+    if ((ST || BB) && tid < BN)
       a.stats_ws[(run * a.k + n0 + tid) * 2] = a.stats_ws[(run * a.k + n0 + tid) * 2 + 1] = 0.0f;
     return;
   }
@@ -347,6 +361,64 @@ __global__ void __launch_bounds__(kThreads, 1)
   float st_sum[2] = {0.0f, 0.0f}, st_sq[2] = {0.0f, 0.0f};  // PXN statistics of filters r and r + 8
   // This warpgroup's next tile's first position of this thread (tiles are stored in order).
   Cursor out_at = cursor_at(t_begin * kTile + wg * kWin + (PXN ? 2 * (lane & 3) : warp * 16 + (lane >> 2)));
+  // PXN: thread (warp, lane) stores filters pch, pch + 1 (+ 8 in the second half) at the even position of a window
+  // pair (odd lanes: the odd one; see store); pair_at: that store's element offset in y, whether the pair's even
+  // and odd positions are inside, and whether this thread's is.
+  const bool odd = (lane >> 2) & 1;
+  const int pch = n0 + warp * 16 + (lane >> 2) - (odd ? 1 : 0);
+  struct PairAt {
+    int off;
+    bool in0, in1, mine;
+  };
+  auto pair_at = [&](int pos, const PadPos& pq) {
+    const bool row_in = pos < f_total && pq.pp >= 1 && pq.pp <= a.h;
+    const bool in0 = row_in && pq.qq >= 1 && pq.qq <= a.wd, in1 = row_in && pq.qq < a.wd;
+    return PairAt{(pixel_of(pq) + (odd ? 1 : 0)) * a.k + pch, in0, in1, odd ? in1 : in0};
+  };
+  // BB: this thread's channels' constants ([half][e]: channel pch + 8 half + e; the forward's m, gamma * invstd and
+  // beta, the recomputed mask's), its sums of the masked g and of g (bx - m), and a tile's bx pairs at its stores,
+  // loaded right after the tile's wgmma are issued (load_bx) so they land while the wgmma run.
+  ApplyConsts bk[2][2];
+  float bs[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, bq[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+  uint32_t bxr[BB ? kWin / 8 : 1][2];
+  Cursor bx_at = out_at;
+  if constexpr (BB) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        bk[h][e] = apply_consts(pch + 8 * h + e, a.bnb.gamma, a.bnb.beta, a.bnb.mean, a.bnb.invstd, false, 0.0f,
+                                nullptr);
+  }
+  auto load_bx = [&] {
+    const T* bx = static_cast<const T*>(a.bnb.x);
+    int pos = bx_at.pos;
+    PadPos pq = bx_at.pq;
+#pragma unroll
+    for (int j = 0; j < kWin / 8; ++j) {
+      const PairAt at = pair_at(pos, pq);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) bxr[j][half] = ld_global_b32_if(at.mine, bx + at.off + 8 * half);
+      pos += 8;
+      pad_step(pq, 8, wp, hp);
+    }
+    cursor_move(bx_at, kTile);
+  };
+  // BB: the pair (v0, v1) of channels pch + 8 half + (0, 1) at one position rounded to T and masked by the ReLU
+  // recomputed from bx's pair xw (batchnorm_bwd_cuda's relu_grad_in), in place; added to the sums where mine.
+  auto bn_bwd_pair = [&](uint32_t xw, int half, bool mine, float& v0, float& v1) {
+    const T* xe = reinterpret_cast<const T*>(&xw);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float& v = e ? v1 : v0;
+      const ApplyConsts& k = bk[half][e];
+      const float xf = to_f32(xe[e]);
+      v = relu_kept<T>(xf, k.m, k.scale, k.shift) ? to_f32(from_f32<T>(v)) : 0.0f;
+      const float g = mine ? v : 0.0f;
+      bs[half][e] += g;
+      bq[half][e] = fmaf(g, xf - k.m, bq[half][e]);
+    }
+  };
   auto store = [&](float (&d)[kAcc]) {
     fence_operands(d);
     int& pos = out_at.pos;
@@ -356,19 +428,22 @@ __global__ void __launch_bounds__(kThreads, 1)
       // (+ 1) of the window. Lanes lane and lane ^ 4 hold filters r and r ^ 1: the even one stores both at the even
       // position, the odd one both at the odd position. The odd position is the next column of the even one's row
       // (inside where that row is and the even column is below W) or, after the row's last column, the padding.
-      const bool odd = (lane >> 2) & 1;
-      const int ch = n0 + warp * 16 + (lane >> 2) - (odd ? 1 : 0);
 #pragma unroll
       for (int j = 0; j < kWin / 8; ++j) {
-        const bool row_in = pos < f_total && pq.pp >= 1 && pq.pp <= a.h;
-        const bool in0 = row_in && pq.qq >= 1 && pq.qq <= a.wd, in1 = row_in && pq.qq < a.wd;
-        const int off = (pixel_of(pq) + (odd ? 1 : 0)) * a.k + ch;
-        const bool mine = odd ? in1 : in0;
+        const PairAt at = pair_at(pos, pq);
+        const bool in0 = at.in0, in1 = at.in1, mine = at.mine;
+        const int off = at.off;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const float c0 = d[4 * j + 2 * half], c1 = d[4 * j + 2 * half + 1];
           const float got = __shfl_xor_sync(0xffffffffu, odd ? c0 : c1, 4);
-          st_global_b32_if(mine, y + off + 8 * half, odd ? pack2<T>(got, c1) : pack2<T>(c0, got));
+          if constexpr (BB) {
+            float v0 = odd ? got : c0, v1 = odd ? c1 : got;
+            bn_bwd_pair(bxr[j][half], half, mine, v0, v1);
+            st_global_b32_if(mine, y + off + 8 * half, pack2<T>(v0, v1));
+          } else {
+            st_global_b32_if(mine, y + off + 8 * half, odd ? pack2<T>(got, c1) : pack2<T>(c0, got));
+          }
           if constexpr (ST) {
             const float v0 = to_f32(from_f32<T>(c0)), v1 = to_f32(from_f32<T>(c1));
             st_sum[half] += (in0 ? v0 : 0.0f) + (in1 ? v1 : 0.0f);
@@ -423,6 +498,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // tile t's rows in for everyone; everyone's wgmma of tile t - 1 done (its rows reusable)
     if (wg == 1 && t > t_begin) store(acc);  // tile t - 1
     issue(t, acc);
+    if constexpr (BB) load_bx();  // tile t's bx at this thread's stores (warpgroup 1 stores it next iteration)
     if (t + 1 < t_end) {
       if (bn)
         each_new_row(load_at, load_row_at);
@@ -434,23 +510,48 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (wg == 0) store(acc);  // tile t
   }
   if (wg == 1) store(acc);  // tile t_end - 1
-  if constexpr (ST) {  // the 4 lanes of a filter row, then the two warpgroups, into this CTA's partial
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-#pragma unroll
-      for (int m = 1; m <= 2; m <<= 1) {
-        st_sum[half] += __shfl_xor_sync(0xffffffffu, st_sum[half], m);
-        st_sq[half] += __shfl_xor_sync(0xffffffffu, st_sq[half], m);
-      }
-    __syncthreads();  // every wgmma done: the filter rows' shared memory is free
+  if constexpr (ST || BB) {  // ST: the 4 lanes of a filter row; BB: the 8 of a channel pair; then the two
+                             // warpgroups, into this CTA's partial
     float* red = reinterpret_cast<float*>(smem_raw + (b_base - smem_addr(smem_raw)));  // (2 warpgroups, 64, 2)
-    if ((lane & 3) == 0)
+    if constexpr (ST) {
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int f = warp * 16 + (lane >> 2) + 8 * half;
-        red[(wg * 64 + f) * 2] = st_sum[half];
-        red[(wg * 64 + f) * 2 + 1] = st_sq[half];
-      }
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int m = 1; m <= 2; m <<= 1) {
+          st_sum[half] += __shfl_xor_sync(0xffffffffu, st_sum[half], m);
+          st_sq[half] += __shfl_xor_sync(0xffffffffu, st_sq[half], m);
+        }
+      __syncthreads();  // every wgmma done: the filter rows' shared memory is free
+      if ((lane & 3) == 0)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int f = warp * 16 + (lane >> 2) + 8 * half;
+          red[(wg * 64 + f) * 2] = st_sum[half];
+          red[(wg * 64 + f) * 2 + 1] = st_sq[half];
+        }
+    } else {
+      // Lanes lane ^ 1, ^ 2 (the window's position pairs) and ^ 4 (the pair's other position) hold the same
+      // channels pch + 8 half + e.
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+          for (int m = 1; m <= 4; m <<= 1) {
+            bs[half][e] += __shfl_xor_sync(0xffffffffu, bs[half][e], m);
+            bq[half][e] += __shfl_xor_sync(0xffffffffu, bq[half][e], m);
+          }
+      __syncthreads();  // every wgmma done: the filter rows' shared memory is free
+      if ((lane & 7) == 0)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int f = pch - n0 + 8 * half + e;
+            red[(wg * 64 + f) * 2] = bs[half][e];
+            red[(wg * 64 + f) * 2 + 1] = bq[half][e];
+          }
+    }
     __syncthreads();
     if (tid < BN) {
       float* out = a.stats_ws + (run * a.k + n0 + tid) * 2;
@@ -458,6 +559,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       out[1] = red[tid * 2 + 1] + red[(64 + tid) * 2 + 1];
     }
   }
+}
+
+// BB's: dbeta[k] = the runs' sums of the masked g, dgamma[k] = invstd[k] * their sums of g (bx - mean), each added
+// in run order in float64 (batchnorm_bwd_cuda's finalize: dgamma = sum * save_invstd in f32).
+__global__ void wgconv_bnb_finalize_kernel(const float* __restrict__ part, int64_t runs, int k,
+                                           const float* __restrict__ invstd, float* dgamma, float* dbeta) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= k) return;
+  double s = 0.0, q = 0.0;
+  for (int64_t r = 0; r < runs; ++r) {
+    s += part[(r * k + c) * 2];
+    q += part[(r * k + c) * 2 + 1];
+  }
+  dbeta[c] = static_cast<float>(s);
+  dgamma[c] = static_cast<float>(q) * invstd[c];
 }
 
 // sum[k], sqsum[k] = the runs' partials (runs x K x 2) added in run order in float64.
@@ -476,9 +592,9 @@ __global__ void wgconv_stats_finalize_kernel(const float* __restrict__ part, int
 
 using RingKernel = void (*)(const void*, const void*, void*, RingArgs);
 
-template <class T, int BN, bool PXN, bool ST = false>
+template <class T, int BN, bool PXN, bool ST = false, bool BB = false>
 RingKernel ring_kernel_t() {
-  return &wgconv_ring_kernel<T, BN, PXN, ST>;
+  return &wgconv_ring_kernel<T, BN, PXN, ST, BB>;
 }
 
 // w (K, 3, 3, C) -> wf (C, 3, 3, K), wf[c][r][s][k] = w[k][2 - r][2 - s][c]; one thread per element of wf (16-bit).
@@ -516,7 +632,8 @@ void tile_dims(WgConvTile t, int* bm, int* bn) {
   *bn = t == WgConvTile::M128N128 || t == WgConvTile::M256N128 || t == WgConvTile::Ring128N128 ? 128 : 64;
 }
 
-RingKernel ring_kernel(GpuDType io, WgConvTile t, bool stats = false) {
+// The kernel of a tile with the statistics epilogue (stats) or the batch-norm backward one (bnb), or neither.
+RingKernel ring_kernel(GpuDType io, WgConvTile t, bool stats = false, bool bnb = false) {
   const bool h = io == GpuDType::F16;
   switch (t) {
     case WgConvTile::Ring128N64:
@@ -525,6 +642,8 @@ RingKernel ring_kernel(GpuDType io, WgConvTile t, bool stats = false) {
       return h ? ring_kernel_t<__half, 128, false>() : ring_kernel_t<__nv_bfloat16, 128, false>();
     case WgConvTile::RingPx256N64:
       if (stats) return h ? ring_kernel_t<__half, 64, true, true>() : ring_kernel_t<__nv_bfloat16, 64, true, true>();
+      if (bnb)
+        return h ? ring_kernel_t<__half, 64, true, false, true>() : ring_kernel_t<__nv_bfloat16, 64, true, false, true>();
       return h ? ring_kernel_t<__half, 64, true>() : ring_kernel_t<__nv_bfloat16, 64, true>();
     default: return nullptr;
   }
@@ -609,8 +728,8 @@ Result<WgConvPlan> wgconv_plan(const Conv2dGeom& g, GpuDType io, WgConvTile tile
                    std::string(wgconv_tile_name(tile)) + ": ring and filters need " + std::to_string(p.smem_bytes) +
                        " B of shared memory, over the limit: " + conv2d_geom_str(g)};
     p.grid_m = std::max<int64_t>(1, sms.value() / p.grid_n);
-    for (bool st : {false, true})
-      if (RingKernel k = ring_kernel(io, tile, st); k)
+    for (int v = 0; v < 3; ++v)  // plain, statistics, batch-norm backward
+      if (RingKernel k = ring_kernel(io, tile, v == 1, v == 2); k)
         TRCTL_CUDA_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(p.smem_bytes)));
     return p;
@@ -643,7 +762,7 @@ size_t wgconv_stats_workspace_bytes(const WgConvPlan& p) {
 }
 
 Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& p, const void* x, const void* w, void* y,
-                       const WgConvPrologue* prologue, const WgConvStats* stats) {
+                       const WgConvPrologue* prologue, const WgConvStats* stats, const WgConvBnBwd* bn_bwd) {
   if (prologue && !wgconv_tile_is_ring(p.tile))
     return Error{ErrCode::NotSupported, "wgconv",
                  std::string("the batch-norm prologue needs a ring tile, not ") + wgconv_tile_name(p.tile)};
@@ -657,6 +776,18 @@ Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& p, const void* x, 
                  std::string("the statistics epilogue needs the ring px tile, not ") + wgconv_tile_name(p.tile)};
   if (stats && (!stats->sum || !stats->sqsum || !stats->ws || stats->ws_bytes < wgconv_stats_workspace_bytes(p)))
     return Error{ErrCode::Internal, "wgconv", "statistics need sum, sqsum and wgconv_stats_workspace_bytes of ws"};
+  if (bn_bwd && (p.tile != WgConvTile::RingPx256N64 || stats || prologue))
+    return Error{ErrCode::NotSupported, "wgconv",
+                 std::string("the batch-norm backward epilogue needs the ring px tile, without statistics or a "
+                             "prologue, not ") +
+                     wgconv_tile_name(p.tile) + (stats || prologue ? " with them" : "")};
+  if (bn_bwd && (!bn_bwd->x || !bn_bwd->gamma || !bn_bwd->beta || !bn_bwd->mean || !bn_bwd->invstd ||
+                 !bn_bwd->dgamma || !bn_bwd->dbeta || !bn_bwd->ws ||
+                 bn_bwd->ws_bytes < wgconv_stats_workspace_bytes(p) ||
+                 reinterpret_cast<uintptr_t>(bn_bwd->x) % 4 != 0))
+    return Error{ErrCode::Internal, "wgconv",
+                 "the batch-norm backward epilogue needs a 4-byte aligned x, the parameters, dgamma, dbeta and "
+                 "wgconv_stats_workspace_bytes of ws"};
   if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(y) % 4 != 0)
     return Error{ErrCode::Internal, "wgconv", "x and w must be 16-byte aligned, y 4-byte aligned"};
@@ -673,9 +804,17 @@ Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& p, const void* x, 
     a.per_cta = static_cast<int>((tiles + p.grid_m - 1) / p.grid_m);
     a.phase = p.phase_from_start ? 1 : 0;
     if (prologue) a.pro = *prologue;
-    a.stats_ws = stats ? static_cast<float*>(stats->ws) : nullptr;
-    ring_kernel(p.io, p.tile, stats != nullptr)<<<grid, kThreads, p.smem_bytes, stream>>>(x, w, y, a);
+    a.stats_ws = stats ? static_cast<float*>(stats->ws) : bn_bwd ? static_cast<float*>(bn_bwd->ws) : nullptr;
+    if (bn_bwd) a.bnb = *bn_bwd;
+    ring_kernel(p.io, p.tile, stats != nullptr, bn_bwd != nullptr)<<<grid, kThreads, p.smem_bytes, stream>>>(x, w, y,
+                                                                                                           a);
     TRCTL_CUDA_TRY(cudaGetLastError());
+    if (bn_bwd) {
+      wgconv_bnb_finalize_kernel<<<static_cast<unsigned>((g.k + 127) / 128), 128, 0, stream>>>(
+          static_cast<const float*>(bn_bwd->ws), p.grid_m, static_cast<int>(g.k), bn_bwd->invstd, bn_bwd->dgamma,
+          bn_bwd->dbeta);
+      TRCTL_CUDA_TRY(cudaGetLastError());
+    }
     if (stats) {
       wgconv_stats_finalize_kernel<<<static_cast<unsigned>((g.k + 127) / 128), 128, 0, stream>>>(
           static_cast<const float*>(stats->ws), p.grid_m, static_cast<int>(g.k), stats->sum, stats->sqsum);
