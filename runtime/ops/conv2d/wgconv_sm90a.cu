@@ -561,10 +561,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// BB's: dbeta[k] = the runs' sums of the masked g, dgamma[k] = invstd[k] * their sums of g (bx - mean), each added
-// in run order in float64 (batchnorm_bwd_cuda's finalize: dgamma = sum * save_invstd in f32).
-__global__ void wgconv_bnb_finalize_kernel(const float* __restrict__ part, int64_t runs, int k,
-                                           const float* __restrict__ invstd, float* dgamma, float* dbeta) {
+// The epilogues' per-channel sums: out0[k], out1[k] = the runs' partials (runs x K x 2) added in run order in float64;
+// out1 times scale[k] when scale is set. The statistics: sum, sqsum; BB's: dbeta, dgamma (scale = invstd:
+// batchnorm_bwd_cuda's finalize, dgamma = sum * save_invstd in f32).
+__global__ void wgconv_partials_finalize_kernel(const float* __restrict__ part, int64_t runs, int k,
+                                                const float* __restrict__ scale, float* out0, float* out1) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= k) return;
   double s = 0.0, q = 0.0;
@@ -572,22 +573,8 @@ __global__ void wgconv_bnb_finalize_kernel(const float* __restrict__ part, int64
     s += part[(r * k + c) * 2];
     q += part[(r * k + c) * 2 + 1];
   }
-  dbeta[c] = static_cast<float>(s);
-  dgamma[c] = static_cast<float>(q) * invstd[c];
-}
-
-// sum[k], sqsum[k] = the runs' partials (runs x K x 2) added in run order in float64.
-__global__ void wgconv_stats_finalize_kernel(const float* __restrict__ part, int64_t runs, int k, float* sum,
-                                             float* sqsum) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= k) return;
-  double s = 0.0, q = 0.0;
-  for (int64_t r = 0; r < runs; ++r) {
-    s += part[(r * k + c) * 2];
-    q += part[(r * k + c) * 2 + 1];
-  }
-  sum[c] = static_cast<float>(s);
-  sqsum[c] = static_cast<float>(q);
+  out0[c] = static_cast<float>(s);
+  out1[c] = scale ? static_cast<float>(q) * scale[c] : static_cast<float>(q);
 }
 
 using RingKernel = void (*)(const void*, const void*, void*, RingArgs);
@@ -810,14 +797,14 @@ Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& p, const void* x, 
                                                                                                            a);
     TRCTL_CUDA_TRY(cudaGetLastError());
     if (bn_bwd) {
-      wgconv_bnb_finalize_kernel<<<static_cast<unsigned>((g.k + 127) / 128), 128, 0, stream>>>(
-          static_cast<const float*>(bn_bwd->ws), p.grid_m, static_cast<int>(g.k), bn_bwd->invstd, bn_bwd->dgamma,
-          bn_bwd->dbeta);
+      wgconv_partials_finalize_kernel<<<static_cast<unsigned>((g.k + 127) / 128), 128, 0, stream>>>(
+          static_cast<const float*>(bn_bwd->ws), p.grid_m, static_cast<int>(g.k), bn_bwd->invstd, bn_bwd->dbeta,
+          bn_bwd->dgamma);
       TRCTL_CUDA_TRY(cudaGetLastError());
     }
     if (stats) {
-      wgconv_stats_finalize_kernel<<<static_cast<unsigned>((g.k + 127) / 128), 128, 0, stream>>>(
-          static_cast<const float*>(stats->ws), p.grid_m, static_cast<int>(g.k), stats->sum, stats->sqsum);
+      wgconv_partials_finalize_kernel<<<static_cast<unsigned>((g.k + 127) / 128), 128, 0, stream>>>(
+          static_cast<const float*>(stats->ws), p.grid_m, static_cast<int>(g.k), nullptr, stats->sum, stats->sqsum);
       TRCTL_CUDA_TRY(cudaGetLastError());
     }
     return ok_status();
