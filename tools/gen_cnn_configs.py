@@ -229,7 +229,20 @@ def imagenet_dts_config(title, layers):
     return header(title, extra) + DTS_DATA + layers_yaml(layers) + "\n  init: kaiming_uniform_fan_in\n\n" + IMAGENET_TAIL
 
 
-def imagenet_config(title, layers, notes=()):
+# The recipes' train-section lines after `device: auto` (trctl-only settings; PyTorch's side has no counterpart).
+WGCONV_WGRAD = """\
+  conv_wgconv: wgrad              # 64-input-channel 3x3 weight gradients on trctl's ring kernel (CUDA, AMP;
+                                  # RESULTS.md run 67: {effect} on an H100)
+"""
+
+
+def with_train_extra(tail, extra):
+    anchor = "  device: auto\n"
+    assert tail.count(anchor) == 1
+    return tail.replace(anchor, anchor + extra)
+
+
+def imagenet_config(title, layers, notes=(), train_extra=""):
     data = """\
 seed: 0
 
@@ -251,7 +264,7 @@ model:
     model_tail = "\n  init: kaiming_uniform_fan_in\n\n"
     extra = ["Throughput recipe: synthetic 224x224x3 data, so never read accuracy from it.",
              "Same recipe on the PyTorch side: benchmarks/pytorch_cnn.py."] + list(notes)
-    return header(title, extra) + data + layers_yaml(layers) + model_tail + IMAGENET_TAIL
+    return header(title, extra) + data + layers_yaml(layers) + model_tail + with_train_extra(IMAGENET_TAIL, train_extra)
 
 
 def cnn_fmnist_config():
@@ -315,9 +328,11 @@ def configs():
     return {
         "vgg16bn.yaml": imagenet_config("torchvision vgg16_bn (13 conv3x3 with bias, batch norm), 224x224, 1000 classes.",
                                         vgg16bn_layers(),
-                                        ["AdaptiveAvgPool2d((7, 7)) is the identity at 224x224 input and is omitted."]),
+                                        ["AdaptiveAvgPool2d((7, 7)) is the identity at 224x224 input and is omitted."],
+                                        WGCONV_WGRAD.format(effect="-1.3 % J/step, +0.7 % img/s")),
         "resnet18.yaml": imagenet_config("torchvision resnet18 (BasicBlock [2, 2, 2, 2]), 224x224, 1000 classes.",
-                                         resnet_layers(basic_block, [2, 2, 2, 2])),
+                                         resnet_layers(basic_block, [2, 2, 2, 2]),
+                                         train_extra=WGCONV_WGRAD.format(effect="-4.2 % J/step, +0.7 % img/s")),
         "resnet50.yaml": imagenet_config("torchvision resnet50 (Bottleneck v1.5 [3, 4, 6, 3]), 224x224, 1000 classes.",
                                          resnet_layers(bottleneck, [3, 4, 6, 3])),
         "resnet50_dts.yaml": imagenet_dts_config(
