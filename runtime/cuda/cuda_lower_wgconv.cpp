@@ -1,9 +1,10 @@
 // CudaBackend's convolutions on trctl's wgmma ring kernel (train.conv_wgconv; runtime/ops/conv2d/wgconv.h): which
 // nodes (conv_route's rule), their plans (RingPx256N64; a data gradient's on wgconv_dgrad_geom of its forward
 // geometry, a forward's on its own) and their launches.
-// - Data gradients (dgrad, both, bwd, all): the filters W (K, 3, 3, C) of the AMP weight copy flipped and transposed into
-//   W' (C, 3, 3, K) in conv_ws_ (the step's launches run one after another, so the shared workspace is free), then
-//   dX (N, H, W, C) = the forward kernel on dY (N, H, W, K) and W'.
+// - Data gradients (dgrad, both, bwd, all): the filters W (K, 3, 3, C) of the AMP weight copy flipped and
+//   transposed into W' (C, 3, 3, K) in conv_ws_ (the step's launches run one after another, so the shared workspace
+//   is free), then dX (N, H, W, C) = the forward kernel on dY (N, H, W, K) and W'; under train.conv_bn_backward
+//   fused, with the next batch norm's backward reductions in its epilogue (WgConvBnBwd; partials after W').
 // - Forwards (fwd, both): Y = conv(X, W); for a conv_bn_stats pair (route Wgconv) Y's per-channel sum and sum of
 //   squares from the epilogue into the pair's buffer (partials in conv_ws_); for a batch norm folded into it
 //   (wg_fold_: X is that batch norm's output y) the kernel reads the batch norm's input x, applies the normalisation

@@ -120,7 +120,8 @@ TEST_CASE("the stem batch norm's fold with conv_bn_backward fused: graph (d)'s m
                            gu = floats_of(unf.be->read_region(Region::Grads)),
                            gs = floats_of(sep.be->read_region(Region::Grads));
   for (const char* name :
-       {"stem.weight.grad", "conv1.weight.grad", "bn0.weight.grad", "bn0.bias.grad", "bn1.weight.grad", "fc.weight.grad"}) {
+       {"stem.weight.grad", "conv1.weight.grad", "bn0.weight.grad", "bn0.bias.grad", "bn1.weight.grad",
+        "fc.weight.grad"}) {
     const double ru = testing::rel_diff(value_slice(*on.c, go, name), value_slice(*unf.c, gu, name)),
                  rs = testing::rel_diff(value_slice(*on.c, go, name), value_slice(*sep.c, gs, name));
     INFO(name << ": relative difference " << ru << " to unfolded, " << rs << " to the separate backward");

@@ -332,7 +332,8 @@ TEST_CASE("conv_bn_bwd_choose on ResNet-50 with conv_wgconv dgrad pairs the data
 TEST_CASE("conv_bn_bwd_choose on VGG16-BN with conv_wgconv bwd: features_3's data gradient on wgconv, features_1's dx "
           "in the few-channel weight gradient",
           "[conv_bn_stats][wgconv]") {
-  const Compiled c = compile_amp(vgg({"train.conv_bn_backward=fused", "train.precision=fp16", "train.conv_wgconv=bwd"}));
+  const Compiled c =
+      compile_amp(vgg({"train.conv_bn_backward=fused", "train.precision=fp16", "train.conv_wgconv=bwd"}));
   const std::vector<FewcBnGradFold> fewc = fewc_bn_grad_choose(c.graph, c.spec);
   const ConvBnBwdChoice ch = conv_bn_bwd_choose(c.graph, c.plan, c.spec, fewc);
   const int p = programs_with(c.graph, OpKind::BatchNormGrad);

@@ -150,8 +150,8 @@ Status wgconv_flip_filters_cuda(cudaStream_t stream, GpuDType io, const void* w,
 // warpgroups (warpgroup r takes the filter row r's three taps: 3 x 32 f32 accumulators a thread) walk a contiguous
 // range of tiles of kWgconvWgradTile positions, software-pipelined three or four tiles deep; each CTA writes its
 // (9, K, C) f32 partial to ws and a second kernel adds the partials in CTA order in float64: deterministic for the
-// plan's grid. The backend runs it under train.conv_wgconv: wgrad, bwd or all where wgconv_wgrad_route_eligible (C = 64;
-// conv_route.h).
+// plan's grid. The backend runs it under train.conv_wgconv: wgrad, bwd or all where wgconv_wgrad_route_eligible
+// (C = 64; conv_route.h).
 struct WgConvWgradPlan {
   Conv2dGeom g;  // finished, wgconv_wgrad_ring_eligible
   GpuDType io = GpuDType::F16;

@@ -630,7 +630,8 @@ RingKernel ring_kernel(GpuDType io, WgConvTile t, bool stats = false, bool bnb =
     case WgConvTile::RingPx256N64:
       if (stats) return h ? ring_kernel_t<__half, 64, true, true>() : ring_kernel_t<__nv_bfloat16, 64, true, true>();
       if (bnb)
-        return h ? ring_kernel_t<__half, 64, true, false, true>() : ring_kernel_t<__nv_bfloat16, 64, true, false, true>();
+        return h ? ring_kernel_t<__half, 64, true, false, true>()
+                 : ring_kernel_t<__nv_bfloat16, 64, true, false, true>();
       return h ? ring_kernel_t<__half, 64, true>() : ring_kernel_t<__nv_bfloat16, 64, true>();
     default: return nullptr;
   }
