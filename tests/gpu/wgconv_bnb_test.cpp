@@ -4,7 +4,8 @@
 // the host: fmaf(bx - mean, gamma * invstd, beta) rounds to a positive value of the io type), and dbeta, dgamma are
 // the float64 sums of the masked g and of g * (bx - mean) (times invstd) within 1e-5 of the sums of magnitudes; a
 // rerun bitwise (deterministic), a one-CTA run close (another grid, another order); nothing written past g; what the
-// launch refuses. f16 and bf16, a geometry whose last tile runs past the plane and a three-row wide one.
+// launch refuses. f16 and bf16, a geometry whose last tile runs past the plane and whose g has 128 channels (two
+// output-channel tiles, so the second tile's channel offset), and a three-row wide one.
 // Inputs on the 1/64 grid as the other wgconv tests'; the batch-norm parameters random per channel.
 #include <catch2/catch.hpp>
 
@@ -25,9 +26,11 @@ namespace {
 
 constexpr size_t kTail = 256;  // bytes after g that must stay poisoned
 
-// The plan of the data gradient of forward geometry g, or a visible skip off compute capability 9.0.
+// The plan of the data gradient of forward geometry g (K = 64: the ring px kernel's C), or a visible skip off compute
+// capability 9.0.
 bool dgrad_plan(const Conv2dGeom& g, GpuDType t, WgConvPlan* out) {
   const Conv2dGeom gd = wgconv_dgrad_geom(g);
+  REQUIRE(wgconv_tile_fits(gd, WgConvTile::RingPx256N64));  // a case the kernel takes (else the test is wrong)
   Result<WgConvPlan> p = wgconv_plan(gd, t, WgConvTile::RingPx256N64);
   if (!p.ok() && p.errors().front().code == ErrCode::NotSupported && wgconv_eligible(gd, nullptr)) {
     WARN("skipped: " << p.error_text());
@@ -49,7 +52,7 @@ TEST_CASE("wgconv ring px batch-norm backward epilogue: g masked by the recomput
           "[kernel][wgconv][conv2d][fuseddgrad]") {
   CudaContext ctx = make_context();
   const std::pair<const char*, Conv2dGeom> cases[] = {
-      {"9x11 N=2 C=64 K=128", conv_geom(2, 9, 11, 64, 128, 3, 3, 1, 1, 1, 1)},
+      {"9x11 N=2 C=128 K=64", conv_geom(2, 9, 11, 128, 64, 3, 3, 1, 1, 1, 1)},  // two channel tiles of g
       {"3x224 N=2 C=64 K=64", conv_geom(2, 3, 224, 64, 64, 3, 3, 1, 1, 1, 1)}};
   uint64_t seed = 9900;
   for (const auto& [name, g] : cases)
