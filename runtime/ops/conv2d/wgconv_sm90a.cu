@@ -797,15 +797,10 @@ Status wgconv_fwd_cuda(cudaStream_t stream, const WgConvPlan& p, const void* x, 
     ring_kernel(p.io, p.tile, stats != nullptr, bn_bwd != nullptr)<<<grid, kThreads, p.smem_bytes, stream>>>(x, w, y,
                                                                                                            a);
     TRCTL_CUDA_TRY(cudaGetLastError());
-    if (bn_bwd) {
+    if (a.stats_ws) {  // the epilogue's partials: the statistics' (sum, sqsum) or BB's (dbeta, dgamma = sum * invstd)
       wgconv_partials_finalize_kernel<<<static_cast<unsigned>((g.k + 127) / 128), 128, 0, stream>>>(
-          static_cast<const float*>(bn_bwd->ws), p.grid_m, static_cast<int>(g.k), bn_bwd->invstd, bn_bwd->dbeta,
-          bn_bwd->dgamma);
-      TRCTL_CUDA_TRY(cudaGetLastError());
-    }
-    if (stats) {
-      wgconv_partials_finalize_kernel<<<static_cast<unsigned>((g.k + 127) / 128), 128, 0, stream>>>(
-          static_cast<const float*>(stats->ws), p.grid_m, static_cast<int>(g.k), nullptr, stats->sum, stats->sqsum);
+          a.stats_ws, p.grid_m, static_cast<int>(g.k), stats ? nullptr : bn_bwd->invstd,
+          stats ? stats->sum : bn_bwd->dbeta, stats ? stats->sqsum : bn_bwd->dgamma);
       TRCTL_CUDA_TRY(cudaGetLastError());
     }
     return ok_status();
