@@ -404,20 +404,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     cursor_move(bx_at, kTile);
   };
-  // BB: the pair (v0, v1) of channels pch + 8 half + (0, 1) at one position rounded to T and masked by the ReLU
-  // recomputed from bx's pair xw (batchnorm_bwd_cuda's relu_grad_in), in place; added to the sums where mine.
-  auto bn_bwd_pair = [&](uint32_t xw, int half, bool mine, float& v0, float& v1) {
+  // BB: the pair (v0, v1) of channels pch + 8 half + (0, 1) at one position, packed (one rounding to T) and masked
+  // by the ReLU recomputed from bx's pair xw (batchnorm_bwd_cuda's relu_grad_in); the masked values added to the
+  // sums. Where the pair is not this thread's (mine false) everything is masked: its store is predicated off.
+  auto bn_bwd_pair = [&](uint32_t xw, int half, bool mine, float v0, float v1) {
+    const uint32_t packed = pack2<T>(v0, v1);
     const T* xe = reinterpret_cast<const T*>(&xw);
+    const T* ge = reinterpret_cast<const T*>(&packed);
+    uint32_t keep_bits = 0;
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      float& v = e ? v1 : v0;
       const ApplyConsts& k = bk[half][e];
       const float xf = to_f32(xe[e]);
-      v = relu_kept<T>(xf, k.m, k.scale, k.shift) ? to_f32(from_f32<T>(v)) : 0.0f;
-      const float g = mine ? v : 0.0f;
+      const bool keep = mine && relu_kept<T>(xf, k.m, k.scale, k.shift);
+      keep_bits |= keep ? 0xffffu << (16 * e) : 0u;
+      const float g = keep ? to_f32(ge[e]) : 0.0f;
       bs[half][e] += g;
       bq[half][e] = fmaf(g, xf - k.m, bq[half][e]);
     }
+    return packed & keep_bits;
   };
   auto store = [&](float (&d)[kAcc]) {
     fence_operands(d);
@@ -438,9 +443,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           const float c0 = d[4 * j + 2 * half], c1 = d[4 * j + 2 * half + 1];
           const float got = __shfl_xor_sync(0xffffffffu, odd ? c0 : c1, 4);
           if constexpr (BB) {
-            float v0 = odd ? got : c0, v1 = odd ? c1 : got;
-            bn_bwd_pair(bxr[j][half], half, mine, v0, v1);
-            st_global_b32_if(mine, y + off + 8 * half, pack2<T>(v0, v1));
+            st_global_b32_if(mine, y + off + 8 * half,
+                             bn_bwd_pair(bxr[j][half], half, mine, odd ? got : c0, odd ? c1 : got));
           } else {
             st_global_b32_if(mine, y + off + 8 * half, odd ? pack2<T>(got, c1) : pack2<T>(c0, got));
           }
