@@ -230,15 +230,11 @@ def imagenet_dts_config(title, layers):
 
 
 # The recipes' train-section lines after `device: auto` (trctl-only settings; PyTorch's side has no counterpart).
-WGCONV_WGRAD = """\
-  conv_wgconv: wgrad              # 64-input-channel 3x3 weight gradients on trctl's ring kernel (CUDA, AMP;
-                                  # RESULTS.md run 67: {effect} on an H100)
-"""
 WGCONV_BWD = """\
   conv_wgconv: bwd                # trctl's ring kernels (CUDA, AMP): 64-input-channel 3x3 weight gradients (run
-                                  # 67: -1.3 % J/step, +0.7 % img/s) and the 64-channel data gradient with the next
-                                  # batch norm's backward reductions in its epilogue (RESULTS.md run 72: a further
-                                  # +0.9 % img/s, -0.8 % J/step; both on an H100)
+                                  # 67: {wgrad}) and the 64-channel data gradients with the next
+                                  # batch norm's backward reductions in their epilogue (RESULTS.md run {run}: a further
+                                  # {bwd}; both on an H100)
 """
 
 
@@ -335,10 +331,12 @@ def configs():
         "vgg16bn.yaml": imagenet_config("torchvision vgg16_bn (13 conv3x3 with bias, batch norm), 224x224, 1000 classes.",
                                         vgg16bn_layers(),
                                         ["AdaptiveAvgPool2d((7, 7)) is the identity at 224x224 input and is omitted."],
-                                        WGCONV_BWD),
+                                        WGCONV_BWD.format(wgrad="-1.3 % J/step, +0.7 % img/s", run=72,
+                                                          bwd="+0.9 % img/s, -0.8 % J/step")),
         "resnet18.yaml": imagenet_config("torchvision resnet18 (BasicBlock [2, 2, 2, 2]), 224x224, 1000 classes.",
                                          resnet_layers(basic_block, [2, 2, 2, 2]),
-                                         train_extra=WGCONV_WGRAD.format(effect="-4.2 % J/step, +0.7 % img/s")),
+                                         train_extra=WGCONV_BWD.format(wgrad="-4.2 % J/step, +0.7 % img/s", run=73,
+                                                                       bwd="+0.5 % img/s, -0.2 % J/step")),
         "resnet50.yaml": imagenet_config("torchvision resnet50 (Bottleneck v1.5 [3, 4, 6, 3]), 224x224, 1000 classes.",
                                          resnet_layers(bottleneck, [3, 4, 6, 3])),
         "resnet50_dts.yaml": imagenet_dts_config(
