@@ -46,12 +46,6 @@ __device__ __forceinline__ void st_global_b32_if(bool on, void* p, uint32_t v) {
       : "memory");
 }
 
-// An asynchronous prefetch of bytes [p, p + bytes) from global memory into L2 (p 16-byte aligned, bytes a multiple
-// of 16); a hint: nothing waits for it.
-__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-}
-
 // *p where `on`, else 0 (a predicated read-only load, issued in program order with the wgmma asm around it).
 __device__ __forceinline__ uint32_t ld_global_b32_if(bool on, const void* p) {
   uint32_t v;
@@ -396,22 +390,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         bk[h][e] = apply_consts(pch + 8 * h + e, a.bnb.gamma, a.bnb.beta, a.bnb.mean, a.bnb.invstd, false, 0.0f,
                                 nullptr);
   }
-  // BB: the pixels of the (N, H, W) plane at positions before pos (0 <= pos <= f_total), and tile t's bx -- the
-  // pixels its positions cover, contiguous in bx -- prefetched into L2 by one thread a tile ahead, so that load_bx's
-  // loads, issued while tile t's wgmma run, are served from L2 rather than wait for HBM.
-  auto pixels_before = [&](int pos) {
-    const PadPos pq = pad_pos(pos, wp, plane);
-    const int rows = min(max(pq.pp - 1, 0), a.h);
-    const int cols = pq.pp >= 1 && pq.pp <= a.h ? min(max(pq.qq - 1, 0), a.wd) : 0;
-    return (pq.n * a.h + rows) * a.wd + cols;
-  };
-  auto prefetch_bx = [&](int t) {
-    if (tid != 0 || t >= t_end) return;
-    const int p0 = pixels_before(min(t * kTile, f_total)), p1 = pixels_before(min((t + 1) * kTile, f_total));
-    if (p1 > p0)
-      prefetch_l2_bulk(static_cast<const T*>(a.bnb.x) + static_cast<int64_t>(p0) * a.k,
-                       static_cast<uint32_t>((p1 - p0) * a.k * static_cast<int>(sizeof(T))));
-  };
   auto load_bx = [&] {
     const T* bx = static_cast<const T*>(a.bnb.x);
     int pos = bx_at.pos;
@@ -502,7 +480,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   each_span_row(load_row_at);
   cp_async_commit();
-  if constexpr (BB) prefetch_bx(t_begin);
   float acc[kAcc];
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
@@ -525,10 +502,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // tile t's rows in for everyone; everyone's wgmma of tile t - 1 done (its rows reusable)
     if (wg == 1 && t > t_begin) store(acc);  // tile t - 1
     issue(t, acc);
-    if constexpr (BB) {
-      prefetch_bx(t + 1);
-      load_bx();  // tile t's bx at this thread's stores (warpgroup 1 stores it next iteration)
-    }
+    if constexpr (BB) load_bx();  // tile t's bx at this thread's stores (warpgroup 1 stores it next iteration)
     if (t + 1 < t_end) {
       if (bn)
         each_new_row(load_at, load_row_at);
