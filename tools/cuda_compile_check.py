@@ -7,7 +7,7 @@ The flags come from BUILD/compile_commands.json (default /work/wt-pack/build, de
 CMake configured with CMAKE_EXPORT_COMPILE_COMMANDS); a file that database does not know yet (a new test) borrows
 the command of a file in the same directory. Objects go to /tmp/cuda_compile_check/.
 
-  python3 tools/cuda_compile_check.py runtime/ops/batchnorm/batchnorm.cu tests/gpu/new_test.cpp [--regs]
+  python3 tools/cuda_compile_check.py runtime/ops/batchnorm/batchnorm.cu tests/gpu/new_test.cpp [--regs] [--ptx]
 """
 import argparse
 import json
@@ -19,11 +19,30 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def print_ptx_counts(path):
+    """Each .entry's instruction lines in the PTX at path (not labels, directives, braces or declarations)."""
+    name, count = None, 0
+    for line in open(path):
+        t = line.strip()
+        if t.startswith(".entry") or t.startswith(".visible .entry"):
+            name, count = t.split()[-1].rstrip("("), 0
+        elif name and t == "}" and count:
+            pass
+        elif name and t and not t.startswith((".", "//", "{", "}", "$", "(", ")")) and t.endswith(";"):
+            count += 1
+        if name and line.startswith("}"):
+            print(f"  ptx {count:6d} instructions  {name}")
+            name = None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="+", help="paths relative to the repository root")
     ap.add_argument("--build", default="/work/wt-pack/build", help="a configured CUDA build directory")
     ap.add_argument("--regs", action="store_true", help=".cu files: print ptxas register and spill lines")
+    ap.add_argument("--ptx", action="store_true",
+                    help=".cu files: also write their PTX to /tmp/cuda_compile_check/NAME.ptx and print each entry's "
+                         "instruction lines (a proxy for SASS counts, which need a GPU machine's cuobjdump)")
     args = ap.parse_args()
     db_path = os.path.join(args.build, "compile_commands.json")
     try:
@@ -50,6 +69,17 @@ def main():
         if args.regs and rel.endswith(".cu"):
             argv += ["-Xptxas", "-v"]
         r = subprocess.run(argv, cwd=entry["directory"], capture_output=True, text=True)
+        if args.ptx and rel.endswith(".cu") and r.returncode == 0:
+            ptx_argv = [a for a in argv if a not in ("-Xptxas", "-v")]
+            ptx_argv.remove("-c")
+            ptx = os.path.join(out_dir, os.path.basename(rel) + ".ptx")
+            ptx_argv[ptx_argv.index("-o") + 1] = ptx
+            ptx_argv.append("-ptx")
+            p = subprocess.run(ptx_argv, cwd=entry["directory"], capture_output=True, text=True)
+            if p.returncode == 0:
+                print_ptx_counts(ptx)
+            else:
+                print(f"  ptx: FAILED: {p.stderr[-400:]}")
         lines = (r.stdout + r.stderr).splitlines()
         keep = [l for l in lines if "error" in l or "warning" in l or (args.regs and ("Used" in l or "spill" in l or "Compiling entry" in l))]
         print(f"{rel}: {'ok' if r.returncode == 0 else 'FAILED'}")

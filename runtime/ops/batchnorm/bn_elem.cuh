@@ -1,8 +1,9 @@
 // Per-element batch-norm arithmetic that the batch-norm kernels (batchnorm_kernels.cuh) and kernels fusing a batch
 // norm's step into another op share (runtime/ops/conv2d/fewc_wgrad.cu computes the backward's dx while staging its
 // dy; the wgmma conv's ring kernels apply its input's batch norm while staging it): ApplyConsts / apply_affine (the
-// apply pass's affine), apply_relu, relu_kept (the fused ReLU's mask recomputed from x), relu_grad_in (the
-// backward's masked incoming gradient), BnBwdConsts / bn_bwd_dx / bn_bwd_dx_f32 (the backward's dx of one element).
+// apply pass's affine), apply_relu, relu_kept (the fused ReLU's mask recomputed from x; relu_kept_range and
+// in_range2: the same mask as a range of x, tested on packed pairs), relu_grad_in (the backward's masked incoming
+// gradient), BnBwdConsts / bn_bwd_dx / bn_bwd_dx_f32 (the backward's dx of one element).
 // One definition each, so that a fused step's values are bitwise the batch norm's own. Internal linkage (an
 // anonymous namespace), device code only.
 #pragma once
@@ -10,6 +11,7 @@
 #include <type_traits>
 
 #include "runtime/cuda/device_utils.cuh"
+#include "runtime/ops/batchnorm/relu_kept_range.h"
 
 namespace trctl {
 namespace {
@@ -47,6 +49,37 @@ __device__ __forceinline__ bool relu_kept(float xf, float m, float scale, float 
   const float v = apply_affine(xf, ApplyConsts{m, scale, beta});
   if constexpr (std::is_same_v<T, __half>) return v > 0x1p-25f;
   return to_f32(from_f32<T>(v)) > 0.0f;
+}
+
+// relu_kept of one channel as a range of x (relu_kept_range.h: the kept x of T are exactly lo <= x <= hi), found by
+// searching relu_kept<T> itself -- 16 evaluations, once per channel, for kernels that then test packed pairs.
+template <class T>
+__device__ __forceinline__ KeptRange relu_kept_range(float m, float scale, float beta) {
+  constexpr uint16_t kInfBits = std::is_same_v<T, __half> ? 0x7c00 : 0x7f80;
+  return kept_range_search(kInfBits, scale, [&](uint16_t b) {
+    float xf;
+    if constexpr (std::is_same_v<T, __half>)
+      xf = __half2float(__ushort_as_half(b));
+    else
+      xf = __bfloat162float(__ushort_as_bfloat16(b));
+    return relu_kept<T>(xf, m, scale, beta);
+  });
+}
+
+// Both halves of the packed pair x (two T) inside their ranges [lo, hi] (packed the same way): 0xffff per half
+// where inside, else 0 (NaN never inside).
+template <class T>
+__device__ __forceinline__ uint32_t in_range2(uint32_t x, uint32_t lo, uint32_t hi) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 xv = *reinterpret_cast<const __half2*>(&x), l = *reinterpret_cast<const __half2*>(&lo),
+                  h = *reinterpret_cast<const __half2*>(&hi);
+    return __hge2_mask(xv, l) & __hle2_mask(xv, h);
+  } else {
+    const __nv_bfloat162 xv = *reinterpret_cast<const __nv_bfloat162*>(&x),
+                         l = *reinterpret_cast<const __nv_bfloat162*>(&lo),
+                         h = *reinterpret_cast<const __nv_bfloat162*>(&hi);
+    return __hge2_mask(xv, l) & __hle2_mask(xv, h);
+  }
 }
 
 // The incoming gradient g of one element, for both backward passes: dy, or 0 where the fused ReLU cut it (the mask

@@ -46,13 +46,10 @@ __device__ __forceinline__ void st_global_b32_if(bool on, void* p, uint32_t v) {
       : "memory");
 }
 
-// *p where `on`, else 0 (a predicated read-only load, issued in program order with the wgmma asm around it).
-__device__ __forceinline__ uint32_t ld_global_b32_if(bool on, const void* p) {
+// *p (a read-only load, issued in program order with the wgmma asm around it).
+__device__ __forceinline__ uint32_t ld_global_b32(const void* p) {
   uint32_t v;
-  asm volatile(
-      "{\n .reg .pred q;\n setp.ne.b32 q, %1, 0;\n mov.b32 %0, 0;\n @q ld.global.nc.b32 %0, [%2];\n}\n"
-      : "=r"(v)
-      : "r"(static_cast<int>(on)), "l"(p));
+  asm volatile("ld.global.nc.b32 %0, [%1];\n" : "=r"(v) : "l"(p));
   return v;
 }
 
@@ -362,23 +359,48 @@ __global__ void __launch_bounds__(kThreads, 1)
   // This warpgroup's next tile's first position of this thread (tiles are stored in order).
   Cursor out_at = cursor_at(t_begin * kTile + wg * kWin + (PXN ? 2 * (lane & 3) : warp * 16 + (lane >> 2)));
   // PXN: thread (warp, lane) stores filters pch, pch + 1 (+ 8 in the second half) at the even position of a window
-  // pair (odd lanes: the odd one; see store); pair_at: that store's element offset in y, whether the pair's even
-  // and odd positions are inside, and whether this thread's is.
+  // pair (odd lanes: the odd one; see store). PairWalk: this thread's pairs of a window, 8 positions apart -- the
+  // position, its padded row and column, and the element offset in y (and bx) of the pair this thread stores
+  // (unsigned: a padding position's offset may lie outside y, and is never used there) -- moved by additions and
+  // selects (Nsight Compute, run 73: the walk by multiplications and branches was ~22 instructions a pair).
   const bool odd = (lane >> 2) & 1;
   const int pch = n0 + warp * 16 + (lane >> 2) - (odd ? 1 : 0);
-  struct PairAt {
-    int off;
-    bool in0, in1, mine;
+  // The pair's packed halves from this thread's (even lanes: the low ones of both, odd lanes: the high ones, low
+  // first): __byte_perm's selector.
+  const uint32_t pair_sel = odd ? 0x3276u : 0x5410u;
+  struct PairWalk {
+    int pos, pp, qq;
+    uint32_t off;
   };
-  auto pair_at = [&](int pos, const PadPos& pq) {
-    const bool row_in = pos < f_total && pq.pp >= 1 && pq.pp <= a.h;
-    const bool in0 = row_in && pq.qq >= 1 && pq.qq <= a.wd, in1 = row_in && pq.qq < a.wd;
-    return PairAt{(pixel_of(pq) + (odd ? 1 : 0)) * a.k + pch, in0, in1, odd ? in1 : in0};
+  auto pair_walk_at = [&](const Cursor& c) {
+    return PairWalk{c.pos, c.pq.pp, c.pq.qq,
+                    static_cast<uint32_t>(pixel_of(c.pq) + (odd ? 1 : 0)) * static_cast<uint32_t>(a.k) +
+                        static_cast<uint32_t>(pch)};
   };
-  // BB: this thread's channels' constants ([half][e]: channel pch + 8 half + e; the forward's m, gamma * invstd and
-  // beta, the recomputed mask's), its sums of the masked g and of g (bx - m), and a tile's bx pairs at its stores,
-  // loaded right after the tile's wgmma are issued (load_bx) so they land while the wgmma run.
-  ApplyConsts bk[2][2];
+  // 8 positions on (8 <= W + 2: at most one row's end passed). The pixel index (n H + pp - 1) W + qq - 1 moves by
+  // 8, by 8 - 2 past a row's end (its two padding columns), by 8 - 2 - 2 W past an image's (its two padding rows).
+  auto pair_walk_step = [&](PairWalk& w) {
+    w.pos += 8;
+    w.qq += 8;
+    const bool row_end = w.qq >= wp;
+    w.qq -= row_end ? wp : 0;
+    w.pp += row_end ? 1 : 0;
+    const bool image_end = w.pp == hp;
+    w.pp = image_end ? 0 : w.pp;
+    w.off += static_cast<uint32_t>((8 - (row_end ? 2 : 0) - (image_end ? 2 * a.wd : 0)) * a.k);
+  };
+  // Whether the pair's even and odd positions are pixels of the image (the odd one is the even one's next column).
+  auto pair_inside = [&](const PairWalk& w, bool& in0, bool& in1) {
+    const bool row_in = w.pos < f_total && static_cast<unsigned>(w.pp - 1) < static_cast<unsigned>(a.h);
+    in0 = row_in && static_cast<unsigned>(w.qq - 1) < static_cast<unsigned>(a.wd);
+    in1 = row_in && static_cast<unsigned>(w.qq) < static_cast<unsigned>(a.wd);
+  };
+  // BB: this thread's channels pch + 8 half + e: the forward's mean m (for g (bx - m)) and the recomputed ReLU mask
+  // as a range of bx (bn_elem.cuh's relu_kept_range: bitwise relu_kept), packed per channel pair as bx is; its sums
+  // of the masked g and of g (bx - m); and a tile's bx pairs at its stores, loaded right after the tile's wgmma are
+  // issued (load_bx) so they land while the wgmma run.
+  float bm[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+  uint32_t b_lo[2] = {0u, 0u}, b_hi[2] = {0u, 0u};
   float bs[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, bq[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
   uint32_t bxr[BB ? kWin / 8 : 1][2];
   Cursor bx_at = out_at;
@@ -386,79 +408,83 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int e = 0; e < 2; ++e)
-        bk[h][e] = apply_consts(pch + 8 * h + e, a.bnb.gamma, a.bnb.beta, a.bnb.mean, a.bnb.invstd, false, 0.0f,
-                                nullptr);
+      for (int e = 0; e < 2; ++e) {
+        const ApplyConsts k = apply_consts(pch + 8 * h + e, a.bnb.gamma, a.bnb.beta, a.bnb.mean, a.bnb.invstd, false,
+                                           0.0f, nullptr);
+        bm[h][e] = k.m;
+        const KeptRange r = relu_kept_range<T>(k.m, k.scale, k.shift);
+        b_lo[h] |= static_cast<uint32_t>(r.lo) << (16 * e);
+        b_hi[h] |= static_cast<uint32_t>(r.hi) << (16 * e);
+      }
   }
+  // The loads need no predicate: an offset outside bx (a padding position's, before the first pixel or past the
+  // last) is clamped into it, and what it reads is masked off like every pair that is not this thread's.
+  const uint32_t bx_last = static_cast<uint32_t>(f_total / plane) * static_cast<uint32_t>(a.h * a.wd) *
+                               static_cast<uint32_t>(a.k) - 10u;  // the last offset whose + 8 + 1 is inside
   auto load_bx = [&] {
     const T* bx = static_cast<const T*>(a.bnb.x);
-    int pos = bx_at.pos;
-    PadPos pq = bx_at.pq;
+    PairWalk w = pair_walk_at(bx_at);
 #pragma unroll
     for (int j = 0; j < kWin / 8; ++j) {
-      const PairAt at = pair_at(pos, pq);
+      const T* src = bx + min(w.off, bx_last);
 #pragma unroll
-      for (int half = 0; half < 2; ++half) bxr[j][half] = ld_global_b32_if(at.mine, bx + at.off + 8 * half);
-      pos += 8;
-      pad_step(pq, 8, wp, hp);
+      for (int half = 0; half < 2; ++half) bxr[j][half] = ld_global_b32(src + 8 * half);
+      pair_walk_step(w);
     }
     cursor_move(bx_at, kTile);
   };
-  // BB: the pair (v0, v1) of channels pch + 8 half + (0, 1) at one position, packed (one rounding to T) and masked
-  // by the ReLU recomputed from bx's pair xw (batchnorm_bwd_cuda's relu_grad_in); the masked values added to the
-  // sums. Where the pair is not this thread's (mine false) everything is masked: its store is predicated off.
-  auto bn_bwd_pair = [&](uint32_t xw, int half, bool mine, float v0, float v1) {
-    const uint32_t packed = pack2<T>(v0, v1);
+  // BB: the stored pair (channels pch + 8 half + (0, 1), rounded to T) masked by the ReLU recomputed from bx's pair
+  // xw (batchnorm_bwd_cuda's relu_grad_in) -- everything masked where the pair is not this thread's (mine false:
+  // its store is predicated off) -- and the masked values added to the sums.
+  auto bn_bwd_pair = [&](uint32_t pair, uint32_t xw, int half, bool mine) {
+    const uint32_t g = pair & (mine ? in_range2<T>(xw, b_lo[half], b_hi[half]) : 0u);
     const T* xe = reinterpret_cast<const T*>(&xw);
-    const T* ge = reinterpret_cast<const T*>(&packed);
-    uint32_t keep_bits = 0;
+    const T* ge = reinterpret_cast<const T*>(&g);
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const ApplyConsts& k = bk[half][e];
-      const float xf = to_f32(xe[e]);
-      const bool keep = mine && relu_kept<T>(xf, k.m, k.scale, k.shift);
-      keep_bits |= keep ? 0xffffu << (16 * e) : 0u;
-      const float g = keep ? to_f32(ge[e]) : 0.0f;
-      bs[half][e] += g;
-      bq[half][e] = fmaf(g, xf - k.m, bq[half][e]);
+      const float gf = to_f32(ge[e]);
+      bs[half][e] += gf;
+      bq[half][e] = fmaf(gf, to_f32(xe[e]) - bm[half][e], bq[half][e]);
     }
-    return packed & keep_bits;
+    return g;
   };
   auto store = [&](float (&d)[kAcc]) {
     fence_operands(d);
-    int& pos = out_at.pos;
-    PadPos& pq = out_at.pq;
     if constexpr (PXN) {
       // Thread (warp, lane) holds filters r = 16 warp + lane / 4 (+ 8) at the position pair 8 j + 2 (lane % 4)
-      // (+ 1) of the window. Lanes lane and lane ^ 4 hold filters r and r ^ 1: the even one stores both at the even
-      // position, the odd one both at the odd position. The odd position is the next column of the even one's row
-      // (inside where that row is and the even column is below W) or, after the row's last column, the padding.
+      // (+ 1) of the window. Lanes lane and lane ^ 4 hold filters r and r ^ 1: each packs its two positions (one
+      // rounding each), they swap the packed words, and the even one stores both filters at the even position, the
+      // odd one both at the odd position. The odd position is the next column of the even one's row (inside where
+      // that row is and the even column is below W) or, after the row's last column, the padding.
+      PairWalk w = pair_walk_at(out_at);
 #pragma unroll
       for (int j = 0; j < kWin / 8; ++j) {
-        const PairAt at = pair_at(pos, pq);
-        const bool in0 = at.in0, in1 = at.in1, mine = at.mine;
-        const int off = at.off;
+        bool in0, in1;
+        pair_inside(w, in0, in1);
+        const bool mine = odd ? in1 : in0;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const float c0 = d[4 * j + 2 * half], c1 = d[4 * j + 2 * half + 1];
-          const float got = __shfl_xor_sync(0xffffffffu, odd ? c0 : c1, 4);
-          if constexpr (BB) {
-            st_global_b32_if(mine, y + off + 8 * half,
-                             bn_bwd_pair(bxr[j][half], half, mine, odd ? got : c0, odd ? c1 : got));
-          } else {
-            st_global_b32_if(mine, y + off + 8 * half, odd ? pack2<T>(got, c1) : pack2<T>(c0, got));
-          }
-          if constexpr (ST) {
-            const float v0 = to_f32(from_f32<T>(c0)), v1 = to_f32(from_f32<T>(c1));
+          const uint32_t own = pack2<T>(d[4 * j + 2 * half], d[4 * j + 2 * half + 1]);
+          const uint32_t pair = __byte_perm(own, __shfl_xor_sync(0xffffffffu, own, 4), pair_sel);
+          T* dst = y + w.off + 8 * half;
+          if constexpr (BB)
+            st_global_b32_if(mine, dst, bn_bwd_pair(pair, bxr[j][half], half, mine));
+          else
+            st_global_b32_if(mine, dst, pair);
+          if constexpr (ST) {  // this thread's filter at both positions, as stored
+            const T* oe = reinterpret_cast<const T*>(&own);
+            const float v0 = to_f32(oe[0]), v1 = to_f32(oe[1]);
             st_sum[half] += (in0 ? v0 : 0.0f) + (in1 ? v1 : 0.0f);
             st_sq[half] += (in0 ? v0 * v0 : 0.0f) + (in1 ? v1 * v1 : 0.0f);
           }
         }
-        pos += 8;
-        pad_step(pq, 8, wp, hp);
+        pair_walk_step(w);
       }
+      cursor_move(out_at, kTile);
     } else {
       // Thread (warp, lane) holds positions 16 warp + lane / 4 (+ 8) of the window, filters 8 j + 2 (lane % 4) (+ 1).
+      int& pos = out_at.pos;
+      PadPos& pq = out_at.pq;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const bool in = inside_at(pos, pq);
@@ -469,8 +495,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         pos += 8;
         pad_step(pq, 8, wp, hp);
       }
+      cursor_move(out_at, kTile - 16);  // the row walk covered 16 positions
     }
-    cursor_move(out_at, kTile - (PXN ? kWin : 16));  // the pair walk covered kWin positions, the row walk 16
   };
   // The filter slice (row tap * BN + k - n0) and tile t_begin's whole span; then per tile: its rows in, the next
   // tile's rows on their way, its wgmma, its outputs.
