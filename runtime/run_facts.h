@@ -52,10 +52,11 @@ struct ConvAlgoSources {
   // train.conv_wgconv wgrad, bwd or all: weight gradients on the ring weight-gradient kernel, per node of every program;
   // run.json holds it when > 0.
   int wgconv_wgrad = 0;
-  // train.conv_bn_backward: the mode in effect (effective_conv_bn_backward: "separate" or "fused"; auto resolved)
-  // and, unless separate, the batch norms + ReLU whose backward reductions a convolution's data gradient computed
-  // (fused: cuDNN's dgrad + ReLU backward + BN-backward-weights graph), separate ones (not a pair it serves) and
-  // fallbacks (cuDNN offered no engine; the first reason kept).
+  // train.conv_bn_backward: the mode in effect (effective_conv_bn_backward: "separate" or "fused", auto resolved;
+  // "wgconv" where only data gradients on the ring px kernel pair, under deterministic: true or bf16:
+  // wgconv_bn_backward_pairs) and, unless separate, the batch norms + ReLU whose backward reductions a convolution's
+  // data gradient computed (fused: cuDNN's dgrad + ReLU backward + BN-backward-weights graph, or the ring px kernel's
+  // epilogue), separate ones (not a pair it serves) and fallbacks (cuDNN offered no engine; the first reason kept).
   std::string bn_bwd_mode = "separate";
   int bn_bwd_fused = 0, bn_bwd_separate = 0, bn_bwd_fallback = 0;
   std::string bn_bwd_fallback_reason;

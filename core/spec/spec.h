@@ -274,7 +274,9 @@ enum class ConvBnApply { Separate, Prologue };
 // over (g, x) fewer per such layer. fused needs train.deterministic: false and precision fp16 (cuDNN's fused engines;
 // spec errors otherwise); auto (the default) = fused where both hold, else separate, never an error
 // (effective_conv_bn_backward). As with conv_bn_stats, a resolved spec without the key now means auto (before:
-// separate). A pair cuDNN has no engine for keeps the first pass (counted).
+// separate). A pair cuDNN has no engine for keeps the first pass (counted). A data gradient on trctl's ring px kernel
+// (train.conv_wgconv) pairs under auto also with train.deterministic: true and bf16 (wgconv_bn_backward_pairs: its
+// epilogue is deterministic).
 enum class ConvBnBackward { Separate, Fused, Auto };
 struct TrainSpec {
   int epochs = 1;               // >= 1
@@ -384,6 +386,11 @@ const char* to_string(ProgressKind p);
 // resolves to Separate only in a TrainSpec built in code.
 ConvBnStats effective_conv_bn_stats(const TrainSpec& t);
 ConvBnBackward effective_conv_bn_backward(const TrainSpec& t);
+// Whether a data gradient on trctl's ring px kernel (train.conv_wgconv dgrad, both, bwd or all) takes its batch
+// norm's backward reductions in its own epilogue: wherever conv_bn_backward is not separate and the precision fp16 or
+// bf16 -- under train.deterministic: true too, and with bf16, unlike cuDNN's graph (d) (effective_conv_bn_backward):
+// the epilogue is deterministic (its partials added in a fixed order) and takes either type.
+bool wgconv_bn_backward_pairs(const TrainSpec& t);
 
 // Learning rate for 1-based epoch e under the scheduler (PyTorch-equivalent per-epoch schedules).
 double scheduler_lr(const SchedulerSpec& s, double base_lr, int epoch, int total_epochs);

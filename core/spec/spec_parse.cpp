@@ -398,4 +398,9 @@ ConvBnBackward effective_conv_bn_backward(const TrainSpec& t) {
   return allowed && t.conv_bn_backward != ConvBnBackward::Separate ? ConvBnBackward::Fused : ConvBnBackward::Separate;
 }
 
+bool wgconv_bn_backward_pairs(const TrainSpec& t) {
+  const bool amp = t.precision == Precision::Fp16 || t.precision == Precision::Bf16;
+  return amp && t.conv_bn_backward != ConvBnBackward::Separate && wgconv_routes_dgrad(t.conv_wgconv);
+}
+
 }  // namespace trctl

@@ -323,9 +323,13 @@ Status CudaBackend::plan_conv_bn_stats() {
 // train.conv_bn_backward fused or auto (effective_conv_bn_backward fused): graph (d) for every pair
 // conv_bn_bwd_choose picks (a few-channel fold's batch norm too: its weight gradient's prologue then reads the masked
 // g), or, for a data gradient on wgconv, the ring px kernel's batch-norm backward epilogue; a pair cuDNN has no
-// engine for runs separately (counted, the first reason kept).
+// engine for runs separately (counted, the first reason kept). Under deterministic: true or bf16 only the wgconv
+// pairs (wgconv_bn_backward_pairs): the mode reads "wgconv".
 Status CudaBackend::plan_conv_bn_bwd() {
-  conv_sources_.bn_bwd_mode = to_string(effective_conv_bn_backward(c_.spec.train));  // fused or separate
+  const bool graph_d = effective_conv_bn_backward(c_.spec.train) == ConvBnBackward::Fused;
+  conv_sources_.bn_bwd_mode = graph_d                                       ? "fused"
+                              : wgconv_bn_backward_pairs(c_.spec.train) ? "wgconv"
+                                                                        : "separate";
   std::vector<FewcBnGradFold> fewc;
   for (const auto& [dx, f] : fewc_bn_grad_) fewc.push_back(f);
   const ConvBnBwdChoice choice = conv_bn_bwd_choose(c_.graph, c_.plan, c_.spec, fewc);

@@ -1,5 +1,6 @@
-// effective_conv_bn_stats / effective_conv_bn_backward (core/spec/spec.h): what train.conv_bn_stats and
-// train.conv_bn_backward run as, the defaults (auto) included, for every train.deterministic and precision.
+// effective_conv_bn_stats / effective_conv_bn_backward / wgconv_bn_backward_pairs (core/spec/spec.h): what
+// train.conv_bn_stats and train.conv_bn_backward run as, the defaults (auto) included, for every train.deterministic
+// and precision.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -105,4 +106,23 @@ TEST_CASE("fused where fusing is not allowed resolves to separate in a TrainSpec
   t.precision = Precision::Fp32;
   CHECK(effective_conv_bn_stats(t) == ConvBnStats::Separate);
   CHECK(effective_conv_bn_backward(t) == ConvBnBackward::Separate);
+}
+
+// wgconv_bn_backward_pairs: a data gradient on the ring px kernel takes its batch norm's backward reductions in its
+// (deterministic, f16 / bf16) epilogue wherever conv_wgconv routes data gradients, the precision is fp16 or bf16 and
+// conv_bn_backward is not separate -- train.deterministic true or false.
+TEST_CASE("wgconv_bn_backward_pairs: under fp16 and bf16, either determinism, unless separate or no wgconv dgrad",
+          "[spec][conv_bn_stats]") {
+  for (const char* det : {"train.deterministic=true", "train.deterministic=false"})
+    for (const char* precision : {"train.precision=fp16", "train.precision=bf16"}) {
+      INFO(det << " " << precision);
+      for (const char* wg : {"dgrad", "both", "bwd", "all"})
+        CHECK(wgconv_bn_backward_pairs(train_of({det, precision, std::string("train.conv_wgconv=") + wg})));
+      for (const char* wg : {"off", "fwd", "wgrad"})
+        CHECK_FALSE(wgconv_bn_backward_pairs(train_of({det, precision, std::string("train.conv_wgconv=") + wg})));
+      CHECK_FALSE(wgconv_bn_backward_pairs(train_of({det, precision, "train.conv_wgconv=bwd",
+                                                     "train.conv_bn_backward=separate"})));
+    }
+  for (const char* precision : {"train.precision=fp32", "train.precision=tf32"})
+    CHECK_FALSE(wgconv_bn_backward_pairs(train_of({"train.deterministic=false", precision, "train.conv_wgconv=bwd"})));
 }

@@ -60,6 +60,10 @@ TEST_CASE("train.conv_wgconv dgrad runs the 64-channel data gradient on wgconv: 
   REQUIRE(backward >= 1);
   CHECK(wg.be->conv_algo_sources()->wgconv_dgrad == backward);  // conv1's dgrad; the stem's dX is never computed
   CHECK(off.be->conv_algo_sources()->wgconv_dgrad == 0);
+  // deterministic: true (the default), conv_bn_backward auto: bn0's reductions in the data gradient's epilogue
+  CHECK(wg.be->conv_algo_sources()->bn_bwd_mode == "wgconv");
+  CHECK(wg.be->conv_algo_sources()->bn_bwd_fused == backward);
+  CHECK(off.be->conv_algo_sources()->bn_bwd_mode == "separate");
   const int64_t sample = 20 * 24 * 3;
   const double lw = one_train_step(wg, sample), lw2 = one_train_step(wg2, sample), lo = one_train_step(off, sample);
   CHECK(lw == lw2);
@@ -218,5 +222,50 @@ TEST_CASE("train.conv_wgconv bwd, conv_bn_backward fused: bn0's reductions in th
     const double r = testing::rel_diff(value_slice(*fu.c, gf, name), value_slice(*sep.c, gs, name));
     INFO(name << ": relative difference " << r << " to the separate backward");
     CHECK(r < 1e-4);
+  }
+}
+
+// The same pairing under train.deterministic: true (conv_bn_backward auto), where cuDNN's graph (d) never runs but the
+// ring px kernel's epilogue does (wgconv_bn_backward_pairs: it is deterministic), under fp16 and under bf16 (graph
+// (d) takes f16 only): the mode reads "wgconv"; two backends of one seed bitwise equal; against the separate
+// backward as above (bf16: bn0's and the stem's gradients within 1e-3 -- the reductions' order differs as under fp16,
+// and bf16's 8-bit dx may round a few elements the other way from that).
+TEST_CASE("train.conv_wgconv bwd under deterministic: true: the epilogue pairs, bitwise repeatable",
+          "[gpu][backend][cnn][wgconv][fuseddgrad]") {
+  for (const char* precision : {"train.precision=fp16", "train.precision=bf16"}) {
+    INFO(precision);
+    const std::vector<std::string> base = {"train.conv_wgconv=bwd", "train.deterministic=true", precision};
+    auto with = [&](const char* o) {
+      std::vector<std::string> v = base;
+      v.push_back(o);
+      return build_backend(spec_of(v));
+    };
+    const BuiltBackend fu = with("train.conv_bn_backward=auto"), fu2 = with("train.conv_bn_backward=auto"),
+                       sep = with("train.conv_bn_backward=separate");
+    const int backward = backward_programs(*fu.c);
+    REQUIRE(backward >= 1);
+    const ConvAlgoSources* src = fu.be->conv_algo_sources();
+    CHECK(src->wgconv_dgrad == backward);
+    CHECK(src->bn_bwd_mode == "wgconv");
+    CHECK(src->bn_bwd_fused == backward);     // bn0, from conv1's wgconv data gradient
+    CHECK(src->bn_bwd_separate == backward);  // bn1: its g comes from the pool
+    CHECK(src->bn_bwd_fallback == 0);
+    CHECK(sep.be->conv_algo_sources()->bn_bwd_fused == 0);
+    CHECK(sep.be->conv_algo_sources()->bn_bwd_mode == "separate");
+    const int64_t sample = 20 * 24 * 3;
+    const double lf = one_train_step(fu, sample), lf2 = one_train_step(fu2, sample), ls = one_train_step(sep, sample);
+    CHECK(lf == ls);
+    CHECK(lf == lf2);
+    const std::vector<float> gf = floats_of(fu.be->read_region(Region::Grads)),
+                             gf2 = floats_of(fu2.be->read_region(Region::Grads)),
+                             gs = floats_of(sep.be->read_region(Region::Grads));
+    CHECK(gf == gf2);  // deterministic: bitwise
+    for (const char* name : {"conv1.weight.grad", "bn1.weight.grad", "bn1.bias.grad", "fc.weight.grad"})
+      CHECK(value_slice(*fu.c, gf, name) == value_slice(*sep.c, gs, name));
+    for (const char* name : {"stem.weight.grad", "bn0.weight.grad", "bn0.bias.grad"}) {
+      const double r = testing::rel_diff(value_slice(*fu.c, gf, name), value_slice(*sep.c, gs, name));
+      INFO(name << ": relative difference " << r << " to the separate backward");
+      CHECK(r < (std::string(precision) == "train.precision=bf16" ? 1e-3 : 1e-4));
+    }
   }
 }

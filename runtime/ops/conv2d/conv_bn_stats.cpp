@@ -173,7 +173,9 @@ std::vector<ConvBnApplyFold> wgconv_bn_apply_choose(const Graph& graph, const Sp
 ConvBnBwdChoice conv_bn_bwd_choose(const Graph& graph, const MemoryPlan& plan, const Spec& spec,
                                    const std::vector<FewcBnGradFold>& fewc) {
   ConvBnBwdChoice out;
-  if (effective_conv_bn_backward(spec.train) != ConvBnBackward::Fused) return out;  // non-deterministic fp16 only
+  // graph (d): non-deterministic fp16 only; the wgconv epilogue: deterministic, f16 or bf16 (wgconv_bn_backward_pairs)
+  const bool graph_d = effective_conv_bn_backward(spec.train) == ConvBnBackward::Fused;
+  if (!graph_d && !wgconv_bn_backward_pairs(spec.train)) return out;
   const ConvRouteOptions ro = conv_route_options(spec);
   for (size_t pi = 0; pi < graph.programs.size(); ++pi) {
     const Program& p = graph.programs[pi];
@@ -201,7 +203,7 @@ ConvBnBwdChoice conv_bn_bwd_choose(const Graph& graph, const MemoryPlan& plan, c
           const ConvRoute route = conv_route(ro, OpKind::Conv2dGradInput, pr.g);
           pr.wgconv = !pointwise_conv(d) && route == ConvRoute::Wgconv;
           ok = !pointwise_conv(d) &&
-               (pr.wgconv || (route == ConvRoute::Cudnn &&
+               (pr.wgconv || (graph_d && route == ConvRoute::Cudnn &&
                               conv_plan_geom(ro, OpKind::Conv2dGradInput, pr.g).c == pr.g.c && pr.g.groups == 1 &&
                               pr.g.c % 8 == 0));
         }

@@ -98,7 +98,9 @@ struct ConvBnBwdChoice {
   int separate = 0;  // batch-norm backwards with a fused ReLU that stay as they are (ineligible)
 };
 // With effective_conv_bn_backward fused (train.conv_bn_backward fused or auto, train.deterministic false, precision
-// fp16; else none, nothing counted): every BatchNormGrad node with a fused ReLU, no residual and no fused pool whose
+// fp16) -- or, with wgconv_bn_backward_pairs alone (conv_wgconv routing data gradients, auto under deterministic:
+// true or bf16), the pairs whose data gradient runs on wgconv only, the cuDNN ones counted separate; else none,
+// nothing counted --: every BatchNormGrad node with a fused ReLU, no residual and no fused pool whose
 // forward (the BatchNorm that wrote its save_mean) fused the ReLU without a residual, whose dY (in[0]) the node
 // right before it writes — a Conv2dGradInput without accumulation that
 // the CUDA backend runs as a plain cuDNN data gradient (conv_route Cudnn, real channels, groups 1, C % 8 == 0:

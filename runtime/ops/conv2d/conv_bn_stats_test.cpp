@@ -80,13 +80,18 @@ TEST_CASE("conv_bn_stats_choose on VGG16-BN: auto fuses the ten pairs of >= 28x2
   }
 }
 
-// configs/vgg16bn.yaml as it is (fp16, train.deterministic left true): the defaults, auto and auto, fuse nothing and
-// count nothing, nor does auto under fp32 with train.deterministic: false.
-TEST_CASE("with train.deterministic: true, or fp32, the default auto modes choose no pairs", "[conv_bn_stats]") {
+// configs/vgg16bn.yaml with train.deterministic left true: the defaults, auto and auto, fuse no statistics and no
+// cuDNN graph (d) -- the backward pairs only features_3's data gradient on wgconv (the config's conv_wgconv bwd; its
+// epilogue is deterministic: wgconv_bn_backward_pairs) with features_1, the other twelve counted separate; with
+// conv_wgconv wgrad, or fp32 under train.deterministic: false, nothing pairs and nothing is counted.
+TEST_CASE("with train.deterministic: true, or fp32, the default auto modes choose no cuDNN pairs", "[conv_bn_stats]") {
   const std::vector<std::string> small = {"data.synthetic.train_size=512", "data.synthetic.val_size=256"};
-  std::vector<std::string> f32 = small;
+  std::vector<std::string> f32 = small, wgrad = small;
   f32.insert(f32.end(), {"train.deterministic=false", "train.precision=fp32"});
-  for (const std::vector<std::string>& o : {small, f32}) {
+  wgrad.push_back("train.conv_wgconv=wgrad");
+  const std::vector<std::vector<std::string>> runs = {small, wgrad, f32};
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const std::vector<std::string>& o = runs[i];
     INFO(o.back());
     const Compiled c = compile_amp(testing::config_spec("vgg16bn.yaml", o));
     CHECK(c.spec.train.conv_bn_stats == ConvBnStats::Auto);
@@ -95,8 +100,22 @@ TEST_CASE("with train.deterministic: true, or fp32, the default auto modes choos
     CHECK(stats.fuse.empty());
     CHECK(stats.separate == 0);
     const ConvBnBwdChoice bwd = conv_bn_bwd_choose(c.graph, c.plan, c.spec, fewc_bn_grad_choose(c.graph, c.spec));
-    CHECK(bwd.fuse.empty());
-    CHECK(bwd.separate == 0);
+    if (i == 0) {  // the recipe as it is
+      const int p = programs_with(c.graph, OpKind::BatchNormGrad);
+      REQUIRE(p >= 1);
+      CHECK(static_cast<int>(bwd.fuse.size()) == p);
+      CHECK(bwd.separate == 12 * p);
+      for (const ConvBnBwdPair& pr : bwd.fuse) {
+        const Node& d = c.graph.programs[pr.program].nodes[pr.dgrad];
+        INFO(d.name);
+        CHECK(d.name.rfind("features_3.", 0) == 0);
+        CHECK(pr.wgconv);
+        CHECK(pr.fewc_dx);
+      }
+    } else {
+      CHECK(bwd.fuse.empty());
+      CHECK(bwd.separate == 0);
+    }
   }
 }
 
@@ -248,7 +267,11 @@ TEST_CASE("conv_bn_bwd_choose on VGG16-BN: the data gradients before the non-poo
       {{"train.conv_bn_backward=separate", "train.precision=fp16"}, 0, 0, false},
       {{"train.conv_bn_backward=auto", "train.precision=fp16"}, 8, 5, true},
       {{"train.precision=fp16"}, 8, 5, true},  // the default: auto, fused here
-      {{"train.precision=bf16"}, 0, 0, false},  // auto under bf16: separate (graph (d) takes f16), nothing counted
+      // auto under bf16: graph (d) takes f16 only, but features_3's data gradient on wgconv (the config's
+      // conv_wgconv bwd) pairs through the ring px kernel's epilogue (wgconv_bn_backward_pairs); without wgconv
+      // nothing pairs and nothing is counted
+      {{"train.precision=bf16"}, 1, 12, true},
+      {{"train.precision=bf16", "train.conv_wgconv=wgrad"}, 0, 0, false},
   };
   for (const Want& w : cases) {
     std::string tag;
