@@ -176,37 +176,38 @@ TEST_CASE("train.conv_wgconv wgrad runs the 64-channel weight gradient on wgconv
   }
 }
 
-// train.conv_wgconv bwd (data and weight gradients on wgconv) with train.conv_bn_backward fused: conv1's data
-// gradient takes bn0's backward reductions in the ring px kernel's epilogue (its masked g, dgamma, dbeta; no cuDNN
-// graph (d)), and bn0's dx comes from the stem's few-channel weight gradient, whose prologue applies no mask of its
-// own; bn0's backward node runs nothing. Against the separate backward (bn0's reductions in its own first pass, the
-// prologue masking g itself), from the same weights and batch: the same loss; conv1's and everything downstream of
-// g untouched, bitwise; bn0's and the stem's gradients within 1e-4 (the same masks and dx arithmetic; only the
+namespace {
+
+// train.conv_wgconv bwd (data and weight gradients on wgconv) with bn0's backward paired: conv1's data gradient takes
+// bn0's backward reductions in the ring px kernel's epilogue (its masked g, dgamma, dbeta; no cuDNN graph (d)), and
+// bn0's dx comes from the stem's few-channel weight gradient, whose prologue applies no mask of its own; bn0's
+// backward node runs nothing. Against the separate backward (bn0's reductions in its own first pass, the prologue
+// masking g itself), from the same weights and batch: the same loss; conv1's and everything downstream of g
+// untouched, bitwise; bn0's and the stem's gradients within `bound` (the same masks and dx arithmetic; only the
 // reductions' summation order differs: a dropped or doubled mask or a wrong sum is off by O(1)); two backends of one
-// seed within 1e-6 (every kernel on this path is deterministic, cuDNN's choices under deterministic: false aside).
-TEST_CASE("train.conv_wgconv bwd, conv_bn_backward fused: bn0's reductions in the wgconv data gradient's epilogue",
-          "[gpu][backend][cnn][wgconv][fuseddgrad]") {
-  const std::vector<std::string> base = {"train.conv_wgconv=bwd", "train.deterministic=false",
-                                         "train.conv_bn_stats=separate"};
+// seed bitwise equal, or within 1e-6 under deterministic: false (cuDNN's choices there aside); counted per program
+// with the mode `mode`. `paired`: the override that pairs (conv_bn_backward fused or auto).
+void check_bwd_pairing(const std::vector<std::string>& base, const char* paired, const std::string& mode,
+                       double bound, bool bitwise) {
   auto with = [&](const char* o) {
     std::vector<std::string> v = base;
     v.push_back(o);
     return build_backend(spec_of(v));
   };
-  const BuiltBackend fu = with("train.conv_bn_backward=fused"), fu2 = with("train.conv_bn_backward=fused"),
-                     sep = with("train.conv_bn_backward=separate");
+  const BuiltBackend fu = with(paired), fu2 = with(paired), sep = with("train.conv_bn_backward=separate");
   const int backward = backward_programs(*fu.c);
   REQUIRE(backward >= 1);
   const ConvAlgoSources* src = fu.be->conv_algo_sources();
   CHECK(src->wgconv_dgrad == backward);
   CHECK(src->wgconv_wgrad == backward);  // conv1's weight gradient (the stem's is the few-channel kernel's)
   CHECK(src->wgconv_fwd == 0);
-  CHECK(src->bn_bwd_mode == "fused");
+  CHECK(src->bn_bwd_mode == mode);
   CHECK(src->bn_bwd_fused == backward);     // bn0, from conv1's wgconv data gradient
   CHECK(src->bn_bwd_separate == backward);  // bn1: its g comes from the pool
   CHECK(src->bn_bwd_fallback == 0);
   CHECK(src->bn_grad_folded == backward);
   CHECK(sep.be->conv_algo_sources()->bn_bwd_fused == 0);
+  CHECK(sep.be->conv_algo_sources()->bn_bwd_mode == "separate");
   CHECK(sep.be->conv_algo_sources()->bn_grad_folded == backward);
   const int64_t sample = 20 * 24 * 3;
   const double lf = one_train_step(fu, sample), lf2 = one_train_step(fu2, sample), ls = one_train_step(sep, sample);
@@ -215,57 +216,36 @@ TEST_CASE("train.conv_wgconv bwd, conv_bn_backward fused: bn0's reductions in th
   const std::vector<float> gf = floats_of(fu.be->read_region(Region::Grads)),
                            gf2 = floats_of(fu2.be->read_region(Region::Grads)),
                            gs = floats_of(sep.be->read_region(Region::Grads));
-  CHECK(testing::rel_diff(gf, gf2) < 1e-6);
+  if (bitwise)
+    CHECK(gf == gf2);
+  else
+    CHECK(testing::rel_diff(gf, gf2) < 1e-6);
   for (const char* name : {"conv1.weight.grad", "bn1.weight.grad", "bn1.bias.grad", "fc.weight.grad"})
     CHECK(value_slice(*fu.c, gf, name) == value_slice(*sep.c, gs, name));
   for (const char* name : {"stem.weight.grad", "bn0.weight.grad", "bn0.bias.grad"}) {
     const double r = testing::rel_diff(value_slice(*fu.c, gf, name), value_slice(*sep.c, gs, name));
     INFO(name << ": relative difference " << r << " to the separate backward");
-    CHECK(r < 1e-4);
+    CHECK(r < bound);
   }
+}
+
+}  // namespace
+
+TEST_CASE("train.conv_wgconv bwd, conv_bn_backward fused: bn0's reductions in the wgconv data gradient's epilogue",
+          "[gpu][backend][cnn][wgconv][fuseddgrad]") {
+  check_bwd_pairing({"train.conv_wgconv=bwd", "train.deterministic=false", "train.conv_bn_stats=separate"},
+                    "train.conv_bn_backward=fused", "fused", 1e-4, false);
 }
 
 // The same pairing under train.deterministic: true (conv_bn_backward auto), where cuDNN's graph (d) never runs but the
 // ring px kernel's epilogue does (wgconv_bn_backward_pairs: it is deterministic), under fp16 and under bf16 (graph
-// (d) takes f16 only): the mode reads "wgconv"; two backends of one seed bitwise equal; against the separate
-// backward as above (bf16: bn0's and the stem's gradients within 1e-3 -- the reductions' order differs as under fp16,
-// and bf16's 8-bit dx may round a few elements the other way from that).
+// (d) takes f16 only): the mode reads "wgconv", two backends of one seed bitwise equal (bf16: bn0's and the stem's
+// gradients within 1e-3 of the separate backward's -- the reductions' order differs as under fp16, and bf16's 8-bit
+// dx may round a few elements the other way from that).
 TEST_CASE("train.conv_wgconv bwd under deterministic: true: the epilogue pairs, bitwise repeatable",
           "[gpu][backend][cnn][wgconv][fuseddgrad]") {
-  for (const char* precision : {"train.precision=fp16", "train.precision=bf16"}) {
-    INFO(precision);
-    const std::vector<std::string> base = {"train.conv_wgconv=bwd", "train.deterministic=true", precision};
-    auto with = [&](const char* o) {
-      std::vector<std::string> v = base;
-      v.push_back(o);
-      return build_backend(spec_of(v));
-    };
-    const BuiltBackend fu = with("train.conv_bn_backward=auto"), fu2 = with("train.conv_bn_backward=auto"),
-                       sep = with("train.conv_bn_backward=separate");
-    const int backward = backward_programs(*fu.c);
-    REQUIRE(backward >= 1);
-    const ConvAlgoSources* src = fu.be->conv_algo_sources();
-    CHECK(src->wgconv_dgrad == backward);
-    CHECK(src->bn_bwd_mode == "wgconv");
-    CHECK(src->bn_bwd_fused == backward);     // bn0, from conv1's wgconv data gradient
-    CHECK(src->bn_bwd_separate == backward);  // bn1: its g comes from the pool
-    CHECK(src->bn_bwd_fallback == 0);
-    CHECK(sep.be->conv_algo_sources()->bn_bwd_fused == 0);
-    CHECK(sep.be->conv_algo_sources()->bn_bwd_mode == "separate");
-    const int64_t sample = 20 * 24 * 3;
-    const double lf = one_train_step(fu, sample), lf2 = one_train_step(fu2, sample), ls = one_train_step(sep, sample);
-    CHECK(lf == ls);
-    CHECK(lf == lf2);
-    const std::vector<float> gf = floats_of(fu.be->read_region(Region::Grads)),
-                             gf2 = floats_of(fu2.be->read_region(Region::Grads)),
-                             gs = floats_of(sep.be->read_region(Region::Grads));
-    CHECK(gf == gf2);  // deterministic: bitwise
-    for (const char* name : {"conv1.weight.grad", "bn1.weight.grad", "bn1.bias.grad", "fc.weight.grad"})
-      CHECK(value_slice(*fu.c, gf, name) == value_slice(*sep.c, gs, name));
-    for (const char* name : {"stem.weight.grad", "bn0.weight.grad", "bn0.bias.grad"}) {
-      const double r = testing::rel_diff(value_slice(*fu.c, gf, name), value_slice(*sep.c, gs, name));
-      INFO(name << ": relative difference " << r << " to the separate backward");
-      CHECK(r < (std::string(precision) == "train.precision=bf16" ? 1e-3 : 1e-4));
-    }
-  }
+  check_bwd_pairing({"train.conv_wgconv=bwd", "train.deterministic=true", "train.precision=fp16"},
+                    "train.conv_bn_backward=auto", "wgconv", 1e-4, true);
+  check_bwd_pairing({"train.conv_wgconv=bwd", "train.deterministic=true", "train.precision=bf16"},
+                    "train.conv_bn_backward=auto", "wgconv", 1e-3, true);
 }
