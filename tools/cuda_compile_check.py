@@ -26,8 +26,6 @@ def print_ptx_counts(path):
         t = line.strip()
         if t.startswith(".entry") or t.startswith(".visible .entry"):
             name, count = t.split()[-1].rstrip("("), 0
-        elif name and t == "}" and count:
-            pass
         elif name and t and not t.startswith((".", "//", "{", "}", "$", "(", ")")) and t.endswith(";"):
             count += 1
         if name and line.startswith("}"):
