@@ -40,7 +40,8 @@ def main():
     ap.add_argument("--regs", action="store_true", help=".cu files: print ptxas register and spill lines")
     ap.add_argument("--ptx", action="store_true",
                     help=".cu files: also write their PTX to /tmp/cuda_compile_check/NAME.ptx and print each entry's "
-                         "instruction lines (a proxy for SASS counts, which need a GPU machine's cuobjdump)")
+                         "static instruction lines (loops stay rolled in PTX: not the executed counts, which need "
+                         "Nsight Compute on the GPU machine)")
     args = ap.parse_args()
     db_path = os.path.join(args.build, "compile_commands.json")
     try:

@@ -15,6 +15,13 @@ namespace trctl {
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+// The element of type T (the second argument picks it) with bit pattern b, and its value as float.
+__device__ __forceinline__ __half t_of(uint16_t b, __half) { return __ushort_as_half(b); }
+__device__ __forceinline__ __nv_bfloat16 t_of(uint16_t b, __nv_bfloat16) { return __ushort_as_bfloat16(b); }
+__device__ __forceinline__ float f32_of(uint16_t b, __half) { return __half2float(__ushort_as_half(b)); }
+__device__ __forceinline__ float f32_of(uint16_t b, __nv_bfloat16) {
+  return __bfloat162float(__ushort_as_bfloat16(b));
+}
 
 template <class T>
 __device__ __forceinline__ T from_f32(float x);

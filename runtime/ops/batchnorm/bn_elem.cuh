@@ -56,14 +56,7 @@ __device__ __forceinline__ bool relu_kept(float xf, float m, float scale, float 
 template <class T>
 __device__ __forceinline__ KeptRange relu_kept_range(float m, float scale, float beta) {
   constexpr uint16_t kInfBits = std::is_same_v<T, __half> ? 0x7c00 : 0x7f80;
-  return kept_range_search(kInfBits, scale, [&](uint16_t b) {
-    float xf;
-    if constexpr (std::is_same_v<T, __half>)
-      xf = __half2float(__ushort_as_half(b));
-    else
-      xf = __bfloat162float(__ushort_as_bfloat16(b));
-    return relu_kept<T>(xf, m, scale, beta);
-  });
+  return kept_range_search(kInfBits, scale, [&](uint16_t b) { return relu_kept<T>(f32_of(b, T{}), m, scale, beta); });
 }
 
 // Both halves of the packed pair x (two T) inside their ranges [lo, hi] (packed the same way): 0xffff per half

@@ -12,6 +12,7 @@
 #include "core/util/error.h"
 #include "runtime/cuda/cp_async.cuh"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_utils.cuh"  // t_of, f32_of
 #include "runtime/ops/conv2d/conv2d.h"
 #include "runtime/ops/conv2d/fewc.h"
 
@@ -60,13 +61,6 @@ __device__ __forceinline__ void mma16816(float (&acc)[4], uint32_t a0, uint32_t 
         : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
   }
-}
-
-__device__ __forceinline__ __half t_of(uint16_t b, __half) { return __ushort_as_half(b); }
-__device__ __forceinline__ __nv_bfloat16 t_of(uint16_t b, __nv_bfloat16) { return __ushort_as_bfloat16(b); }
-__device__ __forceinline__ float f32_of(uint16_t b, __half) { return __half2float(__ushort_as_half(b)); }
-__device__ __forceinline__ float f32_of(uint16_t b, __nv_bfloat16) {
-  return __bfloat162float(__ushort_as_bfloat16(b));
 }
 
 // Whether load_patch may read x's rows in 16-byte pieces: x 16-byte aligned, W * C a multiple of 8 elements.

@@ -419,7 +419,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   // The loads need no predicate: an offset outside bx (a padding position's, before the first pixel or past the
   // last) is clamped into it, and what it reads is masked off like every pair that is not this thread's.
-  const uint32_t bx_last = static_cast<uint32_t>(f_total / plane) * static_cast<uint32_t>(a.h * a.wd) *
+  const uint32_t bx_last = static_cast<uint32_t>(a.n_img) * static_cast<uint32_t>(a.h * a.wd) *
                                static_cast<uint32_t>(a.k) - 10u;  // the last offset whose + 8 + 1 is inside
   auto load_bx = [&] {
     const T* bx = static_cast<const T*>(a.bnb.x);
