@@ -7,11 +7,15 @@ The flags come from BUILD/compile_commands.json (default /work/wt-pack/build, de
 CMake configured with CMAKE_EXPORT_COMPILE_COMMANDS); a file that database does not know yet (a new test) borrows
 the command of a file in the same directory. Objects go to /tmp/cuda_compile_check/.
 
-  python3 tools/cuda_compile_check.py runtime/ops/batchnorm/batchnorm.cu tests/gpu/new_test.cpp [--regs] [--ptx]
+  python3 tools/cuda_compile_check.py runtime/ops/batchnorm/batchnorm.cu tests/gpu/new_test.cpp [--regs] [--ptx] [--sass]
+
+--sass writes each .cu's cubin and prints every kernel's SASS instruction count (its .text section's bytes / 16:
+static, but after ptxas unrolled and inlined -- unlike PTX's counts, comparable with Nsight Compute's SASS lines).
 """
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -33,6 +37,21 @@ def print_ptx_counts(path):
             name = None
 
 
+def print_sass_counts(cubin):
+    """Each kernel's SASS instructions in cubin: its .text.NAME section's size / 16 bytes (sm_90 encoding)."""
+    r = subprocess.run(["readelf", "-SW", cubin], capture_output=True, text=True)
+    rows = []
+    for line in r.stdout.splitlines():
+        m = re.search(r"\]\s+\.text\.(\S+)\s+PROGBITS\s+[0-9a-f]+\s+[0-9a-f]+\s+([0-9a-f]+)", line)
+        if m:
+            rows.append((m.group(1), int(m.group(2), 16) // 16))
+    names = subprocess.run(["c++filt"], input="\n".join(n for n, _ in rows), capture_output=True, text=True)
+    pretty = names.stdout.splitlines() if names.returncode == 0 else [n for n, _ in rows]
+    for (_, n), name in zip(rows, pretty):
+        name = re.sub(r"trctl::\(anonymous namespace\)::", "", name)
+        print(f"  sass {n:6d} instructions  {name[:150]}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="+", help="paths relative to the repository root")
@@ -42,6 +61,9 @@ def main():
                     help=".cu files: also write their PTX to /tmp/cuda_compile_check/NAME.ptx and print each entry's "
                          "static instruction lines (loops stay rolled in PTX: not the executed counts, which need "
                          "Nsight Compute on the GPU machine)")
+    ap.add_argument("--sass", action="store_true",
+                    help=".cu files: also write their cubin to /tmp/cuda_compile_check/NAME.cubin and print each "
+                         "kernel's SASS instruction count (static, unrolled: its code size / 16)")
     args = ap.parse_args()
     db_path = os.path.join(args.build, "compile_commands.json")
     try:
@@ -79,6 +101,17 @@ def main():
                 print_ptx_counts(ptx)
             else:
                 print(f"  ptx: FAILED: {p.stderr[-400:]}")
+        if args.sass and rel.endswith(".cu") and r.returncode == 0:
+            cu_argv = [a for a in argv if a not in ("-Xptxas", "-v")]
+            cu_argv.remove("-c")
+            cubin = os.path.join(out_dir, os.path.basename(rel) + ".cubin")
+            cu_argv[cu_argv.index("-o") + 1] = cubin
+            cu_argv.append("-cubin")
+            p = subprocess.run(cu_argv, cwd=entry["directory"], capture_output=True, text=True)
+            if p.returncode == 0:
+                print_sass_counts(cubin)
+            else:
+                print(f"  sass: FAILED: {p.stderr[-400:]}")
         lines = (r.stdout + r.stderr).splitlines()
         keep = [l for l in lines if "error" in l or "warning" in l or (args.regs and ("Used" in l or "spill" in l or "Compiling entry" in l))]
         print(f"{rel}: {'ok' if r.returncode == 0 else 'FAILED'}")
