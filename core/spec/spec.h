@@ -391,6 +391,13 @@ ConvBnBackward effective_conv_bn_backward(const TrainSpec& t);
 // bf16 -- under train.deterministic: true too, and with bf16, unlike cuDNN's graph (d) (effective_conv_bn_backward):
 // the epilogue is deterministic (its partials added in a fixed order) and takes either type.
 bool wgconv_bn_backward_pairs(const TrainSpec& t);
+// The pairs conv_bn_backward makes in this run, the one place both the rule (conv_bn_bwd_choose) and the mode's name
+// (logs, run.json) derive them from: GraphD where effective_conv_bn_backward is fused (cuDNN's graph (d); a data
+// gradient on the ring px kernel through its epilogue), WgconvOnly where only wgconv_bn_backward_pairs holds, None
+// otherwise. Named "fused", "wgconv", "separate".
+enum class ConvBnBackwardPairs { None, GraphD, WgconvOnly };
+ConvBnBackwardPairs conv_bn_backward_pairs(const TrainSpec& t);
+const char* conv_bn_backward_pairs_name(ConvBnBackwardPairs p);
 
 // Learning rate for 1-based epoch e under the scheduler (PyTorch-equivalent per-epoch schedules).
 double scheduler_lr(const SchedulerSpec& s, double base_lr, int epoch, int total_epochs);

@@ -403,4 +403,18 @@ bool wgconv_bn_backward_pairs(const TrainSpec& t) {
   return amp && t.conv_bn_backward != ConvBnBackward::Separate && wgconv_routes_dgrad(t.conv_wgconv);
 }
 
+ConvBnBackwardPairs conv_bn_backward_pairs(const TrainSpec& t) {
+  if (effective_conv_bn_backward(t) == ConvBnBackward::Fused) return ConvBnBackwardPairs::GraphD;
+  return wgconv_bn_backward_pairs(t) ? ConvBnBackwardPairs::WgconvOnly : ConvBnBackwardPairs::None;
+}
+
+const char* conv_bn_backward_pairs_name(ConvBnBackwardPairs p) {
+  switch (p) {
+    case ConvBnBackwardPairs::GraphD: return "fused";
+    case ConvBnBackwardPairs::WgconvOnly: return "wgconv";
+    case ConvBnBackwardPairs::None: break;
+  }
+  return "separate";
+}
+
 }  // namespace trctl

@@ -326,10 +326,7 @@ Status CudaBackend::plan_conv_bn_stats() {
 // engine for runs separately (counted, the first reason kept). Under deterministic: true or bf16 only the wgconv
 // pairs (wgconv_bn_backward_pairs): the mode reads "wgconv".
 Status CudaBackend::plan_conv_bn_bwd() {
-  const bool graph_d = effective_conv_bn_backward(c_.spec.train) == ConvBnBackward::Fused;
-  conv_sources_.bn_bwd_mode = graph_d                                       ? "fused"
-                              : wgconv_bn_backward_pairs(c_.spec.train) ? "wgconv"
-                                                                        : "separate";
+  conv_sources_.bn_bwd_mode = conv_bn_backward_pairs_name(conv_bn_backward_pairs(c_.spec.train));
   std::vector<FewcBnGradFold> fewc;
   for (const auto& [dx, f] : fewc_bn_grad_) fewc.push_back(f);
   const ConvBnBwdChoice choice = conv_bn_bwd_choose(c_.graph, c_.plan, c_.spec, fewc);

@@ -1,6 +1,6 @@
-// effective_conv_bn_stats / effective_conv_bn_backward / wgconv_bn_backward_pairs (core/spec/spec.h): what
-// train.conv_bn_stats and train.conv_bn_backward run as, the defaults (auto) included, for every train.deterministic
-// and precision.
+// effective_conv_bn_stats / effective_conv_bn_backward / wgconv_bn_backward_pairs / conv_bn_backward_pairs
+// (core/spec/spec.h): what train.conv_bn_stats and train.conv_bn_backward run as, the defaults (auto) included,
+// for every train.deterministic and precision.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -125,4 +125,25 @@ TEST_CASE("wgconv_bn_backward_pairs: under fp16 and bf16, either determinism, un
     }
   for (const char* precision : {"train.precision=fp32", "train.precision=tf32"})
     CHECK_FALSE(wgconv_bn_backward_pairs(train_of({"train.deterministic=false", precision, "train.conv_wgconv=bwd"})));
+}
+
+// conv_bn_backward_pairs: graph (d) where effective_conv_bn_backward is fused (non-deterministic fp16), the wgconv
+// epilogue alone where only wgconv_bn_backward_pairs holds, else none -- and the names logs and run.json print.
+TEST_CASE("conv_bn_backward_pairs: graph (d), the wgconv epilogue alone, or none, and their names",
+          "[spec][conv_bn_stats]") {
+  using P = ConvBnBackwardPairs;
+  CHECK(conv_bn_backward_pairs(train_of({"train.deterministic=false", "train.precision=fp16"})) == P::GraphD);
+  CHECK(conv_bn_backward_pairs(train_of({"train.deterministic=false", "train.precision=fp16",
+                                         "train.conv_wgconv=bwd"})) == P::GraphD);
+  CHECK(conv_bn_backward_pairs(train_of({"train.deterministic=true", "train.precision=fp16",
+                                         "train.conv_wgconv=bwd"})) == P::WgconvOnly);
+  CHECK(conv_bn_backward_pairs(train_of({"train.deterministic=false", "train.precision=bf16",
+                                         "train.conv_wgconv=dgrad"})) == P::WgconvOnly);
+  CHECK(conv_bn_backward_pairs(train_of({"train.deterministic=true", "train.precision=fp16"})) == P::None);
+  CHECK(conv_bn_backward_pairs(train_of({"train.deterministic=false", "train.precision=fp16", "train.conv_wgconv=bwd",
+                                         "train.conv_bn_backward=separate"})) == P::None);
+  CHECK(conv_bn_backward_pairs(train_of({"train.deterministic=false", "train.precision=fp32"})) == P::None);
+  CHECK(std::string(conv_bn_backward_pairs_name(P::GraphD)) == "fused");
+  CHECK(std::string(conv_bn_backward_pairs_name(P::WgconvOnly)) == "wgconv");
+  CHECK(std::string(conv_bn_backward_pairs_name(P::None)) == "separate");
 }

@@ -174,8 +174,9 @@ ConvBnBwdChoice conv_bn_bwd_choose(const Graph& graph, const MemoryPlan& plan, c
                                    const std::vector<FewcBnGradFold>& fewc) {
   ConvBnBwdChoice out;
   // graph (d): non-deterministic fp16 only; the wgconv epilogue: deterministic, f16 or bf16 (wgconv_bn_backward_pairs)
-  const bool graph_d = effective_conv_bn_backward(spec.train) == ConvBnBackward::Fused;
-  if (!graph_d && !wgconv_bn_backward_pairs(spec.train)) return out;
+  const ConvBnBackwardPairs pairs = conv_bn_backward_pairs(spec.train);
+  if (pairs == ConvBnBackwardPairs::None) return out;
+  const bool graph_d = pairs == ConvBnBackwardPairs::GraphD;
   const ConvRouteOptions ro = conv_route_options(spec);
   for (size_t pi = 0; pi < graph.programs.size(); ++pi) {
     const Program& p = graph.programs[pi];
