@@ -52,6 +52,17 @@ def print_sass_counts(cubin):
         print(f"  sass {n:6d} instructions  {name[:150]}")
 
 
+def compile_as(argv, cwd, out, flag, show):
+    """The object's compile command rerun with `flag` (-ptx, -cubin) into out, then show(out)."""
+    v = [a for a in argv if a not in ("-Xptxas", "-v", "-c")]
+    v[v.index("-o") + 1] = out
+    p = subprocess.run(v + [flag], cwd=cwd, capture_output=True, text=True)
+    if p.returncode == 0:
+        show(out)
+    else:
+        print(f"  {flag[1:]}: FAILED: {p.stderr[-400:]}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="+", help="paths relative to the repository root")
@@ -90,28 +101,12 @@ def main():
         if args.regs and rel.endswith(".cu"):
             argv += ["-Xptxas", "-v"]
         r = subprocess.run(argv, cwd=entry["directory"], capture_output=True, text=True)
-        if args.ptx and rel.endswith(".cu") and r.returncode == 0:
-            ptx_argv = [a for a in argv if a not in ("-Xptxas", "-v")]
-            ptx_argv.remove("-c")
-            ptx = os.path.join(out_dir, os.path.basename(rel) + ".ptx")
-            ptx_argv[ptx_argv.index("-o") + 1] = ptx
-            ptx_argv.append("-ptx")
-            p = subprocess.run(ptx_argv, cwd=entry["directory"], capture_output=True, text=True)
-            if p.returncode == 0:
-                print_ptx_counts(ptx)
-            else:
-                print(f"  ptx: FAILED: {p.stderr[-400:]}")
-        if args.sass and rel.endswith(".cu") and r.returncode == 0:
-            cu_argv = [a for a in argv if a not in ("-Xptxas", "-v")]
-            cu_argv.remove("-c")
-            cubin = os.path.join(out_dir, os.path.basename(rel) + ".cubin")
-            cu_argv[cu_argv.index("-o") + 1] = cubin
-            cu_argv.append("-cubin")
-            p = subprocess.run(cu_argv, cwd=entry["directory"], capture_output=True, text=True)
-            if p.returncode == 0:
-                print_sass_counts(cubin)
-            else:
-                print(f"  sass: FAILED: {p.stderr[-400:]}")
+        if rel.endswith(".cu") and r.returncode == 0:
+            for want_it, ext, flag, show in ((args.ptx, ".ptx", "-ptx", print_ptx_counts),
+                                             (args.sass, ".cubin", "-cubin", print_sass_counts)):
+                if want_it:
+                    compile_as(argv, entry["directory"], os.path.join(out_dir, os.path.basename(rel) + ext), flag,
+                               show)
         lines = (r.stdout + r.stderr).splitlines()
         keep = [l for l in lines if "error" in l or "warning" in l or (args.regs and ("Used" in l or "spill" in l or "Compiling entry" in l))]
         print(f"{rel}: {'ok' if r.returncode == 0 else 'FAILED'}")
