@@ -202,10 +202,12 @@ struct VggLayer {
 };
 constexpr VggLayer kVggBenchLayers[] = {{224, 64, "vgg16 conv1_2"}, {112, 128, "vgg16 conv2_2"},
                                         {56, 256, "vgg16 conv3_2"}, {28, 512, "vgg16 conv4_2"}};
-// One such layer: its geometry, the convolution's FLOPs, the rows' size label and the legacy cuDNN plan (heuristics,
-// non-deterministic algorithms allowed; with the data gradient when need_dgrad).
+// One such layer: its geometry, the element counts of x (N, H, W, C), y (N, P, Q, K) and w (K, 3, 3, C), the
+// convolution's FLOPs, the rows' size label and the legacy cuDNN plan (heuristics, non-deterministic algorithms
+// allowed; with the data gradient when need_dgrad).
 struct VggBenchConv {
   Conv2dGeom g;
+  int64_t nx = 0, ny = 0, nw = 0;
   double flops = 0;
   std::string size;
   CudnnConvPlan legacy;
@@ -216,6 +218,7 @@ Result<VggBenchConv> vgg_bench_conv(Bench& b, const VggLayer& l, bool need_dgrad
   v.g.pad_h = v.g.pad_w = 1;
   std::string why;
   if (!conv2d_geom_finish(v.g, &why)) return Error{ErrCode::Internal, "bench kernels", why};
+  v.nx = v.g.n * v.g.h * v.g.w * v.g.c, v.ny = v.g.n * v.g.p * v.g.q * v.g.k, v.nw = v.g.k * v.g.r * v.g.s * v.g.c;
   v.flops = 2.0 * static_cast<double>(v.g.n * v.g.p * v.g.q * v.g.k) * static_cast<double>(v.g.r * v.g.s * v.g.c);
   v.size = "N=256 " + std::to_string(l.hw) + "^2x" + std::to_string(l.c) +
            (v.g.k != l.c ? "->" + std::to_string(v.g.k) : std::string());
@@ -263,7 +266,7 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
     Result<VggBenchConv> vc = vgg_bench_conv(b, l, true);
     if (!vc.ok()) return vc.errors();
     const Conv2dGeom g = vc->g;
-    const int64_t nx = g.n * g.h * g.w * g.c, ny = g.n * g.p * g.q * g.k, nw = g.k * g.r * g.s * g.c;
+    const int64_t nx = vc->nx, ny = vc->ny, nw = vc->nw;
     const size_t wsb = std::max<size_t>(cudnn_conv_workspace_bytes(vc->legacy), 256);
     DeviceBuffer x, w, wf, y, ws;
     for (auto [buf, bytes] : {std::pair{&x, nx * 2}, {&w, nw * 2}, {&wf, nw * 2}, {&y, ny * 2}})
@@ -516,7 +519,7 @@ Status bench_conv_bn_stats(Bench& b, const void* random, int64_t random_n) {
     Result<VggBenchConv> vc = vgg_bench_conv(b, l, false);
     if (!vc.ok()) return vc.errors();
     const Conv2dGeom g = vc->g;
-    const int64_t nx = g.n * g.h * g.w * g.c, ny = g.n * g.p * g.q * g.k, nw = g.k * g.r * g.s * g.c;
+    const int64_t nx = vc->nx, ny = vc->ny, nw = vc->nw;
     const int64_t rows = g.n * g.p * g.q;
     const double flops = vc->flops;
     const std::string size = vc->size;
@@ -578,7 +581,7 @@ Status bench_conv_bn_bwd(Bench& b, const void* random, int64_t random_n) {
     Result<VggBenchConv> vc = vgg_bench_conv(b, l, true);
     if (!vc.ok()) return vc.errors();
     const Conv2dGeom g = vc->g;
-    const int64_t nx = g.n * g.h * g.w * g.c, ny = g.n * g.p * g.q * g.k, nw = g.k * g.r * g.s * g.c;
+    const int64_t nx = vc->nx, ny = vc->ny, nw = vc->nw;
     const int64_t rows = g.n * g.h * g.w;  // the batch norm's rows: the conv's input pixels
     const double flops = vc->flops;
     const std::string size = vc->size;
