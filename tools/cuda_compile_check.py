@@ -7,7 +7,7 @@ The flags come from BUILD/compile_commands.json (default /work/wt-pack/build, de
 CMake configured with CMAKE_EXPORT_COMPILE_COMMANDS); a file that database does not know yet (a new test) borrows
 the command of a file in the same directory. Objects go to /tmp/cuda_compile_check/.
 
-  python3 tools/cuda_compile_check.py runtime/ops/batchnorm/batchnorm.cu tests/gpu/new_test.cpp \
+  python3 tools/cuda_compile_check.py runtime/ops/batchnorm/batchnorm.cu tests/gpu/new_test.cpp \\
       [--regs] [--ptx] [--sass]
 
 --sass writes each .cu's cubin and prints every kernel's SASS instruction count (its .text section's bytes / 16:
