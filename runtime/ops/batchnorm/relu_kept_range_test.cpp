@@ -11,47 +11,28 @@
 #include <random>
 #include <vector>
 
+#include "dataio/image_ops.h"  // half_bits_to_float (exact), float_to_bf16_bits
 #include "runtime/ops/batchnorm/relu_kept_range.h"
 
 using namespace trctl;
 
 namespace {
 
-float f32_from_bits(uint32_t u) {
+float bf16_to_f32(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
   float f;
   std::memcpy(&f, &u, 4);
   return f;
 }
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-// IEEE half -> float (exact).
-float half_to_f32(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1f, mant = h & 0x3ffu;
-  if (e == 0x1f) return f32_from_bits(sign | 0x7f800000u | (mant << 13));
-  if (e == 0) {  // zero or subnormal: mant * 2^-24
-    const float v = std::ldexp(static_cast<float>(mant), -24);
-    return sign ? -v : v;
-  }
-  return f32_from_bits(sign | ((e + 112) << 23) | (mant << 13));
-}
-float bf16_to_f32(uint16_t b) { return f32_from_bits(static_cast<uint32_t>(b) << 16); }
-// float -> bfloat16 -> float, rounding to nearest even (NaN stays NaN).
-float round_bf16(float v) {
-  if (std::isnan(v)) return v;
-  const uint32_t u = bits_of(v);
-  return f32_from_bits(((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16);
-}
+// float -> bfloat16 -> float, rounding to nearest even (NaN stays NaN): dataio's float_to_bf16_bits.
+float round_bf16(float v) { return bf16_to_f32(float_to_bf16_bits(v)); }
 
 struct Consts {
   float m, scale, beta;
 };
 
 bool kept_f16(uint16_t x, const Consts& k) {
-  return std::fma(half_to_f32(x) - k.m, k.scale, k.beta) > 0x1p-25f;
+  return std::fma(half_bits_to_float(x) - k.m, k.scale, k.beta) > 0x1p-25f;
 }
 bool kept_bf16(uint16_t x, const Consts& k) {
   return round_bf16(std::fma(bf16_to_f32(x) - k.m, k.scale, k.beta)) > 0.0f;
@@ -96,7 +77,7 @@ std::vector<Consts> constants() {
 TEST_CASE("relu_kept_range: F16 ranges hold exactly the kept inputs", "[batchnorm][relu_kept_range]") {
   int bad = 0, cases = 0, empty = 0;
   for (const Consts& k : constants()) {
-    const Mismatch mm = mismatches(0x7c00, k, kept_f16, half_to_f32);
+    const Mismatch mm = mismatches(0x7c00, k, kept_f16, half_bits_to_float);
     INFO("m " << k.m << " scale " << k.scale << " beta " << k.beta << ": " << mm.bad << " inputs disagree");
     CHECK(mm.bad == 0);
     bad += mm.bad;
