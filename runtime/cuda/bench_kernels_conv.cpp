@@ -147,16 +147,6 @@ Status bench_stem_convs(Bench& b, const void* random, int64_t random_n) {
       st = b.add(n + " wgrad fewc f16", size, flops, true, ceil, [&] {
         return fewc_conv_wgrad_cuda(s, wp.value(), dy.p, x.p, static_cast<float*>(dw.p), fws.p, fwsb);
       });
-      // The same on the Wide CTA shape (fewc.h: one CTA of up to 16 warps per SM, three stages where they fit).
-      Result<FewcWgradPlan> ww = fewc_wgrad_plan(g, GpuDType::F16, false, FewcWgradShape::Wide);
-      if (!ww.ok()) return ww.errors();
-      DeviceBuffer wws;
-      const size_t wwsb = fewc_wgrad_workspace_bytes(ww.value());
-      TRCTL_CUDA_TRY(cudaMalloc(&wws.p, wwsb));
-      if (st.ok())
-        st = b.add(n + " wgrad fewc wide f16", size, flops, true, ceil, [&] {
-          return fewc_conv_wgrad_cuda(s, ww.value(), dy.p, x.p, static_cast<float*>(dw.p), wws.p, wwsb);
-        });
       // The batch norm's dx folded in (fewc_bn_grad.h; VGG16-BN's features_1): g = dy, the batch norm's input = y,
       // per-channel gamma 1, mean 0, invstd 1, dgamma = dbeta = 0.1 and the ReLU mask recomputed (beta 0).
       Result<FewcWgradPlan> bp = fewc_wgrad_plan(g, GpuDType::F16, true);
@@ -179,16 +169,6 @@ Status bench_stem_convs(Bench& b, const void* random, int64_t random_n) {
         st = b.add(n + " wgrad fewc+bn dx f16", size, flops, true, ceil, [&] {
           return fewc_conv_wgrad_cuda(s, bp.value(), nullptr, x.p, static_cast<float*>(dw.p), bws.p, bwsb, &bn);
         });
-        // The prologue on the Pair shape (two stages of dy, x and the rows: one CTA of 8 warps per SM).
-        Result<FewcWgradPlan> pp = fewc_wgrad_plan(g, GpuDType::F16, true, FewcWgradShape::Pair);
-        DeviceBuffer pws;
-        if (st.ok() && pp.ok()) {
-          const size_t pwsb = fewc_wgrad_workspace_bytes(pp.value());
-          TRCTL_CUDA_TRY(cudaMalloc(&pws.p, pwsb));
-          st = b.add(n + " wgrad fewc+bn dx pair f16", size, flops, true, ceil, [&] {
-            return fewc_conv_wgrad_cuda(s, pp.value(), nullptr, x.p, static_cast<float*>(dw.p), pws.p, pwsb, &bn);
-          });
-        }
         // With train.conv_bn_backward fused (conv_bn_bwd_choose's fewc_dx): g arrives masked from cuDNN's graph (d),
         // the prologue applies no mask (the kernel variant without relu_beta).
         FewcBnGradIn masked = bn;

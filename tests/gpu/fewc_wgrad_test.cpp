@@ -2,8 +2,7 @@
 // fewc_conv_wgrad_cuda; the backend runs it with train.conv_fewc: on, the default) against the float64 direct conv's weight
 // gradient (tests/gpu/stem_conv_ref.h) on the ResNet-50 stem, VGG16's 3x3/1 first conv and odd, few-channel and
 // largest-filter geometries of stride 2 and 1 (stride 1 reads odd pixels from the patch's shifted copy) in f16 and
-// bf16, on both CTA shapes (fewc.h: Pair, Wide), also with grids of 1 and 7 CTAs looping over the tasks (the stage
-// ring's copies); two runs and a captured
+// bf16, also with grids of 1 and 7 CTAs looping over the tasks (the double-buffered copies); two runs and a captured
 // graph's replay bitwise equal to the eager run; what the plan refuses (K != 64, too wide a dy row, f32) and a short
 // workspace.
 //
@@ -11,7 +10,6 @@
 // the CTA partials added in order), dw stays fp32: |got - ref| <= acc * mag + 2^-24 |ref| with the stem modes' acc
 // (2^-10 f16, 2^-7 bf16: far above fp32 summation error), and the norm-wise relative error below rel.
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "core/util/thread_pool.h"
@@ -29,13 +27,11 @@ using namespace trctl::gputest;
 
 namespace {
 
-FewcWgradPlan wgrad_plan(const Conv2dGeom& g, GpuDType t, FewcWgradShape shape = FewcWgradShape::Pair) {
-  Result<FewcWgradPlan> p = fewc_wgrad_plan(g, t, false, shape);
+FewcWgradPlan wgrad_plan(const Conv2dGeom& g, GpuDType t) {
+  Result<FewcWgradPlan> p = fewc_wgrad_plan(g, t);
   if (!p.ok()) FAIL(p.error_text());
-  std::printf("  fewc wgrad %s %s %s: grid %d, %lld warps, %lld stages, smem %lld B\n", gpu_dtype_name(t),
-              shape == FewcWgradShape::Wide ? "wide" : "pair", conv2d_geom_str(g).c_str(), p.value().grid,
-              static_cast<long long>(p.value().t.warps), static_cast<long long>(p.value().t.stages),
-              static_cast<long long>(p.value().t.smem_bytes));
+  std::printf("  fewc wgrad %s %s: grid %d, smem %lld B\n", gpu_dtype_name(t), conv2d_geom_str(g).c_str(),
+              p.value().grid, static_cast<long long>(p.value().t.smem_bytes));
   return p.value();
 }
 
@@ -81,43 +77,41 @@ TEST_CASE("fewc weight gradient matches the float64 direct conv (ResNet-50 stem,
     REQUIRE(fewc_wgrad_eligible(g));
     const StemInputs in = stem_inputs(g, true, ++seed);
     const StemRef ref = stem_ref(g, in, &pool);
-    for (const StemMode& m : kStemModes)
-      for (FewcWgradShape shape : {FewcWgradShape::Pair, FewcWgradShape::Wide}) {
-        if (m.io == GpuDType::F32) continue;
-        const std::string tag = std::string(name) + " " + gpu_dtype_name(m.io) +
-                                (shape == FewcWgradShape::Wide ? " wide" : " pair");
-        INFO(tag << ": " << conv2d_geom_str(g));
-        const FewcWgradPlan plan = wgrad_plan(g, m.io, shape);
-        WgradBuffers b = wgrad_buffers(m.io, in, plan);
-        poison(b.dw);
-        poison(b.ws);
-        REQUIRE_OK(run_wgrad(ctx, plan, b));
+    for (const StemMode& m : kStemModes) {
+      if (m.io == GpuDType::F32) continue;
+      const std::string tag = std::string(name) + " " + gpu_dtype_name(m.io);
+      INFO(tag << ": " << conv2d_geom_str(g));
+      const FewcWgradPlan plan = wgrad_plan(g, m.io);
+      WgradBuffers b = wgrad_buffers(m.io, in, plan);
+      poison(b.dw);
+      poison(b.ws);
+      REQUIRE_OK(run_wgrad(ctx, plan, b));
+      sync_ok(ctx);
+      const std::vector<float> dw = from_device<float>(b.dw.get(), in.w.size());
+      check_stem_close("fewc wgrad dw " + tag, m.acc, m.rel, std::ldexp(1.0, -24), dw, ref.dw, ref.dw_mag,
+                       g.r * g.s * g.c);
+      // A second run (poisoned workspace again) is bitwise the first.
+      poison(b.ws);
+      REQUIRE_OK(run_wgrad(ctx, plan, b));
+      sync_ok(ctx);
+      const std::vector<float> again = from_device<float>(b.dw.get(), in.w.size());
+      CHECK_RESULT(compare_bitwise("fewc wgrad rerun " + tag, again.data(), dw.data(), dw.size() * 4, 4));
+      // Fewer CTAs than tasks: each CTA loops over several tasks, the next task's dy and input rows copied while
+      // the current one computes (both dy buffers used); another order of the partial sums, so close to the
+      // reference rather than bitwise the planned grid.
+      for (int grid : {1, 7}) {
+        if (grid >= plan.t.t.tasks) continue;
+        FewcWgradPlan fewer = plan;  // the launch and the workspace take the grid from the plan
+        fewer.grid = grid;
+        WgradBuffers bf = wgrad_buffers(m.io, in, fewer);
+        poison(bf.dw);
+        poison(bf.ws);
+        REQUIRE_OK(run_wgrad(ctx, fewer, bf));
         sync_ok(ctx);
-        const std::vector<float> dw = from_device<float>(b.dw.get(), in.w.size());
-        check_stem_close("fewc wgrad dw " + tag, m.acc, m.rel, std::ldexp(1.0, -24), dw, ref.dw, ref.dw_mag,
-                         g.r * g.s * g.c);
-        // A second run (poisoned workspace again) is bitwise the first.
-        poison(b.ws);
-        REQUIRE_OK(run_wgrad(ctx, plan, b));
-        sync_ok(ctx);
-        const std::vector<float> again = from_device<float>(b.dw.get(), in.w.size());
-        CHECK_RESULT(compare_bitwise("fewc wgrad rerun " + tag, again.data(), dw.data(), dw.size() * 4, 4));
-        // Fewer CTAs than tasks: each CTA loops over several tasks, the next tasks' dy and input rows copied while
-        // the current one computes (every stage used); another order of the partial sums, so close to the
-        // reference rather than bitwise the planned grid.
-        for (int grid : {1, 7}) {
-          if (grid >= plan.t.t.tasks) continue;
-          FewcWgradPlan fewer = plan;  // the launch and the workspace take the grid from the plan
-          fewer.grid = grid;
-          WgradBuffers bf = wgrad_buffers(m.io, in, fewer);
-          poison(bf.dw);
-          poison(bf.ws);
-          REQUIRE_OK(run_wgrad(ctx, fewer, bf));
-          sync_ok(ctx);
-          check_stem_close("fewc wgrad grid " + std::to_string(grid) + " " + tag, m.acc, m.rel, std::ldexp(1.0, -24),
-                           from_device<float>(bf.dw.get(), in.w.size()), ref.dw, ref.dw_mag, g.r * g.s * g.c);
-        }
+        check_stem_close("fewc wgrad grid " + std::to_string(grid) + " " + tag, m.acc, m.rel, std::ldexp(1.0, -24),
+                         from_device<float>(bf.dw.get(), in.w.size()), ref.dw, ref.dw_mag, g.r * g.s * g.c);
       }
+    }
   }
 }
 
@@ -279,11 +273,10 @@ TEST_CASE("fewc weight gradient with the batch-norm prologue equals the batch no
         Result<FewcWgradPlan> bp = fewc_wgrad_plan(g, t, true);
         REQUIRE_OK(bp);
         REQUIRE(bp.value().bn);
-        FewcWgradPlan plain = wgrad_plan(g, t, bp.value().t.shape);
+        FewcWgradPlan plain = wgrad_plan(g, t);
         plain.grid = bp.value().grid;
-        std::printf("  fewc wgrad+bn %s: grid %d, %lld warps, %lld stages, smem %lld B\n", tag.c_str(),
-                    bp.value().grid, static_cast<long long>(bp.value().t.warps),
-                    static_cast<long long>(bp.value().t.stages), static_cast<long long>(bp.value().t.bn_smem_bytes));
+        std::printf("  fewc wgrad+bn %s: grid %d, smem %lld B\n", tag.c_str(), bp.value().grid,
+                    static_cast<long long>(bp.value().t.bn_smem_bytes));
         const size_t wsb = fewc_wgrad_workspace_bytes(bp.value());
         DevBuf ws(wsb), dw_ref(in.w.size() * 4), dw(in.w.size() * 4);
         REQUIRE_OK(fewc_conv_wgrad_cuda(ctx.stream, plain, dx.get(), x.get(), dw_ref.as<float>(), ws.get(), wsb));
@@ -302,26 +295,6 @@ TEST_CASE("fewc weight gradient with the batch-norm prologue equals the batch no
         sync_ok(ctx);
         CHECK_RESULT(compare_bitwise("fewc wgrad+bn " + tag, from_device<float>(dw.get(), in.w.size()).data(),
                                      from_device<float>(dw_ref.get(), in.w.size()).data(), in.w.size() * 4, 4));
-        // Few CTAs (each loops over many tasks through every stage of the ring, x copied tasks ahead), and the
-        // prologue on the Pair shape: each against the plain kernel of its shape and grid, bitwise.
-        for (const auto& [grid, shape] : {std::pair<int, FewcWgradShape>{7, bp.value().t.shape},
-                                          std::pair<int, FewcWgradShape>{5, FewcWgradShape::Pair}}) {
-          INFO("grid " << grid << (shape == FewcWgradShape::Wide ? " wide" : " pair"));
-          Result<FewcWgradPlan> bq = fewc_wgrad_plan(g, t, true, shape);
-          REQUIRE_OK(bq);
-          FewcWgradPlan bfew = bq.value(), pfew = wgrad_plan(g, t, shape);
-          bfew.grid = pfew.grid = grid;
-          const size_t fwsb = fewc_wgrad_workspace_bytes(bfew);
-          DevBuf fws(fwsb), fref(in.w.size() * 4), fdw(in.w.size() * 4);
-          REQUIRE_OK(fewc_conv_wgrad_cuda(ctx.stream, pfew, dx.get(), x.get(), fref.as<float>(), fws.get(), fwsb));
-          poison(fdw);
-          poison(fws);
-          REQUIRE_OK(fewc_conv_wgrad_cuda(ctx.stream, bfew, nullptr, x.get(), fdw.as<float>(), fws.get(), fwsb, &bn));
-          sync_ok(ctx);
-          CHECK_RESULT(compare_bitwise("fewc wgrad+bn grid " + std::to_string(grid) + " " + tag,
-                                       from_device<float>(fdw.get(), in.w.size()).data(),
-                                       from_device<float>(fref.get(), in.w.size()).data(), in.w.size() * 4, 4));
-        }
         // The prologue's inputs with the plain plan (and the other way round) are refused.
         const Status mixed = fewc_conv_wgrad_cuda(ctx.stream, plain, dx.get(), x.get(), dw.as<float>(), ws.get(), wsb,
                                                   &bn);

@@ -38,13 +38,11 @@ bool fewc_conv_eligible(const Conv2dGeom& g) {
   return fewc_conv_tiling(g).smem_bytes <= kFewcMaxSmemBytes;
 }
 
-FewcWgradTiling fewc_wgrad_tiling(const Conv2dGeom& g, FewcWgradShape shape) {
+FewcWgradTiling fewc_wgrad_tiling(const Conv2dGeom& g) {
   FewcWgradTiling w;
   w.t = fewc_conv_tiling(g);
-  w.shape = shape;
-  const bool wide = shape == FewcWgradShape::Wide;
   w.kwarps = (w.t.ksteps + 1) / 2;
-  w.tgroups = std::max<int64_t>(1, std::min<int64_t>((wide ? 16 : 8) / w.kwarps, w.t.tp * w.t.mt));
+  w.tgroups = std::max<int64_t>(1, std::min<int64_t>(8 / w.kwarps, w.t.tp * w.t.mt));
   w.warps = w.kwarps * w.tgroups;
   w.dy_stride = g.k + 8;
   w.patches = g.stride_w == 1 ? 2 : 1;
@@ -54,18 +52,11 @@ FewcWgradTiling fewc_wgrad_tiling(const Conv2dGeom& g, FewcWgradShape shape) {
   const int64_t patch = (w.t.patch_rows * w.t.patch_cols * 4 + 7) / 8 * 8;
   w.t.raw_elems = (g.w * g.c) % 8 == 0 ? w.t.patch_rows * g.w * g.c : 0;  // 16-byte rows: always pipelined
   if (w.patches == 2) w.odd_pad = ((64 - (2 * patch) % 128 + 128) % 128) / 2;  // patch is a multiple of 8 elements
-  const int64_t tile_px = w.t.tp * w.t.mt * 16;
-  w.stage_elems = tile_px * w.dy_stride + w.t.raw_elems;  // every part a multiple of 8 elements (16 bytes)
-  w.bn_stage_elems = w.stage_elems + tile_px * g.k;
-  const int64_t fixed = w.patches * patch + w.odd_pad + 8;  // the patches, the pad and the zero row
+  w.smem_bytes = 2 * (w.patches * patch + w.odd_pad + 2 * w.t.tp * w.t.mt * 16 * w.dy_stride + w.t.raw_elems + 8);
+  const int64_t x_bytes = 2 * (w.t.tp * w.t.mt * 16 * g.k);  // x's one staging buffer, rows of K (unpadded)
   const int64_t groups_sums = 4 * (w.tgroups - 1) * g.k * 16 * w.t.ksteps;
-  auto bytes = [&](int64_t stages, bool bn) {
-    const int64_t b = 2 * (fixed + stages * (bn ? w.bn_stage_elems : w.stage_elems)) + (bn ? 5 * g.k * 4 : 0);
-    return std::max<int64_t>(b, groups_sums);
-  };
-  w.stages = wide && bytes(3, true) <= kFewcMaxBnSmemBytes ? 3 : 2;
-  w.smem_bytes = bytes(w.stages, false);
-  w.bn_smem_bytes = bytes(w.stages, true);
+  w.bn_smem_bytes = std::max<int64_t>(w.smem_bytes + x_bytes + 5 * g.k * 4, groups_sums);
+  w.smem_bytes = std::max<int64_t>(w.smem_bytes, groups_sums);
   return w;
 }
 

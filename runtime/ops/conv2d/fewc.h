@@ -48,42 +48,34 @@ struct FewcTiling {
                            // (2 x 16 x (K + 8) elements each) + raw_elems
 };
 // The weight gradient dW[k, kk] = sum over output pixels (n,p,q) of dy[n,p,q,k] * A[(n,p,q), kk] (A as above)
-// runs over the same tasks and patches; a CTA stages each task's dy (TP * MT * 16 pixels x (K + 8)) and raw input
-// rows in one of `stages` stage buffers, the copies of task i + stages - 1 issued when task i starts (its stage was
-// task i - 1's); a tile group of ceil(ksteps / 2) warps owns 2 reduction steps per warp for all K channels, and
-// tgroups groups split the task's row tiles (group i takes tiles i, i + tgroups, ...; the groups' sums added in
-// group order at the end); each CTA writes its fp32 partial (K, 16 ksteps) to a workspace that a second kernel sums
-// in CTA order into dW (K, R, S, C): deterministic for a plan (its shape and grid).
+// runs over the same tasks and patches; a CTA stages the task's dy (TP * MT * 16 pixels x (K + 8)) in one of two
+// buffers (the next task's dy and raw input rows are copied while the current one computes); a tile group of
+// ceil(ksteps / 2) warps owns 2 reduction steps per warp for all K channels, and tgroups groups split the task's
+// row tiles (group i takes tiles i, i + tgroups, ...; the groups' sums added in group order at the end); each CTA
+// writes its fp32 partial (K, 16 ksteps) to a workspace that a second kernel sums in CTA order into dW
+// (K, R, S, C): deterministic.
 // Stride 1: after the patch is built, a copy shifted by one column (odd[i] = patch[i + 1] per 4-channel pixel) that
 // the lanes of odd pixels read their 16-byte B rows from.
-// Two CTA shapes: Pair = up to 8 warps, two stages, two CTAs per SM (the plain weight gradient's; its shared memory
-// within kFewcMaxSmemBytes decides fewc_wgrad_eligible); Wide = up to 16 warps, one CTA per SM, three stages where
-// they fit kFewcMaxBnSmemBytes (else two): the batch-norm prologue's (fewc_cuda.h's FewcBnGradIn), whose stages
-// also hold the task's x (the batch norm's input) -- with two CTAs per SM it had room for one x buffer only, so x's
-// copy could start only after the task's dx was computed and its latency was exposed every task.
-enum class FewcWgradShape { Pair, Wide };
 struct FewcWgradTiling {
   FewcTiling t;            // tasks, patch, mt, tp, raw_elems as the forward's (its warps and smem_bytes unused),
                            // but patch_cols rounded up to even (16-byte aligned B rows, see fewc_wgrad_eligible)
-  FewcWgradShape shape = FewcWgradShape::Pair;
   int64_t kwarps = 1;      // warps of a tile group: ceil(ksteps / 2)
-  int64_t tgroups = 1;     // tile groups: min(max_warps / kwarps, TP * MT), at least 1, max_warps 8 (Pair) or 16
-                           // (Wide): Pair a ResNet stem 1, a 3x3 conv 4; Wide 2 and 8
+  int64_t tgroups = 1;     // tile groups: min(8 / kwarps, TP * MT), at least 1 (a ResNet stem 1, a 3x3 conv 4)
   int64_t warps = 1;       // kwarps * tgroups
   int64_t dy_stride = 72;  // elements per staged dy pixel: K + 8 (conflict-free ldmatrix.trans rows)
   int64_t patches = 1;     // 2 for stride 1 (the patch and its copy shifted by one column), else 1
   int64_t odd_pad = 0;     // stride 1: elements between the patch and its shifted copy, so that the copy starts 64
                            // bytes past a 128-byte multiple of the patch: an 8x8 B matrix's 4 even-pixel rows (the
                            // patch) and 4 odd-pixel rows (the copy) then fall in disjoint banks
-  int64_t stages = 2;      // stage buffers: Pair 2; Wide 3 when bn_smem_bytes fits kFewcMaxBnSmemBytes with 3
-  int64_t stage_elems = 0;     // one stage: staged dy (TP * MT * 16 x dy_stride) + raw_elems
-  int64_t bn_stage_elems = 0;  // with the batch-norm prologue: + x (TP * MT * 16 x K, unpadded)
-  int64_t smem_bytes = 0;  // patches x patch (rounded up to 8 elements) + odd_pad + stages x stage_elems + a zero
-                           // row of 8, at least the groups' fp32 sums at the end ((tgroups - 1) x K x 16 ksteps)
-  int64_t bn_smem_bytes = 0;  // the same with bn_stage_elems, and the (5, K) f32 constants after the zero row; at
-                              // least the groups' sums. VGG's conv0 (Wide, 3 stages): 207,216 B
+  int64_t smem_bytes = 0;  // patches x patch (rounded up to 8 elements) + odd_pad + 2 x staged dy + raw_elems + a zero
+                           // row of 8,
+                           // at least the groups' fp32 sums at the end ((tgroups - 1) x K x 16 ksteps)
+  int64_t bn_smem_bytes = 0;  // with the batch-norm prologue (fewc_cuda.h's FewcBnGradIn): one staged x (the batch
+                              // norm's input, tile pixels x K, unpadded) after the dy buffers, and the (5, K) f32
+                              // constants after the zero row; at least the groups' sums. VGG's conv0: 109,552 B,
+                              // two CTAs per SM
 };
-FewcWgradTiling fewc_wgrad_tiling(const Conv2dGeom& g, FewcWgradShape shape = FewcWgradShape::Pair);
+FewcWgradTiling fewc_wgrad_tiling(const Conv2dGeom& g);
 
 // The tiling of a finished geometry with 2-byte io elements: TP = 2 when Q <= 128 (a ResNet stem: 7 row tiles per
 // output row), else 1.

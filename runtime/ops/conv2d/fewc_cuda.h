@@ -7,8 +7,6 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
-#include <optional>
-
 #include "core/util/error.h"
 #include "runtime/cuda/gpu_dtype.h"
 #include "runtime/ops/conv2d/conv2d.h"
@@ -57,10 +55,8 @@ struct FewcWgradPlan {
   bool bn = false;  // the batch-norm prologue's kernel (FewcBnGradIn), t.bn_smem_bytes of shared memory
 };
 // bn_prologue: plan the kernel that computes dy as a batch norm's backward dx (FewcBnGradIn); NotSupported when its
-// shared memory exceeds kFewcMaxBnSmemBytes. shape (fewc.h): by default Wide with the prologue, else Pair; a plain
-// plan of the prologue's shape and grid sums in the same order (the GPU tests compare the two bitwise).
-Result<FewcWgradPlan> fewc_wgrad_plan(const Conv2dGeom& g, GpuDType io, bool bn_prologue = false,
-                                      std::optional<FewcWgradShape> shape = std::nullopt);
+// shared memory exceeds kFewcMaxBnSmemBytes.
+Result<FewcWgradPlan> fewc_wgrad_plan(const Conv2dGeom& g, GpuDType io, bool bn_prologue = false);
 size_t fewc_wgrad_workspace_bytes(const FewcWgradPlan& plan);  // grid x K x 16 ksteps fp32
 
 // The weight gradient's dy as a training batch norm's backward dx, computed while it is staged (the batch norm's

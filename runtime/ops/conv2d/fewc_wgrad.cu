@@ -1,10 +1,9 @@
 // The few-input-channel tensor-core convolution weight gradient (fewc_cuda.h; the GEMM and the tiling in fewc.h):
 // dW (K=64, kred) = dy^T (64, pixels) x A (pixels, kred), the reduction over the output pixels of each task.
-// A persistent CTA of tgroups x ceil(ksteps / 2) warps (fewc.h; the Pair or Wide shape) loops over its tasks (image n,
-// output rows p0 .. p0+TP-1) through a ring of `stages` stage buffers: when task i starts (every warp past the loop
-// top's barrier, so task i - 1's stage is free) the copies of task i + stages - 1 are issued into that stage with
-// cp.async -- its dy and raw input rows (and BNP's x) --, one commit group per task, so task i's wait leaves
-// stages - 2 groups in flight. The raw rows are scattered into the patch (as the forward's).
+// A persistent CTA of tgroups x ceil(ksteps / 2) warps (fewc.h) loops over its tasks (image n, output rows p0 ..
+// p0+TP-1): the task's dy pixels (TP * MT * 16, K + 8) and raw input rows were copied with cp.async while the
+// previous task computed (dy in one of two buffers, issued right after the previous task's first barrier; the rows
+// once its patch was built); the raw rows are scattered into the patch (as the forward's).
 // Then for every 16-pixel row tile of its tile group, warp (group, w) (reduction steps 2w and 2w + 1, all 64
 // channels) loads
 //   A = dy^T fragments of its 4 row tiles of 16 channels with 4 ldmatrix.x4.trans of the staged dy (rows =
@@ -19,17 +18,17 @@
 // second kernel sums the partials in CTA order and scatters them into dW (K, R, S, C) (taps s >= S and channels
 // >= C dropped). The grid is fixed by the plan: deterministic.
 // With the batch-norm prologue (BNP; fewc_cuda.h's FewcBnGradIn) the staged "dy" is the batch norm's incoming
-// gradient g, x (the batch norm's input) is staged beside it in the same stage (rows of K, unpadded), and once both
-// are in, the block rewrites each staged 8-channel piece of an in-range pixel into the batch norm's dx with
-// bn_elem.cuh's relu_grad_in and bn_bwd_dx and the per-channel BnBwdConsts computed once per CTA: the values
-// batchnorm_bwd_cuda would have stored, bitwise. Its plans take the Wide shape (one CTA of 16 warps per SM, three
-// stages at VGG's conv0: x's copy starts two tasks ahead, not after the previous task's dx as with one x buffer).
+// gradient g, x (the batch norm's input) is staged beside it in one buffer (rows of K, unpadded: it is read once,
+// right after it lands, and the next task's copy is issued only after that), and once both are in, the block
+// rewrites each staged 8-channel piece of an in-range pixel into the batch norm's dx with bn_elem.cuh's relu_grad_in
+// and bn_bwd_dx and the per-channel BnBwdConsts computed once per CTA: the values batchnorm_bwd_cuda would have
+// stored, bitwise. The single x buffer keeps VGG's conv0 at two CTAs per SM (fewc.h), so one CTA's prologue runs
+// while the other's copies land or its MMAs run.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <optional>
 #include <string>
 
 #include "runtime/cuda/cuda_check.h"
@@ -42,8 +41,8 @@
 namespace trctl {
 namespace {
 
-constexpr int kWgradK = 64;  // output channels (fewc_wgrad_eligible)
-constexpr int kPairWarps = 8, kWideWarps = 16;  // FewcWgradShape Pair / Wide: at most this many warps a CTA
+constexpr int kWgradK = 64;        // output channels (fewc_wgrad_eligible)
+constexpr int kWgradMaxWarps = 8;  // ceil(16 ksteps / 2): R, S <= 8
 constexpr int kWgradMt = kWgradK / 16;  // row tiles of 16 channels
 
 struct FewcWgradArgs {
@@ -56,7 +55,6 @@ struct FewcWgradArgs {
   int odd_pad;          // FewcWgradTiling::odd_pad
   int vec;   // PatchGeom::vec
   int pipe;  // vec and raw_elems > 0: the raw input rows are prefetched (else each task loads its patch)
-  int stages, stage_elems;  // the stage ring (FewcWgradTiling: stages, and stage_elems or BNP's bn_stage_elems)
   // BNP: dy is the batch norm's incoming gradient g; bn_x (N, P, Q, K) its input; the (K) f32 parameters and rows.
   const uint16_t* bn_x;
   const float *gamma, *mean, *invstd, *dgamma, *dbeta, *relu_beta;
@@ -80,32 +78,23 @@ __device__ __forceinline__ void stage_dy(const FewcWgradArgs& a, const uint16_t*
   }
 }
 
-// A stage of the ring (stage_elems elements): the task's dy (tile pixels x dy_stride), BNP's x (tile pixels x K),
-// the raw input rows (raw_elems).
-struct WgradStage {
-  uint16_t *dy, *x, *raw;
-};
-template <int BNP>
-__device__ __forceinline__ WgradStage wgrad_stage(const FewcWgradArgs& a, uint16_t* stage0, int s, int tile_px) {
-  WgradStage st;
-  st.dy = stage0 + s * a.stage_elems;
-  st.x = st.dy + tile_px * a.dy_stride;
-  st.raw = st.x + (BNP ? tile_px * kWgradK : 0);
-  return st;
+// A task's copies in two commit groups: its dy into dys (prefetch_dy), then BNP's x into xs (else nullptr) and,
+// when pipelined, its raw input rows (prefetch_rows). The task loop issues the next task's dy as soon as its buffer is
+// free (every warp past the loop's first barrier) and the rest once the scatter and BNP's prologue are done with raw
+// and xs.
+__device__ __forceinline__ void prefetch_dy(const FewcWgradArgs& a, int task, uint16_t* dys) {
+  stage_dy(a, a.dy, task, dys, a.dy_stride);
+  cp_async_commit();
 }
-
-// The copies of a task into its stage (no commit: the task loop commits one group per task, empty or not): its dy,
-// BNP's x and, when pipelined, its raw input rows.
-template <int BNP>
-__device__ __forceinline__ void issue_task(const FewcWgradArgs& a, const PatchGeom& pg, int task,
-                                           const WgradStage& st) {
-  stage_dy(a, a.dy, task, st.dy, a.dy_stride);
-  if constexpr (BNP != 0) stage_dy(a, a.bn_x, task, st.x, kWgradK);
+__device__ __forceinline__ void prefetch_rows(const FewcWgradArgs& a, const PatchGeom& pg, int task, uint16_t* xs,
+                                              uint16_t* raw) {
+  if (xs) stage_dy(a, a.bn_x, task, xs, kWgradK);
   if (a.pipe) {
     const int n = task / a.row_tasks;
     prefetch_patch_rows(a.x + static_cast<int64_t>(n) * a.h * a.w_in * a.c, pg, (task - n * a.row_tasks) * a.tp,
-                        st.raw);
+                        raw);
   }
+  cp_async_commit();
 }
 
 // BNP: the staged g of the task's in-range pixels (p0 + pl < P, q < Q; the others stay 0) rewritten into the batch
@@ -152,11 +141,9 @@ __device__ __forceinline__ void bn_dx_pieces(const FewcWgradArgs& a, int p0, uin
 }
 
 // BNP: 0 no batch-norm prologue; 1 the prologue without a ReLU mask, 2 with the mask recomputed from x (relu_beta):
-// one prologue loop per kernel (both in one kernel spilled the accumulators). WIDE: the Wide shape's bounds (up to
-// 16 warps, one CTA per SM), else the Pair shape's (8 warps, two CTAs): 128 registers a thread either way.
-template <class T, int BNP, bool WIDE>
-__global__ void __launch_bounds__((WIDE ? kWideWarps : kPairWarps) * 32, WIDE ? 1 : 2)
-    fewc_wgrad_kernel(FewcWgradArgs a) {
+// one prologue loop per kernel (both in one kernel spilled the accumulators).
+template <class T, int BNP>
+__global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(FewcWgradArgs a) {
   extern __shared__ __align__(16) uint16_t smem[];
   const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
   // Warp (tile group tg, kwarp): reduction steps 2 kwarp, 2 kwarp + 1 of the task's row tiles tg, tg + tgroups, ...
@@ -166,8 +153,10 @@ __global__ void __launch_bounds__((WIDE ? kWideWarps : kPairWarps) * 32, WIDE ? 
   const int patch_elems = (a.patch_rows * a.patch_cols * 4 + 7) / 8 * 8;
   const bool shifted = a.stride == 1;               // FewcWgradTiling::patches == 2
   uint16_t* odd = patch + patch_elems + a.odd_pad;  // stride 1: odd[i] = patch[i + 4] (one pixel further)
-  uint16_t* stage0 = shifted ? odd + patch_elems : odd;  // stages x stage_elems (wgrad_stage)
-  uint16_t* zero_row = stage0 + a.stages * a.stage_elems;  // 8 zeros: B rows of pixels past Q
+  uint16_t* dys0 = shifted ? odd + patch_elems : odd;  // 2 x (tile_px, dy_stride)
+  uint16_t* xs = dys0 + 2 * tile_px * a.dy_stride;  // BNP: (tile_px, K) of x, one buffer
+  uint16_t* raw = xs + (BNP ? tile_px * kWgradK : 0);  // (patch_rows, W * C)
+  uint16_t* zero_row = raw + a.raw_elems;            // 8 zeros: B rows of pixels past Q
   float* bnc = reinterpret_cast<float*>(zero_row + 8);  // BNP: K float4 + K floats in bn_dx_pieces' order
                                                         // (16-byte aligned: every region is 8 elements whole)
   if (tid < 8) zero_row[tid] = 0;
@@ -205,33 +194,26 @@ __global__ void __launch_bounds__((WIDE ? kWideWarps : kPairWarps) * 32, WIDE ? 
 
   const PatchGeom pg{a.h, a.w_in, a.c, a.stride, a.pad_h, a.pad_w, a.patch_rows, a.patch_cols, a.vec != 0};
   zero_patch(pg, patch);  // ordered before the first patch write by the task loop's first barrier
-  const int grid = static_cast<int>(gridDim.x);
-  for (int s = 0; s < a.stages - 1; ++s) {  // tasks 0 .. stages - 2 of this CTA, one group each
-    const int task = static_cast<int>(blockIdx.x) + s * grid;
-    if (task < a.tasks) issue_task<BNP>(a, pg, task, wgrad_stage<BNP>(a, stage0, s, tile_px));
-    cp_async_commit();
+  if (static_cast<int>(blockIdx.x) < a.tasks) {
+    prefetch_dy(a, blockIdx.x, dys0);
+    prefetch_rows(a, pg, blockIdx.x, BNP ? xs : nullptr, raw);
   }
   const int tiles = a.tp * a.mt;
-  int cur = 0;  // the current task's stage
-  for (int task = blockIdx.x; task < a.tasks; task += grid) {
+  int buf = 0;
+  for (int task = blockIdx.x; task < a.tasks; task += gridDim.x, buf ^= 1) {
     const int n = task / a.row_tasks, p0 = (task - n * a.row_tasks) * a.tp;
-    // This task's group is complete once at most stages - 2 (those issued after it) are in flight; then everyone's,
-    // and every warp is done with the previous task (its stage is free).
-    if (a.stages == 3)
-      cp_async_wait<1>();
-    else
-      cp_async_wait<0>();
-    __syncthreads();
-    const int ahead = task + (a.stages - 1) * grid, free_stage = cur == 0 ? a.stages - 1 : cur - 1;
-    if (ahead < a.tasks) issue_task<BNP>(a, pg, ahead, wgrad_stage<BNP>(a, stage0, free_stage, tile_px));
-    cp_async_commit();
-    const WgradStage st = wgrad_stage<BNP>(a, stage0, cur, tile_px);
+    const int next = task + static_cast<int>(gridDim.x);
+    cp_async_wait_all();  // this task's dy and rows (this thread's copies), then everyone's; the previous task's
+    __syncthreads();      // fragments are read (its dy buffer is free)
+    // The next task's dy (its buffer is free) in flight during the scatter, BNP's prologue and the MMAs.
+    if (next < a.tasks) prefetch_dy(a, next, dys0 + (buf ^ 1) * tile_px * a.dy_stride);
     if (a.pipe)
-      scatter_patch(st.raw, pg, p0, patch);
+      scatter_patch(raw, pg, p0, patch);
     else
       load_patch(a.x + static_cast<int64_t>(n) * a.h * a.w_in * a.c, pg, p0, patch);
-    if constexpr (BNP != 0) bn_dx_pieces<T, BNP == 2>(a, p0, st.dy, st.x, bnc);
-    __syncthreads();  // the patch (and BNP's dx) is complete
+    if constexpr (BNP != 0) bn_dx_pieces<T, BNP == 2>(a, p0, dys0 + buf * tile_px * a.dy_stride, xs, bnc);
+    __syncthreads();  // the patch (and BNP's dx) is complete; raw and BNP's x buffer are free
+    if (next < a.tasks) prefetch_rows(a, pg, next, BNP ? xs : nullptr, raw);
     if (shifted) {
       // odd := the patch one pixel (4 elements, 8 bytes) further; its last pixel is never read (fewc.h).
       const uint2* src = reinterpret_cast<const uint2*>(patch);
@@ -240,8 +222,7 @@ __global__ void __launch_bounds__((WIDE ? kWideWarps : kPairWarps) * 32, WIDE ? 
         dst[i] = src[i + 1];
       __syncthreads();
     }
-    const uint16_t* dys = st.dy;
-    cur = cur + 1 == a.stages ? 0 : cur + 1;
+    const uint16_t* dys = dys0 + buf * tile_px * a.dy_stride;
 
     for (int tile = tg; tile < tiles; tile += a.tgroups) {
       const int pl = tile / a.mt, q = (tile - pl * a.mt) * 16 + bpx;  // output row pl of the task, pixel q
@@ -330,25 +311,23 @@ __global__ void fewc_wgrad_reduce_kernel(const float* __restrict__ partial, int 
 }
 
 using WgradKernel = void (*)(FewcWgradArgs);
-// The kernel of an io type and CTA shape, with the batch-norm prologue (bn) and its ReLU mask (mask) or not. The two
-// prologue variants have the same launch bounds and shared memory (the plan's residency holds for both).
-template <class T, bool WIDE>
-WgradKernel wgrad_kernel_of(bool bn, bool mask) {
-  return !bn ? fewc_wgrad_kernel<T, 0, WIDE> : mask ? fewc_wgrad_kernel<T, 2, WIDE> : fewc_wgrad_kernel<T, 1, WIDE>;
-}
-WgradKernel wgrad_kernel(GpuDType io, FewcWgradShape shape, bool bn, bool mask) {
-  const bool wide = shape == FewcWgradShape::Wide;
+// The kernel of an io type, with the batch-norm prologue (bn) and its ReLU mask (mask) or not. The two prologue
+// variants have the same launch bounds and shared memory (the plan's residency holds for both).
+WgradKernel wgrad_kernel(GpuDType io, bool bn, bool mask) {
+  const int v = bn ? (mask ? 2 : 1) : 0;
   if (io == GpuDType::F16)
-    return wide ? wgrad_kernel_of<__half, true>(bn, mask) : wgrad_kernel_of<__half, false>(bn, mask);
+    return v == 2 ? fewc_wgrad_kernel<__half, 2> : v == 1 ? fewc_wgrad_kernel<__half, 1> : fewc_wgrad_kernel<__half, 0>;
   if (io == GpuDType::BF16)
-    return wide ? wgrad_kernel_of<__nv_bfloat16, true>(bn, mask) : wgrad_kernel_of<__nv_bfloat16, false>(bn, mask);
+    return v == 2   ? fewc_wgrad_kernel<__nv_bfloat16, 2>
+           : v == 1 ? fewc_wgrad_kernel<__nv_bfloat16, 1>
+                    : fewc_wgrad_kernel<__nv_bfloat16, 0>;
   return nullptr;
 }
 
+
 }  // namespace
 
-Result<FewcWgradPlan> fewc_wgrad_plan(const Conv2dGeom& g, GpuDType io, bool bn_prologue,
-                                      std::optional<FewcWgradShape> shape) {
+Result<FewcWgradPlan> fewc_wgrad_plan(const Conv2dGeom& g, GpuDType io, bool bn_prologue) {
   if (io != GpuDType::F16 && io != GpuDType::BF16)
     return Error{ErrCode::NotSupported, "fewc conv",
                  std::string("the few-channel tensor-core weight gradient takes f16 or bf16, not ") +
@@ -359,28 +338,24 @@ Result<FewcWgradPlan> fewc_wgrad_plan(const Conv2dGeom& g, GpuDType io, bool bn_
   FewcWgradPlan plan;
   plan.g = g;
   plan.io = io;
-  plan.t = fewc_wgrad_tiling(g, shape.value_or(bn_prologue ? FewcWgradShape::Wide : FewcWgradShape::Pair));
+  plan.t = fewc_wgrad_tiling(g);
   plan.bn = bn_prologue;
-  const FewcWgradShape sh = plan.t.shape;
   if (bn_prologue && plan.t.bn_smem_bytes > kFewcMaxBnSmemBytes)
     return Error{ErrCode::NotSupported, "fewc conv",
                  "the batch-norm prologue needs " + std::to_string(plan.t.bn_smem_bytes) +
                      " B of shared memory: " + conv2d_geom_str(g)};
-  const WgradKernel kernel = wgrad_kernel(io, sh, bn_prologue, true);
+  const WgradKernel kernel = wgrad_kernel(io, bn_prologue, true);
   const int64_t smem = bn_prologue ? plan.t.bn_smem_bytes : plan.t.smem_bytes;
-  // The Wide shape and the prologue's kernel may use more than the rule's cap (one CTA per SM).
-  const int64_t cap = bn_prologue || sh == FewcWgradShape::Wide ? kFewcMaxBnSmemBytes : kFewcMaxSmemBytes;
-  if (smem > cap)
-    return Error{ErrCode::NotSupported, "fewc conv",
-                 "the weight gradient needs " + std::to_string(smem) + " B of shared memory: " + conv2d_geom_str(g)};
+  // The prologue's kernel may use more than the rule's cap (one CTA per SM).
   Result<int> sms = fewc_sm_count();
   if (!sms.ok()) return sms.errors();
-  Result<int> per_sm = fewc_resident_ctas(kernel, static_cast<int>(plan.t.warps) * 32, smem, cap);
+  Result<int> per_sm = fewc_resident_ctas(kernel, static_cast<int>(plan.t.warps) * 32, smem,
+                                          bn_prologue ? kFewcMaxBnSmemBytes : kFewcMaxSmemBytes);
   if (!per_sm.ok()) return per_sm.errors();
   if (bn_prologue) {  // the variant without the mask (g masked already: conv_bn_backward fused) needs the same
                       // shared-memory limit set (fewc_resident_ctas sets it; without it a launch over 48 KiB fails)
-    Result<int> unmasked = fewc_resident_ctas(wgrad_kernel(io, sh, true, false),
-                                              static_cast<int>(plan.t.warps) * 32, smem, cap);
+    Result<int> unmasked = fewc_resident_ctas(wgrad_kernel(io, true, false), static_cast<int>(plan.t.warps) * 32,
+                                              smem, kFewcMaxBnSmemBytes);
     if (!unmasked.ok()) return unmasked.errors();
     per_sm = std::min(per_sm.value(), unmasked.value());
   }
@@ -397,7 +372,7 @@ size_t fewc_wgrad_workspace_bytes(const FewcWgradPlan& plan) {
 
 Status fewc_conv_wgrad_cuda(cudaStream_t stream, const FewcWgradPlan& plan, const void* dy, const void* x, float* dw,
                             void* ws, size_t ws_bytes, const FewcBnGradIn* bn) {
-  const WgradKernel kernel = wgrad_kernel(plan.io, plan.t.shape, plan.bn, bn && bn->relu_beta);
+  const WgradKernel kernel = wgrad_kernel(plan.io, plan.bn, bn && bn->relu_beta);
   if (!kernel) return Error{ErrCode::Internal, "fewc conv", "weight gradient of an unplanned type"};
   if ((bn != nullptr) != plan.bn)
     return Error{ErrCode::Internal, "fewc conv", "the batch-norm prologue's inputs and the plan disagree"};
@@ -434,8 +409,6 @@ Status fewc_conv_wgrad_cuda(cudaStream_t stream, const FewcWgradPlan& plan, cons
   a.bn_rows = g.n * g.p * g.q;
   a.vec = fewc_rows_vectorizable(g, x);
   a.pipe = a.vec && t.raw_elems > 0 ? 1 : 0;
-  a.stages = static_cast<int>(plan.t.stages);
-  a.stage_elems = static_cast<int>(plan.bn ? plan.t.bn_stage_elems : plan.t.stage_elems);
   const int64_t smem = plan.bn ? plan.t.bn_smem_bytes : plan.t.smem_bytes;
   kernel<<<plan.grid, static_cast<unsigned>(plan.t.warps * 32), static_cast<size_t>(smem), stream>>>(a);
   if (Status st = TRCTL_CUDA_LAUNCH_STATUS("fewc_wgrad_kernel"); !st.ok()) return st;
