@@ -56,6 +56,8 @@ def print_sass_counts(cubin):
 def compile_as(argv, cwd, out, flag, show):
     """The object's compile command rerun with `flag` (-ptx, -cubin) into out, then show(out)."""
     v = [a for a in argv if a not in ("-Xptxas", "-v", "-c")]
+    if flag == "-cubin":  # one code instance: the SASS alone (a build's code=[compute_90,sm_90] also embeds PTX)
+        v = [re.sub(r"code=\[compute_(\d+),sm_(\d+)\]", r"code=sm_\2", a) for a in v]
     v[v.index("-o") + 1] = out
     p = subprocess.run(v + [flag], cwd=cwd, capture_output=True, text=True)
     if p.returncode == 0:

@@ -62,19 +62,25 @@ struct FewcWgradArgs {
 };
 
 // cp.async of the task's pixels of src (N, P, Q, K: dy, or BNP's x) into dys, stride elements per pixel (tile pixel
-// i: output row p0 + i / (16 MT), column i % (16 MT)); pixels past P or Q are zero-filled.
+// i: output row p0 + i / (16 MT), column i % (16 MT)); pixels past P or Q are zero-filled. Thread t copies piece
+// t % 8 of pixels t / 8, t / 8 + blockDim / 8, ... of each row (blockDim is a multiple of 8), its source and
+// destination advanced by additions, one run of copies and one of zero fills per row: no piece's position or 64-bit
+// address rebuilt per copy (~27 instructions a copy before; Nsight Compute, RESULTS.md run 76: those copies were
+// ~2,900 of a task's ~15,000 warp instructions in the batch-norm prologue's kernel, ~1,500 in the plain one's).
 __device__ __forceinline__ void stage_dy(const FewcWgradArgs& a, const uint16_t* src, int task, uint16_t* dys,
                                          int stride) {
   const int n = task / a.row_tasks, p0 = (task - n * a.row_tasks) * a.tp;
-  const int row_pieces = a.mt * 16 * (kWgradK / 8);  // per output row of the task
+  const int row_px = a.mt * 16, q0 = static_cast<int>(threadIdx.x) >> 3, ck = static_cast<int>(threadIdx.x) & 7;
+  const int step = static_cast<int>(blockDim.x) >> 3;
+  const int64_t s_step = static_cast<int64_t>(step) * kWgradK;
+  const uint32_t d_step = static_cast<uint32_t>(step * stride * 2);  // bytes
   for (int pl = 0; pl < a.tp; ++pl) {
-    const uint16_t* src_row = src + (static_cast<int64_t>(n) * a.p + p0 + pl) * a.q * kWgradK;
-    uint16_t* dst_row = dys + pl * a.mt * 16 * stride;
-    for (int ci = static_cast<int>(threadIdx.x); ci < row_pieces; ci += static_cast<int>(blockDim.x)) {
-      const int q = ci >> 3, ck = ci & 7;
-      const bool in = p0 + pl < a.p && q < a.q;
-      cp_async16(dst_row + q * stride + ck * 8, in ? src_row + q * kWgradK + ck * 8 : src, in ? 16 : 0);
-    }
+    const int q_end = p0 + pl < a.p ? min(a.q, row_px) : 0;  // pixels [q_end, row_px) are zero-filled
+    const uint16_t* s = src + ((static_cast<int64_t>(n) * a.p + p0 + pl) * a.q + q0) * kWgradK + ck * 8;
+    uint32_t d = smem_addr(dys + (pl * row_px + q0) * stride + ck * 8);
+    int q = q0;
+    for (; q < q_end; q += step, s += s_step, d += d_step) cp_async16(d, s, 16);
+    for (; q < row_px; q += step, d += d_step) cp_async16(d, src, 0);
   }
 }
 
@@ -97,46 +103,64 @@ __device__ __forceinline__ void prefetch_rows(const FewcWgradArgs& a, const Patc
   cp_async_commit();
 }
 
+// One piece of bn_dx_pieces: the 8 channels 8 ck .. 8 ck + 7 of a pixel's staged g (at gp, rewritten) and x (at xp);
+// kc = the constants' float4 of channel 8 ck (bnc's float4 ck), kb = its b (bnc + 4 K + ck); channel 8 ck + e's
+// are 8 e further.
+template <class T, bool kMask>
+__device__ __forceinline__ void bn_dx_piece(uint16_t* gp, const uint16_t* xp, const float4* kc, const float* kb) {
+  uint4 g = *reinterpret_cast<const uint4*>(gp);
+  const uint4 x = *reinterpret_cast<const uint4*>(xp);
+  uint32_t* gw = &g.x;
+  const uint32_t* xw = &x.x;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {  // channels 8 ck + 2 w and + 1
+    float r[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int e8 = (2 * w + h) * 8;
+      const float4 c = kc[e8];
+      const BnBwdConsts k{c.x, c.y, c.z, c.w, kMask ? kb[e8] : 0.0f};
+      const T xt = t_of(static_cast<uint16_t>(xw[w] >> (16 * h)), T{});
+      const T gt = t_of(static_cast<uint16_t>(gw[w] >> (16 * h)), T{});
+      // relu_grad_in<T>(gt, xt, xt, kMask, false, ...) with g converted first: a select, not a branch around
+      // the conversion (the batch-norm kernels keep relu_grad_in's own form, and their code)
+      const float gf = to_f32(gt);
+      const float gin = kMask && !relu_kept<T>(to_f32(xt), k.m, k.a, k.b) ? 0.0f : gf;
+      r[h] = bn_bwd_dx_f32(gin, to_f32(xt), k);
+    }
+    gw[w] = pack2<T>(r[0], r[1]);
+  }
+  *reinterpret_cast<uint4*>(gp) = g;
+}
+
 // BNP: the staged g of the task's in-range pixels (p0 + pl < P, q < Q; the others stay 0) rewritten into the batch
 // norm's dx in place, from the staged x (rows of K) and the constants bnc: K float4 (m, a, mg, k) then K floats (b),
 // by the whole block. Channel ch = 8 ck + e sits at e * 8 + ck: a thread's 8 channels are fixed (blockDim is a
 // multiple of 8, so its ck is tid & 7), and for each e the lanes read 8 consecutive float4 and 8 consecutive words
-// (conflict-free). A piece is worked on as 32-bit words of two channels (one conversion each way), a pixel's range
-// check is one comparison per row (no loop), and kMask (the ReLU mask recomputed from x: relu_beta) is a template
-// argument, so the loop holds no branch on it (Nsight Compute, RESULTS.md run 69: 16.6 instructions an element; ~27
-// in run 67, before the constants' float4). (Two pieces per constants load spilled ~160 bytes: the accumulators stay
-// live here; without the mask the kernel spills 44 bytes, with it 0-4.)
+// (conflict-free). A piece is worked on as 32-bit words of two channels (one conversion each way), a thread walks
+// its pieces by additions (its staged g and x addresses; a pixel's range check two selects and a comparison), and
+// kMask (the ReLU mask recomputed from x: relu_beta) is a template argument, so the loop holds no branch on it
+// (Nsight Compute, RESULTS.md run 69: 16.6 instructions an element; ~27 in run 67, before the constants' float4;
+// run 76: ~4 of them the piece's position, range check and addresses, rebuilt per piece then). (Two pieces per
+// constants load spilled ~160 bytes: the accumulators stay live here; a loop per output row spilled ~190; this
+// form spills what the per-piece positions did, 44 stored bytes, none without a prologue.)
 template <class T, bool kMask>
 __device__ __forceinline__ void bn_dx_pieces(const FewcWgradArgs& a, int p0, uint16_t* dys, const uint16_t* xs,
                                              const float* bnc) {
-  const int row_px = a.mt * 16, pieces = a.tp * row_px * (kWgradK / 8);
-  for (int i = static_cast<int>(threadIdx.x); i < pieces; i += static_cast<int>(blockDim.x)) {
-    const int px = i >> 3, ck = i & 7;
-    const int pl = px >= row_px ? 1 : 0, q = px - pl * row_px;  // px = pl * row_px + q, pl < TP <= 2
-    if (p0 + pl >= a.p || q >= a.q) continue;
-    uint4 g = *reinterpret_cast<const uint4*>(dys + px * a.dy_stride + ck * 8);
-    const uint4 x = *reinterpret_cast<const uint4*>(xs + px * kWgradK + ck * 8);
-    uint32_t* gw = &g.x;
-    const uint32_t* xw = &x.x;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {  // channels 8 ck + 2 w and + 1
-      float r[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int at = (2 * w + h) * 8 + ck;
-        const float4 c = reinterpret_cast<const float4*>(bnc)[at];
-        const BnBwdConsts k{c.x, c.y, c.z, c.w, kMask ? bnc[4 * kWgradK + at] : 0.0f};
-        const T xt = t_of(static_cast<uint16_t>(xw[w] >> (16 * h)), T{});
-        const T gt = t_of(static_cast<uint16_t>(gw[w] >> (16 * h)), T{});
-        // relu_grad_in<T>(gt, xt, xt, kMask, false, ...) with g converted first: a select, not a branch around
-        // the conversion (the batch-norm kernels keep relu_grad_in's own form, and their code)
-        const float gf = to_f32(gt);
-        const float gin = kMask && !relu_kept<T>(to_f32(xt), k.m, k.a, k.b) ? 0.0f : gf;
-        r[h] = bn_bwd_dx_f32(gin, to_f32(xt), k);
-      }
-      gw[w] = pack2<T>(r[0], r[1]);
-    }
-    *reinterpret_cast<uint4*>(dys + px * a.dy_stride + ck * 8) = g;
+  // Thread t: piece ck = t % 8 of the task's pixels px = t / 8, t / 8 + blockDim / 8, ..., its g and x addresses
+  // advanced by additions.
+  const int row_px = a.mt * 16, q0 = static_cast<int>(threadIdx.x) >> 3, ck = static_cast<int>(threadIdx.x) & 7;
+  const int step = static_cast<int>(blockDim.x) >> 3;
+  const float4* kc = reinterpret_cast<const float4*>(bnc) + ck;
+  const float* kb = bnc + 4 * kWgradK + ck;
+  // Pixel px = pl * row_px + q of the task (pl < TP <= 2): in range when q < Q and its row p0 + pl < P.
+  const int tile_px = a.tp * row_px;
+  const int lim0 = p0 < a.p ? a.q : 0, lim1 = p0 + 1 < a.p ? a.q : 0;
+  uint16_t* gp = dys + q0 * a.dy_stride + ck * 8;
+  const uint16_t* xp = xs + q0 * kWgradK + ck * 8;
+  for (int px = q0; px < tile_px; px += step, gp += step * a.dy_stride, xp += step * kWgradK) {
+    const bool second = px >= row_px;
+    if ((second ? px - row_px : px) < (second ? lim1 : lim0)) bn_dx_piece<T, kMask>(gp, xp, kc, kb);
   }
 }
 
