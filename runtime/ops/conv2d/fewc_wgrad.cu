@@ -206,6 +206,14 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
     const int r = ks / a.sg, s0 = (ks - r * a.sg) * 4 + bhalf * 2;
     boff[j] = (r * a.patch_cols + s0) * 4;
   }
+  // The tile walk's per-warp constants (the MMA loop below): tile tg's output row and column tile, this lane's A
+  // offset in a task's staged dy (bytes), the A step between its tiles, the B patch row pitch, B's and the zero row's
+  // addresses.
+  const int tg_pl = tg / a.mt, tg_qt = tg - tg_pl * a.mt;
+  const uint32_t a_lane = static_cast<uint32_t>((((mi >> 1) * 8 + (lane & 7)) * a.dy_stride + (mi & 1) * 8) * 2);
+  const uint32_t a_step = static_cast<uint32_t>(a.tgroups * 16 * a.dy_stride * 2);
+  const int b_row = a.stride * a.patch_cols * 8;
+  const uint32_t b_lane = smem_addr(bsrc), zero_addr = smem_addr(zero_row);
   float acc[2][kWgradMt][2][4];
 #pragma unroll
   for (int j = 0; j < 2; ++j)
@@ -248,21 +256,26 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
     }
     const uint16_t* dys = dys0 + buf * tile_px * a.dy_stride;
 
+    // The tiles tg, tg + tgroups, ... walked by additions (Nsight Compute, RESULTS.md run 76: the per-tile division
+    // tile / MT and the rebuilt addresses were ~49 of a tile's 71 instructions a warp, beside 6 ldmatrix and 16
+    // MMAs): (pl, qt) the tile's output row and 16-pixel column tile, a_addr its A address.
+    uint32_t a_addr = smem_addr(dys + tg * 16 * a.dy_stride) + a_lane;
+    int pl = tg_pl, qt = tg_qt;
     for (int tile = tg; tile < tiles; tile += a.tgroups) {
-      const int pl = tile / a.mt, q = (tile - pl * a.mt) * 16 + bpx;  // output row pl of the task, pixel q
+      const int q = qt * 16 + bpx;  // this lane's pixel of output row pl of the task
       // A of row tile m: matrix mi of lane's address: pixels (mi >> 1) * 8 + (lane & 7), channels
-      // m * 16 + (mi & 1) * 8; as mma's (a0a1, a2a3, a4a5, a6a7): (ch g, px 2t), (ch g+8, px 2t), (ch g, px 2t+8),
-      // (ch g+8, px 2t+8).
+      // m * 16 + (mi & 1) * 8 (a_lane); as mma's (a0a1, a2a3, a4a5, a6a7): (ch g, px 2t), (ch g+8, px 2t),
+      // (ch g, px 2t+8), (ch g+8, px 2t+8).
       uint32_t af[kWgradMt][4];
 #pragma unroll
-      for (int m = 0; m < kWgradMt; ++m)
-        ldsm_x4_trans(af[m],
-                      smem_addr(dys + (tile * 16 + (mi >> 1) * 8 + (lane & 7)) * a.dy_stride + m * 16 + (mi & 1) * 8));
-      // B: (px 0-7, half 0), (px 8-15, half 0), (px 0-7, half 1), (px 8-15, half 1).
+      for (int m = 0; m < kWgradMt; ++m) ldsm_x4_trans(af[m], a_addr + m * 32);
+      // B: (px 0-7, half 0), (px 8-15, half 0), (px 0-7, half 1), (px 8-15, half 1); the patch offset
+      // (pl stride patch_cols + q stride) * 4 elements, in bytes.
       uint32_t bf[2][4];
-      const int base = (pl * a.stride * a.patch_cols + q * a.stride) * 4;
+      const uint32_t bb = b_lane + static_cast<uint32_t>(pl * b_row + q * a.stride * 8);
+      const bool in_q = q < a.q;
 #pragma unroll
-      for (int j = 0; j < 2; ++j) ldsm_x4_trans(bf[j], smem_addr(q < a.q ? bsrc + base + boff[j] : zero_row));
+      for (int j = 0; j < 2; ++j) ldsm_x4_trans(bf[j], in_q ? bb + boff[j] * 2 : zero_addr);
 #pragma unroll
       for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -270,6 +283,9 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
           mma16816<T>(acc[j][m][0], af[m][0], af[m][1], af[m][2], af[m][3], bf[j][0], bf[j][1]);
           mma16816<T>(acc[j][m][1], af[m][0], af[m][1], af[m][2], af[m][3], bf[j][2], bf[j][3]);
         }
+      a_addr += a_step;
+      qt += a.tgroups;
+      while (qt >= a.mt) qt -= a.mt, ++pl;
     }
   }
   cp_async_wait_all();  // nothing is in flight at exit (no task was prefetched past the last)
