@@ -3,9 +3,9 @@
 // kernel's output masked by the ReLU recomputed from the batch norm's input bx (bn_elem.cuh's relu_kept emulated on
 // the host: fmaf(bx - mean, gamma * invstd, beta) rounds to a positive value of the io type), and dbeta, dgamma are
 // the float64 sums of the masked g and of g * (bx - mean) (times invstd) within 1e-5 of the sums of magnitudes; a
-// rerun bitwise (deterministic), a one-CTA run close (another grid, another order); nothing written past g; what the
-// launch refuses. f16 and bf16, a geometry whose last tile runs past the plane and whose g has 128 channels (two
-// output-channel tiles, so the second tile's channel offset), and a three-row wide one.
+// rerun bitwise (deterministic), a one-CTA run's sums close (another grid, another order) and its g bitwise; nothing
+// written past g; what the launch refuses. f16 and bf16, a geometry whose last tile runs past the plane and whose g
+// has 128 channels (two output-channel tiles, so the second tile's channel offset), and a three-row wide one.
 // Inputs on the 1/64 grid as the other wgconv tests'; the batch-norm parameters random per channel.
 #include <catch2/catch.hpp>
 
@@ -128,6 +128,10 @@ TEST_CASE("wgconv ring px batch-norm backward epilogue: g masked by the recomput
       WgConvPlan one = plan;
       one.grid_m = 1;
       check_sums(" (one CTA per channel tile)", run_bb(one));
+      // g does not depend on the grid: with every tile of a channel tile in one CTA (warpgroup 0 loading each next
+      // tile's bx after its store) it is stored bitwise as with the planned grid.
+      CHECK_RESULT(compare_bitwise(what + " one CTA: g", from_device_as(t, masked.get(), n).data(), gm.data(),
+                                   n * sizeof(float), 4));
     }
   // Refusals: another tile, together with statistics, a short workspace, a misaligned x.
   const Conv2dGeom g = conv_geom(2, 9, 11, 64, 64, 3, 3, 1, 1, 1, 1);
