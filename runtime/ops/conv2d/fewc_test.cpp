@@ -2,9 +2,11 @@
 // and fewc_wgrad_eligible accept (the RGB stems, C = 1..4, K = 16/32/64) and refuse (groups, dilation, C, K, R,
 // stride, shared memory); the tiling numbers of the ResNet-50 stem and VGG's first conv; and a float64 model of the
 // kernel's addressing (the filter as B in fewc.h's reduction order, each task's input patch, the A operands read
-// from it) that equals the direct conv, forward and weight gradient, and never reads outside the patch.
+// from it) that equals the direct conv, forward and weight gradient, and never reads outside the patch; the weight
+// gradient kernel's walks by additions (copies, prologue pieces, tiles) in integers.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -282,6 +284,101 @@ TEST_CASE("fewc weight gradient's B rows: 16-byte aligned, inside their buffer, 
           }
     CHECK(reads > 0);
     CHECK(bad == 0);
+  }
+}
+
+// fewc_wgrad.cu's walks by additions, in integers, for every thread of the planned block (warps x 32) and tasks at
+// the start, middle and end of an image (TP 2 with odd P: the last task's second row lies past P):
+//   stage_dy: thread t copies piece t % 8 of pixels q = t / 8 + k (blockDim / 8) of each output row pl, source and
+//     destination advanced by their steps; a copy while q < Q and the row is inside P, then zero fills up to 16 MT;
+//   bn_dx_pieces: pixels px = t / 8 + k (blockDim / 8) of the task, the in-range ones (q < Q, row inside P) handled;
+//   the MMA loop: warp group tg's tiles tg + k tgroups, (output row, column tile) moved by tgroups with wraps, the A
+//     address stepped by tgroups tiles.
+// Each (row, pixel, piece) of a task is covered exactly once, at the offsets the per-piece formulas give.
+TEST_CASE("fewc weight gradient's copies, prologue pieces and tiles walked by additions cover each piece once",
+          "[fewc][conv2d]") {
+  const std::pair<const char*, Conv2dGeom> cases[] = {
+      {"VGG conv0 3x3/1", kVggConv0},
+      {"ResNet stem 7x7/2", kResnetStem},
+      {"3x3/1 37x45 (TP 2, odd P and Q)", conv_geom(2, 37, 45, 3, 64, 3, 3, 1, 1, 1, 1)},
+      {"5x5/1 C=1 29x130 (SG 2)", conv_geom(1, 29, 130, 1, 64, 5, 5, 1, 1, 2, 2)},
+      {"1x1/1 C=2 9x17 (tgroups > MT)", conv_geom(1, 9, 17, 2, 64, 1, 1, 1, 1, 0, 0)},
+      {"3x3/1 C=3 9x12 (MT 1)", conv_geom(2, 9, 12, 3, 64, 3, 3, 1, 1, 1, 1)},
+      {"3x3/2 C=4 33x20", conv_geom(1, 33, 20, 4, 64, 3, 3, 2, 2, 1, 1)}};
+  constexpr int64_t K = 64;
+  for (const auto& [name, g] : cases) {
+    INFO(name << ": " << conv2d_geom_str(g));
+    REQUIRE(fewc_wgrad_eligible(g));
+    const FewcWgradTiling w = fewc_wgrad_tiling(g);
+    const int64_t threads = w.warps * 32, step = threads >> 3, row_px = w.t.mt * 16, tile_px = w.t.tp * row_px;
+    const int64_t row_tasks = (g.p + w.t.tp - 1) / w.t.tp, stride = w.dy_stride;
+    REQUIRE(threads % 8 == 0);
+    for (int64_t task : {int64_t{0}, row_tasks / 2, row_tasks - 1, g.n * row_tasks - 1}) {
+      INFO("task " << task);
+      const int64_t n = task / row_tasks, p0 = (task - n * row_tasks) * w.t.tp;
+      // stage_dy: counts per (pl, q, piece); copies at the right source and destination, zero fills elsewhere.
+      std::vector<int> seen(static_cast<size_t>(tile_px * 8), 0);
+      int64_t bad = 0;
+      for (int64_t t = 0; t < threads; ++t) {
+        const int64_t q0 = t >> 3, ck = t & 7;
+        for (int64_t pl = 0; pl < w.t.tp; ++pl) {
+          const int64_t q_end = p0 + pl < g.p ? std::min(g.q, row_px) : 0;
+          int64_t s = ((n * g.p + p0 + pl) * g.q + q0) * K + ck * 8, d = (pl * row_px + q0) * stride + ck * 8;
+          int64_t q = q0;
+          for (; q < q_end; q += step, s += step * K, d += step * stride) {
+            ++seen[static_cast<size_t>((pl * row_px + q) * 8 + ck)];
+            if (s != ((n * g.p + p0 + pl) * g.q + q) * K + ck * 8 || d != (pl * row_px + q) * stride + ck * 8) ++bad;
+            if (!(p0 + pl < g.p && q < g.q)) ++bad;  // a copy only of a pixel inside the image
+          }
+          for (; q < row_px; q += step, d += step * stride) {
+            ++seen[static_cast<size_t>((pl * row_px + q) * 8 + ck)];
+            if (d != (pl * row_px + q) * stride + ck * 8 || (p0 + pl < g.p && q < g.q)) ++bad;
+          }
+        }
+      }
+      CHECK(bad == 0);
+      CHECK(std::count(seen.begin(), seen.end(), 1) == static_cast<int64_t>(seen.size()));
+      // bn_dx_pieces: exactly the in-range pieces, once each, at px * dy_stride + ck * 8.
+      std::fill(seen.begin(), seen.end(), 0);
+      const int64_t lim0 = p0 < g.p ? g.q : 0, lim1 = p0 + 1 < g.p ? g.q : 0;
+      for (int64_t t = 0; t < threads; ++t) {
+        const int64_t q0 = t >> 3, ck = t & 7;
+        int64_t gp = q0 * stride + ck * 8;
+        for (int64_t px = q0; px < tile_px; px += step, gp += step * stride) {
+          const bool second = px >= row_px;
+          if ((second ? px - row_px : px) < (second ? lim1 : lim0)) {
+            ++seen[static_cast<size_t>(px * 8 + ck)];
+            if (gp != px * stride + ck * 8) ++bad;
+          }
+        }
+      }
+      int64_t want = 0, wrong = 0;
+      for (int64_t px = 0; px < tile_px; ++px) {
+        const int64_t pl = px / row_px, q = px % row_px;
+        const int in = p0 + pl < g.p && q < g.q ? 1 : 0;
+        want += 8 * in;
+        for (int64_t ck = 0; ck < 8; ++ck) wrong += seen[static_cast<size_t>(px * 8 + ck)] != in ? 1 : 0;
+      }
+      CHECK(bad == 0);
+      CHECK(wrong == 0);
+      CHECK(want > 0);
+    }
+    // The MMA loop's tiles: warp group tg's (row, column tile) and A offset against tile / MT, tile % MT.
+    const int64_t tiles = w.t.tp * w.t.mt;
+    std::vector<int> tile_seen(static_cast<size_t>(tiles), 0);
+    int64_t bad = 0;
+    for (int64_t tg = 0; tg < w.tgroups; ++tg) {
+      int64_t pl = tg / w.t.mt, qt = tg - pl * w.t.mt, a = tg * 16 * stride * 2;
+      for (int64_t tile = tg; tile < tiles; tile += w.tgroups) {
+        ++tile_seen[static_cast<size_t>(tile)];
+        if (pl != tile / w.t.mt || qt != tile % w.t.mt || a != tile * 16 * stride * 2) ++bad;
+        a += w.tgroups * 16 * stride * 2;
+        qt += w.tgroups;
+        while (qt >= w.t.mt) qt -= w.t.mt, ++pl;
+      }
+    }
+    CHECK(bad == 0);
+    CHECK(std::count(tile_seen.begin(), tile_seen.end(), 1) == tiles);
   }
 }
 
