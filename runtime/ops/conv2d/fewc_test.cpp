@@ -22,6 +22,18 @@ namespace {
 
 const Conv2dGeom kResnetStem = conv_geom(2, 224, 224, 3, 64, 7, 7, 2, 2, 3, 3);  // 224x224x3 -> 112x112x64
 const Conv2dGeom kVggConv0 = conv_geom(2, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1);    // 224x224x3 -> 224x224x64
+// Weight-gradient geometries for the addressing and walk models: the two stems, TP 2 with odd P and Q, SG 2, the
+// largest filters, a 1x1 (more tile groups than row tiles), one row tile (MT 1), stride 2.
+const std::pair<const char*, Conv2dGeom> kWgradCases[] = {
+    {"VGG conv0 3x3/1", kVggConv0},
+    {"ResNet stem 7x7/2", kResnetStem},
+    {"3x3/1 37x45 (TP 2, odd P and Q)", conv_geom(2, 37, 45, 3, 64, 3, 3, 1, 1, 1, 1)},
+    {"5x5/1 C=1 29x130 (SG 2)", conv_geom(1, 29, 130, 1, 64, 5, 5, 1, 1, 2, 2)},
+    {"7x7/1 C=4 20x33", conv_geom(1, 20, 33, 4, 64, 7, 7, 1, 1, 3, 3)},
+    {"8x8/1 C=2 19x21", conv_geom(1, 19, 21, 2, 64, 8, 8, 1, 1, 3, 3)},
+    {"1x1/1 C=2 9x17 (tgroups > MT)", conv_geom(1, 9, 17, 2, 64, 1, 1, 1, 1, 0, 0)},
+    {"3x3/1 C=3 9x12 (MT 1)", conv_geom(2, 9, 12, 3, 64, 3, 3, 1, 1, 1, 1)},
+    {"3x3/2 C=4 33x20", conv_geom(1, 33, 20, 4, 64, 3, 3, 2, 2, 1, 1)}};
 
 // The kernel's view of one conv in float64: per task (n, TP output rows from p0) the input patch (patch_rows,
 // patch_cols, 4), zero outside the image and for c >= C, and for every output pixel of the task's TP x 16 MT tiles
@@ -239,16 +251,7 @@ TEST_CASE("fewc weight gradient's B rows: 16-byte aligned, inside their buffer, 
   // output row pl < TP, pixel q < Q (a lane's pixels keep one parity), reduction step ks = (r, sg) and half h
   // (s0 = sg * 4 + 2 h) the lane reads 8 elements at src + base + boff with base = (pl stride cols + q stride) * 4,
   // boff = (r cols + s0) * 4 and src = odd - 4 for odd q at stride 1, else the patch.
-  const std::pair<const char*, Conv2dGeom> cases[] = {
-      {"VGG conv0 3x3/1", kVggConv0},
-      {"ResNet stem 7x7/2", kResnetStem},
-      {"3x3/1 37x45 (TP 2, odd Q)", conv_geom(1, 37, 45, 3, 64, 3, 3, 1, 1, 1, 1)},
-      {"5x5/1 C=1 29x130 (SG 2)", conv_geom(1, 29, 130, 1, 64, 5, 5, 1, 1, 2, 2)},
-      {"7x7/1 C=4 20x33", conv_geom(1, 20, 33, 4, 64, 7, 7, 1, 1, 3, 3)},
-      {"8x8/1 C=2 19x21", conv_geom(1, 19, 21, 2, 64, 8, 8, 1, 1, 3, 3)},
-      {"1x1/1 C=2 9x17", conv_geom(1, 9, 17, 2, 64, 1, 1, 1, 1, 0, 0)},
-      {"3x3/2 C=4 33x20", conv_geom(1, 33, 20, 4, 64, 3, 3, 2, 2, 1, 1)}};
-  for (const auto& [name, g] : cases) {
+  for (const auto& [name, g] : kWgradCases) {
     INFO(name << ": " << conv2d_geom_str(g));
     REQUIRE(fewc_wgrad_eligible(g));
     const FewcWgradTiling w = fewc_wgrad_tiling(g);
@@ -297,16 +300,8 @@ TEST_CASE("fewc weight gradient's B rows: 16-byte aligned, inside their buffer, 
 // Each (row, pixel, piece) of a task is covered exactly once, at the offsets the per-piece formulas give.
 TEST_CASE("fewc weight gradient's copies, prologue pieces and tiles walked by additions cover each piece once",
           "[fewc][conv2d]") {
-  const std::pair<const char*, Conv2dGeom> cases[] = {
-      {"VGG conv0 3x3/1", kVggConv0},
-      {"ResNet stem 7x7/2", kResnetStem},
-      {"3x3/1 37x45 (TP 2, odd P and Q)", conv_geom(2, 37, 45, 3, 64, 3, 3, 1, 1, 1, 1)},
-      {"5x5/1 C=1 29x130 (SG 2)", conv_geom(1, 29, 130, 1, 64, 5, 5, 1, 1, 2, 2)},
-      {"1x1/1 C=2 9x17 (tgroups > MT)", conv_geom(1, 9, 17, 2, 64, 1, 1, 1, 1, 0, 0)},
-      {"3x3/1 C=3 9x12 (MT 1)", conv_geom(2, 9, 12, 3, 64, 3, 3, 1, 1, 1, 1)},
-      {"3x3/2 C=4 33x20", conv_geom(1, 33, 20, 4, 64, 3, 3, 2, 2, 1, 1)}};
   constexpr int64_t K = 64;
-  for (const auto& [name, g] : cases) {
+  for (const auto& [name, g] : kWgradCases) {
     INFO(name << ": " << conv2d_geom_str(g));
     REQUIRE(fewc_wgrad_eligible(g));
     const FewcWgradTiling w = fewc_wgrad_tiling(g);
