@@ -161,13 +161,7 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
         pl[i] = m / a.mt;
         q0[i] = (m - pl[i] * a.mt) * 16;
       }
-      float acc[2][NT][4];
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+      float acc[2][NT][4];  // written by the first reduction step's MMAs (no zeroing)
       // Word indices into the patch of rows g and g + 8 of each tile at r = 0, s0 = 0, tap s4 = t / 2, channels
       // (0, 1) or (2, 3) (t & 1); a reduction step (r, sg) adds (r * patch_cols + 4 sg) * 2 words.
       int lo[2], hi[2];
@@ -177,39 +171,48 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
         lo[i] = (row + (q0[i] + g) * a.stride) * 2 + (t & 1);
         hi[i] = (row + (q0[i] + g + 8) * a.stride) * 2 + (t & 1);
       }
-      uint32_t baddr = bbase;  // this lane's B rows at step ks: + 32 bytes per step
-      for (int r = 0; r < a.r; ++r) {
-        for (int sg = 0; sg < a.sg; ++sg, baddr += 32) {
-          const int off = (r * a.patch_cols + sg * 4) * 2;
-          // A of both tiles (the second a copy of the first when there is none: its products are not stored).
-          // Taps past the filter (s >= S: zero weights) read 0, not the pixel: an Inf there must not give NaN.
-          const bool in1 = (in_mask >> (2 * sg)) & 1, in2 = (in_mask >> (2 * sg + 1)) & 1;
-          uint32_t af[2][4];
+      // One reduction step (r, sg): patch word offset off, this lane's B rows at baddr; kFirst: acc := the
+      // products (the step at r = 0, sg = 0), else acc += them.
+      auto step = [&](auto first, int off, int sg, uint32_t baddr) {
+        constexpr bool kFirst = decltype(first)::value;
+        // A of both tiles (the second a copy of the first when there is none: its products are not stored).
+        // Taps past the filter (s >= S: zero weights) read 0, not the pixel: an Inf there must not give NaN.
+        const bool in1 = (in_mask >> (2 * sg)) & 1, in2 = (in_mask >> (2 * sg + 1)) & 1;
+        uint32_t af[2][4];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const uint32_t* pl0 = patch32 + lo[i] + off;
+          const uint32_t* ph0 = patch32 + hi[i] + off;
+          af[i][0] = in1 ? pl0[0] : 0u, af[i][1] = in1 ? ph0[0] : 0u;
+          af[i][2] = in2 ? pl0[4] : 0u, af[i][3] = in2 ? ph0[4] : 0u;
+        }
+        // B two column tiles at a time (one ldmatrix.x4), the next pair loaded before this pair's MMAs: 8 B
+        // registers live instead of 2 NT.
+        uint32_t b[2][4];
+        ldsm_x4(b[0], baddr);
+#pragma unroll
+        for (int j = 0; j < NT; j += 2) {
+          if (j + 2 < NT) ldsm_x4(b[(j / 2 + 1) & 1], baddr + (j + 2) * 8 * a.w_stride * 2);
+          const uint32_t(&bj)[4] = b[(j / 2) & 1];
+          // Both tiles' MMAs even without a second tile (its A is a copy of the first's, its acc unused): no
+          // branch around mma.sync, whose warp-uniform condition the compiler cannot see (WARPSYNCs, run 69).
 #pragma unroll
           for (int i = 0; i < 2; ++i) {
-            const uint32_t* pl0 = patch32 + lo[i] + off;
-            const uint32_t* ph0 = patch32 + hi[i] + off;
-            af[i][0] = in1 ? pl0[0] : 0u, af[i][1] = in1 ? ph0[0] : 0u;
-            af[i][2] = in2 ? pl0[4] : 0u, af[i][3] = in2 ? ph0[4] : 0u;
-          }
-          // B two column tiles at a time (one ldmatrix.x4), the next pair loaded before this pair's MMAs: 8 B
-          // registers live instead of 2 NT.
-          uint32_t b[2][4];
-          ldsm_x4(b[0], baddr);
-#pragma unroll
-          for (int j = 0; j < NT; j += 2) {
-            if (j + 2 < NT) ldsm_x4(b[(j / 2 + 1) & 1], baddr + (j + 2) * 8 * a.w_stride * 2);
-            const uint32_t(&bj)[4] = b[(j / 2) & 1];
-            // Both tiles' MMAs even without a second tile (its A is a copy of the first's, its acc unused): no
-            // branch around mma.sync, whose warp-uniform condition the compiler cannot see (WARPSYNCs, run 69).
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
+            if constexpr (kFirst) {
+              mma16816_first<T>(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], bj[0], bj[1]);
+              mma16816_first<T>(acc[i][j + 1], af[i][0], af[i][1], af[i][2], af[i][3], bj[2], bj[3]);
+            } else {
               mma16816<T>(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], bj[0], bj[1]);
               mma16816<T>(acc[i][j + 1], af[i][0], af[i][1], af[i][2], af[i][3], bj[2], bj[3]);
             }
           }
         }
-      }
+      };
+      step(std::true_type{}, 0, 0, bbase);
+      uint32_t baddr = bbase;  // this lane's B rows at step ks: + 32 bytes per step
+      for (int r = 0; r < a.r; ++r)
+        for (int sg = 0; sg < a.sg; ++sg, baddr += 32)
+          if (r > 0 || sg > 0) step(std::false_type{}, (r * a.patch_cols + sg * 4) * 2, sg, baddr);
       // Epilogue: the tiles rounded (with the bias) into the staging tiles, then whole 16-byte pieces of y; STATS:
       // both tiles staged first, then their statistics by MMA, then the stores.
       constexpr int kChunks = K / 8;  // 16-byte pieces per pixel
