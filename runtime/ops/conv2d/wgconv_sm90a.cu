@@ -397,9 +397,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   // BB: this thread's channels pch + 8 half + e: the forward's mean m (for g (bx - m)) and the recomputed ReLU mask
   // as a range of bx (bn_elem.cuh's relu_kept_range: bitwise relu_kept), packed per channel pair as bx is; its sums
-  // of the masked g and of g (bx - m); and a tile's bx pairs at its stores (load_bx: warpgroup 1 loads them after
-  // the tile's wgmma and the next tile's row copies are issued, warpgroup 0 after its store of the tile before; see
-  // the tile loop).
+  // of the masked g and of g (bx - m); and a tile's bx pairs at its stores, loaded right after the tile's wgmma and the
+  // next tile's row copies are issued (load_bx) so they land while the wgmma run.
   float bm[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
   uint32_t b_lo[2] = {0u, 0u}, b_hi[2] = {0u, 0u};
   float bs[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, bq[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
@@ -517,10 +516,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   // wgmma are (the address arithmetic overlaps them).
   // Tile t_begin + 1's rows: this thread's first (the piece walk's row0, the half-row walk's hrow).
   Cursor load_at = cursor_at((t_begin + 1) * kTile + halo + (bn ? row0 : hrow)), bn_at = load_at;
-  // BB: warpgroup 1 loads a tile's bx after issuing its wgmma and stores it an iteration later; warpgroup 0 stores
-  // right after the wgmma, so it loads the next tile's bx after each store (its first tile's after the issue, as
-  // warpgroup 1): loaded after the wgmma issue, its bx had not landed when the wgmma were done (run 75: the mask's
-  // first HSET2 held 11 % of the stall samples). Two load sites, not three: each is ~290 instructions inlined.
   for (int t = t_begin; t < t_end; ++t) {
     cp_async_wait<0>();
     if (bn) {  // this thread's own pieces of the rows tile t adds (or, first, of its whole span)
@@ -540,14 +535,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         each_new_half_row(load_at);
     }
     cp_async_commit();
-    if constexpr (BB)
-      if (wg == 1 || t == t_begin) load_bx();  // tile t's bx at this thread's stores
+    if constexpr (BB) load_bx();  // tile t's bx at this thread's stores (warpgroup 1 stores it next iteration)
     wgmma_wait<0>();
-    if (wg == 0) {
-      store(acc);  // tile t
-      if constexpr (BB)
-        if (t + 1 < t_end) load_bx();  // tile t + 1's
-    }
+    if (wg == 0) store(acc);  // tile t
   }
   if (wg == 1) store(acc);  // tile t_end - 1
   if constexpr (ST || BB) {  // ST: the 4 lanes of a filter row; BB: the 8 of a channel pair; then the two
