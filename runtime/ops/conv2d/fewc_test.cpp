@@ -294,11 +294,12 @@ TEST_CASE("fewc weight gradient's B rows: 16-byte aligned, inside their buffer, 
 // the start, middle and end of an image (TP 2 with odd P: the last task's second row lies past P):
 //   stage_dy: thread t copies piece t % 8 of pixels q = t / 8 + k (blockDim / 8) of each output row pl, source and
 //     destination advanced by their steps; a copy while q < Q and the row is inside P, then zero fills up to 16 MT;
-//   bn_dx_pieces: pixels px = t / 8 + k (blockDim / 8) of the task, the in-range ones (q < Q, row inside P) handled;
+//   bn_dx_words: thread t's word t % 32 (two channels) of pixels q = t / 32 + k (blockDim / 32) of each output row
+//     pl, while q < Q and the row is inside P;
 //   the MMA loop: warp group tg's tiles tg + k tgroups, (output row, column tile) moved by tgroups with wraps, the A
 //     address stepped by tgroups tiles.
 // Each (row, pixel, piece) of a task is covered exactly once, at the offsets the per-piece formulas give.
-TEST_CASE("fewc weight gradient's copies, prologue pieces and tiles walked by additions cover each piece once",
+TEST_CASE("fewc weight gradient's copies, prologue words and tiles walked by additions cover each piece once",
           "[fewc][conv2d]") {
   constexpr int64_t K = 64;
   for (const auto& [name, g] : kWgradCases) {
@@ -307,7 +308,8 @@ TEST_CASE("fewc weight gradient's copies, prologue pieces and tiles walked by ad
     const FewcWgradTiling w = fewc_wgrad_tiling(g);
     const int64_t threads = w.warps * 32, step = threads >> 3, row_px = w.t.mt * 16, tile_px = w.t.tp * row_px;
     const int64_t row_tasks = (g.p + w.t.tp - 1) / w.t.tp, stride = w.dy_stride;
-    REQUIRE(threads % 8 == 0);
+    REQUIRE(threads % 32 == 0);
+    REQUIRE(stride % 8 == 0);  // 16-byte staged rows: whole words
     for (int64_t task : {int64_t{0}, row_tasks / 2, row_tasks - 1, g.n * row_tasks - 1}) {
       INFO("task " << task);
       const int64_t n = task / row_tasks, p0 = (task - n * row_tasks) * w.t.tp;
@@ -333,17 +335,19 @@ TEST_CASE("fewc weight gradient's copies, prologue pieces and tiles walked by ad
       }
       CHECK(bad == 0);
       CHECK(std::count(seen.begin(), seen.end(), 1) == static_cast<int64_t>(seen.size()));
-      // bn_dx_pieces: exactly the in-range pieces, once each, at px * dy_stride + ck * 8.
-      std::fill(seen.begin(), seen.end(), 0);
-      const int64_t lim0 = p0 < g.p ? g.q : 0, lim1 = p0 + 1 < g.p ? g.q : 0;
+      // bn_dx_words: exactly the in-range words, once each, at (pixel * dy_stride) / 2 + cw of g and
+      // (pixel * K) / 2 + cw of x.
+      std::vector<int> words(static_cast<size_t>(tile_px * 32), 0);
+      const int64_t wstep = threads >> 5;
       for (int64_t t = 0; t < threads; ++t) {
-        const int64_t q0 = t >> 3, ck = t & 7;
-        int64_t gp = q0 * stride + ck * 8;
-        for (int64_t px = q0; px < tile_px; px += step, gp += step * stride) {
-          const bool second = px >= row_px;
-          if ((second ? px - row_px : px) < (second ? lim1 : lim0)) {
-            ++seen[static_cast<size_t>(px * 8 + ck)];
-            if (gp != px * stride + ck * 8) ++bad;
+        const int64_t q0 = t >> 5, cw = t & 31;
+        for (int64_t pl = 0; pl < w.t.tp; ++pl) {
+          const int64_t q_end = p0 + pl < g.p ? std::min(g.q, row_px) : 0;
+          int64_t gp = (pl * row_px + q0) * stride / 2 + cw, xp = (pl * row_px + q0) * K / 2 + cw;
+          for (int64_t q = q0; q < q_end; q += wstep, gp += wstep * (stride / 2), xp += wstep * (K / 2)) {
+            const int64_t px = pl * row_px + q;
+            ++words[static_cast<size_t>(px * 32 + cw)];
+            if (gp != px * stride / 2 + cw || xp != px * K / 2 + cw) ++bad;
           }
         }
       }
@@ -351,8 +355,8 @@ TEST_CASE("fewc weight gradient's copies, prologue pieces and tiles walked by ad
       for (int64_t px = 0; px < tile_px; ++px) {
         const int64_t pl = px / row_px, q = px % row_px;
         const int in = p0 + pl < g.p && q < g.q ? 1 : 0;
-        want += 8 * in;
-        for (int64_t ck = 0; ck < 8; ++ck) wrong += seen[static_cast<size_t>(px * 8 + ck)] != in ? 1 : 0;
+        want += 32 * in;
+        for (int64_t cw = 0; cw < 32; ++cw) wrong += words[static_cast<size_t>(px * 32 + cw)] != in ? 1 : 0;
       }
       CHECK(bad == 0);
       CHECK(wrong == 0);

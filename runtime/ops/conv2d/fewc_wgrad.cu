@@ -103,64 +103,48 @@ __device__ __forceinline__ void prefetch_rows(const FewcWgradArgs& a, const Patc
   cp_async_commit();
 }
 
-// One piece of bn_dx_pieces: the 8 channels 8 ck .. 8 ck + 7 of a pixel's staged g (at gp, rewritten) and x (at xp);
-// kc = the constants' float4 of channel 8 ck (bnc's float4 ck), kb = its b (bnc + 4 K + ck); channel 8 ck + e's
-// are 8 e further.
-template <class T, bool kMask>
-__device__ __forceinline__ void bn_dx_piece(uint16_t* gp, const uint16_t* xp, const float4* kc, const float* kb) {
-  uint4 g = *reinterpret_cast<const uint4*>(gp);
-  const uint4 x = *reinterpret_cast<const uint4*>(xp);
-  uint32_t* gw = &g.x;
-  const uint32_t* xw = &x.x;
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {  // channels 8 ck + 2 w and + 1
-    float r[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int e8 = (2 * w + h) * 8;
-      const float4 c = kc[e8];
-      const BnBwdConsts k{c.x, c.y, c.z, c.w, kMask ? kb[e8] : 0.0f};
-      const T xt = t_of(static_cast<uint16_t>(xw[w] >> (16 * h)), T{});
-      const T gt = t_of(static_cast<uint16_t>(gw[w] >> (16 * h)), T{});
-      // relu_grad_in<T>(gt, xt, xt, kMask, false, ...) with g converted first: a select, not a branch around
-      // the conversion (the batch-norm kernels keep relu_grad_in's own form, and their code)
-      const float gf = to_f32(gt);
-      const float gin = kMask && !relu_kept<T>(to_f32(xt), k.m, k.a, k.b) ? 0.0f : gf;
-      r[h] = bn_bwd_dx_f32(gin, to_f32(xt), k);
-    }
-    gw[w] = pack2<T>(r[0], r[1]);
-  }
-  *reinterpret_cast<uint4*>(gp) = g;
-}
-
 // BNP: the staged g of the task's in-range pixels (p0 + pl < P, q < Q; the others stay 0) rewritten into the batch
 // norm's dx in place, from the staged x (rows of K) and the constants bnc: K float4 (m, a, mg, k) then K floats (b),
-// by the whole block. Channel ch = 8 ck + e sits at e * 8 + ck: a thread's 8 channels are fixed (blockDim is a
-// multiple of 8, so its ck is tid & 7), and for each e the lanes read 8 consecutive float4 and 8 consecutive words
-// (conflict-free). A piece is worked on as 32-bit words of two channels (one conversion each way), a thread walks
-// its pieces by additions (its staged g and x addresses; a pixel's range check two selects and a comparison), and
-// kMask (the ReLU mask recomputed from x: relu_beta) is a template argument, so the loop holds no branch on it
-// (Nsight Compute, RESULTS.md run 69: 16.6 instructions an element; ~27 in run 67, before the constants' float4;
-// run 76: ~4 of them the piece's position, range check and addresses, rebuilt per piece then). (Two pieces per
-// constants load spilled ~160 bytes: the accumulators stay live here; a loop per output row spilled ~190; this
-// form spills what the per-piece positions did, 44 stored bytes, none without a prologue.)
+// channel order, by the whole block. Thread t works on one 32-bit word of two channels, cw = t % 32 (channels 2 cw,
+// 2 cw + 1), of pixels q = t / 32, t / 32 + warps, ... of each output row pl (a warp: the 32 words of one pixel,
+// conflict-free), with its two channels' constants in registers for the task (read from bnc once) and its g and x
+// addresses advanced by additions: per two elements a word of g and one of x loaded, two conversions each way and
+// the arithmetic of bn_elem.cuh, one word stored. (Run 77, Nsight Compute: the previous form -- a thread's 8
+// channels of a pixel, their constants read from shared memory per element -- issued 89 instructions a piece of 8
+// elements, 10 of them shared loads.) kMask (the ReLU mask recomputed from x: relu_beta) is a template argument,
+// so the loop holds no branch on it.
 template <class T, bool kMask>
-__device__ __forceinline__ void bn_dx_pieces(const FewcWgradArgs& a, int p0, uint16_t* dys, const uint16_t* xs,
-                                             const float* bnc) {
-  // Thread t: piece ck = t % 8 of the task's pixels px = t / 8, t / 8 + blockDim / 8, ..., its g and x addresses
-  // advanced by additions.
-  const int row_px = a.mt * 16, q0 = static_cast<int>(threadIdx.x) >> 3, ck = static_cast<int>(threadIdx.x) & 7;
-  const int step = static_cast<int>(blockDim.x) >> 3;
-  const float4* kc = reinterpret_cast<const float4*>(bnc) + ck;
-  const float* kb = bnc + 4 * kWgradK + ck;
-  // Pixel px = pl * row_px + q of the task (pl < TP <= 2): in range when q < Q and its row p0 + pl < P.
-  const int tile_px = a.tp * row_px;
-  const int lim0 = p0 < a.p ? a.q : 0, lim1 = p0 + 1 < a.p ? a.q : 0;
-  uint16_t* gp = dys + q0 * a.dy_stride + ck * 8;
-  const uint16_t* xp = xs + q0 * kWgradK + ck * 8;
-  for (int px = q0; px < tile_px; px += step, gp += step * a.dy_stride, xp += step * kWgradK) {
-    const bool second = px >= row_px;
-    if ((second ? px - row_px : px) < (second ? lim1 : lim0)) bn_dx_piece<T, kMask>(gp, xp, kc, kb);
+__device__ __forceinline__ void bn_dx_words(const FewcWgradArgs& a, int p0, uint16_t* dys, const uint16_t* xs,
+                                            const float* bnc) {
+  const int cw = static_cast<int>(threadIdx.x) & 31, q0 = static_cast<int>(threadIdx.x) >> 5;
+  const int step = static_cast<int>(blockDim.x) >> 5, row_px = a.mt * 16;
+  BnBwdConsts k[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float4 c = reinterpret_cast<const float4*>(bnc)[2 * cw + h];
+    k[h] = BnBwdConsts{c.x, c.y, c.z, c.w, kMask ? bnc[4 * kWgradK + 2 * cw + h] : 0.0f};
+  }
+  const int gstep = step * (a.dy_stride / 2);  // words (dy_stride is even: 16-byte rows)
+  constexpr int kXstep = kWgradK / 2;
+  for (int pl = 0; pl < a.tp; ++pl) {
+    const int q_end = p0 + pl < a.p ? min(a.q, row_px) : 0;
+    uint32_t* gp = reinterpret_cast<uint32_t*>(dys + (pl * row_px + q0) * a.dy_stride) + cw;
+    const uint32_t* xp = reinterpret_cast<const uint32_t*>(xs + (pl * row_px + q0) * kWgradK) + cw;
+#pragma unroll 2
+    for (int q = q0; q < q_end; q += step, gp += gstep, xp += step * kXstep) {
+      const uint32_t gw = *gp, xw = *xp;
+      float r[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float xf = to_f32(t_of(static_cast<uint16_t>(xw >> (16 * h)), T{}));
+        const float gf = to_f32(t_of(static_cast<uint16_t>(gw >> (16 * h)), T{}));
+        // relu_grad_in<T>(gt, xt, xt, kMask, false, ...) with g converted first: a select, not a branch around
+        // the conversion (the batch-norm kernels keep relu_grad_in's own form, and their code)
+        const float gin = kMask && !relu_kept<T>(xf, k[h].m, k[h].a, k[h].b) ? 0.0f : gf;
+        r[h] = bn_bwd_dx_f32(gin, xf, k[h]);
+      }
+      *gp = pack2<T>(r[0], r[1]);
+    }
   }
 }
 
@@ -181,16 +165,15 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
   uint16_t* xs = dys0 + 2 * tile_px * a.dy_stride;  // BNP: (tile_px, K) of x, one buffer
   uint16_t* raw = xs + (BNP ? tile_px * kWgradK : 0);  // (patch_rows, W * C)
   uint16_t* zero_row = raw + a.raw_elems;            // 8 zeros: B rows of pixels past Q
-  float* bnc = reinterpret_cast<float*>(zero_row + 8);  // BNP: K float4 + K floats in bn_dx_pieces' order
+  float* bnc = reinterpret_cast<float*>(zero_row + 8);  // BNP: K float4 + K floats in channel order
                                                         // (16-byte aligned: every region is 8 elements whole)
   if (tid < 8) zero_row[tid] = 0;
   if constexpr (BNP) {  // written before the task loop's first barrier, read after it
     const float inv_n = 1.0f / static_cast<float>(a.bn_rows);  // as bn_bwd_apply_kernel computes it
     for (int ch = tid; ch < kWgradK; ch += static_cast<int>(blockDim.x)) {
       const BnBwdConsts k = bn_bwd_consts(ch, a.gamma, a.mean, a.invstd, a.dgamma, a.dbeta, a.relu_beta, inv_n);
-      const int at = (ch & 7) * 8 + (ch >> 3);  // channel 8 ck + e at e * 8 + ck
-      reinterpret_cast<float4*>(bnc)[at] = make_float4(k.m, k.a, k.mg, k.k);
-      bnc[4 * kWgradK + at] = k.b;
+      reinterpret_cast<float4*>(bnc)[ch] = make_float4(k.m, k.a, k.mg, k.k);
+      bnc[4 * kWgradK + ch] = k.b;
     }
   }
 
@@ -243,7 +226,7 @@ __global__ void __launch_bounds__(kWgradMaxWarps * 32, 2) fewc_wgrad_kernel(Fewc
       scatter_patch(raw, pg, p0, patch);
     else
       load_patch(a.x + static_cast<int64_t>(n) * a.h * a.w_in * a.c, pg, p0, patch);
-    if constexpr (BNP != 0) bn_dx_pieces<T, BNP == 2>(a, p0, dys0 + buf * tile_px * a.dy_stride, xs, bnc);
+    if constexpr (BNP != 0) bn_dx_words<T, BNP == 2>(a, p0, dys0 + buf * tile_px * a.dy_stride, xs, bnc);
     __syncthreads();  // the patch (and BNP's dx) is complete; raw and BNP's x buffer are free
     if (next < a.tasks) prefetch_rows(a, pg, next, BNP ? xs : nullptr, raw);
     if (shifted) {
