@@ -137,18 +137,15 @@ struct WindowMax<__half, 1> : WindowMax<float, 1> {
   }
 };
 
-// Pass 3 forward with a fused max pool whose windows tile x (stride = kernel, no padding, H = P kh, W = Q kw: VGG's
-// 2x2/2): x (N,H,W,C) -> y (N,H/kh,W/kw,C), idx (same, u8, nullable). One thread per output pixel and V channels
-// normalises its window's elements on load exactly as bn_fwd_apply_kernel computes and rounds y (same constants,
-// one fmaf, the ReLU, the rounding to T), then takes the max with maxpool_fwd_idx_kernel's rule (a greater value
-// or a NaN takes over, ties keep the first), so y and idx are bitwise those of the unfused apply + max pool.
-// Constants as bn_fwd_apply_kernel (train: mean, invstd; eval: running mean and variance, var_not_invstd,
-// mean_shift). KH, KW > 0: the window known at compile time (VGG's 2x2; kh, kw must equal them): its KH*KW loads
-// are all issued before the first is used (with the run-time loops each load waited for the previous take); the
-// comparisons keep the same order, so the results are bitwise those of the run-time loops.
-// xa (same shape as y, nullable): per channel, the window's x element at the argmax (from the loaded packs when KH,
-// KW are known, else loaded again), for the backward's pooled statistics.
-template <class T, int V, class I, int KH = 0, int KW = 0>
+// Pass 3 forward with a fused max pool whose windows tile x (stride = kernel, no padding, H = P kh, W = Q kw): x
+// (N,H,W,C) -> y (N,H/kh,W/kw,C), idx (same, u8, nullable). One thread per output pixel and V channels normalises
+// its window's elements on load exactly as bn_fwd_apply_kernel computes and rounds y (same constants, one fmaf, the
+// ReLU, the rounding to T), then takes the max with maxpool_fwd_idx_kernel's rule (a greater value or a NaN takes
+// over, ties keep the first), so y and idx are bitwise those of the unfused apply + max pool. Constants as
+// bn_fwd_apply_kernel (train: mean, invstd; eval: running mean and variance, var_not_invstd, mean_shift).
+// xa (same shape as y, nullable): per channel, the window's x element at the argmax, loaded again, for the
+// backward's pooled statistics. VGG's 2x2 windows on the 16-byte path run bn_pool2x2_apply_kernel below.
+template <class T, int V, class I>
 __global__ void __launch_bounds__(256)
     bn_pool_apply_kernel(const T* __restrict__ x, T* __restrict__ y, uint8_t* __restrict__ idx, T* __restrict__ xa,
                          const float* __restrict__ gamma, const float* __restrict__ beta,
@@ -170,54 +167,79 @@ __global__ void __launch_bounds__(256)
       k[j] = apply_consts(c0 + j, gamma, beta, mean, inv_or_var, var_not_invstd, eps, mean_shift);
     WindowMax<T, V> mx;
     mx.init(0);  // an all -inf window: its first element, as the max pool
-    if constexpr (KH > 0) {
-      const T* xw = x + ((static_cast<int64_t>(b) * h + static_cast<int64_t>(p) * KH) * w +
-                         static_cast<int64_t>(q) * KW) * c + c0;
-      Pack<T, V> v[KH][KW];
+    const T* xw = x + ((static_cast<int64_t>(b) * h + static_cast<int64_t>(p) * kh) * w +
+                       static_cast<int64_t>(q) * kw) * c + c0;
+    for (int r = 0; r < kh; ++r) {
+      for (int s = 0; s < kw; ++s)
+        mx.take(pack_load<V>(xw + (static_cast<int64_t>(r) * w + s) * c), r * kw + s, k, relu);
+    }
+    if (xa) {
+      Pack<T, V> xo;
 #pragma unroll
-      for (int r = 0; r < KH; ++r) {
-#pragma unroll
-        for (int s = 0; s < KW; ++s) v[r][s] = pack_load<V>(xw + (static_cast<int64_t>(r) * w + s) * c);
+      for (int j = 0; j < V; ++j) {
+        const int o = mx.offset(j);
+        xo.v[j] = xw[(static_cast<int64_t>(o / kw) * w + o % kw) * c + j];
       }
-#pragma unroll
-      for (int r = 0; r < KH; ++r) {
-#pragma unroll
-        for (int s = 0; s < KW; ++s) mx.take(v[r][s], r * KW + s, k, relu);
-      }
-      if (xa) {
-        Pack<T, V> xo;
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const int o = mx.offset(j);
-          T e = v[0][0].v[j];
-#pragma unroll
-          for (int r = 0; r < KH; ++r) {
-#pragma unroll
-            for (int s = 0; s < KW; ++s)
-              if (r * KW + s == o) e = v[r][s].v[j];
-          }
-          xo.v[j] = e;
-        }
-        pack_store<V>(xa + static_cast<int64_t>(i) * V, xo);
-      }
-    } else {
-      const T* xw = x + ((static_cast<int64_t>(b) * h + static_cast<int64_t>(p) * kh) * w +
-                         static_cast<int64_t>(q) * kw) * c + c0;
-      for (int r = 0; r < kh; ++r) {
-        for (int s = 0; s < kw; ++s)
-          mx.take(pack_load<V>(xw + (static_cast<int64_t>(r) * w + s) * c), r * kw + s, k, relu);
-      }
-      if (xa) {
-        Pack<T, V> xo;
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const int o = mx.offset(j);
-          xo.v[j] = xw[(static_cast<int64_t>(o / kw) * w + o % kw) * c + j];
-        }
-        pack_store<V>(xa + static_cast<int64_t>(i) * V, xo);
-      }
+      pack_store<V>(xa + static_cast<int64_t>(i) * V, xo);
     }
     mx.store(y, idx, i);
+  }
+}
+
+// The same for 2x2 / stride-2 tiling windows (VGG's pools) in bn_bwd_window_dx_kernel's geometry, its four loads
+// issued before the first take: block (tx, ty), tx
+// channel packs -- a thread's V channels are fixed, so their constants are computed once, not per window (the
+// per-item kernel above computed V sets of constants, each 4 loads, and three index divisions for every window) --
+// and ty pooled pixels, strided over the grid: pooled pixel i = row pr (n P + p), column pc reads x rows 2 pr,
+// 2 pr + 1, columns 2 pc, 2 pc + 1. The takes run in the window's row-major order (the kernel above's), and xa
+// picks the loaded element at the argmax, so y, idx and xa are bitwise the same.
+template <class T, int V>
+__global__ void __launch_bounds__(256)
+    bn_pool2x2_apply_kernel(const T* __restrict__ x, T* __restrict__ y, uint8_t* __restrict__ idx,
+                            T* __restrict__ xa, const float* __restrict__ gamma, const float* __restrict__ beta,
+                            const float* __restrict__ mean, const float* __restrict__ inv_or_var, bool var_not_invstd,
+                            float eps, bool relu, const float* __restrict__ mean_shift, uint32_t npix, uint32_t q,
+                            int64_t w, int64_t c) {
+  const int64_t col = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  if (col >= c) return;
+  ApplyConsts k[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j)
+    k[j] = apply_consts(col + j, gamma, beta, mean, inv_or_var, var_not_invstd, eps, mean_shift);
+  for (uint32_t i = blockIdx.y * blockDim.y + threadIdx.y; i < npix; i += gridDim.y * blockDim.y) {
+    const uint32_t pr = i / q, pc = i - pr * q;
+    const T* xw = x + (static_cast<int64_t>(pr) * 2 * w + static_cast<int64_t>(pc) * 2) * c + col;
+    Pack<T, V> v[2][2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int s = 0; s < 2; ++s) v[r][s] = pack_load<V>(xw + (static_cast<int64_t>(r) * w + s) * c);
+    }
+    WindowMax<T, V> mx;
+    mx.init(0);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int s = 0; s < 2; ++s) mx.take(v[r][s], r * 2 + s, k, relu);
+    }
+    const int64_t pack = (static_cast<int64_t>(i) * c + col) / V;  // y's V-pack (c and col are multiples of V)
+    if (xa) {
+      Pack<T, V> xo;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const int o = mx.offset(j);
+        T e = v[0][0].v[j];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+#pragma unroll
+          for (int s = 0; s < 2; ++s)
+            if (r * 2 + s == o) e = v[r][s].v[j];
+        }
+        xo.v[j] = e;
+      }
+      pack_store<V>(xa + pack * V, xo);
+    }
+    mx.store(y, idx, pack);
   }
 }
 
@@ -593,10 +615,16 @@ Status bn_pool_apply_launch(cudaStream_t s, const Pool2dGeom& g, const void* x, 
     if (tiled) {
       if constexpr (V == kVec16<T>) {  // VGG's 2x2 windows, specialised on the 16-byte path
         if (small && kh == 2 && kw == 2) {
-          bn_pool_apply_kernel<T, V, int32_t, 2, 2><<<elementwise_grid(items), kElementwiseBlock, 0, s>>>(
-              xs, ys, idx, xas, gamma, beta, mean, inv_or_var, var_not_invstd, eps, relu, mean_shift, g.n, g.h, g.w,
-              g.c, kh, kw);
-          return TRCTL_CUDA_LAUNCH_STATUS("bn_pool_apply_kernel (2x2)");
+          // bn_bwd_window_dx_launch's block shape; blocks for ~8 per SM, each thread striding over many windows.
+          const int64_t packs = g.c / V, npix = g.n * g.p * g.q;
+          const int tx = channel_threads(packs), ty = 256 / tx;
+          const int64_t gx = (packs + tx - 1) / tx;
+          const int64_t gy = std::max<int64_t>(1, std::min((npix + ty - 1) / ty, kElementwiseMaxGrid / gx));
+          bn_pool2x2_apply_kernel<T, V><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), dim3(tx, ty),
+                                          0, s>>>(xs, ys, idx, xas, gamma, beta, mean, inv_or_var, var_not_invstd,
+                                                  eps, relu, mean_shift, static_cast<uint32_t>(npix),
+                                                  static_cast<uint32_t>(g.q), g.w, g.c);
+          return TRCTL_CUDA_LAUNCH_STATUS("bn_pool2x2_apply_kernel");
         }
       }
       if (small)
