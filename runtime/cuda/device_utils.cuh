@@ -53,6 +53,15 @@ __device__ __forceinline__ void st_global_v4(void* p, const uint4& v) {
                : "memory");
 }
 
+// st_global_v4 when pred, as one predicated instruction: no branch around the store (the fewc forward's pieces spent
+// ~8 instructions a 16-byte store on the branch, its convergence and a rebuilt 64-bit address, RESULTS.md run 77).
+__device__ __forceinline__ void st_global_v4_if(bool pred, void* p, const uint4& v) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p st.global.v4.b32 [%0], {%1, %2, %3, %4};\n}\n" ::"l"(p),
+      "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(static_cast<int>(pred))
+      : "memory");
+}
+
 // V consecutive elements, aligned to their total size so that one load/store instruction moves them.
 template <class T, int V>
 struct alignas(sizeof(T) * V) Pack {

@@ -226,12 +226,19 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
           f(px, ck, staged(i) + px * kStage + ck * 8);
         }
       };
+      // The tile's y pieces: the lane's chunk ck = lane % kChunks of pixels lane / kChunks + k (32 / kChunks), from
+      // one base address each in y and the staging rows (constant offsets per piece), each store one predicated
+      // instruction (one 16-byte store: NVVM had split the plain uint4 store into four in the statistics variants,
+      // run 69; no branch around it, run 77).
       auto store_tile = [&](int i) {
-        uint16_t* yrow = a.y + ((static_cast<int64_t>(n) * a.p + p0 + pl[i]) * a.q + q0[i]) * K;  // first pixel
-        each_piece(i, [&](int px, int ck, const uint16_t* at) {
-          // one instruction (NVVM had split the plain uint4 store into four in the statistics variants: run 69)
-          if (px < valid[i]) st_global_v4(yrow + px * K + ck * 8, *reinterpret_cast<const uint4*>(at));
-        });
+        constexpr int kPxStep = 32 / kChunks, kPieces = 16 / kPxStep;  // pixels between a lane's pieces; pieces
+        const int px0 = lane / kChunks, ck = lane - px0 * kChunks;
+        uint16_t* yp = a.y + ((static_cast<int64_t>(n) * a.p + p0 + pl[i]) * a.q + q0[i] + px0) * K + ck * 8;
+        const uint16_t* sp = staged(i) + px0 * kStage + ck * 8;
+#pragma unroll
+        for (int k = 0; k < kPieces; ++k)
+          st_global_v4_if(px0 + k * kPxStep < valid[i], yp + k * kPxStep * K,
+                          *reinterpret_cast<const uint4*>(sp + k * kPxStep * kStage));
       };
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
