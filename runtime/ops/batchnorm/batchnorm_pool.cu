@@ -186,11 +186,10 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// The same for 2x2 / stride-2 tiling windows (VGG's pools) in bn_bwd_window_dx_kernel's geometry, its four loads
-// issued before the first take: block (tx, ty), tx
-// channel packs -- a thread's V channels are fixed, so their constants are computed once, not per window (the
-// per-item kernel above computed V sets of constants, each 4 loads, and three index divisions for every window) --
-// and ty pooled pixels, strided over the grid: pooled pixel i = row pr (n P + p), column pc reads x rows 2 pr,
+// The same for 2x2 / stride-2 tiling windows (VGG's pools) in bn_bwd_window_dx_kernel's geometry, a window's four
+// loads issued before its first take: block (tx, ty), tx channel packs -- a thread's V channels are fixed, so their
+// constants are computed once, not per window (the per-item kernel above computed V sets of constants, each 4
+// loads, and three index divisions for every window) -- and ty pooled pixels, strided over the grid: pooled pixel i = row pr (n P + p), column pc reads x rows 2 pr,
 // 2 pr + 1, columns 2 pc, 2 pc + 1. The takes run in the window's row-major order (the kernel above's), and xa
 // picks the loaded element at the argmax, so y, idx and xa are bitwise the same.
 template <class T, int V>
