@@ -45,16 +45,10 @@ __device__ __forceinline__ uint32_t pack2(float a, float b) {
   }
 }
 
-// v to global p (16-byte aligned) as one 16-byte store instruction. `*reinterpret_cast<uint4*>(p) = v` is split into
-// four 4-byte stores when the kernel also takes v's words apart (the fewc forward's statistics: NVVM scalarised the
-// store, RESULTS.md run 69).
-__device__ __forceinline__ void st_global_v4(void* p, const uint4& v) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
-
-// st_global_v4 when pred, as one predicated instruction: no branch around the store (the fewc forward's pieces spent
-// ~8 instructions a 16-byte store on the branch, its convergence and a rebuilt 64-bit address, RESULTS.md run 77).
+// v to global p (16-byte aligned) when pred, as one predicated 16-byte store instruction. `*reinterpret_cast<uint4*>(p)
+// = v` is split into four 4-byte stores when the kernel also takes v's words apart (the fewc forward's statistics:
+// NVVM scalarised the store, RESULTS.md run 69), and `if (pred)` around a store put it in a branch with its
+// convergence barrier (the fewc forward's pieces, ~8 instructions a 16-byte store with the rebuilt address, run 77).
 __device__ __forceinline__ void st_global_v4_if(bool pred, void* p, const uint4& v) {
   asm volatile(
       "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p st.global.v4.b32 [%0], {%1, %2, %3, %4};\n}\n" ::"l"(p),
