@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
         pl[i] = m / a.mt;
         q0[i] = (m - pl[i] * a.mt) * 16;
       }
-      float acc[2][NT][4];  // written by the first reduction step's MMAs (no zeroing)
+      float acc[2][NT][4];  // zeroed in the first reduction step, right before its MMAs (which then read RZ)
       // Word indices into the patch of rows g and g + 8 of each tile at r = 0, s0 = 0, tap s4 = t / 2, channels
       // (0, 1) or (2, 3) (t & 1); a reduction step (r, sg) adds (r * patch_cols + 4 sg) * 2 words.
       int lo[2], hi[2];
@@ -198,13 +198,11 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
           // branch around mma.sync, whose warp-uniform condition the compiler cannot see (WARPSYNCs, run 69).
 #pragma unroll
           for (int i = 0; i < 2; ++i) {
-            if constexpr (kFirst) {
-              mma16816_first<T>(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], bj[0], bj[1]);
-              mma16816_first<T>(acc[i][j + 1], af[i][0], af[i][1], af[i][2], af[i][3], bj[2], bj[3]);
-            } else {
-              mma16816<T>(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], bj[0], bj[1]);
-              mma16816<T>(acc[i][j + 1], af[i][0], af[i][1], af[i][2], af[i][3], bj[2], bj[3]);
-            }
+            if constexpr (kFirst)  // zeros right before the MMAs: ptxas reads RZ instead of zeroing registers
+#pragma unroll
+              for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f, acc[i][j + 1][e] = 0.0f;
+            mma16816<T>(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], bj[0], bj[1]);
+            mma16816<T>(acc[i][j + 1], af[i][0], af[i][1], af[i][2], af[i][3], bj[2], bj[3]);
           }
         }
       };

@@ -63,26 +63,6 @@ __device__ __forceinline__ void mma16816(float (&acc)[4], uint32_t a0, uint32_t 
   }
 }
 
-// acc = A (16x16, row) * B (16x8, col) in fp32, the accumulator input +0 (one register for all four, which ptxas
-// reads as RZ): a tile's first reduction step, with no zeroing of acc before it. Bitwise mma16816 onto zeroed acc.
-template <class T>
-__device__ __forceinline__ void mma16816_first(float (&acc)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%10,%10,%10,%10};\n"
-        : "=f"(acc[0]), "=f"(acc[1]), "=f"(acc[2]), "=f"(acc[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%10,%10,%10,%10};\n"
-        : "=f"(acc[0]), "=f"(acc[1]), "=f"(acc[2]), "=f"(acc[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
-  }
-}
-
 // Whether load_patch may read x's rows in 16-byte pieces: x 16-byte aligned, W * C a multiple of 8 elements.
 inline int fewc_rows_vectorizable(const Conv2dGeom& g, const void* x) {
   return reinterpret_cast<uintptr_t>(x) % 16 == 0 && (g.w * g.c) % 8 == 0 ? 1 : 0;
