@@ -61,6 +61,12 @@ struct FewcWgradArgs {
   int64_t bn_rows;
 };
 
+// The end of output row p0 + pl's pixels inside the image in a task's staged rows of row_px = 16 MT pixels:
+// min(Q, row_px), 0 for a row past P (stage_dy zero-fills the rest, bn_dx_words skips it).
+__device__ __forceinline__ int staged_row_end(const FewcWgradArgs& a, int p0, int pl, int row_px) {
+  return p0 + pl < a.p ? min(a.q, row_px) : 0;
+}
+
 // cp.async of the task's pixels of src (N, P, Q, K: dy, or BNP's x) into dys, stride elements per pixel (tile pixel
 // i: output row p0 + i / (16 MT), column i % (16 MT)); pixels past P or Q are zero-filled. Thread t copies piece
 // t % 8 of pixels t / 8, t / 8 + blockDim / 8, ... of each row (blockDim is a multiple of 8), its source and
@@ -75,7 +81,7 @@ __device__ __forceinline__ void stage_dy(const FewcWgradArgs& a, const uint16_t*
   const int64_t s_step = static_cast<int64_t>(step) * kWgradK;
   const uint32_t d_step = static_cast<uint32_t>(step * stride * 2);  // bytes
   for (int pl = 0; pl < a.tp; ++pl) {
-    const int q_end = p0 + pl < a.p ? min(a.q, row_px) : 0;  // pixels [q_end, row_px) are zero-filled
+    const int q_end = staged_row_end(a, p0, pl, row_px);  // pixels [q_end, row_px) are zero-filled
     const uint16_t* s = src + ((static_cast<int64_t>(n) * a.p + p0 + pl) * a.q + q0) * kWgradK + ck * 8;
     uint32_t d = smem_addr(dys + (pl * row_px + q0) * stride + ck * 8);
     int q = q0;
@@ -127,7 +133,7 @@ __device__ __forceinline__ void bn_dx_words(const FewcWgradArgs& a, int p0, uint
   const int gstep = step * (a.dy_stride / 2);  // words (dy_stride is even: 16-byte rows)
   constexpr int kXstep = kWgradK / 2;
   for (int pl = 0; pl < a.tp; ++pl) {
-    const int q_end = p0 + pl < a.p ? min(a.q, row_px) : 0;
+    const int q_end = staged_row_end(a, p0, pl, row_px);
     uint32_t* gp = reinterpret_cast<uint32_t*>(dys + (pl * row_px + q0) * a.dy_stride) + cw;
     const uint32_t* xp = reinterpret_cast<const uint32_t*>(xs + (pl * row_px + q0) * kWgradK) + cw;
 #pragma unroll 2
