@@ -217,26 +217,24 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
       // Pixels 0 .. valid[i] - 1 of tile i are y's (the others lie past P or Q, or the tile is none); set below.
       int valid[2] = {0, 0};
       auto staged = [&](int i) { return stage + (warp * 2 + i) * 16 * kStage; };  // tile i's 16 staging rows
-      // f(px, ck, at) for this lane's 16-byte pieces of tile i: pixel px, channels 8 ck .., at its staging address.
+      // This lane's 16-byte pieces of a tile: chunk ck = lane % kChunks (channels 8 ck ..) of pixels px0 + k kPxStep
+      // (px0 = lane / kChunks), k < kPieces; f(k, px, at) for each of tile i's, at its staging address (one base,
+      // constant offsets per piece).
+      constexpr int kPxStep = 32 / kChunks, kPieces = 16 / kPxStep;
+      const int px0 = lane / kChunks, ck = lane - px0 * kChunks;
       auto each_piece = [&](int i, auto&& f) {
-        for (int cidx = lane; cidx < 16 * kChunks; cidx += 32) {
-          const int px = cidx / kChunks, ck = cidx - px * kChunks;
-          f(px, ck, staged(i) + px * kStage + ck * 8);
-        }
-      };
-      // The tile's y pieces: the lane's chunk ck = lane % kChunks of pixels lane / kChunks + k (32 / kChunks), from
-      // one base address each in y and the staging rows (constant offsets per piece), each store one predicated
-      // instruction (one 16-byte store: NVVM had split the plain uint4 store into four in the statistics variants,
-      // run 69; no branch around it, run 77).
-      auto store_tile = [&](int i) {
-        constexpr int kPxStep = 32 / kChunks, kPieces = 16 / kPxStep;  // pixels between a lane's pieces; pieces
-        const int px0 = lane / kChunks, ck = lane - px0 * kChunks;
-        uint16_t* yp = a.y + ((static_cast<int64_t>(n) * a.p + p0 + pl[i]) * a.q + q0[i] + px0) * K + ck * 8;
-        const uint16_t* sp = staged(i) + px0 * kStage + ck * 8;
+        uint16_t* sp = staged(i) + px0 * kStage + ck * 8;
 #pragma unroll
-        for (int k = 0; k < kPieces; ++k)
-          st_global_v4_if(px0 + k * kPxStep < valid[i], yp + k * kPxStep * K,
-                          *reinterpret_cast<const uint4*>(sp + k * kPxStep * kStage));
+        for (int k = 0; k < kPieces; ++k) f(k, px0 + k * kPxStep, sp + k * kPxStep * kStage);
+      };
+      // The tile's y pieces from one base address in y, each store one predicated instruction (one 16-byte store:
+      // NVVM had split the plain uint4 store into four in the statistics variants, run 69; no branch around it, and
+      // no 64-bit address rebuilt per piece, run 77).
+      auto store_tile = [&](int i) {
+        uint16_t* yp = a.y + ((static_cast<int64_t>(n) * a.p + p0 + pl[i]) * a.q + q0[i] + px0) * K + ck * 8;
+        each_piece(i, [&](int k, int px, const uint16_t* at) {
+          st_global_v4_if(px < valid[i], yp + k * kPxStep * K, *reinterpret_cast<const uint4*>(at));
+        });
       };
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
@@ -276,7 +274,7 @@ __global__ void __launch_bounds__(256, 2) fewc_fwd_kernel(FewcArgs a) {  // 2 CT
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           if (valid[i] == 16 || (i == 1 && !two)) continue;
-          each_piece(i, [&](int px, int, uint16_t* at) {
+          each_piece(i, [&](int, int px, uint16_t* at) {
             if (px >= valid[i]) *reinterpret_cast<uint4*>(at) = uint4{0, 0, 0, 0};
           });
           __syncwarp();
