@@ -137,6 +137,16 @@ struct WindowMax<__half, 1> : WindowMax<float, 1> {
   }
 };
 
+// A 2x2 / stride-2 tiling window (VGG's pools) in the fused kernels that walk pooled pixels: pooled pixel i of the
+// (N P, Q) grid -- row pr = i / q (n P + p), column pc -- covers rows 2 pr, 2 pr + 1 and columns 2 pc, 2 pc + 1 of
+// x (N, 2P, 2Q, c). window2x2_at: the offset in x of its element 0 at channel col; window2x2_off: that of element
+// k = 2 (h % 2) + w % 2 (the argmax's offset in the window) from there.
+__device__ __forceinline__ int64_t window2x2_at(uint32_t i, uint32_t q, int64_t w, int64_t c, int64_t col) {
+  const uint32_t pr = i / q, pc = i - pr * q;
+  return (static_cast<int64_t>(pr) * 2 * w + static_cast<int64_t>(pc) * 2) * c + col;
+}
+__device__ __forceinline__ int64_t window2x2_off(int k, int64_t w, int64_t c) { return ((k >> 1) * w + (k & 1)) * c; }
+
 // Pass 3 forward with a fused max pool whose windows tile x (stride = kernel, no padding, H = P kh, W = Q kw): x
 // (N,H,W,C) -> y (N,H/kh,W/kw,C), idx (same, u8, nullable). One thread per output pixel and V channels normalises
 // its window's elements on load exactly as bn_fwd_apply_kernel computes and rounds y (same constants, one fmaf, the
@@ -189,9 +199,9 @@ __global__ void __launch_bounds__(256)
 // The same for 2x2 / stride-2 tiling windows (VGG's pools) in bn_bwd_window_dx_kernel's geometry, a window's four
 // loads issued before its first take: block (tx, ty), tx channel packs -- a thread's V channels are fixed, so their
 // constants are computed once, not per window (the per-item kernel above computed V sets of constants, each 4
-// loads, and three index divisions for every window) -- and ty pooled pixels, strided over the grid: pooled pixel i = row pr (n P + p), column pc reads x rows 2 pr,
-// 2 pr + 1, columns 2 pc, 2 pc + 1. The takes run in the window's row-major order (the kernel above's), and xa
-// picks the loaded element at the argmax, so y, idx and xa are bitwise the same.
+// loads, and three index divisions for every window) -- and ty pooled pixels (window2x2_at), strided over the grid.
+// The takes run in the window's row-major order (the kernel above's), and xa picks the loaded element at the argmax,
+// so y, idx and xa are bitwise the same.
 template <class T, int V>
 __global__ void __launch_bounds__(256)
     bn_pool2x2_apply_kernel(const T* __restrict__ x, T* __restrict__ y, uint8_t* __restrict__ idx,
@@ -206,34 +216,24 @@ __global__ void __launch_bounds__(256)
   for (int j = 0; j < V; ++j)
     k[j] = apply_consts(col + j, gamma, beta, mean, inv_or_var, var_not_invstd, eps, mean_shift);
   for (uint32_t i = blockIdx.y * blockDim.y + threadIdx.y; i < npix; i += gridDim.y * blockDim.y) {
-    const uint32_t pr = i / q, pc = i - pr * q;
-    const T* xw = x + (static_cast<int64_t>(pr) * 2 * w + static_cast<int64_t>(pc) * 2) * c + col;
-    Pack<T, V> v[2][2];
+    const T* xw = x + window2x2_at(i, q, w, c, col);
+    Pack<T, V> v[4];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-#pragma unroll
-      for (int s = 0; s < 2; ++s) v[r][s] = pack_load<V>(xw + (static_cast<int64_t>(r) * w + s) * c);
-    }
+    for (int m = 0; m < 4; ++m) v[m] = pack_load<V>(xw + window2x2_off(m, w, c));  // m: window element
     WindowMax<T, V> mx;
     mx.init(0);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-#pragma unroll
-      for (int s = 0; s < 2; ++s) mx.take(v[r][s], r * 2 + s, k, relu);
-    }
+    for (int m = 0; m < 4; ++m) mx.take(v[m], m, k, relu);
     const int64_t pack = (static_cast<int64_t>(i) * c + col) / V;  // y's V-pack (c and col are multiples of V)
     if (xa) {
       Pack<T, V> xo;
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         const int o = mx.offset(j);
-        T e = v[0][0].v[j];
+        T e = v[0].v[j];
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-#pragma unroll
-          for (int s = 0; s < 2; ++s)
-            if (r * 2 + s == o) e = v[r][s].v[j];
-        }
+        for (int m = 1; m < 4; ++m)
+          if (m == o) e = v[m].v[j];
         xo.v[j] = e;
       }
       pack_store<V>(xa + pack * V, xo);
@@ -541,12 +541,11 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
   for (int j = 0; j < V; ++j) kc[j] = bn_bwd_consts(col + j, gamma, mean, invstd, dgamma, dbeta, relu_beta, inv_n);
   for (uint32_t i = blockIdx.y * blockDim.y + threadIdx.y; i < npix; i += gridDim.y * blockDim.y) {
-    const uint32_t pr = i / q, pc = i - pr * q;  // pooled row (n P + p) and column: x rows 2 pr, 2 pr + 1
-    const int64_t x0 = (static_cast<int64_t>(pr) * 2 * w + static_cast<int64_t>(pc) * 2) * c + col;
+    const int64_t x0 = window2x2_at(i, q, w, c, col);
     const int64_t o = static_cast<int64_t>(i) * c + col;
     Pack<T, V> xv[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) xv[k] = pack_load<V>(x + x0 + ((k >> 1) * w + (k & 1)) * c);
+    for (int k = 0; k < 4; ++k) xv[k] = pack_load<V>(x + x0 + window2x2_off(k, w, c));
     const Pack<T, V> d = pack_load<V>(dy + o);
     uint8_t b[V];
     load_bytes<V>(idx + o, b);
@@ -559,7 +558,7 @@ __global__ void __launch_bounds__(256)
         const float g = relu_grad_in<T>(gin, xv[k].v[j], gin, relu_beta, false, kc[j].m, kc[j].a, kc[j].b);
         out.v[j] = bn_bwd_dx<T>(g, xv[k].v[j], kc[j]);
       }
-      pack_store<V>(dx + x0 + ((k >> 1) * w + (k & 1)) * c, out);
+      pack_store<V>(dx + x0 + window2x2_off(k, w, c), out);
     }
   }
 }
