@@ -128,8 +128,8 @@ TEST_CASE("wgconv ring px batch-norm backward epilogue: g masked by the recomput
       WgConvPlan one = plan;
       one.grid_m = 1;
       check_sums(" (one CTA per channel tile)", run_bb(one));
-      // g does not depend on the grid: with every tile of a channel tile in one CTA (warpgroup 0 loading each next
-      // tile's bx after its store) it is stored bitwise as with the planned grid.
+      // g does not depend on the grid: with every tile of a channel tile in one CTA (each warpgroup storing many
+      // tiles in turn) it is stored bitwise as with the planned grid.
       CHECK_RESULT(compare_bitwise(what + " one CTA: g", from_device_as(t, masked.get(), n).data(), gm.data(),
                                    n * sizeof(float), 4));
     }

@@ -3,7 +3,7 @@
 // stride, shared memory); the tiling numbers of the ResNet-50 stem and VGG's first conv; and a float64 model of the
 // kernel's addressing (the filter as B in fewc.h's reduction order, each task's input patch, the A operands read
 // from it) that equals the direct conv, forward and weight gradient, and never reads outside the patch; the weight
-// gradient kernel's walks by additions (copies, prologue pieces, tiles) in integers.
+// gradient kernel's walks by additions (copies, prologue words, tiles) in integers.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
