@@ -278,6 +278,13 @@ enum class ConvBnApply { Separate, Prologue };
 // (train.conv_wgconv) pairs under auto also with train.deterministic: true and bf16 (wgconv_bn_backward_pairs: its
 // epilogue is deterministic).
 enum class ConvBnBackward { Separate, Fused, Auto };
+// The non-finite gradient check before the optimizer (fp16 AMP's loss scaler, and every precision's skip of a step
+// with inf/NaN gradients). auto: a linear weight gradient that fp16 AMP computes from fp16 operands with fp32
+// accumulation is checked through those operands (dY and X, far smaller) instead of itself -- it is non-finite
+// exactly when one of them is (core/memplan/grad_check.h), so the step's skip decision is the same; every other
+// gradient is read as before. full: every gradient itself. Neither changes what a step computes (not part of a
+// checkpoint's spec hash).
+enum class GradCheck { Auto, Full };
 struct TrainSpec {
   int epochs = 1;               // >= 1
   Precision precision = Precision::Fp32;
@@ -296,6 +303,7 @@ struct TrainSpec {
   ConvBnStats conv_bn_stats = ConvBnStats::Auto;      // YAML conv_bn_stats: separate | fused | auto
   ConvBnApply conv_bn_apply = ConvBnApply::Separate;  // YAML conv_bn_apply: separate | prologue
   ConvBnBackward conv_bn_backward = ConvBnBackward::Auto;  // YAML conv_bn_backward: separate | fused | auto
+  GradCheck grad_check = GradCheck::Auto;                  // YAML grad_check: auto | full
   int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
   // Optimizer steps between mid-epoch checkpoints (checkpoints/epoch-NNNN-step-SSSSSSSS, with the data position);
   // 0 = none. Independent of checkpoint_every (both may be set); not part of the checkpoint's spec hash.
@@ -368,6 +376,7 @@ const char* to_string(ConvWgconv c);
 const char* to_string(ConvBnStats c);
 const char* to_string(ConvBnApply c);
 const char* to_string(ConvBnBackward c);
+const char* to_string(GradCheck c);
 const char* to_string(OptimizerKind o);
 const char* to_string(SchedulerKind s);
 const char* to_string(LayerKind l);

@@ -144,6 +144,13 @@ const char* to_string(ConvWgconv c) {
   }
   return "?";
 }
+const char* to_string(GradCheck c) {
+  switch (c) {
+    case GradCheck::Auto: return "auto";
+    case GradCheck::Full: return "full";
+  }
+  return "?";
+}
 const char* to_string(ConvBnBackward c) {
   switch (c) {
     case ConvBnBackward::Separate: return "separate";
@@ -406,6 +413,8 @@ std::string spec_to_yaml(const Spec& spec) {
     y += std::string("  conv_bn_apply: ") + to_string(spec.train.conv_bn_apply) + "\n";
   if (spec.train.conv_bn_backward != ConvBnBackward::Auto)  // likewise (auto the default, separate written)
     y += std::string("  conv_bn_backward: ") + to_string(spec.train.conv_bn_backward) + "\n";
+  if (spec.train.grad_check != GradCheck::Auto)  // only when not the default: older specs keep their hash
+    y += std::string("  grad_check: ") + to_string(spec.train.grad_check) + "\n";
   y += "  checkpoint_every: " + std::to_string(spec.train.checkpoint_every) + "\n";
   if (spec.train.checkpoint_every_steps > 0)  // written only when set: specs without it keep their checkpoint hash
     y += "  checkpoint_every_steps: " + std::to_string(spec.train.checkpoint_every_steps) + "\n";

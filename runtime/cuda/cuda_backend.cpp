@@ -344,6 +344,18 @@ Status CudaBackend::lower_gemm_node(int program, size_t i, std::vector<Launch>& 
       for (const auto& [key, gemm_node] : bias_into_gemm_)
         if (key.first == program && gemm_node == i) a.bias = at(p.nodes[key.second].out[0]);
       gemm(a);
+      // train.grad_check auto: this gradient's non-finite check reads its fp16 operands, while they are live.
+      if (auto it = grad_check_.find(program); it != grad_check_.end())
+        for (const GradCheckOperands& o : it->second.operands) {
+          if (o.node != i) continue;
+          int32_t* flag = &state()->scaler.found_inf;
+          const void *dy = at(o.dy), *x = at(o.x);
+          const int64_t ndy = numel(o.dy), nx = numel(o.x);
+          out.push_back([s, dy, x, ndy, nx, flag] {
+            Status st = grad_check_nonfinite_cuda(s, dy, GpuDType::F16, ndy, flag);
+            return st.ok() ? grad_check_nonfinite_cuda(s, x, GpuDType::F16, nx, flag) : st;
+          });
+        }
       return ok_status();
     }
     default:
@@ -471,7 +483,7 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
       return ok_status();
     }
     case OpKind::OptimizerStep:
-      return lower_optimizer(out);
+      return lower_optimizer(program, out);
   }
   return Error{ErrCode::Internal, "cuda backend", std::string("no lowering for ") + to_string(n.op)};
 }
@@ -481,7 +493,7 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
 // loss-scale update is fused into the bookkeeping kernel); with AMP the fp16/bf16 weight copy refreshed by the update
 // kernel itself (LARS: by a cast afterwards).
 // debug.inject_nonfinite_grad_steps puts its NaN into the gradients just before the check.
-Status CudaBackend::lower_optimizer(std::vector<Launch>& out) {
+Status CudaBackend::lower_optimizer(int program, std::vector<Launch>& out) {
   const cudaStream_t s = ctx_.stream;
   DeviceState* st = state();
   const int64_t total = c_.plan.trainable_bytes / 4, layout = c_.plan.weights_bytes / 4;
@@ -496,9 +508,16 @@ Status CudaBackend::lower_optimizer(std::vector<Launch>& out) {
     const int32_t count = inject_count_;
     out.push_back([s, st, steps, count, g] { return grad_inject_nonfinite_cuda(s, &st->step, steps, count, g); });
   }
-  out.push_back([s, g, total, st] {
-    return grad_check_nonfinite_cuda(s, g, GpuDType::F32, total, &st->scaler.found_inf);
-  });
+  // The gradients' ranges that grad_check_plan leaves to this check (all of them under train.grad_check: full).
+  const auto plan = grad_check_.find(program);
+  if (plan == grad_check_.end()) return Error{ErrCode::Internal, "cuda backend", "optimizer lowered outside lower()"};
+  for (const auto& [begin, end] : plan->second.ranges) {
+    const float* from = g + begin / 4;
+    const int64_t cnt = (end - begin) / 4;
+    out.push_back([s, from, cnt, st] {
+      return grad_check_nonfinite_cuda(s, from, GpuDType::F32, cnt, &st->scaler.found_inf);
+    });
+  }
   if (scaled()) {
     out.push_back([s, st] { return opt_hyper_advance_scaled_cuda(s, &st->opt, &st->scaler); });
   } else {
@@ -648,6 +667,9 @@ Result<std::vector<Launch>> CudaBackend::lower(int program) {
   Result<Launch> fetch = batch_fetch(program);
   if (!fetch.ok()) return fetch.errors();
   std::vector<Launch> out = {fetch.value()};
+  // The gradients themselves where the flag must see them: averaged over ranks, or with a debug NaN in them.
+  const bool by_operands = c_.spec.train.grad_check == GradCheck::Auto && !comm_ && inject_count_ == 0;
+  grad_check_[program] = grad_check_plan(c_.graph, c_.plan, program, by_operands);
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     Status ok = comm_ ? dist_before_node(program, i, out) : ok_status();
     if (ok.ok()) ok = lower_node(program, i, out);

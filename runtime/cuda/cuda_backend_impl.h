@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/memplan/grad_check.h"
 #include "core/passes/passes.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda_context.h"
@@ -134,7 +135,7 @@ class CudaBackend final : public Backend {
   Status lower_node(int program, size_t i, std::vector<Launch>& out);
   Status lower_gemm_node(int program, size_t i, std::vector<Launch>& out);
   Status plan_optimizer_extras();
-  Status lower_optimizer(std::vector<Launch>& out);
+  Status lower_optimizer(int program, std::vector<Launch>& out);
   // CNN nodes (runtime/cuda/cuda_lower_cnn.cpp): cuDNN plans and workspaces, then one launch list per node.
   Status plan_cnn();
   const CudnnConvPlan* conv_plan(const Node& n) const;
@@ -288,6 +289,9 @@ class CudaBackend final : public Backend {
   void* lars_mem_ = nullptr;         // optimizer.type lars: tensor and chunk tables, norm workspace (one block)
   LarsDevice lars_;                  // ... pointers into lars_mem_
   int32_t inject_count_ = 0;
+  // Per program, made by lower(): what the non-finite check before the optimizer reads, and the linear weight
+  // gradients checked through their operands right after their GEMM (train.grad_check; core/memplan/grad_check.h).
+  std::map<int, GradCheckPlan> grad_check_;
   SplitData split_[2];
   int64_t step_ = 0;
   std::vector<double> host_lrs_;  // set_lrs: the source of its async copies

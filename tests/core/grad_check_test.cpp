@@ -1,0 +1,155 @@
+// grad_check_plan (core/memplan/grad_check.h) and the train.grad_check key: under fp16 storage a linear weight
+// gradient larger than twice its fp16 operands is checked through dY and X and left out of the ranges; everything
+// else (bf16, fp32, accumulation, small layers, by_operands false) keeps [0, trainable_bytes); the ranges and the
+// left-out bytes always add up to the layout; the key parses, round-trips, is written only when not the default and
+// does not change a checkpoint's spec hash.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "core/ckpt/checkpoint.h"
+#include "core/compiler.h"
+#include "core/memplan/grad_check.h"
+#include "tests/core/spec_test_util.h"
+#include "tests/support/mlp_spec.h"
+
+using namespace trctl;
+
+namespace {
+
+Compiled compile_with(const Spec& s, const DataShape& d, DType storage) {
+  CompileOptions opt;
+  opt.storage = storage;
+  Result<Compiled> c = compile_spec(s, d, opt);
+  INFO((c.ok() ? std::string() : c.error_text()));
+  REQUIRE(c.ok());
+  return std::move(c.value());
+}
+
+int train_program(const Graph& g) {
+  for (size_t i = 0; i < g.programs.size(); ++i)
+    if (g.programs[i].name == "train") return static_cast<int>(i);
+  FAIL("no train program");
+  return -1;
+}
+
+// The ranges are ascending, disjoint, inside the layout, and with the left-out bytes cover it exactly.
+void check_cover(const GradCheckPlan& p, const MemoryPlan& m) {
+  int64_t sum = 0, at = 0;
+  for (const auto& [b, e] : p.ranges) {
+    CHECK(b >= at);
+    CHECK(e > b);
+    CHECK(e <= m.trainable_bytes);
+    CHECK(b % 4 == 0);
+    CHECK(e % 4 == 0);
+    sum += e - b;
+    at = e;
+  }
+  CHECK(sum + p.skipped_bytes == m.trainable_bytes);
+}
+
+// A wide first layer: fc1 (64 x 256) f32 gradient 64 KiB against fp16 operands of 2 x (5 x 64) + 2 x (5 x 256).
+Spec wide_mlp() {
+  Spec s = testing::mlp_spec(64, 5);
+  return s;
+}
+DataShape wide_data() {
+  DataShape d = testing::small_data(20, 10);
+  d.h = 16;
+  d.w = 16;
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("grad_check_plan: fp16 storage checks a large linear weight gradient through its operands",
+          "[grad_check]") {
+  const Compiled c = compile_with(wide_mlp(), wide_data(), DType::F16);
+  const int tp = train_program(c.graph);
+  const GradCheckPlan p = grad_check_plan(c.graph, c.plan, tp, true);
+  REQUIRE(p.operands.size() == 1);  // fc1 only: fc2's gradient (3 x 64) is smaller than its operands
+  const GradCheckOperands& o = p.operands[0];
+  const Node& n = c.graph.programs[static_cast<size_t>(tp)].nodes[o.node];
+  CHECK(n.op == OpKind::LinearGradWeight);
+  CHECK(o.dy == n.in[0]);
+  CHECK(o.x == n.in[1]);
+  CHECK(o.grad == n.out[0]);
+  const Value& gv = c.graph.values[o.grad];
+  CHECK(gv.role == Role::Grad);
+  CHECK(c.graph.params[static_cast<size_t>(gv.param)].name == "fc1.weight");
+  CHECK(p.skipped_bytes == align_up(64 * 256 * 4));
+  check_cover(p, c.plan);
+  // The operand-checked gradient lies in no range.
+  const int64_t gb = c.plan.values[o.grad].offset, ge = gb + c.plan.values[o.grad].bytes;
+  for (const auto& [b, e] : p.ranges) CHECK((e <= gb || b >= ge));
+  // Not asked (train.grad_check: full, ranks, a debug NaN): the whole layout, no operands.
+  const GradCheckPlan full = grad_check_plan(c.graph, c.plan, tp, false);
+  CHECK(full.operands.empty());
+  CHECK(full.skipped_bytes == 0);
+  REQUIRE(full.ranges.size() == 1);
+  CHECK(full.ranges[0] == std::make_pair(int64_t{0}, c.plan.trainable_bytes));
+}
+
+TEST_CASE("grad_check_plan: bf16, fp32 and gradient accumulation read every gradient", "[grad_check]") {
+  for (DType storage : {DType::BF16, DType::F32}) {
+    const Compiled c = compile_with(wide_mlp(), wide_data(), storage);
+    const GradCheckPlan p = grad_check_plan(c.graph, c.plan, train_program(c.graph), true);
+    CHECK(p.operands.empty());
+    CHECK(p.skipped_bytes == 0);
+    check_cover(p, c.plan);
+  }
+  Spec acc = wide_mlp();
+  acc.train.accumulate_steps = 2;  // the flag is cleared per micro-batch: an operand check there would be lost
+  const Compiled c = compile_with(acc, wide_data(), DType::F16);
+  for (size_t i = 0; i < c.graph.programs.size(); ++i) {
+    const GradCheckPlan p = grad_check_plan(c.graph, c.plan, static_cast<int>(i), true);
+    CHECK(p.operands.empty());
+    check_cover(p, c.plan);
+  }
+}
+
+TEST_CASE("grad_check_plan: VGG16-BN's classifier is checked through its operands", "[grad_check]") {
+  Result<Spec> s = spec_load(std::string(TRCTL_SOURCE_DIR) + "/configs/vgg16bn.yaml", {"train.precision=fp16"});
+  INFO((s.ok() ? std::string() : s.error_text()));
+  REQUIRE(s.ok());
+  DataShape d;
+  d.h = d.w = 224;
+  d.c = 3;
+  d.num_classes = 1000;
+  d.train_n = 2560;
+  d.val_n = 512;
+  const Compiled c = compile_with(s.value(), d, DType::F16);
+  const GradCheckPlan p = grad_check_plan(c.graph, c.plan, train_program(c.graph), true);
+  REQUIRE(p.operands.size() == 3);  // fc 25088 -> 4096, 4096 -> 4096, 4096 -> 1000; no conv
+  const int64_t weights = (25088LL * 4096 + 4096LL * 4096 + 4096LL * 1000) * 4;
+  CHECK(p.skipped_bytes >= weights);
+  CHECK(p.skipped_bytes < weights + 3 * kAlign);
+  check_cover(p, c.plan);
+  CHECK(p.ranges.size() <= 4);  // the conv weights before, the biases and norm parameters after
+}
+
+TEST_CASE("train.grad_check parses, round-trips, is written only when not auto and keeps the checkpoint hash",
+          "[spec][grad_check]") {
+  using namespace spec_test;
+  Result<Spec> full = parse(std::string("train: {grad_check: full}\n") + kMinimal);
+  INFO((full.ok() ? std::string() : full.error_text()));
+  REQUIRE(full.ok());
+  CHECK(full->train.grad_check == GradCheck::Full);
+  const std::string yaml = spec_to_yaml(full.value());
+  CHECK_THAT(yaml, Catch::Contains("grad_check: full"));
+  Result<Spec> back = parse(yaml);
+  REQUIRE(back.ok());
+  CHECK(first_difference(full.value(), back.value()).empty());
+  Result<Spec> plain = parse(kMinimal);
+  REQUIRE(plain.ok());
+  CHECK(plain->train.grad_check == GradCheck::Auto);
+  CHECK_THAT(spec_to_yaml(plain.value()), !Catch::Contains("grad_check"));
+  CHECK(ckpt_spec_hash(full.value()) == ckpt_spec_hash(plain.value()));  // the same computation
+  Result<Spec> over = parse(kMinimal, {"train.grad_check=full"});
+  REQUIRE(over.ok());
+  CHECK(over->train.grad_check == GradCheck::Full);
+  Result<Spec> bad = parse(std::string("train: {grad_check: operands}\n") + kMinimal);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error_text(), Catch::Contains("grad_check"));
+  CHECK_THAT(bad.error_text(), Catch::Contains("test.yaml:1"));
+}
