@@ -345,17 +345,16 @@ Status CudaBackend::lower_gemm_node(int program, size_t i, std::vector<Launch>& 
         if (key.first == program && gemm_node == i) a.bias = at(p.nodes[key.second].out[0]);
       gemm(a);
       // train.grad_check auto: this gradient's non-finite check reads its fp16 operands, while they are live.
-      if (auto it = grad_check_.find(program); it != grad_check_.end())
-        for (const GradCheckOperands& o : it->second.operands) {
-          if (o.node != i) continue;
-          int32_t* flag = &state()->scaler.found_inf;
-          const void *dy = at(o.dy), *x = at(o.x);
-          const int64_t ndy = numel(o.dy), nx = numel(o.x);
-          out.push_back([s, dy, x, ndy, nx, flag] {
-            Status st = grad_check_nonfinite_cuda(s, dy, GpuDType::F16, ndy, flag);
-            return st.ok() ? grad_check_nonfinite_cuda(s, x, GpuDType::F16, nx, flag) : st;
-          });
-        }
+      for (const GradCheckOperands& o : grad_check_of(program).operands) {
+        if (o.node != i) continue;
+        int32_t* flag = &state()->scaler.found_inf;
+        const void *dy = at(o.dy), *x = at(o.x);
+        const int64_t ndy = numel(o.dy), nx = numel(o.x);
+        out.push_back([s, dy, x, ndy, nx, flag] {
+          Status st = grad_check_nonfinite_cuda(s, dy, GpuDType::F16, ndy, flag);
+          return st.ok() ? grad_check_nonfinite_cuda(s, x, GpuDType::F16, nx, flag) : st;
+        });
+      }
       return ok_status();
     }
     default:
@@ -493,6 +492,17 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
 // loss-scale update is fused into the bookkeeping kernel); with AMP the fp16/bf16 weight copy refreshed by the update
 // kernel itself (LARS: by a cast afterwards).
 // debug.inject_nonfinite_grad_steps puts its NaN into the gradients just before the check.
+// The program's non-finite check plan (train.grad_check), made once: the gradients themselves where the flag must
+// see them -- averaged over ranks, or with a debug NaN written into them.
+const GradCheckPlan& CudaBackend::grad_check_of(int program) {
+  auto it = grad_check_.find(program);
+  if (it == grad_check_.end()) {
+    const bool by_operands = c_.spec.train.grad_check == GradCheck::Auto && !comm_ && inject_count_ == 0;
+    it = grad_check_.emplace(program, grad_check_plan(c_.graph, c_.plan, program, by_operands)).first;
+  }
+  return it->second;
+}
+
 Status CudaBackend::lower_optimizer(int program, std::vector<Launch>& out) {
   const cudaStream_t s = ctx_.stream;
   DeviceState* st = state();
@@ -509,9 +519,7 @@ Status CudaBackend::lower_optimizer(int program, std::vector<Launch>& out) {
     out.push_back([s, st, steps, count, g] { return grad_inject_nonfinite_cuda(s, &st->step, steps, count, g); });
   }
   // The gradients' ranges that grad_check_plan leaves to this check (all of them under train.grad_check: full).
-  const auto plan = grad_check_.find(program);
-  if (plan == grad_check_.end()) return Error{ErrCode::Internal, "cuda backend", "optimizer lowered outside lower()"};
-  for (const auto& [begin, end] : plan->second.ranges) {
+  for (const auto& [begin, end] : grad_check_of(program).ranges) {
     const float* from = g + begin / 4;
     const int64_t cnt = (end - begin) / 4;
     out.push_back([s, from, cnt, st] {
@@ -667,9 +675,6 @@ Result<std::vector<Launch>> CudaBackend::lower(int program) {
   Result<Launch> fetch = batch_fetch(program);
   if (!fetch.ok()) return fetch.errors();
   std::vector<Launch> out = {fetch.value()};
-  // The gradients themselves where the flag must see them: averaged over ranks, or with a debug NaN in them.
-  const bool by_operands = c_.spec.train.grad_check == GradCheck::Auto && !comm_ && inject_count_ == 0;
-  grad_check_[program] = grad_check_plan(c_.graph, c_.plan, program, by_operands);
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     Status ok = comm_ ? dist_before_node(program, i, out) : ok_status();
     if (ok.ok()) ok = lower_node(program, i, out);

@@ -135,6 +135,8 @@ class CudaBackend final : public Backend {
   Status lower_node(int program, size_t i, std::vector<Launch>& out);
   Status lower_gemm_node(int program, size_t i, std::vector<Launch>& out);
   Status plan_optimizer_extras();
+  const GradCheckPlan& grad_check_of(int program);
+  double optimizer_bytes(int program);  // the optimizer node's traffic, for the profile's roofline
   Status lower_optimizer(int program, std::vector<Launch>& out);
   // CNN nodes (runtime/cuda/cuda_lower_cnn.cpp): cuDNN plans and workspaces, then one launch list per node.
   Status plan_cnn();
@@ -289,7 +291,7 @@ class CudaBackend final : public Backend {
   void* lars_mem_ = nullptr;         // optimizer.type lars: tensor and chunk tables, norm workspace (one block)
   LarsDevice lars_;                  // ... pointers into lars_mem_
   int32_t inject_count_ = 0;
-  // Per program, made by lower(): what the non-finite check before the optimizer reads, and the linear weight
+  // Per program (grad_check_of): what the non-finite check before the optimizer reads, and the linear weight
   // gradients checked through their operands right after their GEMM (train.grad_check; core/memplan/grad_check.h).
   std::map<int, GradCheckPlan> grad_check_;
   SplitData split_[2];

@@ -99,6 +99,17 @@ Status energy_per_run(const NvmlMeter& m, cudaStream_t s, double settle_s, doubl
 
 }  // namespace
 
+// The optimizer node's memory traffic, for the roofline (its node lists only name the first parameter): the
+// non-finite check's reads (grad_check_of's ranges), then the update's -- weights and each state copy read and
+// written, gradients read, the AMP weight copy written. LARS's, clipping's and the EMA's extra passes not counted.
+double CudaBackend::optimizer_bytes(int program) {
+  double check = 0;
+  for (const auto& [b, e] : grad_check_of(program).ranges) check += static_cast<double>(e - b);
+  const double n = static_cast<double>(c_.plan.trainable_bytes);  // f32: 4 bytes an element
+  const int k = optimizer_state_count(c_.spec.optimizer);
+  return check + n * (3 + 2 * k) + (lowp() ? n / 2 : 0);
+}
+
 Result<StepProfile> CudaBackend::profile(int program, const ProfileOptions& opt) {
   const int reps = opt.reps;
   if (reps < 1) return Error{ErrCode::Invalid, "profile", "reps must be >= 1"};
@@ -170,8 +181,9 @@ Result<StepProfile> CudaBackend::profile(int program, const ProfileOptions& opt)
     st = lower_node(program, i, g);
     const Node& n = p.nodes[i];
     groups.push_back(std::move(g));
+    const double bytes = n.op == OpKind::OptimizerStep ? optimizer_bytes(program) : node_bytes(c_.graph, n);
     rows.push_back({n.name, to_string(n.op), c_.graph.values[n.out[0]].shape.str(), 0, node_flops(c_.graph, n),
-                    node_bytes(c_.graph, n), {}});
+                    bytes, {}});
   }
   warm_.clear();
   for (size_t k = 0; k < groups.size() && st.ok(); ++k) {
