@@ -27,6 +27,9 @@ struct GpuPipeline {
 
 // NotSupported when the pipeline has more steps or channels than the kernel handles.
 Result<GpuPipeline> gpu_pipeline_make(const TransformPipeline& p);
+// No step but normalize and no resize: augment_batch_cuda's fp16 / bf16 batches then take normalize_batch_kernel (the
+// batch's bytes in order through the table, bitwise the general kernel's output).
+bool normalize_only(const GpuPipeline& p);
 
 // Where a split lives on the device and where its epoch stands.
 struct ResidentSplit {
@@ -54,7 +57,8 @@ struct StepBookkeeping {
 };
 
 // x (batch, out_h, out_w, c) x_type, y (batch) i32; then advances *cursor by batch and does `book`. Two launches:
-// one block per sample (its thread 0 draws the parameters into shared memory, all threads write pixels), then one
+// one block per sample (its thread 0 draws the parameters into shared memory, all threads write pixels) -- or, for a
+// normalize_only pipeline into fp16 / bf16, the batch's elements 8 at a time (normalize_batch_kernel) --, then one
 // thread for the bookkeeping.
 Status augment_batch_cuda(cudaStream_t stream, const GpuPipeline& p, const ResidentSplit& split, uint64_t seed,
                           int64_t batch, void* x, GpuDType x_type, int32_t* y, const StepBookkeeping& book = {});
