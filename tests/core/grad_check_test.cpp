@@ -112,12 +112,10 @@ TEST_CASE("grad_check_plan: VGG16-BN's classifier is checked through its operand
   Result<Spec> s = spec_load(std::string(TRCTL_SOURCE_DIR) + "/configs/vgg16bn.yaml", {"train.precision=fp16"});
   INFO((s.ok() ? std::string() : s.error_text()));
   REQUIRE(s.ok());
-  DataShape d;
+  DataShape d = testing::small_data(2560, 512);  // the recipe's synthetic 224 x 224 x 3, 1,000 classes
   d.h = d.w = 224;
   d.c = 3;
   d.num_classes = 1000;
-  d.train_n = 2560;
-  d.val_n = 512;
   const Compiled c = compile_with(s.value(), d, DType::F16);
   const GradCheckPlan p = grad_check_plan(c.graph, c.plan, train_program(c.graph), true);
   REQUIRE(p.operands.size() == 3);  // fc 25088 -> 4096, 4096 -> 4096, 4096 -> 1000; no conv
