@@ -487,11 +487,6 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
   return Error{ErrCode::Internal, "cuda backend", std::string("no lowering for ") + to_string(n.op)};
 }
 
-// The optimizer over the weight layout in one launch, after the non-finite check of the gradients (every
-// precision: a step with inf/NaN gradients is skipped and counted in OptHyper::skipped; with fp16 AMP the
-// loss-scale update is fused into the bookkeeping kernel); with AMP the fp16/bf16 weight copy refreshed by the update
-// kernel itself (LARS: by a cast afterwards).
-// debug.inject_nonfinite_grad_steps puts its NaN into the gradients just before the check.
 // The program's non-finite check plan (train.grad_check), made once: the gradients themselves where the flag must
 // see them -- averaged over ranks, or with a debug NaN written into them.
 const GradCheckPlan& CudaBackend::grad_check_of(int program) {
@@ -503,6 +498,11 @@ const GradCheckPlan& CudaBackend::grad_check_of(int program) {
   return it->second;
 }
 
+// The optimizer over the weight layout in one launch, after the non-finite check of the gradients (every
+// precision: a step with inf/NaN gradients is skipped and counted in OptHyper::skipped; with fp16 AMP the
+// loss-scale update is fused into the bookkeeping kernel); with AMP the fp16/bf16 weight copy refreshed by the update
+// kernel itself (LARS: by a cast afterwards).
+// debug.inject_nonfinite_grad_steps puts its NaN into the gradients just before the check.
 Status CudaBackend::lower_optimizer(int program, std::vector<Launch>& out) {
   const cudaStream_t s = ctx_.stream;
   DeviceState* st = state();
