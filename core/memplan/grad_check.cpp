@@ -16,6 +16,10 @@ bool stored_fp16(const Graph& g, ValueId v) { return stored_bytes(g, v) == g.val
 
 }  // namespace
 
+bool grad_check_by_operands(const Spec& spec, bool distributed) {
+  return spec.train.grad_check == GradCheck::Auto && !distributed && spec.debug.inject_nonfinite_grad_steps.empty();
+}
+
 GradCheckPlan grad_check_plan(const Graph& g, const MemoryPlan& m, int program, bool by_operands) {
   GradCheckPlan out;
   const Program& p = g.programs[static_cast<size_t>(program)];
@@ -37,6 +41,7 @@ GradCheckPlan grad_check_plan(const Graph& g, const MemoryPlan& m, int program, 
       const int64_t operand_bytes = stored_bytes(g, dy) + stored_bytes(g, x), grad_bytes = m.values[dw].bytes;
       if (2 * operand_bytes >= grad_bytes) continue;  // reading the gradient is as cheap
       out.operands.push_back({i, dy, x, dw});
+      out.operand_bytes += operand_bytes;
       const int64_t begin = m.values[dw].offset;
       skip.emplace_back(begin, std::min(m.trainable_bytes, align_up(begin + grad_bytes)));  // the zero padding too
     }

@@ -18,6 +18,7 @@
 
 #include "core/graph/ir.h"
 #include "core/memplan/memplan.h"
+#include "core/spec/spec.h"
 
 namespace trctl {
 
@@ -33,11 +34,16 @@ struct GradCheckPlan {
   std::vector<std::pair<int64_t, int64_t>> ranges;  // Grads bytes [begin, end) read by the check, ascending, merged
   std::vector<GradCheckOperands> operands;          // in node order
   int64_t skipped_bytes = 0;                        // Grads bytes the ranges leave out (the operand-checked ones)
+  int64_t operand_bytes = 0;                        // bytes the operand checks read instead (fp16 dY and X)
 };
 
+// Whether a run may check through operands at all: train.grad_check auto, and neither ranks (the flag must see the
+// averaged gradients) nor debug.inject_nonfinite_grad_steps (its NaN is written into the gradients). The backend
+// and the run log both ask this.
+bool grad_check_by_operands(const Spec& spec, bool distributed);
+
 // The plan for program `program` (a train program with an optimizer): everything [0, m.trainable_bytes) when
-// by_operands is false (train.grad_check: full; the caller also passes false where the flag must see the gradients
-// themselves: gradients averaged over ranks, or a debug NaN written into them), else the operand check for every
+// by_operands is false (grad_check_by_operands), else the operand check for every
 // LinearGradWeight node where all of these hold: Graph::storage F16, train.accumulate_steps 1 (the flag is cleared
 // per micro-batch), dY and X stored as fp16, dW a trainable parameter's own Role::Grad value that no other node of
 // the program writes, and the operands' bytes under half the gradient's (the check reads less).

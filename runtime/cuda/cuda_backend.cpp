@@ -487,12 +487,11 @@ Status CudaBackend::lower_node(int program, size_t i, std::vector<Launch>& out) 
   return Error{ErrCode::Internal, "cuda backend", std::string("no lowering for ") + to_string(n.op)};
 }
 
-// The program's non-finite check plan (train.grad_check), made once: the gradients themselves where the flag must
-// see them -- averaged over ranks, or with a debug NaN written into them.
+// The program's non-finite check plan (train.grad_check), made once.
 const GradCheckPlan& CudaBackend::grad_check_of(int program) {
   auto it = grad_check_.find(program);
   if (it == grad_check_.end()) {
-    const bool by_operands = c_.spec.train.grad_check == GradCheck::Auto && !comm_ && inject_count_ == 0;
+    const bool by_operands = grad_check_by_operands(c_.spec, comm_ != nullptr);
     it = grad_check_.emplace(program, grad_check_plan(c_.graph, c_.plan, program, by_operands)).first;
   }
   return it->second;

@@ -13,6 +13,7 @@
 #include "core/graph/param_groups.h"
 #include "core/ckpt/checkpoint.h"
 #include "core/compiler.h"
+#include "core/memplan/grad_check.h"
 #include "dataio/loader.h"
 #include "runtime/train/train_data.h"
 #include "runtime/backend.h"
@@ -660,6 +661,14 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
   if (const ConvAlgoSources* conv = be->conv_algo_sources(); conv && conv->bn_grad_folded > 0)
     log.info("batch-norm backward dx computed in the few-channel weight gradient: {} batch norms (third pass skipped)",
              conv->bn_grad_folded);
+  if (const Program* tp = c.graph.find_program("train"); tp && be->name() == "cuda") {  // the CPU reads them all
+    const GradCheckPlan gc = grad_check_plan(c.graph, c.plan, static_cast<int>(tp - c.graph.programs.data()),
+                                             grad_check_by_operands(spec, opt.dist.enabled));
+    if (!gc.operands.empty())
+      log.info("non-finite check (train.grad_check: auto): {} linear weight gradients ({:.1f} MB) checked through "
+               "their fp16 operands ({:.1f} MB)",
+               gc.operands.size(), gc.skipped_bytes / 1e6, gc.operand_bytes / 1e6);
+  }
   if (!res.run_dir.empty()) {  // after the upload: its device memory counts the resident data
     if (!(st = out.write_file("run.json", run_facts_json(run_facts_of(*be)))).ok()) return st.errors();
   }

@@ -1,8 +1,8 @@
 // grad_check_plan (core/memplan/grad_check.h) and the train.grad_check key: under fp16 storage a linear weight
 // gradient larger than twice its fp16 operands is checked through dY and X and left out of the ranges; everything
 // else (bf16, fp32, accumulation, small layers, by_operands false) keeps [0, trainable_bytes); the ranges and the
-// left-out bytes always add up to the layout; the key parses, round-trips, is written only when not the default and
-// does not change a checkpoint's spec hash.
+// left-out bytes always add up to the layout; grad_check_by_operands says no for full, ranks and injected NaNs; the
+// key parses, round-trips, is written only when not the default and does not change a checkpoint's spec hash.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -78,6 +78,7 @@ TEST_CASE("grad_check_plan: fp16 storage checks a large linear weight gradient t
   CHECK(gv.role == Role::Grad);
   CHECK(c.graph.params[static_cast<size_t>(gv.param)].name == "fc1.weight");
   CHECK(p.skipped_bytes == align_up(64 * 256 * 4));
+  CHECK(p.operand_bytes == (5 * 64 + 5 * 256) * 2);  // dY (5, 64) and X (5, 256) in fp16
   check_cover(p, c.plan);
   // The operand-checked gradient lies in no range.
   const int64_t gb = c.plan.values[o.grad].offset, ge = gb + c.plan.values[o.grad].bytes;
@@ -124,6 +125,17 @@ TEST_CASE("grad_check_plan: VGG16-BN's classifier is checked through its operand
   CHECK(p.skipped_bytes < weights + 3 * kAlign);
   check_cover(p, c.plan);
   CHECK(p.ranges.size() <= 4);  // the conv weights before, the biases and norm parameters after
+}
+
+TEST_CASE("grad_check_by_operands: auto, one process, no injected NaN", "[grad_check]") {
+  Spec s = wide_mlp();
+  CHECK(grad_check_by_operands(s, false));
+  CHECK_FALSE(grad_check_by_operands(s, true));  // ranks: the flag must see the averaged gradients
+  s.debug.inject_nonfinite_grad_steps = {3};
+  CHECK_FALSE(grad_check_by_operands(s, false));  // the debug NaN is written into the gradients
+  s.debug.inject_nonfinite_grad_steps.clear();
+  s.train.grad_check = GradCheck::Full;
+  CHECK_FALSE(grad_check_by_operands(s, false));
 }
 
 TEST_CASE("train.grad_check parses, round-trips, is written only when not auto and keeps the checkpoint hash",
