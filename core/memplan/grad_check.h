@@ -9,7 +9,7 @@
 //     (inf * 0 is NaN), and a sum with an inf or NaN term is inf or NaN -- so dW has a non-finite element.
 // So "dW has a non-finite element" is exactly "dY or X has one", and the step's found_inf flag (which only ever gets
 // set) ends the same. bf16 (products overflow f32) and fp32 operands are not covered: their gradients are read.
-// Where it pays: VGG16-BN's classifier, 123.6 M of its 138.4 M gradients (495 MB of f32) against 15 MB of fp16
+// Where it pays: VGG16-BN's classifier, 123.6 M of its 138.4 M gradients (495 MB of f32) against 22 MB of fp16
 // operands.
 #pragma once
 #include <cstdint>
