@@ -1,7 +1,7 @@
 // cuda_bench_kernels: ceilings first (copy bandwidth, GEMM rates), then every kernel at sizes that fill the chip
 // and at the MLP's own sizes, then the RGB-stem convolutions (im2col + GEMM, space-to-depth + cuDNN, plain cuDNN);
 // median of repeated event-timed launches after a warm-up. This file: the harness, the ceilings, the memory-bound
-// kernels, the MLP's GEMMs, the batch norm + pool rows and the table; the convolution rows: bench_kernels_conv.cpp.
+// kernels, the batch fetch, the MLP's GEMMs, the batch norm + pool rows and the table; the convolution rows: bench_kernels_conv.cpp.
 #include "runtime/cuda/bench_kernels.h"
 
 #include <cuda_runtime.h>
@@ -18,6 +18,7 @@
 #include "runtime/cuda/cuda_context.h"
 #include "runtime/cuda/lt_gemm.h"
 #include "runtime/ops/amp/amp_cuda.h"
+#include "runtime/ops/augment/augment_cuda.h"
 #include "runtime/ops/batchnorm/batchnorm_cuda.h"
 #include "runtime/ops/bias_grad/bias_grad_cuda.h"
 #include "runtime/ops/cast/cast_cuda.h"
@@ -186,6 +187,53 @@ Status bench_bn_pool(Bench& b, const void* random, int64_t random_n, Pool2dGeom 
 
 namespace trctl {
 
+// The step's batch fetch at the CNN recipes' shape (256 samples of 224 x 224 x 3 u8, resident, into f16): normalize
+// alone (normalize_batch_kernel) and with a horizontal flip (augment_kernel, a block per sample slice: the general
+// path at the same traffic). Bytes: the samples read, the batch written.
+Status bench_batch_fetch(Bench& b, double bw) {
+  const cudaStream_t s = b.ctx.stream;
+  const int64_t n = 512, batch = 256, side = 224, c = 3, per_c = side * side * c;
+  const std::string name = "augment batch " + std::to_string(batch) + "x224^2x3 u8 -> f16";
+  if (!b.wanted(name + " normalize") && !b.wanted(name + " flip+normalize")) return ok_status();
+  DeviceBuffer px, lab, ord, y, ctr, x;
+  for (auto [buf, bytes] : {std::pair{&px, n * per_c}, {&lab, n * 4}, {&ord, n * 4}, {&y, batch * 4}, {&ctr, int64_t{8}},
+                            {&x, batch * per_c * 2}})
+    TRCTL_CUDA_TRY(cudaMalloc(&buf->p, static_cast<size_t>(bytes)));
+  std::vector<uint8_t> hp(static_cast<size_t>(n * per_c));
+  uint32_t h = 12345;
+  for (auto& v : hp) v = static_cast<uint8_t>((h = h * 1664525u + 1013904223u) >> 24);
+  std::vector<int32_t> hl(static_cast<size_t>(n)), ho(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) hl[static_cast<size_t>(i)] = static_cast<int32_t>(i % 1000),
+                                  ho[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % n);
+  TRCTL_CUDA_TRY(cudaMemcpy(px.p, hp.data(), hp.size(), cudaMemcpyHostToDevice));
+  TRCTL_CUDA_TRY(cudaMemcpy(lab.p, hl.data(), hl.size() * 4, cudaMemcpyHostToDevice));
+  TRCTL_CUDA_TRY(cudaMemcpy(ord.p, ho.data(), ho.size() * 4, cudaMemcpyHostToDevice));
+  TRCTL_CUDA_TRY(cudaMemset(ctr.p, 0, 8));
+  uint32_t* counters = static_cast<uint32_t*>(ctr.p);
+  const ResidentSplit rs{static_cast<const uint8_t*>(px.p), static_cast<const int32_t*>(lab.p),
+                         static_cast<const int32_t*>(ord.p), n, counters, counters + 1};
+  const double bytes = static_cast<double>(batch * per_c) * 3;  // u8 read, f16 written
+  Status st = ok_status();
+  for (bool flip : {false, true}) {
+    TransformPipeline tp;
+    tp.steps.resize(flip ? 2 : 1);
+    if (flip) tp.steps[0].kind = TransformKind::RandomHorizontalFlip;
+    tp.steps.back().kind = TransformKind::Normalize;
+    tp.mean = {0.485f, 0.456f, 0.406f};
+    tp.std = {0.229f, 0.224f, 0.225f};
+    tp.in_h = tp.in_w = tp.out_h = tp.out_w = static_cast<int>(side);
+    tp.c = static_cast<int>(c);
+    Result<GpuPipeline> gp = gpu_pipeline_make(tp);
+    if (!gp.ok()) return gp.errors();
+    const GpuPipeline pipe = gp.value();
+    if (st.ok())
+      st = b.add(name + (flip ? " flip+normalize" : " normalize"), "256 samples", bytes, false, bw, [&] {
+        return augment_batch_cuda(s, pipe, rs, 7, batch, x.p, GpuDType::F16, static_cast<int32_t*>(y.p));
+      });
+  }
+  return st;
+}
+
 Result<std::vector<KernelBenchRow>> cuda_bench_kernels(const std::vector<std::string>& only) {
   using namespace bench_detail;  // the harness and benches above and in bench_kernels_conv.cpp
   Result<CudaContext> ctx = cuda_context_create(0);
@@ -288,6 +336,7 @@ Result<std::vector<KernelBenchRow>> cuda_bench_kernels(const std::vector<std::st
   ca.rows = 200;
   ca.classes = 10;
   if (st.ok()) st = b.add("softmax_ce fwd+bwd f32 (MLP)", "200x10", 8.0 * 200 * 10, false, bw, [&] { return softmax_ce_cuda(s, ca); });
+  if (st.ok()) st = bench_batch_fetch(b, bw);
   if (!st.ok()) return st.errors();
 
   // The MLP's GEMMs (batch 200), forward shapes, as the backend plans them.
