@@ -182,11 +182,6 @@ Status bench_bn_pool(Bench& b, const void* random, int64_t random_n, Pool2dGeom 
   return st;
 }
 
-}  // namespace
-}  // namespace trctl::bench_detail
-
-namespace trctl {
-
 // The step's batch fetch at the CNN recipes' shape (256 samples of 224 x 224 x 3 u8, resident, into f16): normalize
 // alone (normalize_batch_kernel) and with a horizontal flip (augment_kernel, a block per sample slice: the general
 // path at the same traffic). Bytes: the samples read, the batch written.
@@ -233,6 +228,11 @@ Status bench_batch_fetch(Bench& b, double bw) {
   }
   return st;
 }
+
+}  // namespace
+}  // namespace trctl::bench_detail
+
+namespace trctl {
 
 Result<std::vector<KernelBenchRow>> cuda_bench_kernels(const std::vector<std::string>& only) {
   using namespace bench_detail;  // the harness and benches above and in bench_kernels_conv.cpp
