@@ -54,6 +54,18 @@ __device__ void draw_sample(const GpuPipeline& p, int32_t idx, uint64_t seed, ui
   }
 }
 
+// The per-channel normalisation table both batch kernels read, lut (c, 256) = normalize_u8(v, mean[c], std_dev[c]),
+// built by the block's threads (the caller synchronises before reading it).
+__device__ __forceinline__ void build_normalize_lut(const GpuPipeline& p, float* lut) {
+  for (int i = static_cast<int>(threadIdx.x); i < p.c * 256; i += static_cast<int>(blockDim.x))
+    lut[i] = normalize_u8(static_cast<uint8_t>(i & 255), p.mean[i >> 8], p.std_dev[i >> 8]);
+}
+
+// The split index of the batch's sample j: the epoch order at the cursor plus j, wrapping.
+__device__ __forceinline__ int32_t batch_sample(const ResidentSplit& split, uint32_t cursor, int64_t j) {
+  return split.order[(static_cast<int64_t>(cursor) + j) % split.n];
+}
+
 // Blocks (sample, slice): thread 0 of each draws the sample's parameters into shared memory (the same draws in
 // every slice: a few Philox calls), then every thread computes output pixels (all channels) of the slice's range
 // by the backward maps. Slices give a large image more than one block (ResNet's 224² batch of 256 had only 256).
@@ -66,10 +78,9 @@ __global__ void augment_kernel(GpuPipeline p, ResidentSplit split, uint64_t seed
   __shared__ int32_t idx;
   __shared__ float lut[kGpuMaxChannels * 256];  // (c, 256): normalize_u8(v, mean[c], std_dev[c])
   const int64_t j = blockIdx.x;
-  for (int i = static_cast<int>(threadIdx.x); i < p.c * 256; i += static_cast<int>(blockDim.x))
-    lut[i] = normalize_u8(static_cast<uint8_t>(i & 255), p.mean[i >> 8], p.std_dev[i >> 8]);
+  build_normalize_lut(p, lut);
   if (threadIdx.x == 0) {
-    idx = split.order[(static_cast<int64_t>(*split.cursor) + j) % split.n];
+    idx = batch_sample(split, *split.cursor, j);
     if (blockIdx.y == 0) y[j] = split.labels[idx];
     draw_sample(p, idx, seed, *split.epoch, g);
   }
@@ -101,18 +112,17 @@ template <class T, int V>
 __global__ void __launch_bounds__(256)
     normalize_batch_kernel(GpuPipeline p, ResidentSplit split, int32_t* y, T* x, uint32_t batch, uint32_t per_c) {
   __shared__ float lut[kGpuMaxChannels * 256];  // (c, 256): normalize_u8(v, mean[c], std_dev[c])
-  for (int i = static_cast<int>(threadIdx.x); i < p.c * 256; i += static_cast<int>(blockDim.x))
-    lut[i] = normalize_u8(static_cast<uint8_t>(i & 255), p.mean[i >> 8], p.std_dev[i >> 8]);
+  build_normalize_lut(p, lut);
   __syncthreads();
   const uint32_t cursor = *split.cursor, c = static_cast<uint32_t>(p.c);
   const uint32_t step = static_cast<uint32_t>(grid_thread_count());
   const uint32_t first = static_cast<uint32_t>(grid_thread_index());
   for (uint32_t j = first; j < batch; j += step)
-    y[j] = split.labels[split.order[(static_cast<int64_t>(cursor) + j) % split.n]];
+    y[j] = split.labels[batch_sample(split, cursor, j)];
   const uint32_t packs = batch * (per_c / V);
   for (uint32_t k = first; k < packs; k += step) {
     const uint32_t e0 = k * V, j = e0 / per_c, within = e0 - j * per_c;
-    const int32_t idx = split.order[(static_cast<int64_t>(cursor) + j) % split.n];
+    const int32_t idx = batch_sample(split, cursor, j);
     const uint8_t* src = split.pixels + static_cast<int64_t>(idx) * per_c + within;
     uint8_t b[V];
     load_bytes<V>(src, b);
