@@ -285,6 +285,15 @@ enum class ConvBnBackward { Separate, Fused, Auto };
 // gradient is read as before. full: every gradient itself. Neither changes what a step computes (not part of a
 // checkpoint's spec hash).
 enum class GradCheck { Auto, Full };
+// How the CUDA backend runs a plain cuDNN data gradient of a stride-1 convolution (one the other conv_* keys leave to
+// cuDNN's data-gradient algorithms: not a fused batch-norm backward pair, not on trctl's kernels, C unpadded): as
+// cuDNN's forward convolution of dY over the flipped, transposed filters (runtime/ops/conv2d/dgrad_fwd.h: the same
+// products, summed in another order; the filters flipped by a small kernel before each such conv). auto = where the
+// autotune cache (`trctl bench CFG --autotune`) measured that forward at least 3 % faster than the data gradient's
+// best algorithm, else the data gradient (without a cache: never); on = every eligible one (tests, A/B runs); off =
+// never. Like the autotune's algorithm choice it changes the rounding of dX, not what is computed (not part of a
+// checkpoint's spec hash). No effect on the CPU backend.
+enum class ConvDgradFwd { Auto, On, Off };
 struct TrainSpec {
   int epochs = 1;               // >= 1
   Precision precision = Precision::Fp32;
@@ -304,6 +313,7 @@ struct TrainSpec {
   ConvBnApply conv_bn_apply = ConvBnApply::Separate;  // YAML conv_bn_apply: separate | prologue
   ConvBnBackward conv_bn_backward = ConvBnBackward::Auto;  // YAML conv_bn_backward: separate | fused | auto
   GradCheck grad_check = GradCheck::Auto;                  // YAML grad_check: auto | full
+  ConvDgradFwd conv_dgrad_fwd = ConvDgradFwd::Auto;        // YAML conv_dgrad_fwd: auto | on | off
   int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
   // Optimizer steps between mid-epoch checkpoints (checkpoints/epoch-NNNN-step-SSSSSSSS, with the data position);
   // 0 = none. Independent of checkpoint_every (both may be set); not part of the checkpoint's spec hash.
@@ -377,6 +387,7 @@ const char* to_string(ConvBnStats c);
 const char* to_string(ConvBnApply c);
 const char* to_string(ConvBnBackward c);
 const char* to_string(GradCheck c);
+const char* to_string(ConvDgradFwd c);
 const char* to_string(OptimizerKind o);
 const char* to_string(SchedulerKind s);
 const char* to_string(LayerKind l);

@@ -151,6 +151,14 @@ const char* to_string(GradCheck c) {
   }
   return "?";
 }
+const char* to_string(ConvDgradFwd c) {
+  switch (c) {
+    case ConvDgradFwd::Auto: return "auto";
+    case ConvDgradFwd::On: return "on";
+    case ConvDgradFwd::Off: return "off";
+  }
+  return "?";
+}
 const char* to_string(ConvBnBackward c) {
   switch (c) {
     case ConvBnBackward::Separate: return "separate";
@@ -415,6 +423,8 @@ std::string spec_to_yaml(const Spec& spec) {
     y += std::string("  conv_bn_backward: ") + to_string(spec.train.conv_bn_backward) + "\n";
   if (spec.train.grad_check != GradCheck::Auto)  // only when not the default: older specs keep their hash
     y += std::string("  grad_check: ") + to_string(spec.train.grad_check) + "\n";
+  if (spec.train.conv_dgrad_fwd != ConvDgradFwd::Auto)  // likewise
+    y += std::string("  conv_dgrad_fwd: ") + to_string(spec.train.conv_dgrad_fwd) + "\n";
   y += "  checkpoint_every: " + std::to_string(spec.train.checkpoint_every) + "\n";
   if (spec.train.checkpoint_every_steps > 0)  // written only when set: specs without it keep their checkpoint hash
     y += "  checkpoint_every_steps: " + std::to_string(spec.train.checkpoint_every_steps) + "\n";

@@ -23,6 +23,7 @@
 #include "runtime/cuda/cuda_context.h"
 #include "runtime/cuda/cudnn_fused_conv.h"
 #include "runtime/ops/conv2d/conv_route.h"
+#include "runtime/ops/conv2d/dgrad_fwd.h"
 
 namespace trctl {
 namespace {
@@ -682,10 +683,22 @@ Status conv_autotune_spec(const Compiled& c, const std::string& path, bool engin
       if (const ConvRoute r = conv_route(route, n.op, d.g);
           r == ConvRoute::Im2col || r == ConvRoute::Fewc || r == ConvRoute::Wgconv)
         continue;
+      const int64_t real_c = d.g.c;
       d.g = conv_plan_geom(route, n.op, d.g);
-      if (!seen.insert(autotune_key(none, ConvDir::Fwd, d)).second) continue;
-      if (Status st = autotune_one(ctx.value().cudnn, d, cache.value(), size_t{256} << 20, engines, report); !st)
-        return st;
+      if (seen.insert(autotune_key(none, ConvDir::Fwd, d)).second)
+        if (Status st = autotune_one(ctx.value().cudnn, d, cache.value(), size_t{256} << 20, engines, report); !st)
+          return st;
+      // train.conv_dgrad_fwd: a data gradient's forward over flipped filters, for the backend to compare
+      // (runtime/cuda/cuda_lower_dgrad_fwd.cpp; measured for every eligible one, fused pairs' included: the cache
+      // does not know the pairs, and for C == K it is the layer's own forward key).
+      if (n.op == OpKind::Conv2dGradInput && c.spec.train.conv_dgrad_fwd != ConvDgradFwd::Off && d.g.c == real_c &&
+          dgrad_fwd_eligible(d.g)) {
+        ConvDesc f = d;
+        f.g = dgrad_fwd_geom(d.g);
+        if (seen.insert(autotune_key(none, ConvDir::Fwd, f)).second)
+          if (Status st = autotune_one(ctx.value().cudnn, f, cache.value(), size_t{256} << 20, engines, report); !st)
+            return st;
+      }
     }
   if (report)
     *report += std::to_string(seen.size()) + " conv geometries measured on " + cuda_context_describe(ctx.value()) +

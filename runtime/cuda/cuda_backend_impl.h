@@ -14,6 +14,7 @@
 #include "core/memplan/grad_check.h"
 #include "core/passes/passes.h"
 #include "runtime/backend.h"
+#include "runtime/cuda/conv_autotune.h"
 #include "runtime/cuda/cuda_context.h"
 #include "runtime/cuda/cudnn_conv.h"
 #include "runtime/cuda/cudnn_fused_conv.h"
@@ -172,6 +173,12 @@ class CudaBackend final : public Backend {
   // conv_ws_ bytes of a wgconv data gradient's flipped filters (K x 9 x C of the io type, rounded up to 256): its
   // batch-norm backward epilogue's partials follow them (cuda_lower_wgconv.cpp).
   size_t wgconv_flipped_bytes(const Conv2dGeom& g) const;
+  // train.conv_dgrad_fwd: the plain cuDNN data gradients that run as cuDNN's forward over flipped filters
+  // (runtime/cuda/cuda_lower_dgrad_fwd.cpp; planned after plan_conv_bn_bwd, may grow conv_ws_bytes_), their
+  // launches (the flip into the start of conv_ws_, then the forward), and the bytes of that flip.
+  Status plan_dgrad_fwd(const AutotuneCache& cache, ConvDesc d);
+  Status lower_dgrad_fwd_node(const Node& n, const std::string& fkey, std::vector<Launch>& out);
+  size_t dgrad_fwd_filter_bytes(const Conv2dGeom& g) const;
   // train.conv_bn_stats (fused / auto): the conv -> training batch norm pairs whose conv runs cuDNN's conv + genstats
   // graph and whose batch norm finalizes its statistics from the sums; planned at the end of plan_cnn.
   Status plan_conv_bn_stats();
@@ -225,6 +232,7 @@ class CudaBackend final : public Backend {
     return nullptr;
   }
   std::map<std::string, CudnnConvPlan> conv_;  // by geometry key (cudnn_conv_describe's input part)
+  std::map<std::string, std::string> dgrad_fwd_;  // train.conv_dgrad_fwd: a data gradient's conv_key -> its forward's
   ConvAlgoSources conv_sources_;                // where conv_'s algorithms came from (plan_cnn)
   void* conv_ws_ = nullptr;                     // one cuDNN workspace: the step's launches run one after another
   size_t conv_ws_bytes_ = 0;

@@ -149,6 +149,7 @@ Status CudaBackend::plan_cnn() {
     }
   if (Status st = plan_conv_bn_stats(); !st.ok()) return st;  // may grow conv_ws_bytes_
   if (Status st = plan_conv_bn_bwd(); !st.ok()) return st;    // likewise
+  if (Status st = plan_dgrad_fwd(cache.value(), d); !st.ok()) return st;  // likewise (after the pairs)
   if (Status st = plan_pool_xa(); !st.ok()) return st;
   for (const ConvBnApplyFold& f : wg_folds) {  // (their weight gradients' plans: plan_wgconv above)
     const Node& bn = c_.graph.programs[f.program].nodes[f.bn];
@@ -469,6 +470,8 @@ Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
   } else if (n.op == OpKind::Conv2dGradInput) {
     if (n.attrs.accumulate)  // pass_fuse_grad_accumulate fuses only pointwise ones, which are GEMMs
       return Error{ErrCode::Internal, "cuda backend", "a cuDNN dgrad with a fused gradient sum: " + n.name};
+    if (auto f = dgrad_fwd_.find(conv_key(real)); f != dgrad_fwd_.end() && !padded)  // train.conv_dgrad_fwd
+      return lower_dgrad_fwd_node(n, f->second, out);
     const void* dy = at(n.in[0]);
     const void* w = pad_w(weight_ptr(n.in[1]));
     void* dx = at(n.out[0]);

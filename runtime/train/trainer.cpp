@@ -658,6 +658,9 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
              conv->wgconv_fwd, conv->wgconv_bn_folded, conv->wgconv_bn_unwritten);
   if (const ConvAlgoSources* conv = be->conv_algo_sources(); conv && conv->wgconv_wgrad > 0)
     log.info("weight gradients on trctl's wgmma ring kernel (train.conv_wgconv): {} (per program)", conv->wgconv_wgrad);
+  if (const ConvAlgoSources* conv = be->conv_algo_sources(); conv && conv->dgrad_fwd > 0)
+    log.info("data gradients as cuDNN forward convolutions over flipped filters (train.conv_dgrad_fwd): {} (per "
+             "program)", conv->dgrad_fwd);
   if (const ConvAlgoSources* conv = be->conv_algo_sources(); conv && conv->bn_grad_folded > 0)
     log.info("batch-norm backward dx computed in the few-channel weight gradient: {} batch norms (third pass skipped)",
              conv->bn_grad_folded);

@@ -1,4 +1,5 @@
-// grad_check_plan (core/memplan/grad_check.h) and the train.grad_check key: under fp16 storage a linear weight
+// grad_check_plan (core/memplan/grad_check.h), the train.grad_check key (and train.conv_dgrad_fwd, the other train key
+// outside the checkpoint hash): under fp16 storage a linear weight
 // gradient larger than twice its fp16 operands is checked through dY and X and left out of the ranges; everything
 // else (bf16, fp32, accumulation, small layers, by_operands false) keeps [0, trainable_bytes); the ranges and the
 // left-out bytes always add up to the layout; grad_check_by_operands says no for full, ranks and injected NaNs; the
@@ -138,28 +139,50 @@ TEST_CASE("grad_check_by_operands: auto, one process, no injected NaN", "[grad_c
   CHECK_FALSE(grad_check_by_operands(s, false));
 }
 
-TEST_CASE("train.grad_check parses, round-trips, is written only when not auto and keeps the checkpoint hash",
-          "[spec][grad_check]") {
+namespace {
+
+// A train key that does not change what a step computes: `key: value` parses to `expected`, round-trips, is written
+// only when not the default (`dflt`), keeps the checkpoint hash, takes a k=v override, and an unknown value is an
+// error at its line.
+template <class E>
+void check_hash_neutral_key(const std::string& key, const std::string& value, E expected, E dflt,
+                            E (*get)(const Spec&)) {
   using namespace spec_test;
-  Result<Spec> full = parse(std::string("train: {grad_check: full}\n") + kMinimal);
-  INFO((full.ok() ? std::string() : full.error_text()));
-  REQUIRE(full.ok());
-  CHECK(full->train.grad_check == GradCheck::Full);
-  const std::string yaml = spec_to_yaml(full.value());
-  CHECK_THAT(yaml, Catch::Contains("grad_check: full"));
+  CAPTURE(key, value);
+  Result<Spec> set = parse("train: {" + key + ": " + value + "}\n" + kMinimal);
+  INFO((set.ok() ? std::string() : set.error_text()));
+  REQUIRE(set.ok());
+  CHECK(get(set.value()) == expected);
+  const std::string yaml = spec_to_yaml(set.value());
+  CHECK_THAT(yaml, Catch::Contains(key + ": " + value));
   Result<Spec> back = parse(yaml);
   REQUIRE(back.ok());
-  CHECK(first_difference(full.value(), back.value()).empty());
+  CHECK(first_difference(set.value(), back.value()).empty());
   Result<Spec> plain = parse(kMinimal);
   REQUIRE(plain.ok());
-  CHECK(plain->train.grad_check == GradCheck::Auto);
-  CHECK_THAT(spec_to_yaml(plain.value()), !Catch::Contains("grad_check"));
-  CHECK(ckpt_spec_hash(full.value()) == ckpt_spec_hash(plain.value()));  // the same computation
-  Result<Spec> over = parse(kMinimal, {"train.grad_check=full"});
+  CHECK(get(plain.value()) == dflt);
+  CHECK_THAT(spec_to_yaml(plain.value()), !Catch::Contains(key));
+  CHECK(ckpt_spec_hash(set.value()) == ckpt_spec_hash(plain.value()));  // the same computation
+  Result<Spec> over = parse(kMinimal, {"train." + key + "=" + value});
   REQUIRE(over.ok());
-  CHECK(over->train.grad_check == GradCheck::Full);
-  Result<Spec> bad = parse(std::string("train: {grad_check: operands}\n") + kMinimal);
+  CHECK(get(over.value()) == expected);
+  Result<Spec> bad = parse("train: {" + key + ": sometimes}\n" + kMinimal);
   REQUIRE_FALSE(bad.ok());
-  CHECK_THAT(bad.error_text(), Catch::Contains("grad_check"));
+  CHECK_THAT(bad.error_text(), Catch::Contains(key));
   CHECK_THAT(bad.error_text(), Catch::Contains("test.yaml:1"));
+}
+
+}  // namespace
+
+TEST_CASE("train.grad_check parses, round-trips, is written only when not auto and keeps the checkpoint hash",
+          "[spec][grad_check]") {
+  check_hash_neutral_key<GradCheck>("grad_check", "full", GradCheck::Full, GradCheck::Auto,
+                                    [](const Spec& s) { return s.train.grad_check; });
+}
+
+TEST_CASE("train.conv_dgrad_fwd parses, round-trips, is written only when not auto and keeps the checkpoint hash",
+          "[spec][dgrad_fwd]") {
+  auto get = [](const Spec& s) { return s.train.conv_dgrad_fwd; };
+  check_hash_neutral_key<ConvDgradFwd>("conv_dgrad_fwd", "on", ConvDgradFwd::On, ConvDgradFwd::Auto, get);
+  check_hash_neutral_key<ConvDgradFwd>("conv_dgrad_fwd", "off", ConvDgradFwd::Off, ConvDgradFwd::Auto, get);
 }
