@@ -83,7 +83,8 @@ Status CudaBackend::plan_dgrad_fwd(const AutotuneCache& cache, ConvDesc d) {
 
 Status CudaBackend::lower_dgrad_fwd_node(const Node& n, const std::string& fkey, std::vector<Launch>& out) {
   auto it = conv_.find(fkey);
-  if (it == conv_.end()) return Error{ErrCode::Internal, "cuda backend", "no forward plan for the data gradient " + n.name};
+  if (it == conv_.end())
+    return Error{ErrCode::Internal, "cuda backend", "no forward plan for the data gradient " + n.name};
   const CudnnConvPlan* plan = &it->second;
   const auto [xv, wv] = conv_operands(n);
   const Conv2dGeom g = conv2d_geom_of(c_.graph, n, xv, wv);
