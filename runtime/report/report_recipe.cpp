@@ -315,6 +315,9 @@ std::string conv_algorithms_text(const YAML::Node& train, BackendKind be, const 
               : std::string());
   if (c.wgconv_wgrad > 0)
     s += "; " + std::to_string(c.wgconv_wgrad) + " weight gradients on trctl's wgmma kernel (train.conv_wgconv)";
+  if (c.dgrad_fwd > 0)
+    s += "; " + std::to_string(c.dgrad_fwd) +
+         " data gradients as cuDNN forward convolutions over flipped filters (train.conv_dgrad_fwd)";
   if (c.bn_bwd_mode != "separate")
     s += "; " + std::to_string(c.bn_bwd_fused) + " batch norms' backward reductions in their data gradient's " +
          "epilogue (cuDNN's graph (d) or wgconv's; train.conv_bn_backward: " + c.bn_bwd_mode + ")";

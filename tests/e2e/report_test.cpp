@@ -489,19 +489,24 @@ TEST_CASE("run.json's conv -> batch norm statistics counts (train.conv_bn_stats)
   REQUIRE(back_unwritten.ok());
   CHECK(back_unwritten->conv.wgconv_bn_unwritten == 1);
   f.conv.wgconv_fwd = f.conv.wgconv_bn_folded = f.conv.wgconv_bn_unwritten = 0;
-  CHECK_THAT(with_grad, !Catch::Contains("wgconv_wgrad"));  // train.conv_wgconv wgrad / all only
-  f.conv.wgconv_wgrad = 3;
-  const std::string with_wgrad = run_facts_json(f);
-  CHECK_THAT(with_wgrad, Catch::Contains("\"wgconv_wgrad\": 3"));
-  Result<RunFacts> back_wgrad = run_facts_parse(with_wgrad, "run.json");
-  REQUIRE(back_wgrad.ok());
-  CHECK(back_wgrad->conv.wgconv_wgrad == 3);
-  Result<RunFacts> bad_wgrad = run_facts_parse(
-      R"({"backend": "cuda", "conv_algorithms": {"from_cache": 0, "from_heuristics": 1, "wgconv_wgrad": 1.5}})",
-      "run.json");
-  REQUIRE_FALSE(bad_wgrad.ok());
-  CHECK_THAT(bad_wgrad.error_text(), Catch::Contains("conv_algorithms.wgconv_wgrad"));
-  f.conv.wgconv_wgrad = 0;
+  // Counts written only when > 0 (train.conv_wgconv wgrad / all; train.conv_dgrad_fwd), read back, a fraction refused.
+  for (auto [key, field] : {std::pair{"wgconv_wgrad", &ConvAlgoSources::wgconv_wgrad},
+                            std::pair{"dgrad_fwd", &ConvAlgoSources::dgrad_fwd}}) {
+    CAPTURE(key);
+    CHECK_THAT(with_grad, !Catch::Contains(key));
+    f.conv.*field = 3;
+    const std::string with = run_facts_json(f);
+    CHECK_THAT(with, Catch::Contains("\"" + std::string(key) + "\": 3"));
+    Result<RunFacts> back = run_facts_parse(with, "run.json");
+    REQUIRE(back.ok());
+    CHECK(back->conv.*field == 3);
+    Result<RunFacts> bad = run_facts_parse(R"({"backend": "cuda", "conv_algorithms": {"from_cache": 0, )"
+                                           R"("from_heuristics": 1, ")" + std::string(key) + R"(": 1.5}})",
+                                           "run.json");
+    REQUIRE_FALSE(bad.ok());
+    CHECK_THAT(bad.error_text(), Catch::Contains("conv_algorithms." + std::string(key)));
+    f.conv.*field = 0;
+  }
   CHECK_THAT(with_grad, !Catch::Contains("graph_engines"));  // written only when a plan runs a graph-API config
   f.conv.graph_engines = 3;
   const std::string with_engines = run_facts_json(f);

@@ -23,6 +23,7 @@
 #include "runtime/cuda/device_utils.cuh"
 #include "runtime/cuda/wgmma_sm90a.cuh"
 #include "runtime/ops/batchnorm/bn_elem.cuh"
+#include "runtime/ops/conv2d/dgrad_fwd_cuda.h"
 #include "runtime/ops/conv2d/wgconv.h"
 #include "runtime/ops/conv2d/wgconv_ring.cuh"
 
@@ -614,16 +615,6 @@ RingKernel ring_kernel_t() {
   return &wgconv_ring_kernel<T, BN, PXN, ST, BB>;
 }
 
-// w (K, 3, 3, C) -> wf (C, 3, 3, K), wf[c][r][s][k] = w[k][2 - r][2 - s][c]; one thread per element of wf (16-bit).
-__global__ void flip_filters_kernel(const uint16_t* __restrict__ w, uint16_t* __restrict__ wf, int64_t k, int64_t c) {
-  const int64_t total = k * 9 * c;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t kk = i % k, tap = (i / k) % 9, cc = i / (9 * k);
-    wf[i] = w[(kk * 9 + (8 - tap)) * c + cc];  // (2 - r, 2 - s) is tap 8 - (3 r + s)
-  }
-}
-
 using WgKernel = void (*)(const void*, const void*, void*, int, int, int, int, int);
 
 template <class T, int BM, int BN>
@@ -762,17 +753,17 @@ Result<WgConvPlan> wgconv_plan(const Conv2dGeom& g, GpuDType io, WgConvTile tile
   return p;
 }
 
+// The data gradient's filter transform of a 3x3 pad-1 conv (dgrad_fwd.h: w' is that of any stride-1 conv's data
+// gradient as a forward conv; its kernel reads and writes through a shared-memory tile).
 Status wgconv_flip_filters_cuda(cudaStream_t stream, GpuDType io, const void* w, int64_t k, int64_t c,
                                 void* w_flipped) {
   if (io != GpuDType::F16 && io != GpuDType::BF16)
     return Error{ErrCode::Internal, "wgconv", "filters to flip must be f16 or bf16"};
-  const int64_t total = k * 9 * c;
-  if (total <= 0) return ok_status();
-  const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 4096));
-  flip_filters_kernel<<<blocks, 256, 0, stream>>>(static_cast<const uint16_t*>(w), static_cast<uint16_t*>(w_flipped),
-                                                   k, c);
-  TRCTL_CUDA_TRY(cudaGetLastError());
-  return ok_status();
+  if (k <= 0 || c <= 0) return ok_status();
+  Conv2dGeom g;  // a 1x1 image: only C, K and the 3x3 pad-1 filter matter to the transform
+  g.n = g.h = g.w = 1, g.c = c, g.k = k, g.r = g.s = 3, g.pad_h = g.pad_w = 1;
+  conv2d_geom_finish(g, nullptr);  // valid: 1 + 2 - 3 + 1 = 1 output pixel
+  return dgrad_fwd_filter_cuda(stream, g, io, w, w_flipped);
 }
 
 size_t wgconv_stats_workspace_bytes(const WgConvPlan& p) {
