@@ -14,6 +14,8 @@
 #include "runtime/cuda/s2d_conv.h"
 #include "runtime/ops/batchnorm/batchnorm_cuda.h"
 #include "runtime/ops/channel_copy/channel_copy_cuda.h"
+#include "runtime/ops/conv2d/dgrad_fwd.h"
+#include "runtime/ops/conv2d/dgrad_fwd_cuda.h"
 #include "runtime/ops/conv2d/fewc_cuda.h"
 #include "runtime/ops/conv2d/wgconv.h"
 #include "runtime/ops/conv2d/s2d.h"
@@ -257,7 +259,8 @@ Status each_wgconv_plan(Bench& b, const Conv2dGeom& g, const std::vector<WgConvT
 // non-deterministic allowed) against trctl's wgmma conv (wgconv.h) with each kernel and CTA tile: the forward
 // ("not supported" rows for a tile the layer or the device does not take), the input's batch norm + ReLU then the
 // conv (C = 64: the ring kernels' prologue, RingPx256N64 with the statistics too, and with the activation written
-// out as well), the data gradient, and the weight gradient (the ring weight-gradient kernel where C, K <= 128).
+// out as well), the data gradient (also as cuDNN's forward over the transformed filters: train.conv_dgrad_fwd), and
+// the weight gradient (the ring weight-gradient kernel where C, K <= 128).
 Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
   const cudaStream_t s = b.ctx.stream;
   constexpr VggLayer kLayers[] = {{224, 64, "vgg16 conv1_2"}, {112, 64, "vgg16 conv2_1", 128},
@@ -335,6 +338,24 @@ Status bench_wgconv(Bench& b, const void* random, int64_t random_n) {
     st = b.add(nd + " cudnn f16", vc->size, vc->flops, true, b.gemm_f16, [&] {
       return cudnn_conv_dgrad(b.ctx.cudnn, s, vc->legacy, y.p, w.p, x.p, ws.p, wsb);
     });
+    // train.conv_dgrad_fwd: the same data gradient as cuDNN's forward of dY over the transformed filters (the
+    // transform inside the timing), the forward geometry's heuristic plan.
+    if (st.ok()) {
+      ConvDesc fd;
+      fd.g = dgrad_fwd_geom(g);
+      fd.io = GpuDType::F16;
+      fd.deterministic = false;
+      fd.need_dgrad = false;
+      Result<CudnnConvPlan> fp = cudnn_conv_plan(b.ctx.cudnn, fd);
+      if (!fp.ok()) return fp.errors();
+      const size_t fwsb = std::max<size_t>(cudnn_conv_workspace_bytes(fp.value()), 256);
+      DeviceBuffer fws;
+      TRCTL_CUDA_TRY(cudaMalloc(&fws.p, fwsb));
+      st = b.add(nd + " as fwd cudnn f16", vc->size, vc->flops, true, b.gemm_f16, [&]() -> Status {
+        if (Status f = dgrad_fwd_filter_cuda(s, g, GpuDType::F16, w.p, wf.p); !f.ok()) return f;
+        return cudnn_conv_fwd(b.ctx.cudnn, s, fp.value(), y.p, wf.p, nullptr, x.p, fws.p, fwsb);
+      });
+    }
     if (st.ok())
       st = each_wgconv_plan(b, wgconv_dgrad_geom(g), all, "", vc->size, [&](WgConvTile t, const WgConvPlan& p) {
         return b.add(nd + " wgconv " + wgconv_tile_name(t) + " f16", vc->size, vc->flops, true, b.gemm_f16,
