@@ -237,8 +237,8 @@ void parse_train_section(Diagnostics& d, const YamlNode& map, TrainSpec& out) {
              {"epochs", "precision", "device", "threads", "deterministic", "checkpoint_every", "checkpoint_every_steps",
               "keep_last", "keep_best", "ema_decay", "eval_ema", "validate_every", "early_stopping_patience",
               "early_stopping_metric", "early_stopping_min_delta", "accumulate_steps", "conv_im2col",
-              "conv_s2d", "conv_fewc", "conv_wgconv", "conv_bn_stats", "conv_bn_apply", "conv_bn_backward", "grad_check",
-              "conv_dgrad_fwd"});
+              "conv_s2d", "conv_fewc", "conv_wgconv", "conv_bn_stats", "conv_bn_apply", "conv_bn_backward",
+              "grad_check", "conv_dgrad_fwd"});
   get_int(d, map, s, "epochs", int_at_least(1), out.epochs);
   get_enum(d, map, s, "precision", {Precision::Fp32, Precision::Tf32, Precision::Fp16, Precision::Bf16},
            out.precision);

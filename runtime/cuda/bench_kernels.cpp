@@ -1,7 +1,8 @@
 // cuda_bench_kernels: ceilings first (copy bandwidth, GEMM rates), then every kernel at sizes that fill the chip
 // and at the MLP's own sizes, then the RGB-stem convolutions (im2col + GEMM, space-to-depth + cuDNN, plain cuDNN);
 // median of repeated event-timed launches after a warm-up. This file: the harness, the ceilings, the memory-bound
-// kernels, the batch fetch, the MLP's GEMMs, the batch norm + pool rows and the table; the convolution rows: bench_kernels_conv.cpp.
+// kernels, the batch fetch, the MLP's GEMMs, the batch norm + pool rows and the table; the convolution rows:
+// bench_kernels_conv.cpp.
 #include "runtime/cuda/bench_kernels.h"
 
 #include <cuda_runtime.h>
@@ -191,8 +192,8 @@ Status bench_batch_fetch(Bench& b, double bw) {
   const std::string name = "augment batch " + std::to_string(batch) + "x224^2x3 u8 -> f16";
   if (!b.wanted(name + " normalize") && !b.wanted(name + " flip+normalize")) return ok_status();
   DeviceBuffer px, lab, ord, y, ctr, x;
-  for (auto [buf, bytes] : {std::pair{&px, n * per_c}, {&lab, n * 4}, {&ord, n * 4}, {&y, batch * 4}, {&ctr, int64_t{8}},
-                            {&x, batch * per_c * 2}})
+  for (auto [buf, bytes] : {std::pair{&px, n * per_c}, {&lab, n * 4}, {&ord, n * 4}, {&y, batch * 4},
+                            {&ctr, int64_t{8}}, {&x, batch * per_c * 2}})
     TRCTL_CUDA_TRY(cudaMalloc(&buf->p, static_cast<size_t>(bytes)));
   std::vector<uint8_t> hp(static_cast<size_t>(n * per_c));
   uint32_t h = 12345;

@@ -170,14 +170,14 @@ class CudaBackend final : public Backend {
   bool wgconv_node(const Node& n) const;
   Status plan_wgconv(const Node& n, bool bn_prologue);  // bn_prologue: a weight gradient of a WgFold::unwritten y
   Status lower_wgconv_conv_node(const Node& n, std::vector<Launch>& out);
-  // conv_ws_ bytes of a wgconv data gradient's flipped filters (K x 9 x C of the io type, rounded up to 256): its
-  // batch-norm backward epilogue's partials follow them (cuda_lower_wgconv.cpp).
-  size_t wgconv_flipped_bytes(const Conv2dGeom& g) const;
   // train.conv_dgrad_fwd: the plain cuDNN data gradients that run as cuDNN's forward over flipped filters
-  // (runtime/cuda/cuda_lower_dgrad_fwd.cpp; planned after plan_conv_bn_bwd, may grow conv_ws_bytes_), their
-  // launches (the flip into the start of conv_ws_, then the forward), and the bytes of that flip.
+  // (runtime/cuda/cuda_lower_dgrad_fwd.cpp; planned after plan_conv_bn_bwd, may grow conv_ws_bytes_) and their
+  // launches (the flip into the start of conv_ws_, then the forward).
   Status plan_dgrad_fwd(const AutotuneCache& cache, ConvDesc d);
   Status lower_dgrad_fwd_node(const Node& n, const std::string& fkey, std::vector<Launch>& out);
+  // conv_ws_ bytes of a data gradient's flipped filters W' (K x R x S x C of the io type, rounded up to 256), at the
+  // start of conv_ws_: a conv_dgrad_fwd forward's workspace follows them, and so do a wgconv data gradient's
+  // batch-norm backward partials (cuda_lower_wgconv.cpp).
   size_t dgrad_fwd_filter_bytes(const Conv2dGeom& g) const;
   // train.conv_bn_stats (fused / auto): the conv -> training batch norm pairs whose conv runs cuDNN's conv + genstats
   // graph and whose batch norm finalizes its statistics from the sums; planned at the end of plan_cnn.

@@ -34,8 +34,10 @@ Status CudaBackend::plan_dgrad_fwd(const AutotuneCache& cache, ConvDesc d) {
   dgrad_fwd_.clear();
   const ConvDgradFwd mode = c_.spec.train.conv_dgrad_fwd;
   if (mode == ConvDgradFwd::Off) return ok_status();
-  Result<AutotuneDevice> dev = AutotuneDevice{};
-  bool dev_known = false;
+  const bool measured = mode == ConvDgradFwd::Auto;
+  if (measured && cache.entries.empty()) return ok_status();  // nothing measured: every data gradient stays
+  Result<AutotuneDevice> dev = measured ? autotune_device_current() : Result<AutotuneDevice>(AutotuneDevice{});
+  if (!dev.ok()) return dev.errors();
   std::set<std::string> declined;  // geometries auto keeps on the data gradient
   for (const Program& p : c_.graph.programs)
     for (const Node& n : p.nodes) {
@@ -50,13 +52,7 @@ Status CudaBackend::plan_dgrad_fwd(const AutotuneCache& cache, ConvDesc d) {
       ConvDesc f = d;
       f.g = dgrad_fwd_geom(d.g);
       f.need_dgrad = false;
-      if (!dgrad_fwd_.count(key) && mode == ConvDgradFwd::Auto) {
-        if (cache.entries.empty()) return ok_status();  // nothing measured: every data gradient stays
-        if (!dev_known) {
-          dev = autotune_device_current();
-          if (!dev.ok()) return dev.errors();
-          dev_known = true;
-        }
+      if (measured && !dgrad_fwd_.count(key)) {
         const auto dg = cache.entries.find(autotune_key(dev.value(), ConvDir::Dgrad, d));
         const auto fw = cache.entries.find(autotune_key(dev.value(), ConvDir::Fwd, f));
         if (dg == cache.entries.end() || fw == cache.entries.end() ||

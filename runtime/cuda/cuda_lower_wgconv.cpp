@@ -56,13 +56,8 @@ Status CudaBackend::plan_wgconv(const Node& n, bool bn_prologue) {
     return ok_status();
   }
   ++conv_sources_.wgconv_dgrad;
-  conv_ws_bytes_ = std::max(conv_ws_bytes_, wgconv_flipped_bytes(g));
+  conv_ws_bytes_ = std::max(conv_ws_bytes_, dgrad_fwd_filter_bytes(g));
   return ok_status();
-}
-
-size_t CudaBackend::wgconv_flipped_bytes(const Conv2dGeom& g) const {
-  const size_t b = static_cast<size_t>(g.k * 9 * g.c) * gpu_dtype_size(act_type());
-  return (b + 255) / 256 * 256;
 }
 
 // A folded batch norm's apply as a ring kernel's prologue: its parameters and saved statistics, its ReLU (no act_out).
@@ -127,7 +122,7 @@ Status CudaBackend::lower_wgconv_conv_node(const Node& n, std::vector<Launch>& o
       bb.invstd = f32(bn.in[4]);
       bb.dgamma = f32(bn.out[1]);
       bb.dbeta = f32(bn.out[2]);
-      const size_t off = wgconv_flipped_bytes(g);
+      const size_t off = dgrad_fwd_filter_bytes(g);
       bb.ws = static_cast<char*>(conv_ws_) + off;
       bb.ws_bytes = conv_ws_bytes_ - off;
       out.push_back([=] { return wgconv_fwd_cuda(s, *plan, dy, wf, y, nullptr, nullptr, &bb); });
