@@ -291,8 +291,10 @@ enum class GradCheck { Auto, Full };
 // products, summed in another order; the filters flipped by a small kernel before each such conv). auto = where the
 // autotune cache (`trctl bench CFG --autotune`) measured that forward at least 3 % faster than the data gradient's
 // best algorithm, else the data gradient (without a cache: never); on = every eligible one (tests, A/B runs); off =
-// never. Like the autotune's algorithm choice it changes the rounding of dX, not what is computed (not part of a
-// checkpoint's spec hash). No effect on the CPU backend.
+// never, the default: in VGG16-BN's step (RESULTS.md run 81, H100, cuDNN 9.14) auto took 3 data gradients and ran
+// 0.15 % slower than off, cuDNN's own data gradients being about as fast as its forwards there. Like the autotune's
+// algorithm choice it changes the rounding of dX, not what is computed (not part of a checkpoint's spec hash). No
+// effect on the CPU backend.
 enum class ConvDgradFwd { Auto, On, Off };
 struct TrainSpec {
   int epochs = 1;               // >= 1
@@ -313,7 +315,7 @@ struct TrainSpec {
   ConvBnApply conv_bn_apply = ConvBnApply::Separate;  // YAML conv_bn_apply: separate | prologue
   ConvBnBackward conv_bn_backward = ConvBnBackward::Auto;  // YAML conv_bn_backward: separate | fused | auto
   GradCheck grad_check = GradCheck::Auto;                  // YAML grad_check: auto | full
-  ConvDgradFwd conv_dgrad_fwd = ConvDgradFwd::Auto;        // YAML conv_dgrad_fwd: auto | on | off
+  ConvDgradFwd conv_dgrad_fwd = ConvDgradFwd::Off;         // YAML conv_dgrad_fwd: auto | on | off
   int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
   // Optimizer steps between mid-epoch checkpoints (checkpoints/epoch-NNNN-step-SSSSSSSS, with the data position);
   // 0 = none. Independent of checkpoint_every (both may be set); not part of the checkpoint's spec hash.

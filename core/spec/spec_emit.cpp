@@ -423,7 +423,7 @@ std::string spec_to_yaml(const Spec& spec) {
     y += std::string("  conv_bn_backward: ") + to_string(spec.train.conv_bn_backward) + "\n";
   if (spec.train.grad_check != GradCheck::Auto)  // only when not the default: older specs keep their hash
     y += std::string("  grad_check: ") + to_string(spec.train.grad_check) + "\n";
-  if (spec.train.conv_dgrad_fwd != ConvDgradFwd::Auto)  // likewise
+  if (spec.train.conv_dgrad_fwd != ConvDgradFwd::Off)  // likewise (off the default)
     y += std::string("  conv_dgrad_fwd: ") + to_string(spec.train.conv_dgrad_fwd) + "\n";
   y += "  checkpoint_every: " + std::to_string(spec.train.checkpoint_every) + "\n";
   if (spec.train.checkpoint_every_steps > 0)  // written only when set: specs without it keep their checkpoint hash

@@ -64,10 +64,7 @@ run: {progress: off}
 
 Spec spec_of(const fs::path& out_dir, const std::string& precision) {
   Result<Spec> s = spec_parse(kYaml, "conv_sources.yaml",
-                              {"run.out_dir=" + out_dir.string(), "run.name=r", "train.precision=" + precision,
-                               // the counts are of cuDNN's per-direction plans: no data gradient as a forward
-                               // (train.conv_dgrad_fwd, whose auto may add one after the autotune: dgrad_fwd_test)
-                               "train.conv_dgrad_fwd=off"});
+                              {"run.out_dir=" + out_dir.string(), "run.name=r", "train.precision=" + precision});
   INFO((s.ok() ? std::string() : s.error_text()));
   REQUIRE(s.ok());
   return s.value();

@@ -149,7 +149,7 @@ TEST_CASE("train.conv_dgrad_fwd on runs the data gradients as forward convs: cou
   const BuiltBackend on = build_backend(spec_of({"train.conv_dgrad_fwd=on"})),
                      on2 = build_backend(spec_of({"train.conv_dgrad_fwd=on"})),
                      off = build_backend(spec_of({"train.conv_dgrad_fwd=off"})),
-                     automatic = build_backend(spec_of({}));
+                     automatic = build_backend(spec_of({"train.conv_dgrad_fwd=auto"}));
   const int programs = dgrad_programs(*on.c);
   REQUIRE(programs >= 1);
   CHECK(on.be->conv_algo_sources()->dgrad_fwd == 2 * programs);  // conv1's and conv2's
@@ -177,7 +177,8 @@ TEST_CASE("train.conv_dgrad_fwd auto takes the data gradients whose forward the 
   testing::ScratchDir scratch("trctl_dgrad_fwd_gpu");
   const std::string path = (scratch.path / "conv_autotune.txt").string();
   EnvGuard env("TRCTL_AUTOTUNE_CACHE", path);
-  const BuiltBackend first = build_backend(spec_of({}));
+  // auto (not the default): the autotune measures each data gradient's forward geometry only then
+  const BuiltBackend first = build_backend(spec_of({"train.conv_dgrad_fwd=auto"}));
   REQUIRE_OK(conv_autotune_spec(*first.c, path, false, nullptr));
   Result<AutotuneCache> cache = autotune_cache_load(path);
   REQUIRE_OK(cache);
@@ -200,10 +201,10 @@ TEST_CASE("train.conv_dgrad_fwd auto takes the data gradients whose forward the 
   entry(ConvDir::Dgrad, c2).ms = 1.0f;
   entry(ConvDir::Fwd, c1).ms = 0.99f;
   REQUIRE_OK(autotune_cache_save(path, cache.value()));
-  const BuiltBackend tuned = build_backend(spec_of({}));
+  const BuiltBackend tuned = build_backend(spec_of({"train.conv_dgrad_fwd=auto"}));
   const int programs = dgrad_programs(*tuned.c);
   CHECK(tuned.be->conv_algo_sources()->dgrad_fwd == programs);  // conv1's only
-  CHECK(build_backend(spec_of({"train.conv_dgrad_fwd=off"})).be->conv_algo_sources()->dgrad_fwd == 0);
+  CHECK(build_backend(spec_of({})).be->conv_algo_sources()->dgrad_fwd == 0);  // the default: off
   CHECK(build_backend(spec_of({"train.conv_dgrad_fwd=on"})).be->conv_algo_sources()->dgrad_fwd == 2 * programs);
   const double l = one_train_step(tuned, 12 * 10 * 3);
   CHECK(std::isfinite(l));

@@ -304,8 +304,7 @@ run: {progress: off}
 Spec stem_spec(const fs::path& out_dir, const char* s2d) {
   Result<Spec> s = spec_parse(kStemYaml, "s2d_stem.yaml",
                               {"run.out_dir=" + out_dir.string(), "run.name=r", std::string("train.conv_s2d=") + s2d,
-                               "train.conv_fewc=off",  // else the forward runs trctl's few-channel kernel
-                               "train.conv_dgrad_fwd=off"});  // conv2's data gradient stays cuDNN's (counted as 5)
+                               "train.conv_fewc=off"});  // else the forward runs trctl's few-channel kernel
   INFO((s.ok() ? std::string() : s.error_text()));
   REQUIRE(s.ok());
   return s.value();
