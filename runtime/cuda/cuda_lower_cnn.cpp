@@ -340,7 +340,8 @@ Status CudaBackend::plan_conv_bn_bwd() {
       auto it = wgconv_.find(conv_key(pr.g));
       if (it == wgconv_.end())
         return Error{ErrCode::Internal, "cuda backend", "no wgconv data-gradient plan for " + d.name};
-      conv_ws_bytes_ = std::max(conv_ws_bytes_, dgrad_fwd_filter_bytes(pr.g) + wgconv_stats_workspace_bytes(it->second));
+      conv_ws_bytes_ =
+          std::max(conv_ws_bytes_, dgrad_fwd_filter_bytes(pr.g) + wgconv_stats_workspace_bytes(it->second));
       conv_bn_bwd_.emplace(d.out[0], pr);
       ++conv_sources_.bn_bwd_fused;
       continue;

@@ -177,7 +177,7 @@ TEST_CASE("train.conv_dgrad_fwd auto takes the data gradients whose forward the 
   testing::ScratchDir scratch("trctl_dgrad_fwd_gpu");
   const std::string path = (scratch.path / "conv_autotune.txt").string();
   EnvGuard env("TRCTL_AUTOTUNE_CACHE", path);
-  // auto (not the default): the autotune measures each data gradient's forward geometry only then
+  // auto (not the default): the autotune measures each data gradient's forward geometry only when the key is not off
   const BuiltBackend first = build_backend(spec_of({"train.conv_dgrad_fwd=auto"}));
   REQUIRE_OK(conv_autotune_spec(*first.c, path, false, nullptr));
   Result<AutotuneCache> cache = autotune_cache_load(path);
