@@ -8,7 +8,7 @@ const std::vector<std::string>& compiler_stages() {
                                                   "fuse_bn_add", "autodiff", "fold_conv_bias",
                                                   "fuse_bn_pool", "fuse_bn_relu_grad", "fuse_grad_accumulate",
                                                   "accumulate_insert",
-                                                  "optimizer_insert", "memplan"};
+                                                  "optimizer_insert", "overlap_wgrad", "memplan"};
   return stages;
 }
 
@@ -63,6 +63,8 @@ Result<Compiled> compile_spec(const Spec& spec, const DataShape& data, const Com
       {"accumulate_insert", pass_accumulate_insert},
       {"optimizer_insert",
        [&](Graph& gr, Program& p) { return pass_optimizer_insert(gr, p, spec.optimizer, spec.train.ema_decay > 0); }},
+      {"overlap_wgrad",
+       [&](Graph& gr, Program& p) { return pass_overlap_wgrad(gr, p, spec.train.conv_wgrad_overlap); }},
   };
   for (const auto& [name, pass] : passes) {
     if ((name == "optimizer_insert" && !opt.optimizer) || (name == "fold_conv_bias" && !opt.fold_conv_bias) ||

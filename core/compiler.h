@@ -38,7 +38,8 @@ struct Compiled {
 
 // Stage names, in order: "graph_build", "fuse_linear_relu", "fuse_norm_add_relu", "fuse_bn_add", "autodiff",
 // "fold_conv_bias", "fuse_bn_pool", "fuse_bn_relu_grad", "fuse_grad_accumulate", "accumulate_insert" (a no-op
-// without train.accumulate_steps), "optimizer_insert", "memplan".
+// without train.accumulate_steps), "optimizer_insert", "overlap_wgrad" (a no-op without train.conv_wgrad_overlap),
+// "memplan".
 const std::vector<std::string>& compiler_stages();
 
 // Called after each stage with its name and the state so far (the plan is valid only after "memplan").

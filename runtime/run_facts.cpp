@@ -41,6 +41,7 @@ std::string run_facts_json(const RunFacts& f) {
     if (c.wgconv_bn_unwritten > 0) s += ", \"wgconv_bn_unwritten\": " + std::to_string(c.wgconv_bn_unwritten);
     if (c.wgconv_wgrad > 0) s += ", \"wgconv_wgrad\": " + std::to_string(c.wgconv_wgrad);
     if (c.dgrad_fwd > 0) s += ", \"dgrad_fwd\": " + std::to_string(c.dgrad_fwd);
+    if (c.wgrad_overlapped > 0) s += ", \"wgrad_overlapped\": " + std::to_string(c.wgrad_overlapped);
     if (c.bn_bwd_mode != "separate")
       s += ", \"bn_backward\": {\"mode\": " + json_quote(c.bn_bwd_mode) + ", \"fused\": " +
            std::to_string(c.bn_bwd_fused) + ", \"separate\": " + std::to_string(c.bn_bwd_separate) +
@@ -152,7 +153,7 @@ Result<RunFacts> run_facts_parse(const std::string& text, const std::string& pat
   for (auto [key, out] : {std::pair{"wgconv_dgrad", &f.conv.wgconv_dgrad}, {"wgconv_fwd", &f.conv.wgconv_fwd},
                           {"wgconv_bn_folded", &f.conv.wgconv_bn_folded},
                           {"wgconv_bn_unwritten", &f.conv.wgconv_bn_unwritten}, {"wgconv_wgrad", &f.conv.wgconv_wgrad},
-                          {"dgrad_fwd", &f.conv.dgrad_fwd}})
+                          {"dgrad_fwd", &f.conv.dgrad_fwd}, {"wgrad_overlapped", &f.conv.wgrad_overlapped}})
     if (conv->find(key) && !count_of(*conv, key, out))
       return Error{ErrCode::Format, path,
                    std::string("conv_algorithms.") + key + ": expected a count (an integer >= 0)"};

@@ -55,6 +55,9 @@ struct ConvAlgoSources {
   // train.conv_dgrad_fwd: data gradients run as cuDNN's forward over flipped filters, per node of every program;
   // run.json holds it when > 0.
   int dgrad_fwd = 0;
+  // train.conv_wgrad_overlap: weight gradients run on the step's second stream beside the nodes of their window,
+  // per node of every program; run.json holds it when > 0.
+  int wgrad_overlapped = 0;
   // train.conv_bn_backward: the mode in effect (effective_conv_bn_backward: "separate" or "fused", auto resolved;
   // "wgconv" where only data gradients on the ring px kernel pair, under deterministic: true or bf16:
   // wgconv_bn_backward_pairs) and, unless separate, the batch norms + ReLU whose backward reductions a convolution's

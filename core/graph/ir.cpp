@@ -49,6 +49,29 @@ bool fused_pool_window_ok(const Attrs& a) {
          2 * a.pad <= a.kernel;
 }
 
+bool overlap_window_op(OpKind k) {
+  switch (k) {
+    case OpKind::LinearGradInput:
+    case OpKind::LinearGradWeight:
+    case OpKind::LinearGradBias:
+    case OpKind::ZeroFill:
+    case OpKind::ReluGrad:
+    case OpKind::ActivationGrad:
+    case OpKind::DropoutGrad:
+    case OpKind::Add:
+    case OpKind::Flatten:
+    case OpKind::Conv2dGradInput:
+    case OpKind::Conv2dGradWeight:
+    case OpKind::BatchNormGrad:
+    case OpKind::MaxPoolGrad:
+    case OpKind::AvgPoolGrad:
+    case OpKind::GlobalAvgPoolGrad:
+      return true;
+    default:
+      return false;
+  }
+}
+
 const char* to_string(OpKind k) {
   switch (k) {
     case OpKind::Flatten: return "flatten";
@@ -167,6 +190,7 @@ std::string graph_dump(const Graph& g) {
       if (n.attrs.accumulate) os << "[accumulate]";
       if (n.op == OpKind::GradAccumulate) os << (n.attrs.flush ? "[flush]" : "[add]");
       if (n.attrs.grad_scale != 1.0f) os << "[grad_scale=" << n.attrs.grad_scale << "]";  // 1/accumulate_steps
+      if (n.attrs.overlap > 0) os << "[overlap=" << n.attrs.overlap << "]";
       switch (n.op) {
         case OpKind::Conv2d:
         case OpKind::Conv2dGradInput:

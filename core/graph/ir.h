@@ -138,7 +138,16 @@ struct Attrs {
   // Conv2d and pools (square windows): kernel (R = S), stride, zero padding; Conv2d: dilation, groups.
   int32_t kernel = 1, stride = 1, pad = 0, dilation = 1, groups = 1;
   float eps = 1e-5f, momentum = 0.1f;  // BatchNorm
+  // Conv2dGradWeight (pass_overlap_wgrad, train.conv_wgrad_overlap): the next `overlap` nodes of the program may
+  // run beside this one (a backend may start it on a second stream and wait for it before node i + overlap + 1);
+  // none of them reads its outputs, each is an overlap_window_op, and the memory plan keeps its inputs live
+  // through them. 0: runs in program order.
+  int32_t overlap = 0;
 };
+
+// The ops a weight gradient may overlap (Attrs::overlap): backward nodes that read and write only their explicit
+// operands (not the optimizer, the gradient accumulation or any forward node).
+bool overlap_window_op(OpKind k);
 
 // The max-pool windows a batch norm can take in (pass_fuse_bn_pool, graph_verify, the fused kernels): kernel k
 // with k*k <= 256 (the u8 argmax holds the offset in the window), stride 1 <= s <= k (each element in at most

@@ -1,6 +1,8 @@
 // graph_verify: the shape and dtype rule of every op, checked over all programs (run after every pass).
 #include "core/graph/build.h"
 
+#include <algorithm>
+
 namespace trctl {
 namespace {
 
@@ -225,6 +227,24 @@ struct Checker {
   }
 };
 
+// A weight gradient's overlap window (Attrs::overlap): inside the program, of overlap_window_ops, none of which
+// reads its outputs.
+void overlap_window_check(const Program& p, size_t i, std::vector<Error>& errors) {
+  const Node& n = p.nodes[i];
+  auto fail = [&](const std::string& why) {
+    errors.push_back(
+        {ErrCode::Internal, p.name + "/" + n.name, "overlap " + std::to_string(n.attrs.overlap) + ": " + why});
+  };
+  if (n.op != OpKind::Conv2dGradWeight || n.attrs.overlap < 0) return fail("only a weight gradient overlaps");
+  if (i + static_cast<size_t>(n.attrs.overlap) >= p.nodes.size()) return fail("the window passes the program's end");
+  for (size_t q = i + 1; q <= i + static_cast<size_t>(n.attrs.overlap); ++q) {
+    const Node& w = p.nodes[q];
+    if (!overlap_window_op(w.op)) return fail(std::string("the window holds a ") + to_string(w.op));
+    for (ValueId v : w.in)
+      if (std::find(n.out.begin(), n.out.end(), v) != n.out.end()) return fail(w.name + " reads its output");
+  }
+}
+
 }  // namespace
 
 Status graph_verify(const Graph& g) {
@@ -240,6 +260,8 @@ Status graph_verify(const Graph& g) {
       }
       Checker{g, p, n, errors}.check();
     }
+    for (size_t i = 0; i < p.nodes.size(); ++i)
+      if (p.nodes[i].attrs.overlap != 0) overlap_window_check(p, i, errors);
   }
   if (!errors.empty()) return errors;
   return ok_status();

@@ -113,7 +113,7 @@ void place_inputs_results(const Graph& g, MemoryPlan& m) {
   m.region_bytes[static_cast<int>(Region::Hyper)] = kHyperBytes;
 }
 
-// Liveness of every activation root (aliases extend their root's range).
+// Liveness of every activation root (aliases extend their root's range; a node's Attrs::overlap its inputs').
 void compute_liveness(const Graph& g, MemoryPlan& m) {
   std::vector<int64_t> base = program_bases(g);
   for (size_t pi = 0; pi < g.programs.size(); ++pi) {
@@ -127,6 +127,10 @@ void compute_liveness(const Graph& g, MemoryPlan& m) {
       };
       for (ValueId v : p.nodes[i].in) touch(v);
       for (ValueId v : p.nodes[i].out) touch(v);
+      if (p.nodes[i].attrs.overlap > 0) {  // pass_overlap_wgrad: the inputs may be read through the window
+        pos += p.nodes[i].attrs.overlap;
+        for (ValueId v : p.nodes[i].in) touch(v);
+      }
     }
   }
 }

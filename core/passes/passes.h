@@ -8,7 +8,9 @@
 // ReLU backward of a batch norm + residual add + ReLU into that batch norm's backward), fuse_grad_accumulate
 // (a gradient sum into the matrix-product dX node that produces one of its terms), accumulate_insert (gradient
 // accumulation over train.accumulate_steps micro-batches: the GradAccumulate node and its accumulators),
-// optimizer_insert (persistent optimizer state and the OptimizerStep node; none in a micro-batch program).
+// optimizer_insert (persistent optimizer state and the OptimizerStep node; none in a micro-batch program),
+// overlap_wgrad (train.conv_wgrad_overlap: which nodes a weight gradient may run beside; core/passes/
+// overlap_wgrad.cpp).
 #pragma once
 #include "core/graph/ir.h"
 #include "core/spec/spec.h"
@@ -32,6 +34,9 @@ bool is_program_io(const Program& p, ValueId v);
 bool pointwise_conv(const Node& n);
 // ema: one more state copy per parameter (the exponential moving average, after the optimizer's own states).
 Status pass_optimizer_insert(Graph& g, Program& p, const OptimizerSpec& opt, bool ema = false);
+
+// data_gradients: train.conv_wgrad_overlap (0: no node gets a window).
+Status pass_overlap_wgrad(Graph& g, Program& p, int data_gradients);
 
 // Number of optimizer state tensors per parameter (adam/adamw: 2; sgd: 1 with momentum, else 0).
 int optimizer_state_count(const OptimizerSpec& opt);

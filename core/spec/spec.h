@@ -316,6 +316,13 @@ struct TrainSpec {
   ConvBnBackward conv_bn_backward = ConvBnBackward::Auto;  // YAML conv_bn_backward: separate | fused | auto
   GradCheck grad_check = GradCheck::Auto;                  // YAML grad_check: auto | full
   ConvDgradFwd conv_dgrad_fwd = ConvDgradFwd::Off;         // YAML conv_dgrad_fwd: auto | on | off
+  // Weight gradients beside the data gradients (0..4, 0 = off, the default): a convolution's weight gradient may
+  // run beside the nodes that follow it up to and including the N-th data gradient after it (pass_overlap_wgrad
+  // marks it, the memory plan keeps its inputs for those nodes). The CUDA backend runs each such plain cuDNN weight
+  // gradient on a second stream of the captured step, forked after the node before it and joined before the first
+  // node past its window, so that it overlaps the memory-bound batch-norm backward passes; the CPU backend and data
+  // parallelism run in order. The same kernels and sums: not part of a checkpoint's spec hash.
+  int conv_wgrad_overlap = 0;
   int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
   // Optimizer steps between mid-epoch checkpoints (checkpoints/epoch-NNNN-step-SSSSSSSS, with the data position);
   // 0 = none. Independent of checkpoint_every (both may be set); not part of the checkpoint's spec hash.

@@ -75,6 +75,9 @@ CudaBackend::~CudaBackend() {
   if (comm_) TRCTL_CUDA_WARN(cudaStreamSynchronize(ctx_.stream));  // steps holding collectives
   comm_.reset();  // waits for its stream, then finalizes the communicator
   for (cudaEvent_t e : dist_events_) TRCTL_CUDA_WARN(cudaEventDestroy(e));
+  for (cudaEvent_t e : overlap_events_) TRCTL_CUDA_WARN(cudaEventDestroy(e));
+  TRCTL_CUDA_WARN(cudaFree(side_ws_));
+  TRCTL_CUDA_WARN(cudaFree(side_dw_));
   gemm_.clear();
   for (void* p : scratch_) TRCTL_CUDA_WARN(cudaFree(p));
   TRCTL_CUDA_WARN(cudaFree(class_weights_));
@@ -544,12 +547,21 @@ Result<std::vector<Launch>> CudaBackend::lower(int program) {
   Result<Launch> fetch = batch_fetch(program);
   if (!fetch.ok()) return fetch.errors();
   std::vector<Launch> out = {fetch.value()};
+  std::multimap<size_t, cudaEvent_t> joins;  // train.conv_wgrad_overlap: node index -> a forked node's done event
   for (size_t i = 0; i < p.nodes.size(); ++i) {
+    for (auto [it, end] = joins.equal_range(i); it != end; ++it) out.push_back(join_launch(it->second));
     Status ok = comm_ ? dist_before_node(program, i, out) : ok_status();
-    if (ok.ok()) ok = lower_node(program, i, out);
+    if (ok.ok() && wgrad_side_.count({program, i})) {  // runs beside nodes i + 1 .. i + overlap
+      cudaEvent_t done = nullptr;
+      ok = lower_forked_wgrad(program, i, out, &done);
+      joins.emplace(i + 1 + static_cast<size_t>(p.nodes[i].attrs.overlap), done);
+    } else if (ok.ok()) {
+      ok = lower_node(program, i, out);
+    }
     if (ok.ok() && comm_) ok = dist_after_node(program, i, out);
     if (!ok.ok()) return ok.errors();
   }
+  for (auto it = joins.lower_bound(p.nodes.size()); it != joins.end(); ++it) out.push_back(join_launch(it->second));
   return out;
 }
 
@@ -862,7 +874,8 @@ bool CudaBackend::device_memory(RunMemory* out) const {
   for (const SplitData& sd : split_)
     m.resident_data += static_cast<int64_t>(sd.n) * 4 * 2 + (sd.uploaded ? static_cast<int64_t>(sd.bytes) : 0);
   size_t ws = conv_ws_bytes_ + bn_ws_bytes_ + bias_ws_bytes_ + ctx_.workspace_bytes +
-              static_cast<size_t>(2 * pad_x_elems_ + pad_w_elems_) * 2 + s2d_z_bytes_ + s2d_w_bytes_ + pool_xa_bytes_;
+              static_cast<size_t>(2 * pad_x_elems_ + pad_w_elems_) * 2 + s2d_z_bytes_ + s2d_w_bytes_ + pool_xa_bytes_ +
+              side_ws_bytes_ + side_dw_bytes_;
   for (size_t b : ce_ws_bytes_) ws += b;
   for (const auto& [v, sums] : conv_bn_sums_) ws += static_cast<size_t>(c_.graph.values[v].shape.dims.back()) * 8;
   for (const auto& [v, fold] : bn_fold_) ws += static_cast<size_t>(fold.c) * 4;  // (2, C) f16 scale and shift

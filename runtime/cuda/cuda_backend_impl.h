@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -184,6 +185,22 @@ class CudaBackend final : public Backend {
   Status plan_conv_bn_stats();
   Status plan_conv_bn_bwd();  // train.conv_bn_backward (after plan_conv_bn_stats; may grow conv_ws_bytes_)
   Status plan_pool_xa();      // pool_xa_ for every fused batch norm + pool backward over tiling windows
+  // train.conv_wgrad_overlap (runtime/cuda/cuda_lower_overlap.cpp): the weight gradients with an overlap window
+  // that run on ctx_.side_stream (wgrad_side_) and its scratch, planned last in plan_cnn; a forked node's launches
+  // (fork event, the node on the side stream, the event `join` the step stream waits for: join_launch).
+  Status plan_wgrad_overlap();
+  Status lower_forked_wgrad(int program, size_t i, std::vector<Launch>& out, cudaEvent_t* join);
+  Launch join_launch(cudaEvent_t done) const;
+  struct WgradScratch {  // where a plain cuDNN weight gradient runs: its stream, workspace and AMP io-dtype dW
+    cudaStream_t stream;
+    void* ws;
+    size_t ws_bytes;
+    void* dw_io;
+  };
+  // dY, X -> dW (x: X or its channel-padded copy, cp its channels), under AMP through dw_io cast into the fp32
+  // gradient; returns the cuDNN call (for warm_).
+  Launch cudnn_wgrad_launches(const Node& n, const CudnnConvPlan& plan, const void* x, int64_t cp,
+                              const WgradScratch& on, std::vector<Launch>& out);
   BnSums conv_bn_sums(ValueId conv_out) const;  // the pair's sums, or none
   Status lower_batch_norm_node(const Node& n, std::vector<Launch>& out);
   Status bn_param_grads_supported(const Node& n) const;  // dgamma, dbeta go to the parameters' own gradient slots
@@ -314,6 +331,12 @@ class CudaBackend final : public Backend {
   std::unique_ptr<NcclComm> comm_;
   std::map<int, GradBucketPlan> dist_buckets_;  // per train program
   std::vector<cudaEvent_t> dist_events_;        // fork/join events of the captured steps
+  std::set<std::pair<int, size_t>> wgrad_side_;  // train.conv_wgrad_overlap: (program, node) on the side stream
+  void* side_ws_ = nullptr;                       // ... their cuDNN workspace and AMP dW (largest of them)
+  size_t side_ws_bytes_ = 0;
+  void* side_dw_ = nullptr;
+  size_t side_dw_bytes_ = 0;
+  std::vector<cudaEvent_t> overlap_events_;       // ... their fork/join events (per lowering)
 };
 
 }  // namespace trctl::cuda_detail

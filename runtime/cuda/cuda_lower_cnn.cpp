@@ -151,6 +151,7 @@ Status CudaBackend::plan_cnn() {
   if (Status st = plan_conv_bn_bwd(); !st.ok()) return st;    // likewise
   if (Status st = plan_dgrad_fwd(cache.value(), d); !st.ok()) return st;  // likewise (after the pairs)
   if (Status st = plan_pool_xa(); !st.ok()) return st;
+  if (Status st = plan_wgrad_overlap(); !st.ok()) return st;  // after every route and fold is known
   for (const ConvBnApplyFold& f : wg_folds) {  // (their weight gradients' plans: plan_wgconv above)
     const Node& bn = c_.graph.programs[f.program].nodes[f.bn];
     wg_fold_[f.y] = WgFold{f.x, bn.in[1], bn.in[2], bn.out[1], bn.out[2], !f.wgrads.empty()};
@@ -503,13 +504,7 @@ Status CudaBackend::lower_conv_node(const Node& n, std::vector<Launch>& out) {
     // dW in the io dtype (cuDNN's filter type); under AMP cast (and sliced, when padded) into the fp32 gradient.
     if (lowp())
       if (Status st = lowp_wgrad_supported(n); !st.ok()) return st;
-    const void* dy = at(n.in[0]);
-    const void* x = pad_x(at(n.in[1]));
-    void* dw_f32 = at(n.out[0]);
-    void* dw = lowp() ? lowp_dw_ : dw_f32;
-    conv = [=] { return cudnn_conv_wgrad(h, s, *plan, dy, x, dw, ws, wsb); };
-    out.push_back(conv);
-    if (lowp()) out.push_back([=] { return channel_copy_cuda(s, dw, act, cp, dw_f32, GpuDType::F32, c, wrows); });
+    conv = cudnn_wgrad_launches(n, *plan, pad_x(at(n.in[1])), cp, WgradScratch{s, ws, wsb, lowp_dw_}, out);
   }
   warm_.push_back(conv);
   return ok_status();

@@ -318,6 +318,9 @@ std::string conv_algorithms_text(const YAML::Node& train, BackendKind be, const 
   if (c.dgrad_fwd > 0)
     s += "; " + std::to_string(c.dgrad_fwd) +
          " data gradients as cuDNN forward convolutions over flipped filters (train.conv_dgrad_fwd)";
+  if (c.wgrad_overlapped > 0)
+    s += "; " + std::to_string(c.wgrad_overlapped) +
+         " weight gradients on a second stream beside the next nodes (train.conv_wgrad_overlap)";
   if (c.bn_bwd_mode != "separate")
     s += "; " + std::to_string(c.bn_bwd_fused) + " batch norms' backward reductions in their data gradient's " +
          "epilogue (cuDNN's graph (d) or wgconv's; train.conv_bn_backward: " + c.bn_bwd_mode + ")";

@@ -661,6 +661,9 @@ Result<TrainResult> train_run(const Spec& spec, const TrainOptions& opt, spdlog:
   if (const ConvAlgoSources* conv = be->conv_algo_sources(); conv && conv->dgrad_fwd > 0)
     log.info("data gradients as cuDNN forward convolutions over flipped filters (train.conv_dgrad_fwd): {} (per "
              "program)", conv->dgrad_fwd);
+  if (const ConvAlgoSources* conv = be->conv_algo_sources(); conv && conv->wgrad_overlapped > 0)
+    log.info("weight gradients on a second stream beside the next nodes (train.conv_wgrad_overlap {}): {} (per "
+             "program)", spec.train.conv_wgrad_overlap, conv->wgrad_overlapped);
   if (const ConvAlgoSources* conv = be->conv_algo_sources(); conv && conv->bn_grad_folded > 0)
     log.info("batch-norm backward dx computed in the few-channel weight gradient: {} batch norms (third pass skipped)",
              conv->bn_grad_folded);

@@ -186,3 +186,12 @@ TEST_CASE("train.conv_dgrad_fwd parses, round-trips, is written only when not of
   check_hash_neutral_key<ConvDgradFwd>("conv_dgrad_fwd", "on", ConvDgradFwd::On, ConvDgradFwd::Off, get);
   check_hash_neutral_key<ConvDgradFwd>("conv_dgrad_fwd", "auto", ConvDgradFwd::Auto, ConvDgradFwd::Off, get);
 }
+
+TEST_CASE("train.conv_wgrad_overlap parses, round-trips, is written only when not 0 and keeps the checkpoint hash",
+          "[spec][wgrad_overlap]") {
+  auto get = [](const Spec& s) { return s.train.conv_wgrad_overlap; };
+  check_hash_neutral_key<int>("conv_wgrad_overlap", "2", 2, 0, get);
+  Result<Spec> big = spec_test::parse("train: {conv_wgrad_overlap: 5}\n" + std::string(spec_test::kMinimal));
+  REQUIRE_FALSE(big.ok());
+  CHECK_THAT(big.error_text(), Catch::Contains("conv_wgrad_overlap"));
+}
