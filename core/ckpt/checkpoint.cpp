@@ -360,6 +360,7 @@ uint64_t ckpt_spec_hash(const Spec& spec) {
   s.train.grad_check = GradCheck::Auto;  // which values the non-finite check reads: the same skip decision
   s.train.conv_dgrad_fwd = ConvDgradFwd::Off;  // how cuDNN computes dX (like its algorithm choice): the same sums
   s.train.conv_wgrad_overlap = 0;  // which stream a weight gradient runs on: the same kernels
+  s.train.conv_wgrad_low_priority = true;
   std::string text = spec_to_yaml(s);
   uint64_t h = 1469598103934665603ull;
   for (unsigned char ch : text) {

@@ -323,6 +323,10 @@ struct TrainSpec {
   // node past its window, so that it overlaps the memory-bound batch-norm backward passes; the CPU backend and data
   // parallelism run in order. The same kernels and sums: not part of a checkpoint's spec hash.
   int conv_wgrad_overlap = 0;
+  // Whose kernels the GPU schedules first where both streams have work (YAML conv_wgrad_priority: low | same):
+  // low (the default) gives the side stream's weight gradients the lower stream priority, so the step stream's
+  // data gradients and batch-norm passes (the step's critical path) are not delayed by them; same, one priority.
+  bool conv_wgrad_low_priority = true;
   int checkpoint_every = 0;     // epochs between checkpoints in the run dir (checkpoints/epoch-NNNN); 0 = none
   // Optimizer steps between mid-epoch checkpoints (checkpoints/epoch-NNNN-step-SSSSSSSS, with the data position);
   // 0 = none. Independent of checkpoint_every (both may be set); not part of the checkpoint's spec hash.

@@ -427,6 +427,8 @@ std::string spec_to_yaml(const Spec& spec) {
     y += std::string("  conv_dgrad_fwd: ") + to_string(spec.train.conv_dgrad_fwd) + "\n";
   if (spec.train.conv_wgrad_overlap > 0)  // likewise (0 the default)
     y += "  conv_wgrad_overlap: " + std::to_string(spec.train.conv_wgrad_overlap) + "\n";
+  if (!spec.train.conv_wgrad_low_priority)  // likewise (low the default)
+    y += "  conv_wgrad_priority: same\n";
   y += "  checkpoint_every: " + std::to_string(spec.train.checkpoint_every) + "\n";
   if (spec.train.checkpoint_every_steps > 0)  // written only when set: specs without it keep their checkpoint hash
     y += "  checkpoint_every_steps: " + std::to_string(spec.train.checkpoint_every_steps) + "\n";

@@ -238,7 +238,7 @@ void parse_train_section(Diagnostics& d, const YamlNode& map, TrainSpec& out) {
               "keep_last", "keep_best", "ema_decay", "eval_ema", "validate_every", "early_stopping_patience",
               "early_stopping_metric", "early_stopping_min_delta", "accumulate_steps", "conv_im2col",
               "conv_s2d", "conv_fewc", "conv_wgconv", "conv_bn_stats", "conv_bn_apply", "conv_bn_backward",
-              "grad_check", "conv_dgrad_fwd", "conv_wgrad_overlap"});
+              "grad_check", "conv_dgrad_fwd", "conv_wgrad_overlap", "conv_wgrad_priority"});
   get_int(d, map, s, "epochs", int_at_least(1), out.epochs);
   get_enum(d, map, s, "precision", {Precision::Fp32, Precision::Tf32, Precision::Fp16, Precision::Bf16},
            out.precision);
@@ -259,6 +259,11 @@ void parse_train_section(Diagnostics& d, const YamlNode& map, TrainSpec& out) {
   get_enum(d, map, s, "conv_dgrad_fwd", {ConvDgradFwd::Auto, ConvDgradFwd::On, ConvDgradFwd::Off},
            out.conv_dgrad_fwd);
   get_int(d, map, s, "conv_wgrad_overlap", IntRange{0, 4}, out.conv_wgrad_overlap);
+  if (const YamlNode* m = map.find("conv_wgrad_priority")) {
+    size_t index = 0;
+    if (enum_by_name(d, *m, "train.conv_wgrad_priority", {"low", "same"}, index))
+      out.conv_wgrad_low_priority = index == 0;
+  }
   get_int(d, map, s, "checkpoint_every", int_at_least(0), out.checkpoint_every);
   get_int(d, map, s, "checkpoint_every_steps", int_at_least(0), out.checkpoint_every_steps);
   get_int(d, map, s, "keep_last", int_at_least(0), out.keep_last);

@@ -593,7 +593,11 @@ Status CudaBackend::capture_into(int program, int slot, cudaGraphExec_t* exec) {
     return st;
   }
   TRCTL_CUDA_TRY(end);
-  const cudaError_t inst = cudaGraphInstantiate(exec, graph, 0);
+  // train.conv_wgrad_priority low: the kernels keep the priority of the stream they were captured on (the side
+  // stream's forked weight gradients the least); otherwise every node runs at the launch stream's.
+  const bool node_priority = c_.spec.train.conv_wgrad_low_priority && !wgrad_side_.empty();
+  const cudaError_t inst =
+      cudaGraphInstantiate(exec, graph, node_priority ? cudaGraphInstantiateFlagUseNodePriority : 0);
   TRCTL_CUDA_WARN(cudaGraphDestroy(graph));
   TRCTL_CUDA_TRY(inst);
   return ok_status();

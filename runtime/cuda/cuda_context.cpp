@@ -47,8 +47,12 @@ Status context_init(CudaContext& c, int device, size_t workspace_bytes) {
   c.cc_major = prop.major;
   c.cc_minor = prop.minor;
   c.device_name = prop.name;
-  TRCTL_CUDA_TRY(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
-  TRCTL_CUDA_TRY(cudaStreamCreateWithFlags(&c.side_stream, cudaStreamNonBlocking));
+  // The step stream at the greatest priority, the side stream at the least: a captured graph instantiated with
+  // per-node priorities schedules the step stream's kernels first where both have work.
+  int least = 0, greatest = 0;
+  TRCTL_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  TRCTL_CUDA_TRY(cudaStreamCreateWithPriority(&c.stream, cudaStreamNonBlocking, greatest));
+  TRCTL_CUDA_TRY(cudaStreamCreateWithPriority(&c.side_stream, cudaStreamNonBlocking, least));
   TRCTL_CUBLAS_TRY(cublasLtCreate(&c.lt));
   TRCTL_CUDNN_CTX_TRY(cudnnCreate(&c.cudnn));
   TRCTL_CUDNN_CTX_TRY(cudnnSetStream(c.cudnn, c.stream));

@@ -18,7 +18,8 @@ constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 struct CudaContext {
   int device = -1;
   cudaStream_t stream = nullptr;       // the step stream: every kernel of a training step is launched (and captured) here
-  cudaStream_t side_stream = nullptr;  // for work forked off inside a captured step (events join it back)
+  cudaStream_t side_stream = nullptr;  // for work forked off inside a captured step (events join it back); the
+                                       // least stream priority, `stream` the greatest
   cublasLtHandle_t lt = nullptr;
   cudnnHandle_t cudnn = nullptr;       // bound to `stream` at creation (cuDNN calls re-bind it to their stream)
   void* workspace = nullptr;           // cuBLASLt workspace for GEMMs on `stream` (one per stream if GEMMs overlap)

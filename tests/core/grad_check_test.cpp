@@ -191,6 +191,8 @@ TEST_CASE("train.conv_wgrad_overlap parses, round-trips, is written only when no
           "[spec][wgrad_overlap]") {
   auto get = [](const Spec& s) { return s.train.conv_wgrad_overlap; };
   check_hash_neutral_key<int>("conv_wgrad_overlap", "2", 2, 0, get);
+  check_hash_neutral_key<bool>("conv_wgrad_priority", "same", false, true,
+                               [](const Spec& s) { return s.train.conv_wgrad_low_priority; });
   Result<Spec> big = spec_test::parse("train: {conv_wgrad_overlap: 5}\n" + std::string(spec_test::kMinimal));
   REQUIRE_FALSE(big.ok());
   CHECK_THAT(big.error_text(), Catch::Contains("conv_wgrad_overlap"));

@@ -127,6 +127,7 @@ inline std::string first_difference(const Spec& a, const Spec& b) {
   diff_field(o, "train.conv_dgrad_fwd", static_cast<int>(a.train.conv_dgrad_fwd),
              static_cast<int>(b.train.conv_dgrad_fwd));
   diff_field(o, "train.conv_wgrad_overlap", a.train.conv_wgrad_overlap, b.train.conv_wgrad_overlap);
+  diff_field(o, "train.conv_wgrad_priority", a.train.conv_wgrad_low_priority, b.train.conv_wgrad_low_priority);
   diff_field(o, "run.out_dir", a.run.out_dir, b.run.out_dir);
   diff_field(o, "run.name", a.run.name, b.run.name);
   diff_field(o, "run.log_interval", a.run.log_interval, b.run.log_interval);
