@@ -238,6 +238,13 @@ WGCONV_BWD = """\
 """
 
 
+WGRAD_OVERLAP = """\
+  conv_wgrad_overlap: 2           # trctl (CUDA): the cuDNN weight gradients on a second stream beside the next nodes
+                                  # up to the 2nd data gradient after each (RESULTS.md run 82, H100: +0.5 % img/s,
+                                  # ahead of 0 in 6 of 6 rounds; ResNet-50 ran 1.1 % slower with it: not there)
+"""
+
+
 def with_train_extra(tail, extra):
     anchor = "  device: auto\n"
     assert tail.count(anchor) == 1
@@ -332,7 +339,7 @@ def configs():
                                         vgg16bn_layers(),
                                         ["AdaptiveAvgPool2d((7, 7)) is the identity at 224x224 input and is omitted."],
                                         WGCONV_BWD.format(wgrad="-1.3 % J/step, +0.7 % img/s", run=72,
-                                                          bwd="+0.9 % img/s, -0.8 % J/step")),
+                                                          bwd="+0.9 % img/s, -0.8 % J/step") + WGRAD_OVERLAP),
         "resnet18.yaml": imagenet_config("torchvision resnet18 (BasicBlock [2, 2, 2, 2]), 224x224, 1000 classes.",
                                          resnet_layers(basic_block, [2, 2, 2, 2]),
                                          train_extra=WGCONV_BWD.format(wgrad="-4.2 % J/step, +0.7 % img/s", run=73,

@@ -2,7 +2,8 @@
 // run on the step's second stream beside the nodes of their window — counted, and the captured step's losses,
 // gradients and updated weights over several replays bitwise those of the in-order step (the same kernels on the
 // same operands; a join too early or an input overwritten too soon would show as a difference), under fp16 and fp32,
-// with windows of one and two data gradients; with data parallelism none would fork (not testable on one GPU).
+// with windows of one and two data gradients, the side stream at the least priority (default) or at the step
+// stream's; with data parallelism none would fork (not testable on one GPU).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -98,13 +99,15 @@ TEST_CASE("train.conv_wgrad_overlap runs weight gradients on the second stream, 
     const std::string p = std::string("train.precision=") + precision;
     const BuiltBackend off = build_backend(spec_of({p})),
                        one = build_backend(spec_of({p, "train.conv_wgrad_overlap=1"})),
-                       two = build_backend(spec_of({p, "train.conv_wgrad_overlap=2"}));
+                       two = build_backend(spec_of({p, "train.conv_wgrad_overlap=2"})),
+                       same = build_backend(
+                           spec_of({p, "train.conv_wgrad_overlap=2", "train.conv_wgrad_priority=same"}));
     CAPTURE(precision);
     const int forked = two.be->conv_algo_sources()->wgrad_overlapped;
     CHECK(off.be->conv_algo_sources()->wgrad_overlapped == 0);
     CHECK(forked >= 3);  // c2, c3, c4 at least (c1's may take the few-channel kernel)
     CHECK(one.be->conv_algo_sources()->wgrad_overlapped == forked);
-    const Steps a = run_steps(off, 4), b1 = run_steps(one, 4), b2 = run_steps(two, 4);
+    const Steps a = run_steps(off, 4), b1 = run_steps(one, 4), b2 = run_steps(two, 4), b3 = run_steps(same, 4);
     for (double l : a.losses) CHECK(std::isfinite(l));
     CHECK(b1.losses == a.losses);
     CHECK(b2.losses == a.losses);
@@ -112,5 +115,7 @@ TEST_CASE("train.conv_wgrad_overlap runs weight gradients on the second stream, 
     CHECK(b2.grads == a.grads);
     CHECK(b1.weights == a.weights);
     CHECK(b2.weights == a.weights);
+    CHECK(b3.losses == a.losses);  // one stream priority for both
+    CHECK(b3.weights == a.weights);
   }
 }
