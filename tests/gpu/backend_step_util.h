@@ -51,10 +51,9 @@ inline std::vector<float> floats_of(const std::vector<std::byte>& b) {
 // Programs of c with a batch-norm backward.
 inline int backward_programs(const Compiled& c) { return testing::programs_with(c.graph, OpKind::BatchNormGrad); }
 
-// From params_init's weights (seed 5), one host-fed AMP step (f16 or bf16 input, as the backend takes it) of the
-// train program on a fixed batch of images of sample_elems values each (uniform in [-1, 1], labels (7 i) % classes);
-// returns its loss.
-inline double one_train_step(const BuiltBackend& b, int64_t sample_elems, int classes = 10) {
+// params_init's weights (seed 5) and buffers_init's running statistics written, the lr 0.05; returns the index of
+// the train program.
+inline int reset_for_steps(const BuiltBackend& b) {
   const Compiled& c = *b.c;
   REQUIRE(b.be->write_weights(floats_of(params_init(c, 5))).ok());
   REQUIRE(b.be->write_region(Region::Buffers, buffers_init(c)).ok());
@@ -63,6 +62,15 @@ inline double one_train_step(const BuiltBackend& b, int64_t sample_elems, int cl
   for (size_t i = 0; i < c.graph.programs.size(); ++i)
     if (c.graph.programs[i].name == "train") train = static_cast<int>(i);
   REQUIRE(train >= 0);
+  return train;
+}
+
+// From params_init's weights (seed 5), one host-fed AMP step (f16 or bf16 input, as the backend takes it) of the
+// train program on a fixed batch of images of sample_elems values each (uniform in [-1, 1], labels (7 i) % classes);
+// returns its loss.
+inline double one_train_step(const BuiltBackend& b, int64_t sample_elems, int classes = 10) {
+  const Compiled& c = *b.c;
+  const int train = reset_for_steps(b);
   const int64_t batch = c.graph.programs[train].batch;
   Rng rng(4242);
   const std::vector<float> x = rng.uniform_vec(static_cast<size_t>(batch * sample_elems), -1.0f, 1.0f);

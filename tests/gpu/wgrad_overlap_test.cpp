@@ -60,13 +60,7 @@ struct Steps {
 // each on its own fixed random batch (12 x 12 x 3 images in the backend's input dtype).
 Steps run_steps(const BuiltBackend& b, int steps) {
   const Compiled& c = *b.c;
-  REQUIRE(b.be->write_weights(floats_of(params_init(c, 5))).ok());
-  REQUIRE(b.be->write_region(Region::Buffers, buffers_init(c)).ok());
-  b.be->set_lr(0.05);
-  int train = -1;
-  for (size_t i = 0; i < c.graph.programs.size(); ++i)
-    if (c.graph.programs[i].name == "train") train = static_cast<int>(i);
-  REQUIRE(train >= 0);
+  const int train = reset_for_steps(b);
   const int64_t batch = c.graph.programs[static_cast<size_t>(train)].batch, sample = 12 * 12 * 3;
   const OutDType in_type = b.be->host_input_dtype();
   Steps out;
