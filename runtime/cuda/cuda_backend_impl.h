@@ -191,7 +191,6 @@ class CudaBackend final : public Backend {
   Status plan_wgrad_overlap();
   Status lower_forked_wgrad(int program, size_t i, std::vector<Launch>& out, cudaEvent_t* join);
   Launch join_launch(cudaEvent_t done) const;
-  const WgConvWgradPlan* wgconv_wgrad_plan_of(const Node& n) const;  // a forkable ring weight gradient's plan
   struct WgradScratch {  // where a plain cuDNN weight gradient runs: its stream, workspace and AMP io-dtype dW
     cudaStream_t stream;
     void* ws;

@@ -151,13 +151,13 @@ Status CudaBackend::plan_cnn() {
   if (Status st = plan_conv_bn_bwd(); !st.ok()) return st;    // likewise
   if (Status st = plan_dgrad_fwd(cache.value(), d); !st.ok()) return st;  // likewise (after the pairs)
   if (Status st = plan_pool_xa(); !st.ok()) return st;
+  if (Status st = plan_wgrad_overlap(); !st.ok()) return st;  // after every route and fold is known
   for (const ConvBnApplyFold& f : wg_folds) {  // (their weight gradients' plans: plan_wgconv above)
     const Node& bn = c_.graph.programs[f.program].nodes[f.bn];
     wg_fold_[f.y] = WgFold{f.x, bn.in[1], bn.in[2], bn.out[1], bn.out[2], !f.wgrads.empty()};
     ++conv_sources_.wgconv_bn_folded;
     if (!f.wgrads.empty()) ++conv_sources_.wgconv_bn_unwritten;
   }
-  if (Status st = plan_wgrad_overlap(); !st.ok()) return st;  // after every route and fold is known
   if (conv_ws_bytes_ > 0) TRCTL_CUDA_TRY(cudaMalloc(&conv_ws_, conv_ws_bytes_));
   if (bn_ws_bytes_ > 0) TRCTL_CUDA_TRY(cudaMalloc(&bn_ws_, bn_ws_bytes_));
   if (lowp() && max_dw > 0) TRCTL_CUDA_TRY(cudaMalloc(&lowp_dw_, static_cast<size_t>(max_dw) * 2));

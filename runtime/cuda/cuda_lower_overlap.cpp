@@ -1,13 +1,12 @@
 // CudaBackend's weight gradients beside the next nodes (train.conv_wgrad_overlap; pass_overlap_wgrad gave each
 // convolution weight gradient of a train program an overlap window, Attrs::overlap, and the memory plan keeps its
 // inputs live through it): which of them run on the step's second stream, their scratch, and their launches.
-// - Which: a Conv2dGradWeight with a window, on the plain cuDNN route (not a pointwise GEMM, not a folded batch
-//   norm's graph (c), channels unpadded — those share the step's scratch: conv_ws_, pad_x_) or on trctl's ring
-//   weight-gradient kernel (train.conv_wgconv; not the few-channel kernel, which computes a batch norm's dx too),
+// - Which: a Conv2dGradWeight with a window, on the plain cuDNN route (not trctl's kernels, not a pointwise GEMM,
+//   not a folded batch norm's graph (c), channels unpadded — those share the step's scratch: conv_ws_, pad_x_),
 //   and not under data parallelism (a bucket's all-reduce follows its last gradient writer on the step stream).
-// - Scratch: the side stream's own workspace (cuDNN's, or the ring kernel's per-CTA partials) and (AMP, cuDNN) its
-//   io-dtype dW before the cast into the fp32 gradient, each sized to the largest forked node's, so that the step
-//   stream's launches keep conv_ws_ and lowp_dw_ to themselves.
+// - Scratch: the side stream's own cuDNN workspace and (AMP) its io-dtype dW before the cast into the fp32
+//   gradient, each sized to the largest forked node's, so that the step stream's launches keep conv_ws_ and
+//   lowp_dw_ to themselves.
 // - Launches: an event recorded on the step stream after the node before it, waited for by the side stream; the
 //   node's launches on the side stream; an event recorded there, which the step stream waits for before the first
 //   node past the window (node i + overlap + 1, or the step's end). Captured into the step's CUDA graph, these are
@@ -28,14 +27,8 @@ Status CudaBackend::plan_wgrad_overlap() {
     for (size_t i = 0; i < p.nodes.size(); ++i) {
       const Node& n = p.nodes[i];
       if (n.op != OpKind::Conv2dGradWeight || n.attrs.overlap <= 0 || dist_.enabled) continue;
-      if (gemm_.count({static_cast<int>(pi), i})) continue;
-      if (const WgConvWgradPlan* ring = wgconv_wgrad_plan_of(n)) {  // trctl's ring kernel: partials in side_ws_
-        wgrad_side_.insert({static_cast<int>(pi), i});
-        side_ws_bytes_ = std::max(side_ws_bytes_, wgconv_wgrad_workspace_bytes(*ring));
-        ++conv_sources_.wgrad_overlapped;
+      if (gemm_.count({static_cast<int>(pi), i}) || conv_route_of(n) != ConvRoute::Cudnn || bn_fold_.count(n.in[1]))
         continue;
-      }
-      if (conv_route_of(n) != ConvRoute::Cudnn || bn_fold_.count(n.in[1])) continue;
       const CudnnConvPlan* plan = conv_plan(n);
       const auto [xv, wv] = conv_operands(n);
       const Conv2dGeom real = conv2d_geom_of(c_.graph, n, xv, wv);
@@ -77,9 +70,8 @@ Launch CudaBackend::cudnn_wgrad_launches(const Node& n, const CudnnConvPlan& pla
 
 Status CudaBackend::lower_forked_wgrad(int program, size_t i, std::vector<Launch>& out, cudaEvent_t* join) {
   const Node& n = c_.graph.programs[program].nodes[i];
-  const WgConvWgradPlan* ring = wgconv_wgrad_plan_of(n);
-  const CudnnConvPlan* plan = ring ? nullptr : conv_plan(n);
-  if (!ring && !plan) return Error{ErrCode::Internal, "cuda backend", "no cuDNN plan for " + n.name};
+  const CudnnConvPlan* plan = conv_plan(n);
+  if (!plan) return Error{ErrCode::Internal, "cuda backend", "no cuDNN plan for " + n.name};
   if (lowp())
     if (Status st = lowp_wgrad_supported(n); !st.ok()) return st;
   cudaEvent_t ev[2] = {};
@@ -94,43 +86,20 @@ Status CudaBackend::lower_forked_wgrad(int program, size_t i, std::vector<Launch
     TRCTL_CUDA_TRY(cudaStreamWaitEvent(side, fork, 0));
     return ok_status();
   });
-  auto record_done = [&] {
-    out.push_back([=]() -> Status {
-      TRCTL_CUDA_TRY(cudaEventRecord(done, side));
-      return ok_status();
-    });
-    *join = done;
-  };
-  if (ring) {  // dY, X -> dW (f32, the parameter's gradient); no cuDNN module to load before the capture
-    const void* dy = at(n.in[0]);
-    const void* x = at(n.in[1]);
-    float* dw = reinterpret_cast<float*>(at(n.out[0]));
-    void* ws = side_ws_;
-    const size_t wsb = side_ws_bytes_;
-    out.push_back([=] { return wgconv_wgrad_cuda(side, *ring, dy, x, dw, ws, wsb, nullptr); });
-    record_done();
-    return ok_status();
-  }
   const void* x = at(n.in[1]);
   const int64_t cp = plan->desc.g.c;
   cudnn_wgrad_launches(n, *plan, x, cp, WgradScratch{side, side_ws_, side_ws_bytes_, side_dw_}, out);
-  record_done();
+  out.push_back([=]() -> Status {
+    TRCTL_CUDA_TRY(cudaEventRecord(done, side));
+    return ok_status();
+  });
   // cuDNN's module loading before the capture: the same call on the step stream and its scratch (warm_ runs
   // eagerly, ordered with the step stream's earlier work).
   std::vector<Launch> unused;
   warm_.push_back(
       cudnn_wgrad_launches(n, *plan, x, cp, WgradScratch{s, conv_ws_, conv_ws_bytes_, lowp_dw_}, unused));
+  *join = done;
   return ok_status();
-}
-
-// The ring weight-gradient plan of a Conv2dGradWeight on the Wgconv route whose X is written (no folded batch
-// norm's prologue: WgFold::unwritten), or null.
-const WgConvWgradPlan* CudaBackend::wgconv_wgrad_plan_of(const Node& n) const {
-  if (n.op != OpKind::Conv2dGradWeight || !wgconv_node(n)) return nullptr;
-  if (const auto fold = wg_fold_.find(n.in[1]); fold != wg_fold_.end() && fold->second.unwritten) return nullptr;
-  const auto [xv, wv] = conv_operands(n);
-  const auto it = wgconv_wgrad_.find(conv_key(conv2d_geom_of(c_.graph, n, xv, wv)));
-  return it == wgconv_wgrad_.end() ? nullptr : &it->second;
 }
 
 Launch CudaBackend::join_launch(cudaEvent_t done) const {
