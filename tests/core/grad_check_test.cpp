@@ -1,5 +1,6 @@
-// grad_check_plan (core/memplan/grad_check.h), the train.grad_check key (and train.conv_dgrad_fwd, the other train key
-// outside the checkpoint hash): under fp16 storage a linear weight
+// grad_check_plan (core/memplan/grad_check.h), the train.grad_check key (and train.conv_dgrad_fwd,
+// conv_wgrad_overlap and conv_wgrad_priority, the other train keys outside the checkpoint hash): under fp16 storage
+// a linear weight
 // gradient larger than twice its fp16 operands is checked through dY and X and left out of the ranges; everything
 // else (bf16, fp32, accumulation, small layers, by_operands false) keeps [0, trainable_bytes); the ranges and the
 // left-out bytes always add up to the layout; grad_check_by_operands says no for full, ranks and injected NaNs; the
