@@ -1,6 +1,7 @@
 // Graph IR helpers: dtype sizes, names, shape printing and the stable text dump.
 #include "core/graph/ir.h"
 
+#include <algorithm>
 #include <sstream>
 
 namespace trctl {
@@ -70,6 +71,12 @@ bool overlap_window_op(OpKind k) {
     default:
       return false;
   }
+}
+
+bool reads_any(const Node& n, const std::vector<ValueId>& vs) {
+  for (ValueId v : n.in)
+    if (std::find(vs.begin(), vs.end(), v) != vs.end()) return true;
+  return false;
 }
 
 const char* to_string(OpKind k) {

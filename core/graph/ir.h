@@ -162,6 +162,9 @@ struct Node {
   std::string name;  // layer name, or "<layer>.grad_w" for backward nodes
 };
 
+// Whether node n reads any of vs (one of its inputs is among them).
+bool reads_any(const Node& n, const std::vector<ValueId>& vs);
+
 // A trainable parameter and everything the optimizer keeps for it.
 struct ParamInfo {
   std::string name;               // "fc1.weight"

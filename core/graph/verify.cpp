@@ -1,8 +1,6 @@
 // graph_verify: the shape and dtype rule of every op, checked over all programs (run after every pass).
 #include "core/graph/build.h"
 
-#include <algorithm>
-
 namespace trctl {
 namespace {
 
@@ -240,8 +238,7 @@ void overlap_window_check(const Program& p, size_t i, std::vector<Error>& errors
   for (size_t q = i + 1; q <= i + static_cast<size_t>(n.attrs.overlap); ++q) {
     const Node& w = p.nodes[q];
     if (!overlap_window_op(w.op)) return fail(std::string("the window holds a ") + to_string(w.op));
-    for (ValueId v : w.in)
-      if (std::find(n.out.begin(), n.out.end(), v) != n.out.end()) return fail(w.name + " reads its output");
+    if (reads_any(w, n.out)) return fail(w.name + " reads its output");
   }
 }
 

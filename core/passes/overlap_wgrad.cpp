@@ -21,10 +21,7 @@ Status pass_overlap_wgrad(Graph& g, Program& p, int data_gradients) {
     size_t q = i + 1;
     for (; q < p.nodes.size() && seen < data_gradients; ++q) {
       const Node& w = p.nodes[q];
-      bool reads = false;
-      for (ValueId v : w.in)
-        for (ValueId o : n.out) reads |= v == o;
-      if (reads || !overlap_window_op(w.op)) break;
+      if (reads_any(w, n.out) || !overlap_window_op(w.op)) break;
       if (w.op == OpKind::Conv2dGradInput) ++seen;
     }
     n.attrs.overlap = static_cast<int32_t>(q - i - 1);

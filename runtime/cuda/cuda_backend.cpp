@@ -74,8 +74,7 @@ CudaBackend::~CudaBackend() {
   }
   if (comm_) TRCTL_CUDA_WARN(cudaStreamSynchronize(ctx_.stream));  // steps holding collectives
   comm_.reset();  // waits for its stream, then finalizes the communicator
-  for (cudaEvent_t e : dist_events_) TRCTL_CUDA_WARN(cudaEventDestroy(e));
-  for (cudaEvent_t e : overlap_events_) TRCTL_CUDA_WARN(cudaEventDestroy(e));
+  for (cudaEvent_t e : step_events_) TRCTL_CUDA_WARN(cudaEventDestroy(e));
   TRCTL_CUDA_WARN(cudaFree(side_ws_));
   TRCTL_CUDA_WARN(cudaFree(side_dw_));
   gemm_.clear();
@@ -563,6 +562,13 @@ Result<std::vector<Launch>> CudaBackend::lower(int program) {
   }
   for (auto it = joins.lower_bound(p.nodes.size()); it != joins.end(); ++it) out.push_back(join_launch(it->second));
   return out;
+}
+
+Result<cudaEvent_t> CudaBackend::step_event() {
+  cudaEvent_t e = nullptr;
+  TRCTL_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  step_events_.push_back(e);
+  return e;
 }
 
 Status CudaBackend::capture(int program) { return capture_into(program, 0, &exec_[program]); }

@@ -216,7 +216,9 @@ class CudaBackend final : public Backend {
   Status dist_before_node(int program, size_t i, std::vector<Launch>& out);
   Status dist_after_node(int program, size_t i, std::vector<Launch>& out);
   void dist_note_launch(int program);
-  Result<cudaEvent_t> dist_event();
+  // A fork/join event of a captured step (data parallelism's buckets, train.conv_wgrad_overlap's forks), owned by
+  // the backend until its destructor (step_events_).
+  Result<cudaEvent_t> step_event();
 
   const Compiled& c_;
   uint64_t seed_;
@@ -330,13 +332,12 @@ class CudaBackend final : public Backend {
   DistEnv dist_;                               // enabled: one rank of a data-parallel job (world size 1 included)
   std::unique_ptr<NcclComm> comm_;
   std::map<int, GradBucketPlan> dist_buckets_;  // per train program
-  std::vector<cudaEvent_t> dist_events_;        // fork/join events of the captured steps
+  std::vector<cudaEvent_t> step_events_;        // fork/join events of the captured steps (step_event)
   std::set<std::pair<int, size_t>> wgrad_side_;  // train.conv_wgrad_overlap: (program, node) on the side stream
   void* side_ws_ = nullptr;                       // ... their cuDNN workspace and AMP dW (largest of them)
   size_t side_ws_bytes_ = 0;
   void* side_dw_ = nullptr;
   size_t side_dw_bytes_ = 0;
-  std::vector<cudaEvent_t> overlap_events_;       // ... their fork/join events (per lowering)
 };
 
 }  // namespace trctl::cuda_detail

@@ -11,13 +11,6 @@
 
 namespace trctl::cuda_detail {
 
-Result<cudaEvent_t> CudaBackend::dist_event() {
-  cudaEvent_t e = nullptr;
-  TRCTL_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  dist_events_.push_back(e);
-  return e;
-}
-
 // The communicator (rendezvous with the other ranks: same spec, same world size), the bucket plans, and one
 // un-captured all-reduce of every bucket so that NCCL sets its connections up before any capture. The Grads region
 // is all zeros here (the arena was cleared), so the warm-up changes nothing.
@@ -54,7 +47,7 @@ Status CudaBackend::dist_after_node(int program, size_t i, std::vector<Launch>& 
   NcclComm* comm = comm_.get();
   for (const GradBucket& b : it->second.buckets) {
     if (b.issue_after != static_cast<int64_t>(i)) continue;
-    Result<cudaEvent_t> ready = dist_event();
+    Result<cudaEvent_t> ready = step_event();
     if (!ready.ok()) return ready.errors();
     const cudaEvent_t ev = ready.value();
     float* data = g + b.begin / 4;
@@ -76,9 +69,9 @@ Status CudaBackend::dist_before_node(int program, size_t i, std::vector<Launch>&
   float* g = reinterpret_cast<float*>(region_[static_cast<int>(Region::Grads)]);
   const cudaStream_t s = ctx_.stream, cs = comm_->stream();
   NcclComm* comm = comm_.get();
-  Result<cudaEvent_t> fork = dist_event();
+  Result<cudaEvent_t> fork = step_event();
   if (!fork.ok()) return fork.errors();
-  Result<cudaEvent_t> join = dist_event();
+  Result<cudaEvent_t> join = step_event();
   if (!join.ok()) return join.errors();
   std::vector<std::pair<float*, int64_t>> late;
   for (const GradBucket& b : it->second.buckets)

@@ -33,7 +33,7 @@ Status CudaBackend::plan_wgrad_overlap() {
       const auto [xv, wv] = conv_operands(n);
       const Conv2dGeom real = conv2d_geom_of(c_.graph, n, xv, wv);
       if (!plan || plan->desc.g.c != real.c) continue;
-      if (lowp() && c_.plan.values[n.out[0]].region != Region::Grads) continue;  // lower_conv_node refuses it
+      if (lowp() && !lowp_wgrad_supported(n).ok()) continue;  // lower_conv_node refuses it
       wgrad_side_.insert({static_cast<int>(pi), i});
       side_ws_bytes_ = std::max(side_ws_bytes_, plan->wgrad_ws);
       side_dw = std::max(side_dw, real.k * real.r * real.s * real.c);
@@ -74,13 +74,12 @@ Status CudaBackend::lower_forked_wgrad(int program, size_t i, std::vector<Launch
   if (!plan) return Error{ErrCode::Internal, "cuda backend", "no cuDNN plan for " + n.name};
   if (lowp())
     if (Status st = lowp_wgrad_supported(n); !st.ok()) return st;
-  cudaEvent_t ev[2] = {};
-  for (cudaEvent_t& e : ev) {
-    TRCTL_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    overlap_events_.push_back(e);
-  }
+  Result<cudaEvent_t> fe = step_event();
+  if (!fe.ok()) return fe.errors();
+  Result<cudaEvent_t> de = step_event();
+  if (!de.ok()) return de.errors();
   const cudaStream_t s = ctx_.stream, side = ctx_.side_stream;
-  const cudaEvent_t fork = ev[0], done = ev[1];
+  const cudaEvent_t fork = fe.value(), done = de.value();
   out.push_back([=]() -> Status {
     TRCTL_CUDA_TRY(cudaEventRecord(fork, s));
     TRCTL_CUDA_TRY(cudaStreamWaitEvent(side, fork, 0));

@@ -5,7 +5,6 @@
 // runs the plan in order) training bitwise as without the key on a VGG-style net and a residual block.
 #include <catch2/catch.hpp>
 
-#include <algorithm>
 #include <cmath>
 
 #include "core/compiler.h"
@@ -54,12 +53,6 @@ Compiled compiled(Spec s, int overlap) {
   INFO((c.ok() ? std::string() : c.error_text()));
   REQUIRE(c.ok());
   return std::move(c.value());
-}
-
-bool reads_any(const Node& w, const std::vector<ValueId>& vs) {
-  for (ValueId v : w.in)
-    if (std::find(vs.begin(), vs.end(), v) != vs.end()) return true;
-  return false;
 }
 
 // Every window of the train program as the pass's rule says, and the plan's liveness covering it; returns how
